@@ -1,0 +1,43 @@
+/* File input and atomic file output.
+ *
+ * No tool ever leaves a half-written file behind (DESIGN.md §8): every output is written to a
+ * temporary file in the destination's directory, flushed, fsynced and renamed over the
+ * destination. On any failure, and on SIGINT/SIGTERM once sq_out_install_signal_handlers() has
+ * run, the temporary file is unlinked and the old destination stays as it was. */
+#ifndef SQ_PLANNER_IO_H
+#define SQ_PLANNER_IO_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "planner/error.h"
+
+/* Reads a whole regular file into a NUL-terminated buffer (*data, to free()). Refuses
+ * directories and files larger than max_bytes. Errors: SQ_ENOINPUT, SQ_EDATA (too large, not a
+ * regular file), SQ_EIO. */
+int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, sq_error *err);
+
+typedef struct sq_out sq_out;
+
+/* Starts an atomic write of `path`; "-" means standard output (written directly, and
+ * checked at commit). Errors: SQ_ECANTCREAT. */
+int sq_out_open(sq_out **out, const char *path, sq_error *err);
+
+/* The stream to write to. */
+FILE *sq_out_stream(sq_out *out);
+
+/* Flushes, fsyncs and renames the temporary file over the destination, then frees `out`.
+ * On failure the temporary file is removed. Errors: SQ_EIO, SQ_ECANTCREAT. */
+int sq_out_commit(sq_out *out, sq_error *err);
+
+/* Drops the temporary file and frees `out`. NULL is allowed. */
+void sq_out_abort(sq_out *out);
+
+/* Convenience: writes `len` bytes atomically. */
+int sq_file_write_atomic(const char *path, const char *data, size_t len, sq_error *err);
+
+/* SIGINT and SIGTERM unlink every temporary file still open, then the process dies of the
+ * signal as it would have. Call once at the start of main(). */
+void sq_out_install_signal_handlers(void);
+
+#endif

@@ -1,0 +1,333 @@
+#include "planner/json.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/io.h"
+
+static void line_col(const char *text, const char *at, int *line, int *col)
+{
+    *line = 1;
+    *col = 1;
+    for (const char *p = text; p < at && *p; p++) {
+        if (*p == '\n') {
+            (*line)++;
+            *col = 1;
+        } else {
+            (*col)++;
+        }
+    }
+}
+
+/* Returns the first duplicated key found under `node`, or NULL. *where gets its object. */
+static const cJSON *find_duplicate(const cJSON *node)
+{
+    for (const cJSON *c = node ? node->child : NULL; c; c = c->next) {
+        if (cJSON_IsObject(node) && c->string) {
+            for (const cJSON *d = node->child; d != c; d = d->next)
+                if (d->string && strcmp(d->string, c->string) == 0)
+                    return c;
+        }
+        const cJSON *inner = find_duplicate(c);
+        if (inner)
+            return inner;
+    }
+    return NULL;
+}
+
+int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, sq_error *err)
+{
+    *out = NULL;
+    if (len == 0)
+        return sq_error_set(err, SQ_EDATA, "%s: empty file, expected JSON", file);
+    if (strlen(text) != len)
+        return sq_error_set(err, SQ_EDATA, "%s: contains a NUL byte, not a JSON text", file);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 1);
+    if (!root) {
+        const char *at = end ? end : cJSON_GetErrorPtr();
+        int line = 0, col = 0;
+        if (at && at >= text && at <= text + len)
+            line_col(text, at, &line, &col);
+        return sq_error_set(err, SQ_EDATA, "%s:%d:%d: malformed JSON", file, line, col);
+    }
+    const cJSON *dup = find_duplicate(root);
+    if (dup) {
+        int rc = sq_error_set(err, SQ_EDATA, "%s: key \"%s\" appears twice in one object", file,
+                              dup->string);
+        cJSON_Delete(root);
+        return rc;
+    }
+    *out = root;
+    return SQ_OK;
+}
+
+int sq_json_load(const char *file, cJSON **out, sq_error *err)
+{
+    char *text;
+    size_t len;
+    *out = NULL;
+    int rc = sq_file_read(file, SQ_JSON_MAX_BYTES, &text, &len, err);
+    if (rc)
+        return rc;
+    rc = sq_json_parse(file, text, len, out, err);
+    free(text);
+    return rc;
+}
+
+const cJSON *sq_json_field(const cJSON *obj, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+#define SEP(ctx) ((ctx)[0] ? "." : "")
+
+int sq_json_get_string(const cJSON *obj, const char *key, int required, const char **out,
+                       const char *file, const char *ctx, sq_error *err)
+{
+    const cJSON *v = sq_json_field(obj, key);
+    if (!v)
+        return required ? sq_error_set(err, SQ_EDATA, "%s: %s%s%s: missing", file, ctx, SEP(ctx), key)
+                        : SQ_OK;
+    if (!cJSON_IsString(v))
+        return sq_error_set(err, SQ_EDATA, "%s: %s%s%s: expected a string", file, ctx, SEP(ctx), key);
+    *out = v->valuestring;
+    return SQ_OK;
+}
+
+int sq_json_get_number(const cJSON *obj, const char *key, int required, double *out,
+                       const char *file, const char *ctx, sq_error *err)
+{
+    const cJSON *v = sq_json_field(obj, key);
+    if (!v)
+        return required ? sq_error_set(err, SQ_EDATA, "%s: %s%s%s: missing", file, ctx, SEP(ctx), key)
+                        : SQ_OK;
+    if (!cJSON_IsNumber(v))
+        return sq_error_set(err, SQ_EDATA, "%s: %s%s%s: expected a number", file, ctx, SEP(ctx), key);
+    if (!isfinite(v->valuedouble))
+        return sq_error_set(err, SQ_EDATA, "%s: %s%s%s: value is not finite", file, ctx, SEP(ctx), key);
+    *out = v->valuedouble;
+    return SQ_OK;
+}
+
+int sq_json_get_int(const cJSON *obj, const char *key, int required, long long lo, long long hi,
+                    long long *out, const char *file, const char *ctx, sq_error *err)
+{
+    double d = 0;
+    const cJSON *v = sq_json_field(obj, key);
+    if (!v)
+        return required ? sq_error_set(err, SQ_EDATA, "%s: %s%s%s: missing", file, ctx, SEP(ctx), key)
+                        : SQ_OK;
+    int rc = sq_json_get_number(obj, key, 1, &d, file, ctx, err);
+    if (rc)
+        return rc;
+    if (d != floor(d) || d < (double)lo || d > (double)hi)
+        return sq_error_set(err, SQ_EDATA, "%s: %s%s%s: value %.17g is not an integer in [%lld, %lld]",
+                            file, ctx, SEP(ctx), key, d, lo, hi);
+    *out = (long long)d;
+    return SQ_OK;
+}
+
+int sq_json_get_numbers(const cJSON *arr, double lo, double hi, size_t max_n, double **out,
+                        size_t *n, const char *file, const char *ctx, sq_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (!cJSON_IsArray(arr))
+        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an array of numbers", file, ctx);
+    size_t count = (size_t)cJSON_GetArraySize(arr);
+    if (count == 0)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: empty array", file, ctx);
+    if (count > max_n)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: %zu entries, more than the limit of %zu", file,
+                            ctx, count, max_n);
+    double *v = malloc(count * sizeof *v);
+    if (!v)
+        return sq_error_oom(err, ctx);
+    size_t i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        if (!cJSON_IsNumber(e)) {
+            free(v);
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%zu]: expected a number", file, ctx, i);
+        }
+        double x = e->valuedouble;
+        if (!isfinite(x)) {
+            free(v);
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%zu]: value is not finite", file, ctx, i);
+        }
+        if (x < lo || x > hi) {
+            free(v);
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%zu]: value %.17g is outside [%g, %g]", file,
+                                ctx, i, x, lo, hi);
+        }
+        v[i] = x;
+    }
+    *out = v;
+    *n = count;
+    return SQ_OK;
+}
+
+static cJSON *checked(cJSON *item)
+{
+    SQ_ASSERT(item != NULL);
+    return item;
+}
+
+cJSON *sq_json_number_array(const double *v, size_t n)
+{
+    cJSON *a = checked(cJSON_CreateArray());
+    for (size_t i = 0; i < n; i++)
+        SQ_ASSERT(cJSON_AddItemToArray(a, checked(cJSON_CreateNumber(v[i]))));
+    return a;
+}
+
+cJSON *sq_json_int_array(const int *v, size_t n)
+{
+    cJSON *a = checked(cJSON_CreateArray());
+    for (size_t i = 0; i < n; i++)
+        SQ_ASSERT(cJSON_AddItemToArray(a, checked(cJSON_CreateNumber(v[i]))));
+    return a;
+}
+
+void sq_json_add(cJSON *obj, const char *key, cJSON *item)
+{
+    SQ_ASSERT(cJSON_AddItemToObject(obj, key, checked(item)));
+}
+
+/* ---- printer ------------------------------------------------------------------------------ */
+
+static void print_number(FILE *fp, double x)
+{
+    if (!isfinite(x)) {
+        fputs("null", fp); /* JSON has no NaN/inf; writers validate before they get here */
+        return;
+    }
+    if (x == floor(x) && fabs(x) < 1e15) {
+        fprintf(fp, "%.0f", x);
+        return;
+    }
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.15g", x);
+    if (strtod(buf, NULL) != x)
+        snprintf(buf, sizeof buf, "%.17g", x);
+    fputs(buf, fp);
+}
+
+static void print_string(FILE *fp, const char *s)
+{
+    fputc('"', fp);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':  fputs("\\\"", fp); break;
+        case '\\': fputs("\\\\", fp); break;
+        case '\n': fputs("\\n", fp); break;
+        case '\r': fputs("\\r", fp); break;
+        case '\t': fputs("\\t", fp); break;
+        case '\b': fputs("\\b", fp); break;
+        case '\f': fputs("\\f", fp); break;
+        default:
+            if (*p < 0x20)
+                fprintf(fp, "\\u%04x", *p);
+            else
+                fputc(*p, fp);
+        }
+    }
+    fputc('"', fp);
+}
+
+static int is_scalar(const cJSON *v)
+{
+    return !cJSON_IsArray(v) && !cJSON_IsObject(v);
+}
+
+static int all_scalars(const cJSON *arr)
+{
+    for (const cJSON *e = arr->child; e; e = e->next)
+        if (!is_scalar(e))
+            return 0;
+    return 1;
+}
+
+static void indent(FILE *fp, int level)
+{
+    for (int i = 0; i < level; i++)
+        fputs("  ", fp);
+}
+
+static void print_value(FILE *fp, const cJSON *v, int level)
+{
+    if (cJSON_IsNull(v) || cJSON_IsInvalid(v)) {
+        fputs("null", fp);
+    } else if (cJSON_IsFalse(v)) {
+        fputs("false", fp);
+    } else if (cJSON_IsTrue(v)) {
+        fputs("true", fp);
+    } else if (cJSON_IsNumber(v)) {
+        print_number(fp, v->valuedouble);
+    } else if (cJSON_IsString(v)) {
+        print_string(fp, v->valuestring ? v->valuestring : "");
+    } else if (cJSON_IsArray(v)) {
+        if (!v->child) {
+            fputs("[]", fp);
+        } else if (all_scalars(v)) {
+            fputc('[', fp);
+            for (const cJSON *e = v->child; e; e = e->next) {
+                print_value(fp, e, level);
+                if (e->next)
+                    fputs(", ", fp);
+            }
+            fputc(']', fp);
+        } else {
+            fputs("[\n", fp);
+            for (const cJSON *e = v->child; e; e = e->next) {
+                indent(fp, level + 1);
+                print_value(fp, e, level + 1);
+                fputs(e->next ? ",\n" : "\n", fp);
+            }
+            indent(fp, level);
+            fputc(']', fp);
+        }
+    } else if (cJSON_IsObject(v)) {
+        if (!v->child) {
+            fputs("{}", fp);
+            return;
+        }
+        fputs("{\n", fp);
+        for (const cJSON *e = v->child; e; e = e->next) {
+            indent(fp, level + 1);
+            print_string(fp, e->string ? e->string : "");
+            fputs(": ", fp);
+            print_value(fp, e, level + 1);
+            fputs(e->next ? ",\n" : "\n", fp);
+        }
+        indent(fp, level);
+        fputc('}', fp);
+    } else if (cJSON_IsRaw(v)) {
+        fputs(v->valuestring ? v->valuestring : "null", fp);
+    }
+}
+
+void sq_json_print(FILE *fp, const cJSON *item)
+{
+    print_value(fp, item, 0);
+    fputc('\n', fp);
+}
+
+char *sq_json_to_string(const cJSON *item, size_t *len)
+{
+    char *buf = NULL;
+    size_t n = 0;
+    FILE *fp = open_memstream(&buf, &n);
+    if (!fp)
+        return NULL;
+    sq_json_print(fp, item);
+    if (fclose(fp) != 0) {
+        free(buf);
+        return NULL;
+    }
+    if (len)
+        *len = n;
+    return buf;
+}

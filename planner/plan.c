@@ -1,0 +1,217 @@
+#include "planner/plan.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/io.h"
+#include "planner/json.h"
+
+int sq_plan_new(sq_tree *tree, const sq_curve *curve, int budget, int depth_limit, int width,
+                sq_plan **out, sq_error *err)
+{
+    *out = NULL;
+    sq_plan *p = calloc(1, sizeof *p);
+    if (!p) {
+        sq_tree_free(tree);
+        return sq_error_oom(err, "plan");
+    }
+    p->tree = tree;
+    int rc = sq_curve_copy(&p->acceptance, curve, err);
+    if (rc) {
+        sq_tree_free(tree);
+        free(p);
+        return rc;
+    }
+    p->expected_tokens = sq_tree_expected_tokens(tree, curve, NULL);
+    snprintf(p->rank_semantics, sizeof p->rank_semantics, "%s", sq_curve_rank_semantics(curve));
+    p->budget = budget;
+    p->depth_limit = depth_limit;
+    p->width = width;
+    *out = p;
+    return SQ_OK;
+}
+
+void sq_plan_free(sq_plan *p)
+{
+    if (!p)
+        return;
+    sq_tree_free(p->tree);
+    sq_curve_clear(&p->acceptance);
+    cJSON_Delete(p->hardware);
+    free(p);
+}
+
+cJSON *sq_plan_to_json(const sq_plan *p)
+{
+    const sq_tree *t = p->tree;
+    int levels = sq_tree_depth(t);
+    int *widths = malloc((size_t)levels * sizeof *widths);
+    double *scores = malloc((size_t)t->n * sizeof *scores);
+    SQ_ASSERT(widths && scores);
+    sq_tree_level_widths(t, widths);
+    sq_tree_expected_tokens(t, &p->acceptance, scores);
+
+    cJSON *o = cJSON_CreateObject();
+    SQ_ASSERT(o);
+    sq_json_add(o, "format", cJSON_CreateString(SQ_PLAN_FORMAT));
+    sq_json_add(o, "version", cJSON_CreateNumber(SQ_PLAN_VERSION));
+    sq_json_add(o, "size", cJSON_CreateNumber(t->n));
+    sq_json_add(o, "depth", cJSON_CreateNumber(levels));
+    sq_json_add(o, "expected_tokens", cJSON_CreateNumber(p->expected_tokens));
+    sq_json_add(o, "rank_semantics", cJSON_CreateString(p->rank_semantics));
+    cJSON *solver = cJSON_CreateObject();
+    SQ_ASSERT(solver);
+    sq_json_add(solver, "budget", p->budget ? cJSON_CreateNumber(p->budget) : cJSON_CreateNull());
+    sq_json_add(solver, "depth_limit",
+                p->depth_limit ? cJSON_CreateNumber(p->depth_limit) : cJSON_CreateNull());
+    sq_json_add(solver, "width", p->width ? cJSON_CreateNumber(p->width) : cJSON_CreateNull());
+    sq_json_add(o, "solver", solver);
+    sq_json_add(o, "level_widths", sq_json_int_array(widths, (size_t)levels));
+    cJSON *nodes = cJSON_CreateObject();
+    SQ_ASSERT(nodes);
+    sq_json_add(nodes, "parent", sq_json_int_array(t->parent, (size_t)t->n));
+    sq_json_add(nodes, "rank", sq_json_int_array(t->rank, (size_t)t->n));
+    sq_json_add(nodes, "depth", sq_json_int_array(t->depth, (size_t)t->n));
+    sq_json_add(nodes, "score", sq_json_number_array(scores, (size_t)t->n));
+    sq_json_add(o, "nodes", nodes);
+    sq_json_add(o, "acceptance", sq_curve_to_json(&p->acceptance));
+    sq_json_add(o, "hardware", p->hardware ? cJSON_Duplicate(p->hardware, 1) : cJSON_CreateNull());
+    free(widths);
+    free(scores);
+    return o;
+}
+
+int sq_plan_save(const char *file, const sq_plan *p, sq_error *err)
+{
+    cJSON *o = sq_plan_to_json(p);
+    size_t len;
+    char *text = sq_json_to_string(o, &len);
+    cJSON_Delete(o);
+    if (!text)
+        return sq_error_oom(err, file);
+    int rc = sq_file_write_atomic(file, text, len, err);
+    free(text);
+    return rc;
+}
+
+static int int_array(const cJSON *nodes, const char *key, int n, long long lo, long long hi,
+                     int *out, const char *file, sq_error *err)
+{
+    const cJSON *a = sq_json_field(nodes, key);
+    if (!cJSON_IsArray(a))
+        return sq_error_set(err, SQ_EDATA, "%s: nodes.%s: missing or not an array", file, key);
+    int len = cJSON_GetArraySize(a);
+    if (len != n)
+        return sq_error_set(err, SQ_EDATA, "%s: nodes.%s: has %d entries, size is %d", file, key,
+                            len, n);
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : NAN;
+        if (!isfinite(v) || v != floor(v) || v < (double)lo || v > (double)hi)
+            return sq_error_set(err, SQ_EDATA, "%s: nodes.%s[%d]: expected an integer in [%lld, %lld]",
+                                file, key, i, lo, hi);
+        out[i] = (int)v;
+    }
+    return SQ_OK;
+}
+
+int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_error *err)
+{
+    *out = NULL;
+    if (!cJSON_IsObject(root))
+        return sq_error_set(err, SQ_EDATA, "%s: expected a JSON object at the top level", file);
+    const char *format = NULL, *sem = NULL;
+    long long version = 0, size = 0, depth = 0;
+    double f = 0;
+    int rc;
+    if ((rc = sq_json_get_string(root, "format", 1, &format, file, "", err)))
+        return rc;
+    if (strcmp(format, SQ_PLAN_FORMAT) != 0)
+        return sq_error_set(err, SQ_EDATA, "%s: format: \"%s\" is not \"%s\"", file, format,
+                            SQ_PLAN_FORMAT);
+    if ((rc = sq_json_get_int(root, "version", 1, 0, 1LL << 31, &version, file, "", err)))
+        return rc;
+    if (version != SQ_PLAN_VERSION)
+        return sq_error_set(err, SQ_EDATA, "%s: version: %lld is not supported (this build reads "
+                            "version %d)", file, version, SQ_PLAN_VERSION);
+    if ((rc = sq_json_get_int(root, "size", 1, 1, SQ_PLAN_MAX_NODES, &size, file, "", err)) ||
+        (rc = sq_json_get_int(root, "depth", 1, 1, SQ_PLAN_MAX_NODES, &depth, file, "", err)) ||
+        (rc = sq_json_get_number(root, "expected_tokens", 1, &f, file, "", err)) ||
+        (rc = sq_json_get_string(root, "rank_semantics", 1, &sem, file, "", err)))
+        return rc;
+    if (strcmp(sem, "sampled-without-replacement") && strcmp(sem, "sampled-with-replacement") &&
+        strcmp(sem, "draft-topk"))
+        return sq_error_set(err, SQ_EDATA, "%s: rank_semantics: unknown value \"%s\"", file, sem);
+    const cJSON *nodes = sq_json_field(root, "nodes");
+    if (!cJSON_IsObject(nodes))
+        return sq_error_set(err, SQ_EDATA, "%s: nodes: missing or not an object", file);
+    const cJSON *acc = sq_json_field(root, "acceptance");
+    if (!acc)
+        return sq_error_set(err, SQ_EDATA, "%s: acceptance: missing", file);
+
+    sq_plan *p = calloc(1, sizeof *p);
+    if (!p || !(p->tree = sq_tree_new((int)size))) {
+        free(p);
+        return sq_error_oom(err, "plan");
+    }
+    snprintf(p->rank_semantics, sizeof p->rank_semantics, "%s", sem);
+    char where[600];
+    snprintf(where, sizeof where, "%s: nodes", file);
+    if ((rc = int_array(nodes, "parent", (int)size, -1, size - 1, p->tree->parent, file, err)) ||
+        (rc = int_array(nodes, "rank", (int)size, 0, size, p->tree->rank, file, err)) ||
+        (rc = int_array(nodes, "depth", (int)size, 0, size, p->tree->depth, file, err)) ||
+        (rc = sq_tree_validate(p->tree, where, err)) ||
+        (rc = sq_curve_from_json(acc, file, "acceptance", &p->acceptance, err)))
+        goto fail;
+    if (sq_tree_depth(p->tree) != depth) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: depth: %lld, but the nodes span %d levels", file, depth,
+                          sq_tree_depth(p->tree));
+        goto fail;
+    }
+    p->expected_tokens = sq_tree_expected_tokens(p->tree, &p->acceptance, NULL);
+    if (fabs(p->expected_tokens - f) > SQ_PLAN_F_TOL) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: expected_tokens: %.17g, but the nodes and the "
+                          "acceptance curve give %.17g", file, f, p->expected_tokens);
+        goto fail;
+    }
+    const cJSON *solver = sq_json_field(root, "solver");
+    if (solver) {
+        long long b = 0, d = 0, w = 0;
+        if ((rc = sq_json_get_int(solver, "budget", 0, 1, SQ_PLAN_MAX_NODES, &b, file, "solver", err)) ||
+            (rc = sq_json_get_int(solver, "depth_limit", 0, 1, SQ_PLAN_MAX_NODES, &d, file, "solver", err)) ||
+            (rc = sq_json_get_int(solver, "width", 0, 1, SQ_PLAN_MAX_NODES, &w, file, "solver", err)))
+            goto fail;
+        p->budget = (int)b;
+        p->depth_limit = (int)d;
+        p->width = (int)w;
+    }
+    const cJSON *hw = sq_json_field(root, "hardware");
+    if (hw) {
+        if (!cJSON_IsObject(hw)) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: hardware: expected an object or null", file);
+            goto fail;
+        }
+        if (!(p->hardware = cJSON_Duplicate(hw, 1))) {
+            rc = sq_error_oom(err, "plan");
+            goto fail;
+        }
+    }
+    *out = p;
+    return SQ_OK;
+fail:
+    sq_plan_free(p);
+    return rc;
+}
+
+int sq_plan_load(const char *file, sq_plan **out, sq_error *err)
+{
+    cJSON *root;
+    *out = NULL;
+    int rc = sq_json_load(file, &root, err);
+    if (rc)
+        return rc;
+    rc = sq_plan_from_json(root, file, out, err);
+    cJSON_Delete(root);
+    return rc;
+}

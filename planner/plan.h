@@ -1,0 +1,46 @@
+/* Tree plans (DESIGN.md §6.4): the file that sequoia-plan writes and that runtimes and engine
+ * exporters load. A plan holds the tree, its expected tokens per step, the acceptance curve it
+ * was scored with (copied in), the solver's bounds and, once hardware-aware planning ran, the
+ * hardware section. */
+#ifndef SQ_PLANNER_PLAN_H
+#define SQ_PLANNER_PLAN_H
+
+#include <cjson/cJSON.h>
+
+#include "planner/curve.h"
+#include "planner/error.h"
+#include "planner/tree.h"
+
+#define SQ_PLAN_FORMAT "sequoia-plan"
+#define SQ_PLAN_VERSION 1
+#define SQ_PLAN_MAX_NODES (1 << 20)
+#define SQ_PLAN_F_TOL 1e-9         /* expected_tokens must match the nodes this closely */
+
+typedef struct sq_plan {
+    sq_tree *tree;
+    double   expected_tokens;      /* F(T) under `acceptance`                        */
+    char     rank_semantics[32];   /* §6.4                                           */
+    sq_curve acceptance;           /* the curve used, copied                         */
+    int      budget;               /* solver bounds; 0 when unknown (imported trees) */
+    int      depth_limit;
+    int      width;
+    cJSON   *hardware;             /* the "hardware" object, or NULL                 */
+} sq_plan;
+
+/* Builds a plan around `tree` (ownership passes to the plan, also on failure) scored with a
+ * copy of `curve`. */
+int sq_plan_new(sq_tree *tree, const sq_curve *curve, int budget, int depth_limit, int width,
+                sq_plan **out, sq_error *err);
+void sq_plan_free(sq_plan *plan);
+
+cJSON *sq_plan_to_json(const sq_plan *plan);
+int sq_plan_save(const char *file, const sq_plan *plan, sq_error *err);
+
+/* Reads and validates a plan: format and version, node arrays, breadth-first order, contiguous
+ * ranks, parents before children, depth and size fields, the acceptance curve, and
+ * expected_tokens recomputed from the nodes within SQ_PLAN_F_TOL. Errors are SQ_EDATA and name
+ * the file and the field. */
+int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_error *err);
+int sq_plan_load(const char *file, sq_plan **out, sq_error *err);
+
+#endif

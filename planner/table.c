@@ -1,0 +1,47 @@
+#include "planner/table.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "planner/io.h"
+#include "planner/json.h"
+
+cJSON *sq_table_to_json(const sq_dp *dp, const sq_curve *curve)
+{
+    int N = sq_dp_budget(dp), D = sq_dp_depth(dp);
+    cJSON *o = cJSON_CreateObject();
+    SQ_ASSERT(o);
+    sq_json_add(o, "format", cJSON_CreateString(SQ_TABLE_FORMAT));
+    sq_json_add(o, "version", cJSON_CreateNumber(SQ_TABLE_VERSION));
+    sq_json_add(o, "budget", cJSON_CreateNumber(N));
+    sq_json_add(o, "depth", cJSON_CreateNumber(D));
+    sq_json_add(o, "width", cJSON_CreateNumber(sq_dp_width(dp)));
+    sq_json_add(o, "curve", cJSON_CreateString(curve->name ? curve->name : ""));
+    cJSON *rows = cJSON_CreateArray();
+    SQ_ASSERT(rows);
+    for (int n = 0; n <= N; n++) {
+        cJSON *row = cJSON_CreateArray();
+        SQ_ASSERT(row);
+        for (int d = 0; d <= D; d++) {
+            double v = sq_dp_best(dp, n, d);
+            SQ_ASSERT(cJSON_AddItemToArray(row, isfinite(v) ? cJSON_CreateNumber(v)
+                                                             : cJSON_CreateNull()));
+        }
+        SQ_ASSERT(cJSON_AddItemToArray(rows, row));
+    }
+    sq_json_add(o, "expected_tokens", rows);
+    return o;
+}
+
+int sq_table_save(const char *file, const sq_dp *dp, const sq_curve *curve, sq_error *err)
+{
+    cJSON *o = sq_table_to_json(dp, curve);
+    size_t len;
+    char *text = sq_json_to_string(o, &len);
+    cJSON_Delete(o);
+    if (!text)
+        return sq_error_oom(err, file);
+    int rc = sq_file_write_atomic(file, text, len, err);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,46 @@
+/* Token trees (DESIGN.md §2, §6.4).
+ *
+ * Nodes are stored in breadth-first order with the children of one parent contiguous and in
+ * rank order, which is the same as sorting rank paths by (length, lexicographic). Node 0 is the
+ * root: parent -1, rank 0, depth 0. Size counts the root; depth counts levels including it. */
+#ifndef SQ_PLANNER_TREE_H
+#define SQ_PLANNER_TREE_H
+
+#include "planner/curve.h"
+#include "planner/error.h"
+
+typedef struct sq_tree {
+    int  n;        /* nodes, root included                                */
+    int *parent;   /* (n) index of the parent; -1 for the root            */
+    int *rank;     /* (n) 1-based rank among siblings; 0 for the root     */
+    int *depth;    /* (n) level; 0 for the root                           */
+} sq_tree;
+
+/* A tree of n nodes with zeroed arrays (callers fill them), or NULL when out of memory. */
+sq_tree *sq_tree_new(int n);
+void sq_tree_free(sq_tree *t);
+
+/* Checks the layout invariants above: root first, parents before children, breadth-first
+ * order, children of a parent contiguous with ranks 1..c in order, depth = parent's + 1.
+ * `file` names the source in messages (e.g. "plan.json: nodes"). */
+int sq_tree_validate(const sq_tree *t, const char *file, sq_error *err);
+
+/* Number of levels, root included (a root-only tree has depth 1). */
+int sq_tree_depth(const sq_tree *t);
+
+/* Nodes per level: widths[l] for l < sq_tree_depth(t). */
+void sq_tree_level_widths(const sq_tree *t, int *widths);
+
+/* Largest number of children of any node. */
+int sq_tree_max_children(const sq_tree *t);
+
+/* F(T) = Σ_v f(v), f(root) = 1, f(child) = f(parent) · p(depth, rank). Fills scores[v] = f(v)
+ * when scores is not NULL. */
+double sq_tree_expected_tokens(const sq_tree *t, const sq_curve *c, double *scores);
+
+/* Builds a tree in canonical order from any parent/rank description (e.g. an imported tree):
+ * parents[i] < i is not required, but the result is validated. */
+int sq_tree_from_parents(const int *parent, const int *rank, int n, sq_tree **out,
+                         const char *file, sq_error *err);
+
+#endif
