@@ -1,0 +1,84 @@
+/* Draft/target corpora (DESIGN.md §6.2): per position t, the target's and the draft's logits
+ * for the same context, stored in HDF5. Readers stream row blocks, so memory stays bounded
+ * whatever the number of rows N.
+ *
+ * Layout: attributes on "/" format = "sequoia-corpus", version = 1, vocab_size, draft, target;
+ *   /target/logits, /draft/logits          float16|float32 [N, V] (chunked by rows, compressed)
+ *   or /target/topk_ids int32 [N, K] + /target/topk_logits float [N, K] (same for /draft)
+ *   /tokens int32 [N] (optional), /seq_offsets int64 [S+1] (optional; absent = one sequence). */
+#ifndef SQ_PLANNER_CORPUS_H
+#define SQ_PLANNER_CORPUS_H
+
+#include <stdint.h>
+
+#include "planner/error.h"
+
+#define SQ_CORPUS_FORMAT "sequoia-corpus"
+#define SQ_CORPUS_VERSION 1
+
+typedef struct sq_corpus_info {
+    int64_t rows;          /* N: positions                                              */
+    int     vocab;         /* V                                                         */
+    int     sparse;        /* 1: top-K logits (tokens outside count as probability 0)   */
+    int     topk;          /* K when sparse (per model: the larger of the two)          */
+    int     has_tokens;    /* /tokens present                                           */
+    int64_t sequences;     /* S (1 when /seq_offsets is absent)                         */
+    char    draft[256];    /* model names from the attributes                          */
+    char    target[256];
+} sq_corpus_info;
+
+typedef struct sq_corpus sq_corpus;
+
+/* Opens and checks a corpus: attributes, dataset presence, shapes, dtypes, that draft and
+ * target agree on N and V and that V matches vocab_size, seq_offsets monotone from 0 to N.
+ * Errors name the file and the dataset (SQ_ENOINPUT, SQ_EDATA). */
+int sq_corpus_open(const char *path, sq_corpus **out, sq_error *err);
+void sq_corpus_close(sq_corpus *c);
+
+const sq_corpus_info *sq_corpus_get_info(const sq_corpus *c);
+
+/* Sequence boundaries: (sequences + 1) offsets, first 0, last rows. */
+const int64_t *sq_corpus_seq_offsets(const sq_corpus *c);
+
+/* Reads rows [row0, row0 + count) as float32 logits into target and draft (count, V) buffers;
+ * sparse corpora are expanded with -INFINITY outside the top-K. tokens may be NULL (or is
+ * filled with -1 when the corpus has none). NaN or infinite logits are an error naming the
+ * dataset and the first bad row. */
+int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *draft,
+                   int32_t *tokens, sq_error *err);
+
+/* ---- writer (runtime dumps, tests) ---------------------------------------------------------- */
+
+typedef struct sq_corpus_writer_params {
+    int         vocab;         /* V                                                      */
+    int         topk;          /* 0: dense logits; K > 0: store the top-K per row        */
+    int         half;          /* dense only: store float16 instead of float32           */
+    int         chunk_rows;    /* rows per HDF5 chunk (0: a default)                     */
+    int         compression;   /* deflate level 0-9 (0: none)                            */
+    const char *draft;         /* model names                                            */
+    const char *target;
+} sq_corpus_writer_params;
+
+sq_corpus_writer_params sq_corpus_writer_default_params(void);
+
+typedef struct sq_corpus_writer sq_corpus_writer;
+
+/* Starts writing `path` atomically (a temporary file renamed at commit). */
+int sq_corpus_writer_open(const char *path, const sq_corpus_writer_params *params,
+                          sq_corpus_writer **out, sq_error *err);
+
+/* Appends `rows` positions of the current sequence: target/draft logits (rows, V); tokens
+ * (rows) may be NULL. */
+int sq_corpus_writer_append(sq_corpus_writer *w, const float *target, const float *draft,
+                            const int32_t *tokens, int rows, sq_error *err);
+
+/* Closes the current sequence (records a boundary in /seq_offsets). */
+int sq_corpus_writer_end_sequence(sq_corpus_writer *w, sq_error *err);
+
+/* Finishes the file and renames it into place; frees w. */
+int sq_corpus_writer_commit(sq_corpus_writer *w, sq_error *err);
+
+/* Drops the temporary file; frees w. NULL is allowed. */
+void sq_corpus_writer_abort(sq_corpus_writer *w);
+
+#endif
