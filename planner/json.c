@@ -44,7 +44,8 @@ int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, s
     if (strlen(text) != len)
         return sq_error_set(err, SQ_EDATA, "%s: contains a NUL byte, not a JSON text", file);
     const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 1);
+    /* len + 1: cJSON checks that the NUL terminator follows the value. */
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
     if (!root) {
         const char *at = end ? end : cJSON_GetErrorPtr();
         int line = 0, col = 0;
