@@ -1,0 +1,133 @@
+#include "runtime/stats.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include <gsl/gsl_cdf.h>
+#include <gsl/gsl_errno.h>
+
+#include "planner/error.h"
+
+sq_chisq sq_chisq_gof(const double *counts, const double *probs, int nbins, double min_expected)
+{
+    sq_chisq r = {0};
+    double n = 0.0, psum = 0.0;
+    for (int i = 0; i < nbins; i++) {
+        n += counts[i];
+        psum += probs[i];
+    }
+    r.n = n;
+    /* bins: the ones kept, then a pool of small ones (plus the implicit remainder) */
+    double *eo = malloc(((size_t)nbins + 1) * 2 * sizeof *eo);   /* (expected, observed) */
+    SQ_ASSERT(eo);
+    int m = 0;
+    double pool_e = psum < 1.0 ? (1.0 - psum) * n : 0.0, pool_o = 0.0;
+    for (int i = 0; i < nbins; i++) {
+        double e = probs[i] * n;
+        if (probs[i] <= 0.0 && counts[i] > 0.0) {
+            r.stat = INFINITY;
+            r.p_value = 0.0;
+            r.bins = nbins;
+            r.df = nbins - 1;
+            free(eo);
+            return r;
+        }
+        if (e >= min_expected) {
+            eo[2 * m] = e;
+            eo[2 * m + 1] = counts[i];
+            m++;
+        } else {
+            pool_e += e;
+            pool_o += counts[i];
+        }
+    }
+    if (pool_e >= min_expected || m == 0) {
+        eo[2 * m] = pool_e;
+        eo[2 * m + 1] = pool_o;
+        m++;
+    } else if (pool_e > 0.0 || pool_o > 0.0) {
+        int s = 0;
+        for (int j = 1; j < m; j++)
+            if (eo[2 * j] < eo[2 * s])
+                s = j;
+        eo[2 * s] += pool_e;
+        eo[2 * s + 1] += pool_o;
+    }
+    double x2 = 0.0;
+    for (int j = 0; j < m; j++) {
+        double e = eo[2 * j], o = eo[2 * j + 1];
+        if (e > 0.0)
+            x2 += (o - e) * (o - e) / e;
+        else if (o > 0.0)
+            x2 = INFINITY;
+    }
+    free(eo);
+    r.stat = x2;
+    r.bins = m;
+    r.df = m - 1;
+    if (r.df < 1)
+        r.p_value = 1.0;
+    else if (!isfinite(x2))
+        r.p_value = 0.0;
+    else
+        r.p_value = gsl_cdf_chisq_Q(x2, (double)r.df);
+    return r;
+}
+
+sq_mean_ci sq_mean_ci_batch(const double *x, int n)
+{
+    sq_mean_ci r = {0};
+    r.n = n;
+    if (n <= 0) {
+        r.mean = r.stddev = r.stderr_ = NAN;
+        r.lo = -INFINITY;
+        r.hi = INFINITY;
+        return r;
+    }
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        s += x[i];
+    r.mean = s / n;
+    double ss = 0.0;
+    for (int i = 0; i < n; i++)
+        ss += (x[i] - r.mean) * (x[i] - r.mean);
+    r.stddev = n > 1 ? sqrt(ss / (n - 1)) : 0.0;
+    if (n < 4) {
+        r.stderr_ = INFINITY;
+        r.lo = -INFINITY;
+        r.hi = INFINITY;
+        r.batches = n;
+        return r;
+    }
+    int b = (int)floor(sqrt((double)n));
+    if (b < 2)
+        b = 2;
+    int per = n / b;   /* the first n % b values are left out of the batches */
+    int skip = n - per * b;
+    double bm = 0.0, bss = 0.0;
+    double *means = malloc((size_t)b * sizeof *means);
+    SQ_ASSERT(means);
+    for (int j = 0; j < b; j++) {
+        double t = 0.0;
+        for (int i = 0; i < per; i++)
+            t += x[skip + j * per + i];
+        means[j] = t / per;
+        bm += means[j];
+    }
+    bm /= b;
+    for (int j = 0; j < b; j++)
+        bss += (means[j] - bm) * (means[j] - bm);
+    free(means);
+    double var_batch = bss / (b - 1);             /* variance of a batch mean      */
+    r.stderr_ = sqrt(var_batch / b);
+    /* Never report less spread than the independent-values formula would. */
+    double se_iid = r.stddev / sqrt((double)n);
+    if (r.stderr_ < se_iid)
+        r.stderr_ = se_iid;
+    gsl_set_error_handler_off();
+    double t = gsl_cdf_tdist_Pinv(0.975, (double)(b - 1));
+    r.batches = b;
+    r.lo = r.mean - t * r.stderr_;
+    r.hi = r.mean + t * r.stderr_;
+    return r;
+}
