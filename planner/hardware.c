@@ -1,0 +1,217 @@
+#include "planner/hardware.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/json.h"
+
+sq_hw_params sq_hw_default_params(void)
+{
+    return (sq_hw_params){.target = NULL, .draft = NULL, .draft_ms = 0.0,
+                          .extrapolate = SQ_EXTRAPOLATE_NONE, .measured_sizes_only = 0};
+}
+
+static int profile_ms(const sq_profile *p, const char *which, double x, sq_extrapolate mode,
+                      double *ms, sq_error *err)
+{
+    sq_error e = {0};
+    int rc = sq_profile_ms(p, x, mode, ms, &e);
+    if (rc)
+        return sq_error_set(err, rc, "%s profile: %s", which, e.msg);
+    return SQ_OK;
+}
+
+int sq_hw_step_ms(const sq_hw_params *prm, const sq_tree *t, double F, double *ms, sq_error *err)
+{
+    double total;
+    int rc = profile_ms(prm->target, "target", t->n, prm->extrapolate, &total, err);
+    if (rc)
+        return rc;
+    if (t->n == 1) {
+        *ms = total;
+        return SQ_OK;
+    }
+    int levels = sq_tree_depth(t);
+    if (!prm->draft) {
+        *ms = total + levels * prm->draft_ms;
+        return SQ_OK;
+    }
+    double x;
+    if ((rc = profile_ms(prm->draft, "draft", F, prm->extrapolate, &x, err)))
+        return rc;
+    total += x;
+    int *w = malloc((size_t)levels * sizeof *w);
+    if (!w)
+        return sq_error_oom(err, "level widths");
+    sq_tree_level_widths(t, w);
+    for (int l = 1; l <= levels - 2; l++) {
+        if ((rc = profile_ms(prm->draft, "draft", w[l], prm->extrapolate, &x, err))) {
+            free(w);
+            return rc;
+        }
+        total += x;
+    }
+    free(w);
+    *ms = total;
+    return SQ_OK;
+}
+
+static int measured(const sq_profile *p, int n)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->points[i].tokens == n)
+            return 1;
+    return 0;
+}
+
+void sq_hw_result_free(sq_hw_result *r)
+{
+    if (!r)
+        return;
+    free(r->speedup_table);
+    free(r);
+}
+
+int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_error *err)
+{
+    *out = NULL;
+    SQ_ASSERT(prm->target);
+    if (!prm->draft && (!isfinite(prm->draft_ms) || prm->draft_ms < 0))
+        return sq_error_set(err, SQ_EUSAGE, "--draft-ms: must be a finite time >= 0");
+    sq_hw_result *r = calloc(1, sizeof *r);
+    if (!r)
+        return sq_error_oom(err, "hardware selection");
+    r->N = sq_dp_budget(dp);
+    r->D = sq_dp_depth(dp);
+    size_t cells = (size_t)(r->N + 1) * (size_t)(r->D + 1);
+    r->speedup_table = malloc(cells * sizeof *r->speedup_table);
+    if (!r->speedup_table) {
+        free(r);
+        return sq_error_oom(err, "hardware selection");
+    }
+    for (size_t i = 0; i < cells; i++)
+        r->speedup_table[i] = NAN;
+    int rc = profile_ms(prm->target, "target", 1, prm->extrapolate, &r->target1_ms, err);
+    if (rc)
+        goto fail;
+    double best_rate = -1;
+    /* depth outer: a depth-dependent DP re-solves at most once per depth */
+    for (int d = 1; d <= r->D; d++) {
+        for (int n = 1; n <= r->N; n++) {
+            if (prm->measured_sizes_only && !measured(prm->target, n))
+                continue;
+            double F = sq_dp_best(dp, n, d);
+            if (!isfinite(F))
+                continue;
+            sq_tree *t;
+            if ((rc = sq_dp_tree(dp, n, d, &t, err)))
+                goto fail;
+            double step;
+            rc = sq_hw_step_ms(prm, t, F, &step, err);
+            int levels = sq_tree_depth(t);
+            sq_tree_free(t);
+            if (rc)
+                goto fail;
+            double rate = F / step;
+            r->speedup_table[(size_t)n * (size_t)(r->D + 1) + (size_t)d] = rate * r->target1_ms;
+            /* strict: ties keep the smaller n (scanned first within a depth) and, across
+             * depths, the smaller depth */
+            if (rate > best_rate || (rate == best_rate && n < r->n)) {
+                best_rate = rate;
+                r->n = n;
+                r->d = d;
+                r->levels = levels;
+                r->expected_tokens = F;
+                r->step_ms = step;
+            }
+        }
+    }
+    if (best_rate < 0) {
+        rc = sq_error_set(err, SQ_EUSAGE, "no candidate tree: the target profile measures no size "
+                          "within the budget");
+        goto fail;
+    }
+    r->speedup = r->expected_tokens * r->target1_ms / r->step_ms;
+    *out = r;
+    return SQ_OK;
+fail:
+    sq_hw_result_free(r);
+    return rc;
+}
+
+cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *prm, const char *target_file,
+                     const char *draft_file)
+{
+    cJSON *o = cJSON_CreateObject();
+    SQ_ASSERT(o);
+    sq_json_add(o, "target_profile", target_file ? cJSON_CreateString(target_file) : cJSON_CreateNull());
+    sq_json_add(o, "target_device", cJSON_CreateString(prm->target->device));
+    sq_json_add(o, "target_backend", cJSON_CreateString(prm->target->backend));
+    sq_json_add(o, "draft_profile", draft_file && prm->draft ? cJSON_CreateString(draft_file)
+                                                             : cJSON_CreateNull());
+    sq_json_add(o, "draft_ms", prm->draft ? cJSON_CreateNull() : cJSON_CreateNumber(prm->draft_ms));
+    sq_json_add(o, "draft_cost_model",
+                cJSON_CreateString(prm->draft ? "per-level: t_target(n) + t_draft(F) + "
+                                                "sum_{l=1..L-2} t_draft(w_l)"
+                                              : "fixed: t_target(n) + L * draft_ms"));
+    sq_json_add(o, "candidates", cJSON_CreateString(prm->measured_sizes_only ? "measured sizes"
+                                                                             : "all sizes"));
+    const char *ex[] = {"none", "linear", "constant"};
+    sq_json_add(o, "extrapolate", cJSON_CreateString(ex[prm->extrapolate]));
+    sq_json_add(o, "search_budget", cJSON_CreateNumber(r->N));
+    sq_json_add(o, "search_depth", cJSON_CreateNumber(r->D));
+    sq_json_add(o, "target_ms_1", cJSON_CreateNumber(r->target1_ms));
+    sq_json_add(o, "time_per_step_ms", cJSON_CreateNumber(r->step_ms));
+    sq_json_add(o, "time_per_token_ms", cJSON_CreateNumber(r->step_ms / r->expected_tokens));
+    sq_json_add(o, "tokens_per_second", cJSON_CreateNumber(1e3 * r->expected_tokens / r->step_ms));
+    sq_json_add(o, "predicted_speedup", cJSON_CreateNumber(r->speedup));
+    return o;
+}
+
+void sq_hw_print_table(FILE *fp, const sq_hw_result *r)
+{
+    /* columns: every depth up to 12, then about 8 more spread to D */
+    int cols[64], nc = 0;
+    for (int d = 1; d <= r->D && d <= 12; d++)
+        cols[nc++] = d;
+    if (r->D > 12) {
+        int step = (r->D - 12 + 7) / 8;
+        for (int d = 12 + step; d < r->D && nc < 62; d += step)
+            cols[nc++] = d;
+        cols[nc++] = r->D;
+    }
+    /* rows: powers of two, the budget and the choice */
+    int rows[64], nr = 0;
+    for (int n = 1; n <= r->N && nr < 60; n *= 2)
+        rows[nr++] = n;
+    if (rows[nr - 1] != r->N)
+        rows[nr++] = r->N;
+    int have = 0;
+    for (int i = 0; i < nr; i++)
+        have |= rows[i] == r->n;
+    if (!have) {
+        int i = nr++;
+        while (i > 0 && rows[i - 1] > r->n) {
+            rows[i] = rows[i - 1];
+            i--;
+        }
+        rows[i] = r->n;
+    }
+    fprintf(fp, "predicted speedup by size (rows) and depth bound (columns):\n%6s", "n\\d");
+    for (int c = 0; c < nc; c++)
+        fprintf(fp, " %6d", cols[c]);
+    fputc('\n', fp);
+    for (int i = 0; i < nr; i++) {
+        fprintf(fp, "%6d", rows[i]);
+        for (int c = 0; c < nc; c++) {
+            double s = r->speedup_table[(size_t)rows[i] * (size_t)(r->D + 1) + (size_t)cols[c]];
+            int mark = rows[i] == r->n && cols[c] == r->d;
+            if (isnan(s))
+                fprintf(fp, " %6s", "-");
+            else
+                fprintf(fp, " %5.2f%c", s, mark ? '*' : ' ');
+        }
+        fputc('\n', fp);
+    }
+}

@@ -1,0 +1,65 @@
+/* Hardware-aware choice of tree size and depth (DESIGN.md §3.4; paper §4.1).
+ *
+ * For every candidate (n, d) the DP gives the optimal tree T and F(n, d). One speculation step
+ * costs, with w_l the nodes at level l of T (levels 0 .. L-1):
+ *
+ *   per-level model (a draft profile is known):
+ *     t_step = t_target(n) + t_draft(a) + Σ_{l=1..L-2} t_draft(w_l),   a ≈ F(n, d)
+ *     (the draft reads the a tokens accepted last step, which gives the root's distribution,
+ *      then runs once per level over that level's nodes; the leaves need no draft forward)
+ *   fixed model (only one draft time c is known; the official implementation's model):
+ *     t_step = t_target(n) + L · c
+ *
+ * A root-only tree (n = 1) is plain autoregressive decoding: t_step = t_target(1).
+ * The choice maximises F / t_step; the predicted speedup against the target alone is
+ *   S = F · t_target(1) / t_step.
+ * Ties go to the smaller size, then the smaller depth. */
+#ifndef SQ_PLANNER_HARDWARE_H
+#define SQ_PLANNER_HARDWARE_H
+
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+#include "planner/dp.h"
+#include "planner/profile.h"
+
+typedef struct sq_hw_params {
+    const sq_profile *target;     /* required                                              */
+    const sq_profile *draft;      /* per-level model when set                              */
+    double            draft_ms;   /* fixed model's cost per level when draft is NULL       */
+    sq_extrapolate    extrapolate;
+    int               measured_sizes_only; /* candidates: only sizes the target profile
+                                              measured (what the official code does)      */
+} sq_hw_params;
+
+sq_hw_params sq_hw_default_params(void);
+
+typedef struct sq_hw_result {
+    int     N, D;            /* search bounds (the DP's effective budget and depth)          */
+    int     n, d;            /* the choice                                                   */
+    int     levels;          /* levels of the chosen tree                                    */
+    double  expected_tokens; /* F(n, d)                                                      */
+    double  step_ms;         /* t_step(n, d)                                                 */
+    double  target1_ms;      /* t_target(1)                                                  */
+    double  speedup;         /* F · t_target(1) / t_step                                     */
+    double *speedup_table;   /* (N+1, D+1) S for every evaluated (n, d); NAN elsewhere       */
+} sq_hw_result;
+
+/* Evaluates every candidate. Errors: SQ_EUSAGE when a needed time is outside a profile's
+ * range and extrapolation is off, or when no candidate exists. */
+int sq_hw_select(sq_dp *dp, const sq_hw_params *params, sq_hw_result **out, sq_error *err);
+void sq_hw_result_free(sq_hw_result *r);
+
+/* Cost of one step of tree t under the model (F = expected tokens of t). */
+int sq_hw_step_ms(const sq_hw_params *params, const sq_tree *t, double F, double *ms,
+                  sq_error *err);
+
+/* The plan's "hardware" section. File names may be NULL. */
+cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *params, const char *target_file,
+                     const char *draft_file);
+
+/* A compact table of predicted speedup by size (rows) and depth bound (columns). */
+void sq_hw_print_table(FILE *fp, const sq_hw_result *r);
+
+#endif

@@ -1,0 +1,406 @@
+#include "planner/profile.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/io.h"
+#include "planner/json.h"
+
+int sq_extrapolate_parse(const char *s)
+{
+    if (!strcmp(s, "none"))
+        return SQ_EXTRAPOLATE_NONE;
+    if (!strcmp(s, "linear"))
+        return SQ_EXTRAPOLATE_LINEAR;
+    if (!strcmp(s, "constant"))
+        return SQ_EXTRAPOLATE_CONSTANT;
+    return -1;
+}
+
+void sq_profile_free(sq_profile *p)
+{
+    if (!p)
+        return;
+    free(p->device);
+    free(p->backend);
+    free(p->dtype);
+    cJSON_Delete(p->model);
+    free(p->points);
+    free(p);
+}
+
+int sq_profile_validate(const sq_profile *p, const char *file, sq_error *err)
+{
+    if (p->n < 1)
+        return sq_error_set(err, SQ_EDATA, "%s: points: empty, the profile has no measurement", file);
+    for (int i = 0; i < p->n; i++) {
+        const sq_profile_point *q = &p->points[i];
+        if (q->tokens < 1 || q->tokens > SQ_PROFILE_MAX_TOKENS)
+            return sq_error_set(err, SQ_EDATA, "%s: points[%d].tokens: %d is outside [1, %d]", file,
+                                i, q->tokens, SQ_PROFILE_MAX_TOKENS);
+        if (i > 0 && q->tokens <= p->points[i - 1].tokens)
+            return sq_error_set(err, SQ_EDATA, "%s: points[%d].tokens: %d after %d, token counts "
+                                "must increase strictly", file, i, q->tokens, p->points[i - 1].tokens);
+        if (!isfinite(q->median_ms) || q->median_ms <= 0)
+            return sq_error_set(err, SQ_EDATA, "%s: points[%d].median_ms: must be a finite time > 0",
+                                file, i);
+        if (!isnan(q->p10_ms) && (!isfinite(q->p10_ms) || q->p10_ms <= 0 || q->p10_ms > q->median_ms))
+            return sq_error_set(err, SQ_EDATA, "%s: points[%d].p10_ms: must be in (0, median_ms]",
+                                file, i);
+        if (!isnan(q->p90_ms) && (!isfinite(q->p90_ms) || q->p90_ms < q->median_ms))
+            return sq_error_set(err, SQ_EDATA, "%s: points[%d].p90_ms: must be finite and >= "
+                                "median_ms", file, i);
+        if (q->samples < 0)
+            return sq_error_set(err, SQ_EDATA, "%s: points[%d].samples: must be >= 0", file, i);
+    }
+    return SQ_OK;
+}
+
+static char *dup_or(const char *s, const char *dflt)
+{
+    return strdup(s ? s : dflt);
+}
+
+int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, sq_error *err)
+{
+    *out = NULL;
+    if (!cJSON_IsObject(root))
+        return sq_error_set(err, SQ_EDATA, "%s: expected a JSON object at the top level", file);
+    const char *format = NULL, *device = NULL, *backend = NULL, *dtype = NULL;
+    long long version = 0, threads = 0, prefix = -1;
+    int rc;
+    if ((rc = sq_json_get_string(root, "format", 1, &format, file, "", err)))
+        return rc;
+    if (strcmp(format, SQ_PROFILE_FORMAT) != 0)
+        return sq_error_set(err, SQ_EDATA, "%s: format: \"%s\" is not \"%s\"", file, format,
+                            SQ_PROFILE_FORMAT);
+    if ((rc = sq_json_get_int(root, "version", 1, 0, 1LL << 31, &version, file, "", err)))
+        return rc;
+    if (version != SQ_PROFILE_VERSION)
+        return sq_error_set(err, SQ_EDATA, "%s: version: %lld is not supported (this build reads "
+                            "version %d)", file, version, SQ_PROFILE_VERSION);
+    if ((rc = sq_json_get_string(root, "device", 0, &device, file, "", err)) ||
+        (rc = sq_json_get_string(root, "backend", 0, &backend, file, "", err)) ||
+        (rc = sq_json_get_string(root, "dtype", 0, &dtype, file, "", err)) ||
+        (rc = sq_json_get_int(root, "threads", 0, 0, 1 << 20, &threads, file, "", err)) ||
+        (rc = sq_json_get_int(root, "prefix", 0, -1, SQ_PROFILE_MAX_TOKENS, &prefix, file, "", err)))
+        return rc;
+    const cJSON *pts = sq_json_field(root, "points");
+    if (!cJSON_IsArray(pts))
+        return sq_error_set(err, SQ_EDATA, "%s: points: missing or not an array", file);
+    int n = cJSON_GetArraySize(pts);
+    if (n > SQ_PROFILE_MAX_POINTS)
+        return sq_error_set(err, SQ_EDATA, "%s: points: %d entries, more than the limit of %d", file,
+                            n, SQ_PROFILE_MAX_POINTS);
+    sq_profile *p = calloc(1, sizeof *p);
+    if (!p)
+        return sq_error_oom(err, "profile");
+    p->device = dup_or(device, "unknown");
+    p->backend = dup_or(backend, "unknown");
+    p->dtype = dup_or(dtype, "unknown");
+    p->threads = (int)threads;
+    p->prefix = (int)prefix;
+    p->points = calloc(n > 0 ? (size_t)n : 1, sizeof *p->points);
+    const cJSON *model = sq_json_field(root, "model");
+    if (model)
+        p->model = cJSON_Duplicate(model, 1);
+    if (!p->device || !p->backend || !p->dtype || !p->points || (model && !p->model)) {
+        sq_profile_free(p);
+        return sq_error_oom(err, "profile");
+    }
+    int i = 0;
+    for (const cJSON *e = pts->child; e; e = e->next, i++) {
+        char ctx[48];
+        snprintf(ctx, sizeof ctx, "points[%d]", i);
+        sq_profile_point *q = &p->points[i];
+        long long tokens = 0, samples = 0;
+        q->p10_ms = q->p90_ms = NAN;
+        if (!cJSON_IsObject(e)) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
+            goto fail;
+        }
+        if ((rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||
+            (rc = sq_json_get_number(e, "median_ms", 1, &q->median_ms, file, ctx, err)) ||
+            (rc = sq_json_get_number(e, "p10_ms", 0, &q->p10_ms, file, ctx, err)) ||
+            (rc = sq_json_get_number(e, "p90_ms", 0, &q->p90_ms, file, ctx, err)) ||
+            (rc = sq_json_get_int(e, "samples", 0, 0, 1LL << 40, &samples, file, ctx, err)))
+            goto fail;
+        q->tokens = (int)tokens;
+        q->samples = (int)(samples > (1 << 30) ? (1 << 30) : samples);
+        p->n = i + 1;
+    }
+    if ((rc = sq_profile_validate(p, file, err)))
+        goto fail;
+    *out = p;
+    return SQ_OK;
+fail:
+    sq_profile_free(p);
+    return rc;
+}
+
+int sq_profile_load(const char *file, sq_profile **out, sq_error *err)
+{
+    cJSON *root;
+    *out = NULL;
+    int rc = sq_json_load(file, &root, err);
+    if (rc)
+        return rc;
+    rc = sq_profile_from_json(root, file, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static cJSON *num_or_null(double x)
+{
+    return isnan(x) ? cJSON_CreateNull() : cJSON_CreateNumber(x);
+}
+
+cJSON *sq_profile_to_json(const sq_profile *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    SQ_ASSERT(o);
+    sq_json_add(o, "format", cJSON_CreateString(SQ_PROFILE_FORMAT));
+    sq_json_add(o, "version", cJSON_CreateNumber(SQ_PROFILE_VERSION));
+    sq_json_add(o, "device", cJSON_CreateString(p->device ? p->device : "unknown"));
+    sq_json_add(o, "backend", cJSON_CreateString(p->backend ? p->backend : "unknown"));
+    sq_json_add(o, "threads", cJSON_CreateNumber(p->threads));
+    sq_json_add(o, "dtype", cJSON_CreateString(p->dtype ? p->dtype : "unknown"));
+    sq_json_add(o, "prefix", p->prefix >= 0 ? cJSON_CreateNumber(p->prefix) : cJSON_CreateNull());
+    sq_json_add(o, "model", p->model ? cJSON_Duplicate(p->model, 1) : cJSON_CreateNull());
+    cJSON *pts = cJSON_CreateArray();
+    SQ_ASSERT(pts);
+    for (int i = 0; i < p->n; i++) {
+        const sq_profile_point *q = &p->points[i];
+        cJSON *e = cJSON_CreateObject();
+        SQ_ASSERT(e);
+        sq_json_add(e, "tokens", cJSON_CreateNumber(q->tokens));
+        sq_json_add(e, "median_ms", cJSON_CreateNumber(q->median_ms));
+        sq_json_add(e, "p10_ms", num_or_null(q->p10_ms));
+        sq_json_add(e, "p90_ms", num_or_null(q->p90_ms));
+        sq_json_add(e, "samples", cJSON_CreateNumber(q->samples));
+        SQ_ASSERT(cJSON_AddItemToArray(pts, e));
+    }
+    sq_json_add(o, "points", pts);
+    return o;
+}
+
+int sq_profile_save(const char *file, const sq_profile *p, sq_error *err)
+{
+    cJSON *o = sq_profile_to_json(p);
+    size_t len;
+    char *text = sq_json_to_string(o, &len);
+    cJSON_Delete(o);
+    if (!text)
+        return sq_error_oom(err, file);
+    int rc = sq_file_write_atomic(file, text, len, err);
+    free(text);
+    return rc;
+}
+
+/* ---- CSV import ------------------------------------------------------------------------------ */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static int cmp_point(const void *a, const void *b)
+{
+    const sq_profile_point *x = a, *y = b;
+    if (x->tokens != y->tokens)
+        return (x->tokens > y->tokens) - (x->tokens < y->tokens);
+    return (x->median_ms > y->median_ms) - (x->median_ms < y->median_ms);
+}
+
+int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, sq_error *err)
+{
+    *out = NULL;
+    char *text;
+    size_t len;
+    int rc = sq_file_read(file, SQ_PROFILE_MAX_CSV_BYTES, &text, &len, err);
+    if (rc)
+        return rc;
+    sq_profile_point *raw = NULL;
+    size_t nraw = 0, cap = 0;
+    double scale = 1.0;
+    int line_no = 0, header = 0;
+    char *save = NULL;
+    rc = SQ_OK;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        line_no++;
+        char *l = trim(line);
+        if (!*l || *l == '#')
+            continue;
+        char *comma = strchr(l, ',');
+        if (!comma || strchr(comma + 1, ',')) {
+            rc = sq_error_set(err, SQ_EDATA, "%s:%d: expected two columns, tokens and a time", file,
+                              line_no);
+            goto done;
+        }
+        *comma = '\0';
+        char *a = trim(l), *b = trim(comma + 1);
+        if (!header) {
+            header = 1;
+            if (strcmp(a, "tokens") != 0) {
+                rc = sq_error_set(err, SQ_EDATA, "%s:%d: first column is \"%s\", expected \"tokens\"",
+                                  file, line_no, a);
+                goto done;
+            }
+            if (!strcmp(b, "ms") || !strcmp(b, "median_ms"))
+                scale = 1.0;
+            else if (!strcmp(b, "s") || !strcmp(b, "seconds"))
+                scale = 1e3;
+            else if (!strcmp(b, "us"))
+                scale = 1e-3;
+            else {
+                rc = sq_error_set(err, SQ_EDATA, "%s:%d: unknown time column \"%s\" (expected ms, "
+                                  "median_ms, us, s or seconds)", file, line_no, b);
+                goto done;
+            }
+            continue;
+        }
+        char *end1, *end2;
+        long tok = strtol(a, &end1, 10);
+        double t = strtod(b, &end2);
+        if (*end1 || end1 == a || tok < 1 || tok > SQ_PROFILE_MAX_TOKENS) {
+            rc = sq_error_set(err, SQ_EDATA, "%s:%d: tokens: \"%s\" is not an integer in [1, %d]",
+                              file, line_no, a, SQ_PROFILE_MAX_TOKENS);
+            goto done;
+        }
+        if (*end2 || end2 == b || !isfinite(t) || t <= 0) {
+            rc = sq_error_set(err, SQ_EDATA, "%s:%d: time: \"%s\" is not a finite time > 0", file,
+                              line_no, b);
+            goto done;
+        }
+        if (nraw == cap) {
+            if (cap >= SQ_PROFILE_MAX_POINTS * 16u) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: more than %u rows", file,
+                                  SQ_PROFILE_MAX_POINTS * 16u);
+                goto done;
+            }
+            cap = cap ? cap * 2 : 64;
+            sq_profile_point *r = realloc(raw, cap * sizeof *raw);
+            if (!r) {
+                rc = sq_error_oom(err, file);
+                goto done;
+            }
+            raw = r;
+        }
+        raw[nraw++] = (sq_profile_point){.tokens = (int)tok, .median_ms = t * scale,
+                                         .p10_ms = NAN, .p90_ms = NAN, .samples = 1};
+    }
+    if (!header) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: empty, expected a header \"tokens,ms\" and rows", file);
+        goto done;
+    }
+    if (nraw == 0) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: no measurement rows after the header", file);
+        goto done;
+    }
+    /* Combine repeated token counts: median, p10 and p90 of their rows. */
+    qsort(raw, nraw, sizeof *raw, cmp_point);
+    sq_profile *p = calloc(1, sizeof *p);
+    if (!p || !(p->points = calloc(nraw, sizeof *p->points))) {
+        free(p);
+        rc = sq_error_oom(err, file);
+        goto done;
+    }
+    p->device = strdup("imported");
+    p->backend = strdup(engine ? engine : "imported");
+    p->dtype = strdup("unknown");
+    p->prefix = -1;
+    for (size_t i = 0; i < nraw;) {
+        size_t j = i;
+        while (j < nraw && raw[j].tokens == raw[i].tokens)
+            j++;
+        size_t k = j - i;
+        sq_profile_point *q = &p->points[p->n++];
+        q->tokens = raw[i].tokens;
+        q->median_ms = k % 2 ? raw[i + k / 2].median_ms
+                             : 0.5 * (raw[i + k / 2 - 1].median_ms + raw[i + k / 2].median_ms);
+        q->p10_ms = k > 1 ? raw[i + (size_t)floor(0.1 * (double)(k - 1))].median_ms : NAN;
+        q->p90_ms = k > 1 ? raw[i + (size_t)ceil(0.9 * (double)(k - 1))].median_ms : NAN;
+        q->samples = (int)k;
+        i = j;
+    }
+    if (!p->device || !p->backend || !p->dtype) {
+        sq_profile_free(p);
+        rc = sq_error_oom(err, file);
+        goto done;
+    }
+    if ((rc = sq_profile_validate(p, file, err))) {
+        sq_profile_free(p);
+        goto done;
+    }
+    *out = p;
+done:
+    free(raw);
+    free(text);
+    return rc;
+}
+
+/* ---- interpolation ------------------------------------------------------------------------- */
+
+static double lerp(const sq_profile_point *a, const sq_profile_point *b, double x)
+{
+    double t = (x - a->tokens) / (double)(b->tokens - a->tokens);
+    return a->median_ms + t * (b->median_ms - a->median_ms);
+}
+
+int sq_profile_ms(const sq_profile *p, double x, sq_extrapolate mode, double *ms, sq_error *err)
+{
+    const sq_profile_point *pt = p->points;
+    int n = p->n;
+    SQ_ASSERT(n >= 1);
+    if (x >= pt[0].tokens && x <= pt[n - 1].tokens) {
+        int lo = 0, hi = n - 1; /* largest lo with tokens <= x */
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (pt[mid].tokens <= x)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        *ms = lo == n - 1 ? pt[lo].median_ms : lerp(&pt[lo], &pt[lo + 1], x);
+        return SQ_OK;
+    }
+    if (mode == SQ_EXTRAPOLATE_NONE)
+        return sq_error_set(err, SQ_EUSAGE, "%.6g tokens is outside the profile's measured range "
+                            "[%d, %d]; measure it, or allow --extrapolate linear|constant", x,
+                            pt[0].tokens, pt[n - 1].tokens);
+    int below = x < pt[0].tokens;
+    if (mode == SQ_EXTRAPOLATE_CONSTANT || n == 1) {
+        *ms = below ? pt[0].median_ms : pt[n - 1].median_ms;
+        return SQ_OK;
+    }
+    double v = below ? lerp(&pt[0], &pt[1], x) : lerp(&pt[n - 2], &pt[n - 1], x);
+    /* a steep first segment could extrapolate to a time <= 0: hold the measured one instead */
+    *ms = v > 0 ? v : (below ? pt[0].median_ms : pt[n - 1].median_ms);
+    return SQ_OK;
+}
+
+double sq_profile_max_spread(const sq_profile *p, int *at)
+{
+    double worst = 0;
+    int w = -1;
+    for (int i = 0; i < p->n; i++) {
+        const sq_profile_point *q = &p->points[i];
+        if (isnan(q->p10_ms) || isnan(q->p90_ms))
+            continue;
+        double s = (q->p90_ms - q->p10_ms) / q->median_ms;
+        if (s > worst) {
+            worst = s;
+            w = i;
+        }
+    }
+    if (at)
+        *at = w;
+    return worst;
+}

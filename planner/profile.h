@@ -1,0 +1,78 @@
+/* Latency profiles (DESIGN.md §6.3): a model's forward time against the number of new tokens,
+ * measured by sequoia-profile on one machine or imported from another engine's measurements.
+ *
+ *   { "format": "sequoia-profile", "version": 1,
+ *     "device": "...", "backend": "cpu", "threads": 2, "dtype": "f32", "prefix": 512,
+ *     "model": { "name": "...", "dim": 4096, "n_layers": 32, ... },
+ *     "points": [ { "tokens": 1, "median_ms": 10.1, "p10_ms": 9.9, "p90_ms": 10.4,
+ *                   "samples": 20 }, ... ] }
+ *
+ * `points` is strictly increasing in `tokens`. Times between two measured token counts are
+ * interpolated linearly (which preserves monotonicity and never overshoots); times outside the
+ * measured range are an error unless an extrapolation mode is chosen. */
+#ifndef SQ_PLANNER_PROFILE_H
+#define SQ_PLANNER_PROFILE_H
+
+#include <cjson/cJSON.h>
+
+#include "planner/error.h"
+
+#define SQ_PROFILE_FORMAT "sequoia-profile"
+#define SQ_PROFILE_VERSION 1
+#define SQ_PROFILE_MAX_POINTS 100000
+#define SQ_PROFILE_MAX_TOKENS (1 << 24)
+#define SQ_PROFILE_MAX_CSV_BYTES (64u << 20)
+
+typedef struct sq_profile_point {
+    int    tokens;     /* new tokens in one forward                    */
+    double median_ms;
+    double p10_ms;     /* NAN when unknown (imported profiles)         */
+    double p90_ms;
+    int    samples;    /* 0 when unknown                               */
+} sq_profile_point;
+
+typedef struct sq_profile {
+    char  *device;     /* "NVIDIA H200", "AMD EPYC ... (2 threads)", "imported"        */
+    char  *backend;    /* "cpu", "cuda", "cuda-offload", or the engine for imports   */
+    char  *dtype;      /* "f32", "f16", "bf16", or "unknown"                         */
+    int    threads;    /* 0 when unknown                                             */
+    int    prefix;     /* KV-prefix length the forwards ran on top of; -1 unknown    */
+    cJSON *model;      /* model description object, kept verbatim; may be NULL      */
+    int    n;          /* points                                                     */
+    sq_profile_point *points;  /* (n) strictly increasing in tokens                  */
+} sq_profile;
+
+typedef enum sq_extrapolate {
+    SQ_EXTRAPOLATE_NONE = 0,   /* outside the measured range is an error           */
+    SQ_EXTRAPOLATE_LINEAR,     /* continue the nearest segment's slope              */
+    SQ_EXTRAPOLATE_CONSTANT,   /* hold the nearest measured time                    */
+} sq_extrapolate;
+
+/* Parses "none", "linear" or "constant"; -1 on anything else. */
+int sq_extrapolate_parse(const char *s);
+
+void sq_profile_free(sq_profile *p);
+
+/* Checks the points: at least one, tokens >= 1 and strictly increasing, times finite and
+ * positive, p10 <= median <= p90 when given. `file` names the source in messages. */
+int sq_profile_validate(const sq_profile *p, const char *file, sq_error *err);
+
+int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, sq_error *err);
+int sq_profile_load(const char *file, sq_profile **out, sq_error *err);
+cJSON *sq_profile_to_json(const sq_profile *p);
+int sq_profile_save(const char *file, const sq_profile *p, sq_error *err);
+
+/* Reads an engine's measurements: a CSV file whose header names the columns `tokens` and `ms`
+ * (also accepted: `tokens,median_ms`, `tokens,seconds` or `tokens,s`, `tokens,us`); other
+ * columns are refused. Repeated token counts are combined into their median. */
+int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, sq_error *err);
+
+/* Forward time for x new tokens (x may be fractional, e.g. the mean accepted length).
+ * Errors: SQ_EUSAGE when x is outside the measured range and mode is NONE (the message names
+ * the range and the --extrapolate option). */
+int sq_profile_ms(const sq_profile *p, double x, sq_extrapolate mode, double *ms, sq_error *err);
+
+/* The largest relative spread (p90 - p10) / median over the points, and the point with it. */
+double sq_profile_max_spread(const sq_profile *p, int *at);
+
+#endif
