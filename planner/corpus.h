@@ -27,6 +27,9 @@ typedef struct sq_corpus_info {
     char    target[256];
 } sq_corpus_info;
 
+/* One open corpus is used by one thread at a time (Debian's HDF5 is built thread-safe, but it
+ * serialises every call behind one global lock anyway: read blocks in one thread, compute in
+ * many). */
 typedef struct sq_corpus sq_corpus;
 
 /* Opens and checks a corpus: attributes, dataset presence, shapes, dtypes, that draft and
@@ -36,6 +39,10 @@ int sq_corpus_open(const char *path, sq_corpus **out, sq_error *err);
 void sq_corpus_close(sq_corpus *c);
 
 const sq_corpus_info *sq_corpus_get_info(const sq_corpus *c);
+
+/* A good block size for sq_corpus_read: a whole number of the target's HDF5 chunks, with the
+ * two float32 blocks (target and draft, count x V each) near 8 MiB; between 1 and rows. */
+int sq_corpus_block_rows(const sq_corpus *c);
 
 /* Sequence boundaries: (sequences + 1) offsets, first 0, last rows. */
 const int64_t *sq_corpus_seq_offsets(const sq_corpus *c);
@@ -47,6 +54,11 @@ const int64_t *sq_corpus_seq_offsets(const sq_corpus *c);
 int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *draft,
                    int32_t *tokens, sq_error *err);
 
+/* IEEE 754 binary16 conversions used for float16 corpora (exact widening; narrowing rounds to
+ * nearest, ties to even, and gives infinity past 65504). */
+float sq_half_to_float(uint16_t h);
+uint16_t sq_float_to_half(float f);
+
 /* ---- writer (runtime dumps, tests) ---------------------------------------------------------- */
 
 typedef struct sq_corpus_writer_params {
@@ -54,7 +66,7 @@ typedef struct sq_corpus_writer_params {
     int         topk;          /* 0: dense logits; K > 0: store the top-K per row        */
     int         half;          /* dense only: store float16 instead of float32           */
     int         chunk_rows;    /* rows per HDF5 chunk (0: a default)                     */
-    int         compression;   /* deflate level 0-9 (0: none)                            */
+    int         compression;   /* deflate level 0-9 (0: none; default 1)                 */
     const char *draft;         /* model names                                            */
     const char *target;
 } sq_corpus_writer_params;

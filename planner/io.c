@@ -248,3 +248,67 @@ int sq_file_write_atomic(const char *path, const char *data, size_t len, sq_erro
     }
     return sq_out_commit(o, err);
 }
+
+/* ---- temporary files written by other libraries ------------------------------------------ */
+
+int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
+{
+    *tmpp = NULL;
+    *slot = -1;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return sq_error_set(err, SQ_ECANTCREAT, "%s: is a directory, expected a file path", path);
+    size_t n = strlen(path);
+    if (n + 32 > SQ_PATH_MAX)
+        return sq_error_set(err, SQ_ECANTCREAT, "%s: path is too long", path);
+    char *tmp = malloc(n + 32);
+    if (!tmp)
+        return sq_error_oom(err, "temporary path");
+    const char *slash = strrchr(path, '/');
+    size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
+    snprintf(tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, path + dirlen);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        int e = errno;
+        free(tmp);
+        return sq_error_set(err, SQ_ECANTCREAT, "%s: cannot create a temporary file beside it: %s",
+                            path, strerror(e));
+    }
+    close(fd);
+    *slot = pending_add(tmp);
+    *tmpp = tmp;
+    return SQ_OK;
+}
+
+void sq_temp_discard(const char *tmp, int slot)
+{
+    if (tmp)
+        unlink(tmp);
+    pending_drop(slot);
+}
+
+int sq_temp_commit(const char *tmp, int slot, const char *path, sq_error *err)
+{
+    int rc = SQ_OK;
+    int fd = open(tmp, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        rc = sq_error_set(err, SQ_EIO, "%s: cannot reopen the temporary file %s: %s", path, tmp,
+                          strerror(errno));
+    if (rc == SQ_OK) {
+        mode_t mask = umask(0);
+        umask(mask);
+        if (fchmod(fd, 0666 & ~mask) != 0)
+            rc = sq_error_set(err, SQ_EIO, "%s: chmod: %s", path, strerror(errno));
+    }
+    if (rc == SQ_OK && fsync(fd) != 0 && errno != EINVAL)
+        rc = sq_error_set(err, SQ_EIO, "%s: fsync: %s", path, strerror(errno));
+    if (fd >= 0 && close(fd) != 0 && rc == SQ_OK)
+        rc = sq_error_set(err, SQ_EIO, "%s: close: %s", path, strerror(errno));
+    if (rc == SQ_OK && rename(tmp, path) != 0)
+        rc = sq_error_set(err, SQ_ECANTCREAT, "%s: cannot rename the temporary file into place: %s",
+                          path, strerror(errno));
+    if (rc != SQ_OK)
+        unlink(tmp);
+    pending_drop(slot);
+    return rc;
+}

@@ -40,4 +40,14 @@ int sq_file_write_atomic(const char *path, const char *data, size_t len, sq_erro
  * signal as it would have. Call once at the start of main(). */
 void sq_out_install_signal_handlers(void);
 
+/* Temporary files created by other libraries (HDF5 needs a file name, not a stream).
+ * sq_temp_create makes an empty file "dir/.name.tmp-XXXXXX" beside `path` (mode 0600) and
+ * registers it, so that a signal unlinks it; *tmp is malloc'd. sq_temp_commit gives it the mode a
+ * plain fopen() would have, fsyncs it and renames it over `path` (unlinking it on failure);
+ * sq_temp_discard unlinks it. Both unregister it; neither frees tmp.
+ * Errors: SQ_ECANTCREAT, SQ_EIO. */
+int sq_temp_create(const char *path, char **tmp, int *slot, sq_error *err);
+int sq_temp_commit(const char *tmp, int slot, const char *path, sq_error *err);
+void sq_temp_discard(const char *tmp, int slot);
+
 #endif
