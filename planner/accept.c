@@ -1,0 +1,1001 @@
+#include "planner/accept.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "planner/json.h"
+
+/* ---- modes and configurations --------------------------------------------------------------- */
+
+static const char *const mode_names[] = {"stochastic", "specinfer", "greedy", "topk"};
+
+const char *sq_accept_mode_name(sq_accept_mode mode)
+{
+    SQ_ASSERT(mode >= SQ_ACCEPT_STOCHASTIC && mode <= SQ_ACCEPT_TOPK);
+    return mode_names[mode];
+}
+
+int sq_accept_mode_parse(const char *name, sq_accept_mode *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, mode_names[i]) == 0) {
+            *out = (sq_accept_mode)i;
+            return 0;
+        }
+    return -1;
+}
+
+int sq_accept_mode_sampled(sq_accept_mode mode)
+{
+    return mode == SQ_ACCEPT_STOCHASTIC || mode == SQ_ACCEPT_SPECINFER;
+}
+
+int sq_accept_config_check(const sq_accept_config *cfg, sq_error *err)
+{
+    if (!isfinite(cfg->temperature) || cfg->temperature < 0)
+        return sq_error_set(err, SQ_EUSAGE, "--temperature: %g, must be a finite value >= 0",
+                            cfg->temperature);
+    if (!(cfg->top_p > 0) || cfg->top_p > 1)
+        return sq_error_set(err, SQ_EUSAGE, "--top-p: %g, must be in (0, 1]", cfg->top_p);
+    if (cfg->temperature == 0 && cfg->mode != SQ_ACCEPT_GREEDY)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "--temperature 0 is greedy decoding: it is allowed only with --mode "
+                            "greedy (--mode %s needs a temperature > 0)",
+                            sq_accept_mode_name(cfg->mode));
+    return SQ_OK;
+}
+
+void sq_accept_config_name(const sq_accept_config *cfg, char *buf, size_t size)
+{
+    if (cfg->mode == SQ_ACCEPT_GREEDY) {
+        snprintf(buf, size, "greedy@T0");
+        return;
+    }
+    if (cfg->top_p < 1)
+        snprintf(buf, size, "%s@T%g@p%g", sq_accept_mode_name(cfg->mode), cfg->temperature,
+                 cfg->top_p);
+    else
+        snprintf(buf, size, "%s@T%g", sq_accept_mode_name(cfg->mode), cfg->temperature);
+}
+
+/* ---- workspace ------------------------------------------------------------------------------ */
+
+struct sq_accept_ws {
+    int            V, W;
+    double        *r;        /* (V) residual R (normalised), zero off `support`          */
+    int           *support;  /* (V) indices where r > 0                                  */
+    double        *scratch;  /* (V) nucleus selection                                    */
+    double        *hkey;     /* (W) heap keys                                            */
+    int           *hidx;     /* (W) heap indices                                         */
+    int           *order;    /* (W) draw order (with replacement)                        */
+    double        *u;        /* (W) uniforms (with replacement)                          */
+    int           *cand;     /* (W) candidates                                           */
+    double        *a;        /* (W) one draw's vector                                    */
+};
+
+sq_accept_ws *sq_accept_ws_new(int V, int W)
+{
+    SQ_ASSERT(V >= 1 && W >= 1);
+    sq_accept_ws *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return NULL;
+    ws->V = V;
+    ws->W = W;
+    ws->r = malloc((size_t)V * sizeof *ws->r);
+    ws->support = malloc((size_t)V * sizeof *ws->support);
+    ws->scratch = malloc((size_t)V * sizeof *ws->scratch);
+    ws->hkey = malloc((size_t)W * sizeof *ws->hkey);
+    ws->hidx = malloc((size_t)W * sizeof *ws->hidx);
+    ws->order = malloc((size_t)W * sizeof *ws->order);
+    ws->u = malloc((size_t)W * sizeof *ws->u);
+    ws->cand = malloc((size_t)W * sizeof *ws->cand);
+    ws->a = malloc((size_t)W * sizeof *ws->a);
+    if (!ws->r || !ws->support || !ws->scratch || !ws->hkey || !ws->hidx ||
+        !ws->order || !ws->u || !ws->cand || !ws->a) {
+        sq_accept_ws_free(ws);
+        return NULL;
+    }
+    return ws;
+}
+
+void sq_accept_ws_free(sq_accept_ws *ws)
+{
+    if (!ws)
+        return;
+    free(ws->r);
+    free(ws->support);
+    free(ws->scratch);
+    free(ws->hkey);
+    free(ws->hidx);
+    free(ws->order);
+    free(ws->u);
+    free(ws->cand);
+    free(ws->a);
+    free(ws);
+}
+
+/* ---- softmax, temperature, top-p -------------------------------------------------------------- */
+
+static inline void swap_d(double *a, double *b)
+{
+    double t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* The smallest probability kept by the nucleus of mass top_p among the n values of v (which
+ * it reorders): the fewest largest values whose sum reaches top_p end at this value. Expected
+ * O(n) (quickselect with a three-way partition); 0 when rounding keeps the sum below top_p. */
+static double nucleus_threshold(double *v, int n, double top_p)
+{
+    double above = 0;   /* mass of the values already known to be in the nucleus */
+    int lo = 0, hi = n;
+    while (hi > lo) {
+        double x0 = v[lo], x1 = v[lo + (hi - lo) / 2], x2 = v[hi - 1];
+        double x = (x0 < x1) ? ((x1 < x2) ? x1 : (x0 < x2 ? x2 : x0))
+                             : ((x0 < x2) ? x0 : (x1 < x2 ? x2 : x1));
+        /* [lo, gt_end) > x, [gt_end, i) == x, [lt_begin, hi) < x */
+        int gt_end = lo, i = lo, lt_begin = hi;
+        while (i < lt_begin) {
+            if (v[i] > x)
+                swap_d(&v[gt_end++], &v[i++]);
+            else if (v[i] < x)
+                swap_d(&v[i], &v[--lt_begin]);
+            else
+                i++;
+        }
+        double sg = 0;
+        for (int j = lo; j < gt_end; j++)
+            sg += v[j];
+        double se = x * (double)(lt_begin - gt_end);
+        if (above + sg >= top_p) {
+            hi = gt_end;
+        } else if (above + sg + se >= top_p) {
+            return x;
+        } else {
+            above += sg + se;
+            lo = lt_begin;
+        }
+    }
+    return 0.0;
+}
+
+int sq_accept_softmax(const float *logits, int V, double temperature, double top_p,
+                      double *probs, sq_accept_ws *ws)
+{
+    SQ_ASSERT(V <= ws->V && temperature >= 0);
+    int arg = -1;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (logits[i] > mx) {
+            mx = logits[i];
+            arg = i;
+        }
+    if (arg < 0) {
+        memset(probs, 0, (size_t)V * sizeof *probs);
+        return 0;
+    }
+    if (temperature == 0) {
+        memset(probs, 0, (size_t)V * sizeof *probs);
+        probs[arg] = 1.0;
+        return 1;
+    }
+    double inv = 1.0 / temperature, sum = 0, m = mx;
+    for (int i = 0; i < V; i++) {
+        double e = logits[i] == -INFINITY ? 0.0 : exp(((double)logits[i] - m) * inv);
+        probs[i] = e;
+        sum += e;
+    }
+    double s = 1.0 / sum;
+    int nz = 0;
+    for (int i = 0; i < V; i++) {
+        probs[i] *= s;
+        if (probs[i] > 0)
+            ws->scratch[nz++] = probs[i];
+    }
+    if (top_p >= 1.0)
+        return nz;
+    double tau = nucleus_threshold(ws->scratch, nz, top_p);
+    sum = 0;
+    nz = 0;
+    for (int i = 0; i < V; i++) {
+        if (probs[i] < tau)
+            probs[i] = 0;
+        else if (probs[i] > 0) {
+            sum += probs[i];
+            nz++;
+        }
+    }
+    s = 1.0 / sum;
+    for (int i = 0; i < V; i++)
+        probs[i] *= s;
+    return nz;
+}
+
+/* ---- top-W of logits (greedy, topk) ------------------------------------------------------------ */
+
+/* "a ranks after b": smaller logit, or the same logit and a higher index. */
+static inline int worse(float la, int ia, float lb, int ib)
+{
+    return la < lb || (la == lb && ia > ib);
+}
+
+int sq_accept_top_w(const float *logits, int V, int W, int *idx, sq_accept_ws *ws)
+{
+    SQ_ASSERT(W <= ws->W);
+    /* A heap whose root is the worst of the kept entries. */
+    int *h = ws->hidx, n = 0;
+    for (int i = 0; i < V; i++) {
+        float l = logits[i];
+        if (l == -INFINITY)
+            continue;
+        if (n < W) {
+            int c = n++;
+            while (c > 0) {
+                int p = (c - 1) / 2;
+                if (!worse(l, i, logits[h[p]], h[p]))
+                    break;
+                h[c] = h[p];
+                c = p;
+            }
+            h[c] = i;
+        } else if (worse(logits[h[0]], h[0], l, i)) {
+            int c = 0;
+            for (;;) {
+                int k = 2 * c + 1;
+                if (k >= n)
+                    break;
+                if (k + 1 < n && worse(logits[h[k + 1]], h[k + 1], logits[h[k]], h[k]))
+                    k++;
+                if (!worse(logits[h[k]], h[k], l, i))
+                    break;
+                h[c] = h[k];
+                c = k;
+            }
+            h[c] = i;
+        }
+    }
+    /* Pop worst first into the back of idx. */
+    int count = n;
+    while (n > 0) {
+        int top = h[0], last = h[--n];
+        idx[n] = top;
+        int c = 0;
+        for (;;) {
+            int k = 2 * c + 1;
+            if (k >= n)
+                break;
+            if (k + 1 < n && worse(logits[h[k + 1]], h[k + 1], logits[h[k]], h[k]))
+                k++;
+            if (!worse(logits[h[k]], h[k], logits[last], last))
+                break;
+            h[c] = h[k];
+            c = k;
+        }
+        if (n > 0)
+            h[c] = last;
+    }
+    return count;
+}
+
+void sq_accept_greedy(const float *target, const float *draft, int V, int W, double *a,
+                      sq_accept_ws *ws)
+{
+    memset(a, 0, (size_t)W * sizeof *a);
+    int arg = -1;
+    float mx = -INFINITY;
+    for (int i = 0; i < V; i++)
+        if (target[i] > mx) {
+            mx = target[i];
+            arg = i;
+        }
+    int n = sq_accept_top_w(draft, V, W, ws->cand, ws);
+    for (int k = 0; k < n; k++)
+        if (ws->cand[k] == arg) {
+            a[k] = 1.0;
+            break;
+        }
+}
+
+void sq_accept_topk(const double *P, const float *draft, int V, int W, double *a,
+                    sq_accept_ws *ws)
+{
+    memset(a, 0, (size_t)W * sizeof *a);
+    int n = sq_accept_top_w(draft, V, W, ws->cand, ws);
+    for (int k = 0; k < n; k++)
+        a[k] = P[ws->cand[k]];
+}
+
+/* ---- drawing candidates ---------------------------------------------------------------------- */
+
+int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                           sq_accept_ws *ws)
+{
+    SQ_ASSERT(W <= ws->W);
+    /* Max-heap on key = E_i / Q_i over the W smallest keys seen. */
+    double *hk = ws->hkey;
+    int *hi = ws->hidx, n = 0;
+    for (int i = 0; i < V; i++) {
+        double q = Q[i];
+        if (!(q > 0))
+            continue;
+        double u = gsl_rng_uniform_pos(rng);
+        if (n == W) {
+            /* -log(u) >= 1 - u: most tokens fail this cheap test and need no logarithm. */
+            if (1.0 - u >= hk[0] * q)
+                continue;
+            double key = -log(u) / q;
+            if (key >= hk[0])
+                continue;
+            int c = 0;
+            for (;;) {
+                int k = 2 * c + 1;
+                if (k >= n)
+                    break;
+                if (k + 1 < n && hk[k + 1] > hk[k])
+                    k++;
+                if (hk[k] <= key)
+                    break;
+                hk[c] = hk[k];
+                hi[c] = hi[k];
+                c = k;
+            }
+            hk[c] = key;
+            hi[c] = i;
+        } else {
+            double key = -log(u) / q;
+            int c = n++;
+            while (c > 0) {
+                int p = (c - 1) / 2;
+                if (hk[p] >= key)
+                    break;
+                hk[c] = hk[p];
+                hi[c] = hi[p];
+                c = p;
+            }
+            hk[c] = key;
+            hi[c] = i;
+        }
+    }
+    /* Pop the largest key into the back: cand ends up in increasing key (draw) order. */
+    int count = n;
+    while (n > 0) {
+        cand[n - 1] = hi[0];
+        double lk = hk[n - 1];
+        int li = hi[n - 1];
+        n--;
+        int c = 0;
+        for (;;) {
+            int k = 2 * c + 1;
+            if (k >= n)
+                break;
+            if (k + 1 < n && hk[k + 1] > hk[k])
+                k++;
+            if (hk[k] <= lk)
+                break;
+            hk[c] = hk[k];
+            hi[c] = hi[k];
+            c = k;
+        }
+        if (n > 0) {
+            hk[c] = lk;
+            hi[c] = li;
+        }
+    }
+    return count;
+}
+
+int sq_accept_draw_with(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                        sq_accept_ws *ws)
+{
+    SQ_ASSERT(W <= ws->W);
+    double total = 0;
+    int last = -1;
+    for (int i = 0; i < V; i++)
+        if (Q[i] > 0) {
+            total += Q[i];
+            last = i;
+        }
+    if (last < 0)
+        return 0;
+    double *u = ws->u;
+    int *ord = ws->order;
+    for (int j = 0; j < W; j++) {
+        u[j] = gsl_rng_uniform(rng) * total;
+        ord[j] = j;
+    }
+    /* Insertion sort of the draw indices by their uniform (W is small). */
+    for (int j = 1; j < W; j++) {
+        int o = ord[j], k = j;
+        while (k > 0 && u[ord[k - 1]] > u[o]) {
+            ord[k] = ord[k - 1];
+            k--;
+        }
+        ord[k] = o;
+    }
+    double cum = 0;
+    int j = 0;
+    for (int i = 0; i < V && j < W; i++) {
+        if (!(Q[i] > 0))
+            continue;
+        cum += Q[i];
+        while (j < W && u[ord[j]] < cum)
+            cand[ord[j++]] = i;
+    }
+    while (j < W) /* rounding at the top end */
+        cand[ord[j++]] = last;
+    return W;
+}
+
+/* ---- the residual recursion ------------------------------------------------------------------ */
+
+void sq_accept_residual(const double *P, const double *Q, int V, const int *cand, int n,
+                        int with_replacement, double *a, int W, sq_accept_ws *ws)
+{
+    SQ_ASSERT(n <= W && V <= ws->V);
+    memset(a, 0, (size_t)W * sizeof *a);
+    if (n == 0)
+        return;
+    double *r = ws->r;
+    int *sup = ws->support, ns = 0;
+    for (int i = 0; i < V; i++) {
+        r[i] = P[i];
+        if (P[i] > 0)
+            sup[ns++] = i;
+    }
+    /* Q' = Q · qscale, with the candidates rejected so far set to 0 (without replacement).
+     * Those zeros need not be stored: a rejected candidate x had R(x) < Q'(x), so the update
+     * below leaves R(x) = 0, and max(0 - Q'(x), 0) = 0 keeps it there whatever Q'(x) is; and
+     * candidates are distinct, so Q'(x_k) is never one of them. */
+    double qmass = 1.0, qscale = 1.0;
+    double remain = 1.0;   /* 1 - Σ_{j<k} a_j: probability that x_1..x_{k-1} were all rejected */
+    for (int k = 0; k < n; k++) {
+        int x = cand[k];
+        double qx = Q[x] * qscale;
+        double rx = r[x];
+        double ratio = qx > 0 ? (rx >= qx ? 1.0 : rx / qx) : (rx > 0 ? 1.0 : 0.0);
+        a[k] = remain * ratio;
+        remain -= a[k];
+        if (ratio >= 1.0 || !(remain > 0) || k == n - 1)
+            break;
+        /* Rejected: R <- norm(max(R - Q', 0)), over the support of R only. */
+        double sum = 0;
+        int m = 0;
+        for (int s = 0; s < ns; s++) {
+            int i = sup[s];
+            double v = r[i] - Q[i] * qscale;
+            if (v > 0) {
+                r[i] = v;
+                sum += v;
+                sup[m++] = i;
+            } else {
+                r[i] = 0;
+            }
+        }
+        ns = m;
+        if (!(sum > 0))
+            break; /* R = Q': nothing is left to accept */
+        double inv = 1.0 / sum;
+        for (int s = 0; s < ns; s++)
+            r[sup[s]] *= inv;
+        if (!with_replacement) {
+            /* Q'(x_k) <- 0, Q' <- norm(Q') */
+            qmass -= Q[x];
+            if (!(qmass > 0))
+                break; /* the draft has no other token: no candidate is left */
+            qscale = 1.0 / qmass;
+        }
+    }
+}
+
+void sq_accept_position(const sq_accept_config *cfg, const float *target, const float *draft,
+                        const double *P, const double *Q, int V, int W, int samples,
+                        gsl_rng *rng, double *a, sq_accept_ws *ws)
+{
+    switch (cfg->mode) {
+    case SQ_ACCEPT_GREEDY:
+        sq_accept_greedy(target, draft, V, W, a, ws);
+        return;
+    case SQ_ACCEPT_TOPK:
+        sq_accept_topk(P, draft, V, W, a, ws);
+        return;
+    case SQ_ACCEPT_STOCHASTIC:
+    case SQ_ACCEPT_SPECINFER:
+        break;
+    }
+    int with = cfg->mode == SQ_ACCEPT_SPECINFER;
+    memset(a, 0, (size_t)W * sizeof *a);
+    double w = 1.0 / samples;
+    for (int s = 0; s < samples; s++) {
+        int n = with ? sq_accept_draw_with(Q, V, W, rng, ws->cand, ws)
+                     : sq_accept_draw_without(Q, V, W, rng, ws->cand, ws);
+        sq_accept_residual(P, Q, V, ws->cand, n, with, ws->a, W, ws);
+        for (int k = 0; k < W; k++)
+            a[k] += w * ws->a[k];
+    }
+}
+
+/* ---- sufficient statistics -------------------------------------------------------------------- */
+
+sq_accept_stats *sq_accept_stats_new(int width)
+{
+    SQ_ASSERT(width >= 1 && width <= SQ_ACCEPT_MAX_WIDTH);
+    sq_accept_stats *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->width = width;
+    s->sum_y = calloc((size_t)width, sizeof *s->sum_y);
+    s->sum_ny = calloc((size_t)width, sizeof *s->sum_ny);
+    s->sum_yy = calloc((size_t)width * (size_t)width, sizeof *s->sum_yy);
+    if (!s->sum_y || !s->sum_ny || !s->sum_yy) {
+        sq_accept_stats_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sq_accept_stats_free(sq_accept_stats *s)
+{
+    if (!s)
+        return;
+    free(s->sum_y);
+    free(s->sum_ny);
+    free(s->sum_yy);
+    free(s);
+}
+
+void sq_accept_stats_add_unit(sq_accept_stats *s, double n, const double *y)
+{
+    int W = s->width;
+    s->units++;
+    s->sum_n += n;
+    s->sum_n2 += n * n;
+    for (int j = 0; j < W; j++) {
+        s->sum_y[j] += y[j];
+        s->sum_ny[j] += n * y[j];
+        for (int k = 0; k < W; k++)
+            s->sum_yy[(size_t)j * (size_t)W + (size_t)k] += y[j] * y[k];
+    }
+}
+
+void sq_accept_stats_merge(sq_accept_stats *dst, const sq_accept_stats *src)
+{
+    SQ_ASSERT(dst->width == src->width);
+    int W = dst->width;
+    dst->units += src->units;
+    dst->sequences += src->sequences;
+    dst->sum_n += src->sum_n;
+    dst->sum_n2 += src->sum_n2;
+    for (int j = 0; j < W; j++) {
+        dst->sum_y[j] += src->sum_y[j];
+        dst->sum_ny[j] += src->sum_ny[j];
+    }
+    for (size_t i = 0; i < (size_t)W * (size_t)W; i++)
+        dst->sum_yy[i] += src->sum_yy[i];
+}
+
+void sq_accept_stats_cov(const sq_accept_stats *s, double *cov)
+{
+    int W = s->width;
+    memset(cov, 0, (size_t)W * (size_t)W * sizeof *cov);
+    if (s->units < 2 || !(s->sum_n > 0))
+        return;
+    double U = (double)s->units, N = s->sum_n;
+    double f = U / (U - 1.0) / (N * N);
+    for (int j = 0; j < W; j++) {
+        double pj = s->sum_y[j] / N;
+        for (int k = 0; k < W; k++) {
+            double pk = s->sum_y[k] / N;
+            double v = s->sum_yy[(size_t)j * (size_t)W + (size_t)k] - pj * s->sum_ny[k] -
+                       pk * s->sum_ny[j] + pj * pk * s->sum_n2;
+            cov[(size_t)j * (size_t)W + (size_t)k] = f * v;
+        }
+    }
+}
+
+int sq_accept_stats_estimate(const sq_accept_stats *s, double *p, double *se)
+{
+    int W = s->width;
+    double N = s->sum_n;
+    for (int k = 0; k < W; k++) {
+        double v = N > 0 ? s->sum_y[k] / N : 0.0;
+        p[k] = v < 0 ? 0 : v > 1 ? 1 : v;
+    }
+    if (!se)
+        return s->units >= 2;
+    memset(se, 0, (size_t)W * sizeof *se);
+    if (s->units < 2 || !(N > 0))
+        return 0;
+    double U = (double)s->units, f = U / (U - 1.0) / (N * N);
+    for (int k = 0; k < W; k++) {
+        double pk = s->sum_y[k] / N;
+        double v = s->sum_yy[(size_t)k * (size_t)W + (size_t)k] - 2 * pk * s->sum_ny[k] +
+                   pk * pk * s->sum_n2;
+        se[k] = v > 0 ? sqrt(f * v) : 0.0;
+    }
+    return 1;
+}
+
+cJSON *sq_accept_stats_to_json(const sq_accept_stats *s)
+{
+    int W = s->width;
+    cJSON *o = cJSON_CreateObject();
+    SQ_ASSERT(o);
+    sq_json_add(o, "units", cJSON_CreateNumber((double)s->units));
+    sq_json_add(o, "sum_n", cJSON_CreateNumber(s->sum_n));
+    sq_json_add(o, "sum_n2", cJSON_CreateNumber(s->sum_n2));
+    sq_json_add(o, "sum_y", sq_json_number_array(s->sum_y, (size_t)W));
+    sq_json_add(o, "sum_ny", sq_json_number_array(s->sum_ny, (size_t)W));
+    cJSON *rows = cJSON_CreateArray();
+    SQ_ASSERT(rows);
+    for (int j = 0; j < W; j++)
+        SQ_ASSERT(cJSON_AddItemToArray(
+            rows, sq_json_number_array(s->sum_yy + (size_t)j * (size_t)W, (size_t)W)));
+    sq_json_add(o, "sum_yy", rows);
+    return o;
+}
+
+static int get_vec(const cJSON *obj, const char *key, int W, double *dst, const char *file,
+                   const char *ctx, sq_error *err)
+{
+    char where[300];
+    snprintf(where, sizeof where, "%s.%s", ctx, key);
+    const cJSON *arr = sq_json_field(obj, key);
+    if (!arr)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: missing", file, where);
+    double *v;
+    size_t n;
+    int rc = sq_json_get_numbers(arr, -1e300, 1e300, (size_t)W, &v, &n, file, where, err);
+    if (rc)
+        return rc;
+    if (n != (size_t)W) {
+        free(v);
+        return sq_error_set(err, SQ_EDATA, "%s: %s: has %zu entries, expected %d (the width)",
+                            file, where, n, W);
+    }
+    memcpy(dst, v, (size_t)W * sizeof *v);
+    free(v);
+    return SQ_OK;
+}
+
+int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, const char *ctx,
+                              sq_accept_stats **out, sq_error *err)
+{
+    *out = NULL;
+    if (!cJSON_IsObject(obj))
+        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
+    if (width < 1 || width > SQ_ACCEPT_MAX_WIDTH)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: width %d is outside 1..%d", file, ctx, width,
+                            SQ_ACCEPT_MAX_WIDTH);
+    sq_accept_stats *s = sq_accept_stats_new(width);
+    if (!s)
+        return sq_error_oom(err, "statistics");
+    long long units = 0;
+    int rc;
+    if ((rc = sq_json_get_int(obj, "units", 1, 0, 1LL << 53, &units, file, ctx, err)) ||
+        (rc = sq_json_get_number(obj, "sum_n", 1, &s->sum_n, file, ctx, err)) ||
+        (rc = sq_json_get_number(obj, "sum_n2", 1, &s->sum_n2, file, ctx, err)) ||
+        (rc = get_vec(obj, "sum_y", width, s->sum_y, file, ctx, err)) ||
+        (rc = get_vec(obj, "sum_ny", width, s->sum_ny, file, ctx, err)))
+        goto fail;
+    s->units = units;
+    if (s->sum_n < 0 || s->sum_n2 < 0) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_n: negative counts", file, ctx);
+        goto fail;
+    }
+    const cJSON *rows = sq_json_field(obj, "sum_yy");
+    if (!cJSON_IsArray(rows) || cJSON_GetArraySize(rows) != width) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_yy: expected %d rows of %d numbers", file,
+                          ctx, width, width);
+        goto fail;
+    }
+    int j = 0;
+    for (const cJSON *row = rows->child; row; row = row->next, j++) {
+        char where[300];
+        snprintf(where, sizeof where, "%s.sum_yy", ctx);
+        char key[32];
+        snprintf(key, sizeof key, "%d", j);
+        cJSON *wrap = cJSON_CreateObject();
+        SQ_ASSERT(wrap);
+        cJSON_AddItemReferenceToObject(wrap, key, (cJSON *)row);
+        rc = get_vec(wrap, key, width, s->sum_yy + (size_t)j * (size_t)width, file, where, err);
+        cJSON_Delete(wrap);
+        if (rc)
+            goto fail;
+    }
+    for (int k = 0; k < width; k++)
+        if (s->sum_y[k] < 0 || s->sum_y[k] > s->sum_n * (1 + 1e-9)) {
+            rc = sq_error_set(err, SQ_EDATA,
+                              "%s: %s.sum_y[%d]: %.17g is outside [0, sum_n = %.17g]", file, ctx,
+                              k, s->sum_y[k], s->sum_n);
+            goto fail;
+        }
+    *out = s;
+    return SQ_OK;
+fail:
+    sq_accept_stats_free(s);
+    return rc;
+}
+
+/* ---- over a corpus ------------------------------------------------------------------------------ */
+
+sq_accept_params sq_accept_default_params(void)
+{
+    return (sq_accept_params){
+        .width = 16,
+        .samples = 1,
+        .seed = 0,
+        .threads = 0,
+        .batch_bytes = 16u << 20,
+    };
+}
+
+int64_t sq_accept_units(const int64_t *offsets, int64_t sequences, int64_t rows,
+                        int64_t **bounds)
+{
+    *bounds = NULL;
+    if (sequences <= 1) {
+        int64_t u = rows < SQ_ACCEPT_BATCHES ? rows : SQ_ACCEPT_BATCHES;
+        int64_t *b = malloc((size_t)(u + 1) * sizeof *b);
+        if (!b)
+            return -1;
+        for (int64_t i = 0; i <= u; i++)
+            b[i] = u ? rows * i / u : 0;
+        *bounds = b;
+        return u;
+    }
+    int64_t *b = malloc((size_t)(sequences + 1) * sizeof *b);
+    if (!b)
+        return -1;
+    int64_t u = 0;
+    b[0] = offsets[0];
+    for (int64_t s = 0; s < sequences; s++)
+        if (offsets[s + 1] > offsets[s])
+            b[++u] = offsets[s + 1];
+    *bounds = b;
+    return u;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static uint64_t double_bits(double x)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    return b;
+}
+
+/* The part of a random stream's seed that a configuration contributes. */
+static uint64_t config_key(const sq_accept_config *c)
+{
+    return mix64(mix64((uint64_t)c->mode * 0x51ed27ULL ^ double_bits(c->temperature)) ^
+                 double_bits(c->top_p));
+}
+
+typedef struct run_ctx {
+    const sq_accept_config *cfg;
+    int n_cfg, V, W, samples;
+    uint64_t seed, key;
+    const uint64_t *cfg_keys;   /* (n_cfg)                                    */
+    const float *target;        /* (rows, V) the batch being computed        */
+    const float *draft;         /* (rows, V)                                  */
+    int64_t row0;
+    int rows;
+    double *res;                /* (rows, n_cfg, W)                           */
+    atomic_int next;
+} run_ctx;
+
+typedef struct worker {
+    run_ctx *ctx;
+    sq_accept_ws *ws;
+    gsl_rng *rng;
+    double *P, *Q;              /* (V)                                        */
+    pthread_t thread;
+} worker;
+
+static void compute_row(worker *w, int i)
+{
+    run_ctx *c = w->ctx;
+    int V = c->V, W = c->W;
+    const float *t = c->target + (size_t)i * (size_t)V;
+    const float *d = c->draft + (size_t)i * (size_t)V;
+    double pt = NAN, pp = NAN, qt = NAN, qp = NAN;   /* settings P and Q were computed for */
+    uint64_t row_key = mix64(mix64(c->seed) ^ mix64(c->key ^ mix64((uint64_t)(c->row0 + i))));
+    for (int j = 0; j < c->n_cfg; j++) {
+        const sq_accept_config *cfg = &c->cfg[j];
+        double *a = c->res + ((size_t)i * (size_t)c->n_cfg + (size_t)j) * (size_t)W;
+        if (cfg->mode != SQ_ACCEPT_GREEDY &&
+            !(pt == cfg->temperature && pp == cfg->top_p)) {
+            sq_accept_softmax(t, V, cfg->temperature, cfg->top_p, w->P, w->ws);
+            pt = cfg->temperature;
+            pp = cfg->top_p;
+        }
+        if (sq_accept_mode_sampled(cfg->mode)) {
+            if (!(qt == cfg->temperature && qp == cfg->top_p)) {
+                sq_accept_softmax(d, V, cfg->temperature, cfg->top_p, w->Q, w->ws);
+                qt = cfg->temperature;
+                qp = cfg->top_p;
+            }
+            gsl_rng_set(w->rng, (unsigned long)(mix64(row_key ^ c->cfg_keys[j]) & 0xffffffffu));
+        }
+        sq_accept_position(cfg, t, d, w->P, w->Q, V, W, c->samples, w->rng, a, w->ws);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    run_ctx *c = w->ctx;
+    for (;;) {
+        int i = atomic_fetch_add(&c->next, 1);
+        if (i >= c->rows)
+            break;
+        compute_row(w, i);
+    }
+    return NULL;
+}
+
+int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
+                  const sq_accept_config *cfg, int n_cfg, const sq_accept_params *params,
+                  sq_accept_stats **stats, sq_error *err)
+{
+    const sq_corpus_info *info = sq_corpus_get_info(corpus);
+    int V = info->vocab, W = params->width;
+    int64_t N = info->rows;
+    SQ_ASSERT(n_cfg >= 1 && n_cfg <= SQ_ACCEPT_MAX_CONFIGS);
+    SQ_ASSERT(W >= 1 && W <= SQ_ACCEPT_MAX_WIDTH && params->samples >= 1);
+    for (int j = 0; j < n_cfg; j++) {
+        int rc = sq_accept_config_check(&cfg[j], err);
+        if (rc)
+            return rc;
+        SQ_ASSERT(stats[j] && stats[j]->width == W);
+    }
+    if (N <= 0)
+        return sq_error_set(err, SQ_EDATA, "%s: the corpus has no positions", file);
+
+    int threads = params->threads;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    if (threads > 256)
+        threads = 256;
+    size_t row_bytes = (size_t)V * 2 * sizeof(float);
+    int64_t batch = (int64_t)(params->batch_bytes / row_bytes);
+    if (batch < threads)
+        batch = threads;
+    if (batch > 4096)
+        batch = 4096;
+    if (batch > N)
+        batch = N;
+
+    int64_t *bounds = NULL;
+    int64_t units = sq_accept_units(sq_corpus_seq_offsets(corpus), info->sequences, N, &bounds);
+    uint64_t *cfg_keys = malloc((size_t)n_cfg * sizeof *cfg_keys);
+    float *buf[2] = {malloc((size_t)batch * row_bytes), malloc((size_t)batch * row_bytes)};
+    double *res = malloc((size_t)batch * (size_t)n_cfg * (size_t)W * sizeof *res);
+    double *acc = calloc((size_t)n_cfg * (size_t)W, sizeof *acc);
+    worker *ws = calloc((size_t)threads, sizeof *ws);
+    sq_accept_stats **part = calloc((size_t)n_cfg, sizeof *part);
+    int rc = SQ_OK;
+    if (units < 0 || !cfg_keys || !buf[0] || !buf[1] || !res || !acc || !ws || !part) {
+        rc = sq_error_oom(err, "estimation buffers");
+        goto done;
+    }
+    for (int j = 0; j < n_cfg; j++) {
+        cfg_keys[j] = config_key(&cfg[j]);
+        if (!(part[j] = sq_accept_stats_new(W))) {
+            rc = sq_error_oom(err, "statistics");
+            goto done;
+        }
+    }
+    run_ctx ctx = {
+        .cfg = cfg, .n_cfg = n_cfg, .V = V, .W = W, .samples = params->samples,
+        .seed = params->seed, .key = key, .cfg_keys = cfg_keys, .res = res,
+    };
+    for (int t = 0; t < threads; t++) {
+        ws[t].ctx = &ctx;
+        ws[t].ws = sq_accept_ws_new(V, W);
+        ws[t].rng = gsl_rng_alloc(gsl_rng_mt19937);
+        ws[t].P = malloc((size_t)V * sizeof(double));
+        ws[t].Q = malloc((size_t)V * sizeof(double));
+        if (!ws[t].ws || !ws[t].rng || !ws[t].P || !ws[t].Q) {
+            rc = sq_error_oom(err, "worker state");
+            goto done;
+        }
+    }
+
+    int cur = 0;
+    int64_t row = 0;
+    int count = (int)batch;
+    size_t half = (size_t)batch * (size_t)V;
+    if ((rc = sq_corpus_read(corpus, 0, count, buf[0], buf[0] + half, NULL, err)))
+        goto done;
+    int64_t unit = 0;
+    double unit_n = 0;
+    while (row < N) {
+        ctx.target = buf[cur];
+        ctx.draft = buf[cur] + half;
+        ctx.row0 = row;
+        ctx.rows = count;
+        atomic_store(&ctx.next, 0);
+        int started = 0;
+        for (int t = 0; t < threads; t++) {
+            if (pthread_create(&ws[t].thread, NULL, worker_main, &ws[t]) != 0)
+                break;
+            started++;
+        }
+        if (started == 0)
+            worker_main(&ws[0]); /* no thread could start: compute here */
+        /* Read the next batch while the workers compute. */
+        int64_t next_row = row + count;
+        int next_count = (int)(N - next_row < batch ? N - next_row : batch);
+        int rrc = SQ_OK;
+        if (next_count > 0)
+            rrc = sq_corpus_read(corpus, next_row, next_count, buf[1 - cur],
+                                 buf[1 - cur] + half, NULL, err);
+        for (int t = 0; t < started; t++)
+            pthread_join(ws[t].thread, NULL);
+        if (rrc) {
+            rc = rrc;
+            goto done;
+        }
+        /* Reduce in row order, closing units at their boundaries. */
+        for (int i = 0; i < count; i++) {
+            const double *ri = res + (size_t)i * (size_t)n_cfg * (size_t)W;
+            for (size_t q = 0; q < (size_t)n_cfg * (size_t)W; q++)
+                acc[q] += ri[q];
+            unit_n += 1;
+            while (unit < units && row + i + 1 == bounds[unit + 1]) {
+                for (int j = 0; j < n_cfg; j++)
+                    sq_accept_stats_add_unit(part[j], unit_n, acc + (size_t)j * (size_t)W);
+                memset(acc, 0, (size_t)n_cfg * (size_t)W * sizeof *acc);
+                unit_n = 0;
+                unit++;
+            }
+        }
+        row = next_row;
+        count = next_count;
+        cur = 1 - cur;
+        if (params->progress)
+            params->progress(params->user, row, N);
+    }
+    SQ_ASSERT(unit == units && unit_n == 0);
+    for (int j = 0; j < n_cfg; j++) {
+        part[j]->sequences = info->sequences;
+        sq_accept_stats_merge(stats[j], part[j]);
+    }
+
+done:
+    if (ws)
+        for (int t = 0; t < threads; t++) {
+            sq_accept_ws_free(ws[t].ws);
+            if (ws[t].rng)
+                gsl_rng_free(ws[t].rng);
+            free(ws[t].P);
+            free(ws[t].Q);
+        }
+    if (part)
+        for (int j = 0; j < n_cfg; j++)
+            sq_accept_stats_free(part[j]);
+    free(part);
+    free(ws);
+    free(acc);
+    free(res);
+    free(buf[0]);
+    free(buf[1]);
+    free(cfg_keys);
+    free(bounds);
+    return rc;
+}

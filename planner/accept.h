@@ -1,0 +1,186 @@
+/* Estimating acceptance vectors from a draft/target corpus (DESIGN.md §4, §5).
+ *
+ * At each corpus position t the target's distribution P_t and the draft's Q_t (after temperature
+ * and top-p) give a per-position vector a(t) = (a_1(t) .. a_W(t)), a_k(t) = the probability that
+ * the k-th child tried by the verifier is the accepted one:
+ *  - greedy:     a_k = 1[argmax P = k-th draft token]                          (exact)
+ *  - topk:       a_k = P(k-th draft token)                                     (exact)
+ *  - stochastic: Sequoia, candidates drawn from Q WITHOUT replacement (Gumbel-top-W), then the
+ *                residual recursion, Rao-Blackwellised over the accept/reject coins:
+ *                  a_k = (1 - Σ_{j<k} a_j) · min(1, R(x_k) / Q'(x_k)),
+ *                  on rejection R <- norm(max(R - Q', 0)), Q'(x_k) <- 0, Q' <- norm(Q')
+ *  - specinfer:  the same with candidates drawn WITH replacement and Q' = Q throughout.
+ * The sampled modes average `samples` independent draws per position.
+ *
+ * The curve is p_k = Σ_t a_k(t) / #positions. Positions of one sequence are correlated, so the
+ * standard errors treat whole sequences ("units") as the independent observations: with Y_uk =
+ * Σ_{t in u} a_k(t) and n_u the positions of unit u, the sufficient statistics
+ *      U, Σn_u, Σn_u², Σ_u Y_uk, Σ_u n_u Y_uk, Σ_u Y_uj Y_uk
+ * are sums over units, so shards merge exactly by addition, and they give the sequence-level
+ * (cluster) covariance of the ratio estimator,
+ *      Cov(p_j, p_k) = U/(U-1) · Σ_u (Y_uj - p_j n_u)(Y_uk - p_k n_u) / (Σ n_u)²,
+ * which is the variance of resampling whole sequences with replacement (the sequence bootstrap)
+ * to first order. A corpus holding a single sequence is cut into SQ_ACCEPT_BATCHES contiguous
+ * batches instead (batch means).
+ *
+ * Random streams: every (position, configuration) gets its own gsl_rng (mt19937) seeded from a
+ * hash of (seed, corpus key, row, mode, temperature, top-p), so a result depends neither on the
+ * number of threads, nor on the other configurations computed in the same run, nor on the other
+ * corpora: a run over shards A and B equals the merge of a run over A and a run over B. */
+#ifndef SQ_PLANNER_ACCEPT_H
+#define SQ_PLANNER_ACCEPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+#include <gsl/gsl_rng.h>
+
+#include "planner/corpus.h"
+#include "planner/error.h"
+
+#define SQ_ACCEPT_MAX_WIDTH 256        /* W: the covariance statistics hold W² numbers  */
+#define SQ_ACCEPT_MAX_SAMPLES 1000000  /* draws per position                            */
+#define SQ_ACCEPT_MAX_CONFIGS 256      /* (mode, temperature, top-p) triples in one run  */
+#define SQ_ACCEPT_BATCHES 32           /* batch-means units of a single-sequence corpus  */
+
+typedef enum sq_accept_mode {
+    SQ_ACCEPT_STOCHASTIC = 0,
+    SQ_ACCEPT_SPECINFER = 1,
+    SQ_ACCEPT_GREEDY = 2,
+    SQ_ACCEPT_TOPK = 3,
+} sq_accept_mode;
+
+/* "stochastic", "specinfer", "greedy", "topk". */
+const char *sq_accept_mode_name(sq_accept_mode mode);
+/* Returns 0 and sets *out, or -1 for an unknown name. */
+int sq_accept_mode_parse(const char *name, sq_accept_mode *out);
+/* 1 for the modes that draw candidates at random (stochastic, specinfer). */
+int sq_accept_mode_sampled(sq_accept_mode mode);
+
+/* One curve to estimate. */
+typedef struct sq_accept_config {
+    sq_accept_mode mode;
+    double temperature;   /* >= 0; 0 only with greedy (which ignores it)   */
+    double top_p;         /* (0, 1]                                        */
+} sq_accept_config;
+
+/* Checks a configuration (SQ_EUSAGE with a message naming the option). */
+int sq_accept_config_check(const sq_accept_config *cfg, sq_error *err);
+
+/* "stochastic@T0.6", "stochastic@T0.6@p0.9" (top-p < 1), "greedy@T0". */
+void sq_accept_config_name(const sq_accept_config *cfg, char *buf, size_t size);
+
+/* ---- per-position maths ------------------------------------------------------------------- */
+
+/* Scratch memory for the functions below, for vocabularies up to V and widths up to W. */
+typedef struct sq_accept_ws sq_accept_ws;
+sq_accept_ws *sq_accept_ws_new(int V, int W);
+void sq_accept_ws_free(sq_accept_ws *ws);
+
+/* probs(V) = softmax(logits / T) restricted to the nucleus of mass top_p, renormalised.
+ * -INFINITY logits get probability 0. T = 0 gives the one-hot distribution of the argmax (the
+ * lowest index among ties). Nucleus: the fewest most-likely tokens whose mass reaches top_p;
+ * tokens tied with the least likely of them are kept too. Returns the number of tokens with a
+ * non-zero probability, 0 when no logit is finite. */
+int sq_accept_softmax(const float *logits, int V, double temperature, double top_p,
+                      double *probs, sq_accept_ws *ws);
+
+/* The (at most) W indices of the largest finite logits, best first; ties: lower index first.
+ * Returns how many there are. */
+int sq_accept_top_w(const float *logits, int V, int W, int *idx, sq_accept_ws *ws);
+
+/* Greedy: a(W) = 1 at the rank of argmax(target) among the draft's top-W, 0 elsewhere. */
+void sq_accept_greedy(const float *target, const float *draft, int V, int W, double *a,
+                      sq_accept_ws *ws);
+
+/* Top-k sampling: a_k = P(k-th draft token), P the target's distribution. */
+void sq_accept_topk(const double *P, const float *draft, int V, int W, double *a,
+                    sq_accept_ws *ws);
+
+/* Draws min(W, support of Q) candidates from Q without replacement (exponential race / Gumbel
+ * top-W: the W smallest E_i / Q_i, E_i ~ Exp(1)), in draw order. O(V) plus a heap of W.
+ * Returns how many. */
+int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                           sq_accept_ws *ws);
+
+/* Draws W i.i.d. candidates from Q, in draw order. Returns W (0 when Q is all zero). */
+int sq_accept_draw_with(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                        sq_accept_ws *ws);
+
+/* The Rao-Blackwellised acceptance vector a(W) given the n <= W candidates, for the residual
+ * recursion without (with_replacement = 0) or with (1) replacement. Entries past n are 0.
+ * Σ a_k <= 1; 1 - Σ a_k is the probability that every candidate is rejected. */
+void sq_accept_residual(const double *P, const double *Q, int V, const int *cand, int n,
+                        int with_replacement, double *a, int W, sq_accept_ws *ws);
+
+/* a(W) for one position and configuration, averaged over `samples` draws for the sampled
+ * modes (P, Q: the distributions after temperature and top-p; greedy uses the logits). */
+void sq_accept_position(const sq_accept_config *cfg, const float *target, const float *draft,
+                        const double *P, const double *Q, int V, int W, int samples,
+                        gsl_rng *rng, double *a, sq_accept_ws *ws);
+
+/* ---- sufficient statistics ---------------------------------------------------------------- */
+
+typedef struct sq_accept_stats {
+    int       width;      /* W                                                       */
+    long long units;      /* U: independent units (sequences, or batches)            */
+    long long sequences;  /* corpus sequences behind the statistics                  */
+    double    sum_n;      /* Σ n_u: positions                                        */
+    double    sum_n2;     /* Σ n_u²                                                  */
+    double   *sum_y;      /* (W) Σ_u Y_uk                                            */
+    double   *sum_ny;     /* (W) Σ_u n_u Y_uk                                        */
+    double   *sum_yy;     /* (W, W) Σ_u Y_uj Y_uk                                    */
+} sq_accept_stats;
+
+sq_accept_stats *sq_accept_stats_new(int width);
+void sq_accept_stats_free(sq_accept_stats *s);
+
+/* Adds one unit of n positions whose per-rank sums are y(W). */
+void sq_accept_stats_add_unit(sq_accept_stats *s, double n, const double *y);
+
+/* dst += src (same width). */
+void sq_accept_stats_merge(sq_accept_stats *dst, const sq_accept_stats *src);
+
+/* p(W) = Σ Y / Σ n; se(W) (may be NULL) the sequence-level standard errors. Returns 1 when the
+ * standard errors exist (at least two units), 0 otherwise (se is then zero-filled). */
+int sq_accept_stats_estimate(const sq_accept_stats *s, double *p, double *se);
+
+/* cov(W, W) of the estimate (zero when fewer than two units). */
+void sq_accept_stats_cov(const sq_accept_stats *s, double *cov);
+
+/* {"units", "sum_n", "sum_n2", "sum_y", "sum_ny", "sum_yy"} */
+cJSON *sq_accept_stats_to_json(const sq_accept_stats *s);
+int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, const char *ctx,
+                              sq_accept_stats **out, sq_error *err);
+
+/* ---- over a corpus -------------------------------------------------------------------------- */
+
+typedef struct sq_accept_params {
+    int      width;        /* W >= 1                                                  */
+    int      samples;      /* draws per position for the sampled modes, >= 1          */
+    uint64_t seed;
+    int      threads;      /* worker threads; 0 = the online CPUs                     */
+    size_t   batch_bytes;  /* logits held per read buffer (two buffers are used)      */
+    /* Called by the calling thread after each batch; may be NULL. */
+    void   (*progress)(void *user, int64_t done, int64_t total);
+    void    *user;
+} sq_accept_params;
+
+/* width 16, samples 1, seed 0, threads 0, batch_bytes 16 MiB. */
+sq_accept_params sq_accept_default_params(void);
+
+/* Streams the whole corpus and adds it to stats[i] (width params->width) for cfg[i].
+ * `key` identifies the corpus in the random streams (e.g. the first bytes of its SHA-256);
+ * `file` names it in messages. Memory: 2·batch_bytes + threads·O(V) + O(n_cfg·W²). */
+int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
+                  const sq_accept_config *cfg, int n_cfg, const sq_accept_params *params,
+                  sq_accept_stats **stats, sq_error *err);
+
+/* Unit boundaries used for a corpus of `rows` positions in `sequences` sequences with the given
+ * offsets: the non-empty sequences, or SQ_ACCEPT_BATCHES contiguous batches when there is only
+ * one sequence. Returns the number of units; *bounds (malloc'd, units + 1 entries). */
+int64_t sq_accept_units(const int64_t *offsets, int64_t sequences, int64_t rows,
+                        int64_t **bounds);
+
+#endif

@@ -1,0 +1,594 @@
+/* Suite 'accept': the estimation maths of planner/accept.c (DESIGN.md §4, §5).
+ *
+ * The oracle enumerates the verification process itself (every candidate drawn at every step,
+ * with its probability, and the accept/reject coin), independently of the Rao-Blackwellised
+ * formula, and checks that its output distribution is the target's (losslessness). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <gsl/gsl_errno.h>
+#include <gsl/gsl_rng.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/accept.h"
+#include "planner/corpus.h"
+#include "planner/sha256.h"
+#include "tests/testutil.h"
+
+#define MAXV 6
+#define MAXW 4
+
+/* ---- the oracle: enumerate the verification process --------------------------------------- */
+
+typedef struct oracle {
+    int V, W, with;
+    const double *P;
+    double p[MAXW];     /* P(rank k accepted)                */
+    double out[MAXV];   /* distribution of the emitted token */
+} oracle;
+
+static void normalise(double *v, int V)
+{
+    double s = 0;
+    for (int i = 0; i < V; i++)
+        s += v[i];
+    for (int i = 0; i < V; i++)
+        v[i] = s > 0 ? v[i] / s : 0;
+}
+
+static void walk(oracle *o, int k, const double *R, const double *Qp, double reach)
+{
+    int V = o->V;
+    double qsum = 0;
+    for (int i = 0; i < V; i++)
+        qsum += Qp[i];
+    if (k == o->W || !(qsum > 0)) {
+        /* All children rejected (or none left to draw): the bonus token comes from R. */
+        for (int i = 0; i < V; i++)
+            o->out[i] += reach * R[i];
+        return;
+    }
+    double R2[MAXV];
+    for (int i = 0; i < V; i++)
+        R2[i] = R[i] - Qp[i] > 0 ? R[i] - Qp[i] : 0;
+    normalise(R2, V);
+    for (int x = 0; x < V; x++) {
+        if (!(Qp[x] > 0))
+            continue;
+        double px = reach * Qp[x];
+        double acc = R[x] >= Qp[x] ? 1.0 : R[x] / Qp[x];
+        o->p[k] += px * acc;
+        o->out[x] += px * acc;
+        if (px * (1 - acc) <= 0)
+            continue;
+        double Q2[MAXV];
+        memcpy(Q2, Qp, sizeof Q2);
+        if (!o->with) {
+            Q2[x] = 0;
+            normalise(Q2, V);
+        }
+        walk(o, k + 1, R2, Q2, px * (1 - acc));
+    }
+}
+
+static void run_oracle(oracle *o, const double *P, const double *Q, int V, int W, int with)
+{
+    memset(o, 0, sizeof *o);
+    o->V = V;
+    o->W = W;
+    o->with = with;
+    o->P = P;
+    double R[MAXV], Qp[MAXV];
+    memcpy(R, P, sizeof R);
+    memcpy(Qp, Q, sizeof Qp);
+    walk(o, 0, R, Qp, 1.0);
+}
+
+/* Σ over every draw order of Prob(order) · a(order), with a from sq_accept_residual. */
+static void enumerate_rb(const double *P, const double *Q, int V, int W, int with, double *E,
+                         sq_accept_ws *ws)
+{
+    memset(E, 0, (size_t)W * sizeof *E);
+    int support = 0;
+    for (int i = 0; i < V; i++)
+        support += Q[i] > 0;
+    int n = with ? W : (W < support ? W : support);
+    int cand[MAXW], idx[MAXW] = {0};
+    long total = 1;
+    for (int k = 0; k < n; k++)
+        total *= V;
+    for (long code = 0; code < total; code++) {
+        long c = code;
+        for (int k = 0; k < n; k++) {
+            idx[k] = (int)(c % V);
+            c /= V;
+        }
+        double prob = 1, taken = 0;
+        int ok = 1;
+        for (int k = 0; k < n && ok; k++) {
+            int x = idx[k];
+            if (!with)
+                for (int j = 0; j < k; j++)
+                    if (idx[j] == x)
+                        ok = 0;
+            if (!ok || !(Q[x] > 0)) {
+                ok = 0;
+                break;
+            }
+            prob *= with ? Q[x] : Q[x] / (1 - taken);
+            if (!with)
+                taken += Q[x];
+            cand[k] = x;
+        }
+        if (!ok || prob == 0)
+            continue;
+        double a[MAXW];
+        sq_accept_residual(P, Q, V, cand, n, with, a, W, ws);
+        for (int k = 0; k < W; k++)
+            E[k] += prob * a[k];
+    }
+}
+
+/* Small (P, Q) cases: peaked, flat, disjoint supports, identical, a zero in Q. */
+typedef struct pq_case {
+    int V, W;
+    double P[MAXV], Q[MAXV];
+} pq_case;
+
+static const pq_case cases[] = {
+    {3, 2, {0.5, 0.3, 0.2}, {0.2, 0.3, 0.5}},
+    {4, 3, {0.7, 0.1, 0.1, 0.1}, {0.1, 0.6, 0.2, 0.1}},
+    {5, 4, {0.05, 0.05, 0.3, 0.3, 0.3}, {0.4, 0.3, 0.1, 0.1, 0.1}},
+    {6, 4, {0.3, 0.25, 0.2, 0.1, 0.1, 0.05}, {0.05, 0.1, 0.1, 0.2, 0.25, 0.3}},
+    {6, 3, {1.0 / 6, 1.0 / 6, 1.0 / 6, 1.0 / 6, 1.0 / 6, 1.0 / 6}, {0.5, 0.5, 0, 0, 0, 0}},
+    {4, 4, {0.25, 0.25, 0.25, 0.25}, {0.25, 0.25, 0.25, 0.25}},
+    {4, 2, {0.9, 0.1, 0, 0}, {0, 0, 0.5, 0.5}},
+    {2, 4, {0.6, 0.4}, {0.1, 0.9}},
+};
+#define NCASES ((int)(sizeof cases / sizeof *cases))
+
+static void setup(void)
+{
+    gsl_set_error_handler_off();
+}
+
+TestSuite(accept, .init = setup);
+
+Test(accept, oracle_is_lossless_with_and_without_replacement)
+{
+    for (int c = 0; c < NCASES; c++)
+        for (int with = 0; with <= 1; with++) {
+            oracle o;
+            run_oracle(&o, cases[c].P, cases[c].Q, cases[c].V, cases[c].W, with);
+            double s = 0;
+            for (int i = 0; i < cases[c].V; i++) {
+                cr_assert(fabs(o.out[i] - cases[c].P[i]) < 1e-12,
+                          "case %d with=%d: output P(%d) = %.15g, target %.15g", c, with, i,
+                          o.out[i], cases[c].P[i]);
+                s += o.out[i];
+            }
+            cr_assert(fabs(s - 1) < 1e-12);
+        }
+}
+
+Test(accept, rao_blackwellised_expectation_equals_the_enumerated_process)
+{
+    sq_accept_ws *ws = sq_accept_ws_new(MAXV, MAXW);
+    for (int c = 0; c < NCASES; c++)
+        for (int with = 0; with <= 1; with++) {
+            oracle o;
+            double E[MAXW];
+            run_oracle(&o, cases[c].P, cases[c].Q, cases[c].V, cases[c].W, with);
+            enumerate_rb(cases[c].P, cases[c].Q, cases[c].V, cases[c].W, with, E, ws);
+            for (int k = 0; k < cases[c].W; k++)
+                cr_assert(fabs(E[k] - o.p[k]) < 1e-12, "case %d with=%d rank %d: %.15g vs %.15g",
+                          c, with, k + 1, E[k], o.p[k]);
+        }
+    sq_accept_ws_free(ws);
+}
+
+/* Monte Carlo over sq_accept_position (random draws): within 4 standard errors of the oracle,
+ * for each rank, for both sampled modes. */
+Test(accept, sampled_estimates_fall_within_four_standard_errors)
+{
+    sq_accept_ws *ws = sq_accept_ws_new(MAXV, MAXW);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 12345);
+    const int M = 20000;
+    for (int c = 0; c < NCASES; c++)
+        for (int with = 0; with <= 1; with++) {
+            const pq_case *pc = &cases[c];
+            sq_accept_config cfg = {with ? SQ_ACCEPT_SPECINFER : SQ_ACCEPT_STOCHASTIC, 1.0, 1.0};
+            oracle o;
+            run_oracle(&o, pc->P, pc->Q, pc->V, pc->W, with);
+            double s1[MAXW] = {0}, s2[MAXW] = {0}, a[MAXW];
+            for (int m = 0; m < M; m++) {
+                sq_accept_position(&cfg, NULL, NULL, pc->P, pc->Q, pc->V, pc->W, 1, rng, a, ws);
+                for (int k = 0; k < pc->W; k++) {
+                    s1[k] += a[k];
+                    s2[k] += a[k] * a[k];
+                }
+            }
+            for (int k = 0; k < pc->W; k++) {
+                double mean = s1[k] / M, var = (s2[k] / M - mean * mean) * M / (M - 1);
+                double se = sqrt(var > 0 ? var / M : 0);
+                cr_assert(fabs(mean - o.p[k]) <= 4 * se + 1e-12,
+                          "case %d with=%d rank %d: %.6f vs exact %.6f (se %.2g)", c, with, k + 1,
+                          mean, o.p[k], se);
+            }
+        }
+    gsl_rng_free(rng);
+    sq_accept_ws_free(ws);
+}
+
+/* The draws themselves: the first two candidates' joint frequencies against the exact law. */
+Test(accept, draws_follow_the_sampling_law)
+{
+    static const double Q[5] = {0.4, 0.3, 0.15, 0.1, 0.05};
+    sq_accept_ws *ws = sq_accept_ws_new(5, 4);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 7);
+    const int M = 100000;
+    for (int with = 0; with <= 1; with++) {
+        static double count[5][5];
+        memset(count, 0, sizeof count);
+        for (int m = 0; m < M; m++) {
+            int cand[4];
+            int n = with ? sq_accept_draw_with(Q, 5, 4, rng, cand, ws)
+                         : sq_accept_draw_without(Q, 5, 4, rng, cand, ws);
+            cr_assert_eq(n, 4);
+            if (!with)
+                for (int i = 0; i < 4; i++)
+                    for (int j = i + 1; j < 4; j++)
+                        cr_assert_neq(cand[i], cand[j], "a candidate drawn twice without replacement");
+            count[cand[0]][cand[1]] += 1;
+        }
+        for (int x = 0; x < 5; x++)
+            for (int y = 0; y < 5; y++) {
+                double p = with ? Q[x] * Q[y] : (x == y ? 0 : Q[x] * Q[y] / (1 - Q[x]));
+                double se = sqrt(p * (1 - p) / M);
+                cr_assert(fabs(count[x][y] / M - p) <= 4 * se + 1e-9,
+                          "with=%d pair (%d,%d): %.5f vs %.5f", with, x, y, count[x][y] / M, p);
+            }
+    }
+    gsl_rng_free(rng);
+    sq_accept_ws_free(ws);
+}
+
+Test(accept, acceptance_sums_to_at_most_one_and_is_lossless_per_draw)
+{
+    sq_accept_ws *ws = sq_accept_ws_new(50, 16);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 99);
+    double P[50], Q[50], a[16];
+    for (int trial = 0; trial < 2000; trial++) {
+        int V = 2 + (int)gsl_rng_uniform_int(rng, 49);
+        for (int i = 0; i < V; i++) {
+            double e = gsl_rng_uniform(rng);
+            P[i] = trial % 3 == 0 && gsl_rng_uniform(rng) < 0.3 ? 0 : pow(e, 4);
+            Q[i] = trial % 5 == 0 && gsl_rng_uniform(rng) < 0.3 ? 0 : pow(gsl_rng_uniform(rng), 4);
+        }
+        P[0] += 1e-3;
+        Q[V - 1] += 1e-3;
+        normalise(P, V);
+        normalise(Q, V);
+        for (int m = 0; m < 4; m++) {
+            sq_accept_config cfg = {(sq_accept_mode)(m % 2 ? SQ_ACCEPT_SPECINFER : SQ_ACCEPT_STOCHASTIC),
+                                    1, 1};
+            if (m == 3)
+                cfg.mode = SQ_ACCEPT_TOPK;
+            float draft[50];
+            for (int i = 0; i < V; i++)
+                draft[i] = Q[i] > 0 ? (float)log(Q[i]) : -INFINITY;
+            int W = 1 + (int)gsl_rng_uniform_int(rng, 16);
+            sq_accept_position(&cfg, NULL, draft, P, Q, V, W, 1 + m, rng, a, ws);
+            double s = 0;
+            for (int k = 0; k < W; k++) {
+                cr_assert(a[k] >= 0 && a[k] <= 1, "a[%d] = %g", k, a[k]);
+                s += a[k];
+            }
+            cr_assert(s <= 1 + 1e-12, "trial %d mode %d: sum %.17g > 1", trial, m, s);
+        }
+    }
+    gsl_rng_free(rng);
+    sq_accept_ws_free(ws);
+}
+
+/* ---- greedy, topk, softmax: hand-computed cases ------------------------------------------- */
+
+Test(accept, greedy_hand_computed)
+{
+    sq_accept_ws *ws = sq_accept_ws_new(5, 4);
+    const float target[5] = {1, 3, 2, 0, -INFINITY};
+    const float draft[5] = {0, 2, 3, 1, 5};
+    double a[4];
+    /* draft top-4 of finite logits: 4 (5), 2 (3), 1 (2), 3 (1); target argmax = 1 -> rank 3 */
+    sq_accept_greedy(target, draft, 5, 4, a, ws);
+    cr_assert(a[0] == 0 && a[1] == 0 && a[2] == 1 && a[3] == 0);
+    /* W = 2: token 1 is not among the draft's top 2 -> nothing accepted */
+    sq_accept_greedy(target, draft, 5, 2, a, ws);
+    cr_assert(a[0] == 0 && a[1] == 0);
+    /* ties: equal draft logits rank by lower index */
+    const float flat[5] = {1, 1, 1, 1, 1};
+    int idx[4];
+    cr_assert_eq(sq_accept_top_w(flat, 5, 4, idx, ws), 4);
+    for (int k = 0; k < 4; k++)
+        cr_assert_eq(idx[k], k);
+    /* sparse: fewer finite logits than W */
+    const float sparse[5] = {-INFINITY, 0.5f, -INFINITY, 2, -INFINITY};
+    cr_assert_eq(sq_accept_top_w(sparse, 5, 4, idx, ws), 2);
+    cr_assert(idx[0] == 3 && idx[1] == 1);
+    sq_accept_ws_free(ws);
+}
+
+Test(accept, topk_hand_computed)
+{
+    sq_accept_ws *ws = sq_accept_ws_new(4, 3);
+    const double Pv[4] = {0.1, 0.5, 0.3, 0.1};
+    float target[4], draft[4] = {0, 2, 3, 1};
+    for (int i = 0; i < 4; i++)
+        target[i] = (float)log(Pv[i]);
+    double P[4], a[3];
+    cr_assert_eq(sq_accept_softmax(target, 4, 1.0, 1.0, P, ws), 4);
+    sq_accept_topk(P, draft, 4, 3, a, ws);
+    /* draft order 2, 1, 3 */
+    cr_assert(fabs(a[0] - 0.3) < 1e-6 && fabs(a[1] - 0.5) < 1e-6 && fabs(a[2] - 0.1) < 1e-6);
+    sq_accept_ws_free(ws);
+}
+
+Test(accept, softmax_temperature_and_top_p_hand_computed)
+{
+    sq_accept_ws *ws = sq_accept_ws_new(4, 1);
+    const double Pv[4] = {0.1, 0.5, 0.3, 0.1};
+    float l[4];
+    for (int i = 0; i < 4; i++)
+        l[i] = (float)log(Pv[i]);
+    double P[4];
+    /* T = 0.5 squares the probabilities */
+    sq_accept_softmax(l, 4, 0.5, 1.0, P, ws);
+    const double sq[4] = {0.01 / 0.36, 0.25 / 0.36, 0.09 / 0.36, 0.01 / 0.36};
+    for (int i = 0; i < 4; i++)
+        cr_assert(fabs(P[i] - sq[i]) < 1e-6, "P[%d] = %g", i, P[i]);
+    /* top-p 0.7: {0.5, 0.3} reaches 0.8 */
+    cr_assert_eq(sq_accept_softmax(l, 4, 1.0, 0.7, P, ws), 2);
+    cr_assert(P[0] == 0 && P[3] == 0 && fabs(P[1] - 0.625) < 1e-6 && fabs(P[2] - 0.375) < 1e-6);
+    /* top-p 0.5: the top token alone */
+    cr_assert_eq(sq_accept_softmax(l, 4, 1.0, 0.5, P, ws), 1);
+    cr_assert(fabs(P[1] - 1) < 1e-12);
+    /* top-p 0.85: the two tied 0.1 tokens are both kept */
+    cr_assert_eq(sq_accept_softmax(l, 4, 1.0, 0.85, P, ws), 4);
+    /* T = 0: one-hot argmax, lowest index among ties */
+    const float tie[4] = {1, 3, 3, 0};
+    cr_assert_eq(sq_accept_softmax(tie, 4, 0.0, 1.0, P, ws), 1);
+    cr_assert(P[1] == 1 && P[2] == 0);
+    /* -inf logits have probability 0; all -inf: nothing */
+    const float ninf[4] = {-INFINITY, 0, -INFINITY, 0};
+    cr_assert_eq(sq_accept_softmax(ninf, 4, 1.0, 1.0, P, ws), 2);
+    cr_assert(P[0] == 0 && fabs(P[1] - 0.5) < 1e-12);
+    const float none[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    cr_assert_eq(sq_accept_softmax(none, 4, 1.0, 1.0, P, ws), 0);
+    sq_accept_ws_free(ws);
+}
+
+/* Nucleus against a brute-force sort on random vectors. */
+Test(accept, top_p_matches_a_sorted_brute_force)
+{
+    sq_accept_ws *ws = sq_accept_ws_new(200, 1);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 3);
+    float l[200];
+    double P[200], full[200], sorted[200];
+    for (int trial = 0; trial < 300; trial++) {
+        int V = 1 + (int)gsl_rng_uniform_int(rng, 200);
+        for (int i = 0; i < V; i++)
+            l[i] = (float)(gsl_rng_uniform_int(rng, 8) * 0.5); /* many ties */
+        double top_p = 0.05 + 0.95 * gsl_rng_uniform(rng);
+        sq_accept_softmax(l, V, 1.0, 1.0, full, ws);
+        memcpy(sorted, full, (size_t)V * sizeof *sorted);
+        for (int i = 1; i < V; i++) /* descending insertion sort */
+            for (int j = i; j > 0 && sorted[j] > sorted[j - 1]; j--) {
+                double t = sorted[j];
+                sorted[j] = sorted[j - 1];
+                sorted[j - 1] = t;
+            }
+        double cum = 0, tau = sorted[V - 1];
+        for (int i = 0; i < V; i++) {
+            cum += sorted[i];
+            if (cum >= top_p) {
+                tau = sorted[i];
+                break;
+            }
+        }
+        int kept = 0;
+        for (int i = 0; i < V; i++)
+            kept += full[i] >= tau;
+        cr_assert_eq(sq_accept_softmax(l, V, 1.0, top_p, P, ws), kept, "trial %d", trial);
+        double s = 0;
+        for (int i = 0; i < V; i++) {
+            cr_assert((P[i] > 0) == (full[i] >= tau));
+            s += P[i];
+        }
+        cr_assert(fabs(s - 1) < 1e-12);
+    }
+    gsl_rng_free(rng);
+    sq_accept_ws_free(ws);
+}
+
+Test(accept, config_rules)
+{
+    sq_error err = {0};
+    sq_accept_config c = {SQ_ACCEPT_STOCHASTIC, 0.0, 1.0};
+    cr_assert_eq(sq_accept_config_check(&c, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "greedy"), "%s", err.msg);
+    c.mode = SQ_ACCEPT_GREEDY;
+    cr_assert_eq(sq_accept_config_check(&c, NULL), SQ_OK);
+    c.mode = SQ_ACCEPT_TOPK;
+    c.temperature = -0.1;
+    cr_assert_eq(sq_accept_config_check(&c, NULL), SQ_EUSAGE);
+    c.temperature = 0.7;
+    c.top_p = 0;
+    cr_assert_eq(sq_accept_config_check(&c, NULL), SQ_EUSAGE);
+    c.top_p = 1.5;
+    cr_assert_eq(sq_accept_config_check(&c, NULL), SQ_EUSAGE);
+    c.top_p = 0.9;
+    cr_assert_eq(sq_accept_config_check(&c, NULL), SQ_OK);
+    char name[64];
+    sq_accept_config_name(&c, name, sizeof name);
+    cr_assert_str_eq(name, "topk@T0.7@p0.9");
+    c.mode = SQ_ACCEPT_STOCHASTIC;
+    c.top_p = 1;
+    sq_accept_config_name(&c, name, sizeof name);
+    cr_assert_str_eq(name, "stochastic@T0.7");
+}
+
+/* ---- sufficient statistics ---------------------------------------------------------------- */
+
+Test(accept, stats_estimate_matches_the_cluster_formula)
+{
+    sq_accept_stats *s = sq_accept_stats_new(2);
+    const double n[3] = {2, 3, 1};
+    const double y[3][2] = {{1, 0.5}, {2, 1}, {0, 1}};
+    for (int u = 0; u < 3; u++)
+        sq_accept_stats_add_unit(s, n[u], y[u]);
+    double p[2], se[2];
+    cr_assert_eq(sq_accept_stats_estimate(s, p, se), 1);
+    const double pe[2] = {3.0 / 6, 2.5 / 6};
+    for (int k = 0; k < 2; k++) {
+        cr_assert(fabs(p[k] - pe[k]) < 1e-15);
+        double v = 0;
+        for (int u = 0; u < 3; u++)
+            v += (y[u][k] - pe[k] * n[u]) * (y[u][k] - pe[k] * n[u]);
+        v *= 3.0 / 2.0 / 36.0;
+        cr_assert(fabs(se[k] - sqrt(v)) < 1e-15, "se[%d] %.17g vs %.17g", k, se[k], sqrt(v));
+    }
+    double cov[4];
+    sq_accept_stats_cov(s, cov);
+    cr_assert(fabs(cov[0] - se[0] * se[0]) < 1e-15 && fabs(cov[1] - cov[2]) < 1e-15);
+    sq_accept_stats_free(s);
+}
+
+/* The standard error is the spread of re-running the estimate on whole sequences drawn with
+ * replacement (the sequence bootstrap). */
+Test(accept, stats_stderr_matches_a_sequence_bootstrap)
+{
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 2024);
+    enum { U = 300, B = 4000 };
+    static double n[U], y[U];
+    sq_accept_stats *s = sq_accept_stats_new(1);
+    for (int u = 0; u < U; u++) {
+        n[u] = 1 + (double)gsl_rng_uniform_int(rng, 60);
+        double level = gsl_rng_uniform(rng); /* sequences differ: correlated positions */
+        y[u] = 0;
+        for (int t = 0; t < (int)n[u]; t++)
+            y[u] += level * gsl_rng_uniform(rng);
+        sq_accept_stats_add_unit(s, n[u], &y[u]);
+    }
+    double p, se;
+    sq_accept_stats_estimate(s, &p, &se);
+    double m1 = 0, m2 = 0;
+    for (int b = 0; b < B; b++) {
+        double sn = 0, sy = 0;
+        for (int u = 0; u < U; u++) {
+            int pick = (int)gsl_rng_uniform_int(rng, U);
+            sn += n[pick];
+            sy += y[pick];
+        }
+        m1 += sy / sn;
+        m2 += (sy / sn) * (sy / sn);
+    }
+    double bsd = sqrt(m2 / B - (m1 / B) * (m1 / B));
+    cr_assert(fabs(bsd / se - 1) < 0.1, "bootstrap sd %.5g vs stderr %.5g", bsd, se);
+    sq_accept_stats_free(s);
+    gsl_rng_free(rng);
+}
+
+Test(accept, stats_merge_and_json_round_trip_are_exact)
+{
+    sq_accept_stats *a = sq_accept_stats_new(3), *b = sq_accept_stats_new(3),
+                    *all = sq_accept_stats_new(3);
+    const double y[4][3] = {{0.1, 0.2, 0.3}, {1.5, 0.25, 0}, {0.7, 0.1, 0.05}, {2, 1, 0.5}};
+    for (int u = 0; u < 4; u++) {
+        sq_accept_stats_add_unit(u < 2 ? a : b, 3 + u, y[u]);
+        sq_accept_stats_add_unit(all, 3 + u, y[u]);
+    }
+    sq_accept_stats_merge(a, b);
+    cr_assert_eq(a->units, all->units);
+    cr_assert(a->sum_n == all->sum_n && a->sum_n2 == all->sum_n2);
+    for (int k = 0; k < 3; k++)
+        cr_assert(fabs(a->sum_y[k] - all->sum_y[k]) < 1e-15 &&
+                  fabs(a->sum_ny[k] - all->sum_ny[k]) < 1e-14);
+    cJSON *j = sq_accept_stats_to_json(all);
+    sq_accept_stats *back;
+    sq_error err = {0};
+    cr_assert_eq(sq_accept_stats_from_json(j, 3, "x.json", "curves[0].stats", &back, &err), SQ_OK,
+                 "%s", err.msg);
+    cr_assert(memcmp(back->sum_yy, all->sum_yy, 9 * sizeof(double)) == 0);
+    cr_assert(memcmp(back->sum_y, all->sum_y, 3 * sizeof(double)) == 0);
+    sq_accept_stats_free(back);
+    /* wrong width is named */
+    cr_assert_eq(sq_accept_stats_from_json(j, 4, "x.json", "curves[0].stats", &back, &err),
+                 SQ_EDATA);
+    cr_assert(strstr(err.msg, "x.json: curves[0].stats.sum_y"), "%s", err.msg);
+    cJSON_Delete(j);
+    sq_accept_stats_free(a);
+    sq_accept_stats_free(b);
+    sq_accept_stats_free(all);
+}
+
+Test(accept, units_are_sequences_or_batches)
+{
+    int64_t *b;
+    const int64_t off[5] = {0, 3, 3, 10, 12};
+    cr_assert_eq(sq_accept_units(off, 4, 12, &b), 3);
+    cr_assert(b[0] == 0 && b[1] == 3 && b[2] == 10 && b[3] == 12);
+    free(b);
+    const int64_t one[2] = {0, 100};
+    cr_assert_eq(sq_accept_units(one, 1, 100, &b), SQ_ACCEPT_BATCHES);
+    cr_assert(b[0] == 0 && b[SQ_ACCEPT_BATCHES] == 100);
+    for (int i = 0; i < SQ_ACCEPT_BATCHES; i++)
+        cr_assert(b[i + 1] - b[i] >= 3 && b[i + 1] - b[i] <= 4);
+    free(b);
+    const int64_t tiny[2] = {0, 5};
+    cr_assert_eq(sq_accept_units(tiny, 1, 5, &b), 5);
+    free(b);
+}
+
+/* ---- SHA-256 (FIPS 180-4 examples) ---------------------------------------------------------- */
+
+static void hex_of(const void *data, size_t len, char *hex)
+{
+    sq_sha256 h;
+    uint8_t d[SQ_SHA256_BYTES];
+    sq_sha256_init(&h);
+    /* feed in odd pieces to exercise the buffering */
+    const uint8_t *p = data;
+    size_t step = 1;
+    while (len) {
+        size_t n = step < len ? step : len;
+        sq_sha256_update(&h, p, n);
+        p += n;
+        len -= n;
+        step = step * 3 + 1;
+    }
+    sq_sha256_final(&h, d);
+    sq_sha256_hex(d, hex);
+}
+
+Test(accept, sha256_known_answers)
+{
+    char hex[SQ_SHA256_HEX];
+    hex_of("", 0, hex);
+    cr_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    hex_of("abc", 3, hex);
+    cr_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    hex_of(m, strlen(m), hex);
+    cr_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    char *mil = malloc(1000000);
+    memset(mil, 'a', 1000000);
+    hex_of(mil, 1000000, hex);
+    cr_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    free(mil);
+}
