@@ -18,6 +18,7 @@
 #ifndef SQ_RUNTIME_MODEL_H
 #define SQ_RUNTIME_MODEL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "planner/error.h"
@@ -42,6 +43,15 @@ typedef struct sq_model sq_model;
 int sq_model_load(const char *dir, sq_model **out, sq_error *err);
 void sq_model_free(sq_model *m);
 const sq_model_config *sq_model_get_config(const sq_model *m);
+
+/* A model of the shape `cfg` with random float32 weights held in memory (latency depends on
+ * shapes, not values: sequoia-profile times a 7B or 70B shape from its config.json alone).
+ * Deterministic for a seed. Refuses (SQ_EUSAGE) a shape whose weights would take more than 80%
+ * of the machine's memory. */
+int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **out, sq_error *err);
+
+/* Parameters of a model of this shape. */
+size_t sq_model_config_params(const sq_model_config *cfg);
 
 typedef enum sq_backend_kind { SQ_BACKEND_CPU = 0, SQ_BACKEND_CUDA = 1 } sq_backend_kind;
 
