@@ -1,0 +1,61 @@
+/* Planning under a serving engine's limits (sequoia-plan --engine; limits in planner/export.h).
+ *
+ *  - vllm: the best level-uniform tree k_1 x k_2 x ... x k_L (every node of level l-1 has k_l
+ *    children of ranks 1..k_l), searched exactly. The nodes of level l score in total
+ *    P_l = S_1(k_1) ... S_l(k_l) with S_l(k) = p(l,1) + ... + p(l,k) (row l of a
+ *    depth-dependent curve), so F = 1 + P_1 + P_1 P_2 + ... . With m nodes on the current
+ *    level l and R nodes of budget left, the best remainder is
+ *        G(l, m, R) = max(0, max_{k: m k <= R} S_{l+1}(k) (1 + G(l+1, m k, R - m k)))
+ *    memoised over (l, m, R): O(D N^2) memory, O(D N^2 log N) time at worst. Ties go to
+ *    stopping, then to the smaller k.
+ *  - trtllm, medusa: the DP of planner/dp.h with the width clamped to the engine's rank limit
+ *    (16 and 10 children) and, for TensorRT-LLM, the depth to 17 levels (16 speculated tokens):
+ *    exact. When a TensorRT-LLM limit on non-leaf nodes per level binds, the DP tree is
+ *    repaired: on each level the best-scoring non-leaves are kept, the other subtrees are cut,
+ *    and the freed budget is refilled best-first (highest f(parent) p(rank) first) with
+ *    nodes that keep every limit. That step is a heuristic and the result says so. */
+#ifndef SQ_PLANNER_ENGINE_H
+#define SQ_PLANNER_ENGINE_H
+
+#include "planner/curve.h"
+#include "planner/error.h"
+#include "planner/export.h"
+#include "planner/tree.h"
+
+#define SQ_UNIFORM_MAX_CELLS (1LL << 24)   /* D N^2 memo entries (8 bytes each) */
+
+typedef struct sq_engine_plan_params {
+    sq_engine       engine;
+    int             budget;          /* N: nodes, root included                      */
+    int             depth;           /* D: levels, root included                     */
+    int             width;           /* B: children per node; 0 = the curve's width  */
+    int             max_non_leaves;  /* trtllm only; 0 = no limit                    */
+    const sq_curve *curve;
+} sq_engine_plan_params;
+
+/* vllm, budget 128, depth 10, width 0, no non-leaf limit, the embedded default curve. */
+sq_engine_plan_params sq_engine_plan_default_params(void);
+
+typedef struct sq_engine_plan_result {
+    sq_tree *tree;            /* the plan's tree (to free)                                */
+    double   expected_tokens; /* its F                                                    */
+    int      exact;           /* 1: optimal under the limits; 0: repaired (heuristic)     */
+    int      depth;           /* effective depth bound and width after the engine clamps  */
+    int      width;
+} sq_engine_plan_result;
+
+int sq_engine_plan(const sq_engine_plan_params *params, sq_engine_plan_result *out,
+                   sq_error *err);
+
+/* The level-uniform search alone. k[0..*levels-1] get k_1..k_L (k must hold depth - 1
+ * entries); *F the expected tokens. Errors: SQ_EUSAGE past SQ_UNIFORM_MAX_CELLS. */
+int sq_uniform_search(const sq_curve *c, int budget, int depth, int width, int *k, int *levels,
+                      double *F, sq_error *err);
+
+/* The k_1 x k_2 x ... tree. */
+sq_tree *sq_uniform_tree(const int *k, int levels);
+
+/* Size of the k_1 x ... tree, root included (saturates at INT_MAX). */
+long long sq_uniform_size(const int *k, int levels);
+
+#endif

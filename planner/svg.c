@@ -1,0 +1,450 @@
+#include "planner/svg.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/baseline.h"
+#include "planner/io.h"
+
+static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                      "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+#define PALETTE_N ((int)(sizeof palette / sizeof *palette))
+
+static void esc(FILE *fp, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '&': fputs("&amp;", fp); break;
+        case '<': fputs("&lt;", fp); break;
+        case '>': fputs("&gt;", fp); break;
+        case '"': fputs("&quot;", fp); break;
+        default:
+            if ((unsigned char)*s >= 0x20 || *s == '\t')
+                fputc(*s, fp);
+        }
+    }
+}
+
+static void svg_begin(FILE *fp, double w, double h, const char *title)
+{
+    fprintf(fp, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+                "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+            w, h, w, h);
+    fprintf(fp, "<title>");
+    esc(fp, title);
+    fprintf(fp, "</title>\n<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n",
+            w, h);
+}
+
+static void svg_end(FILE *fp)
+{
+    fprintf(fp, "</svg>\n");
+}
+
+/* Light to dark blue by t in [0, 1]. */
+static void blue(double t, char *buf, size_t cap)
+{
+    if (!(t >= 0))
+        t = 0;
+    if (t > 1)
+        t = 1;
+    int r = (int)lround(222 + (8 - 222) * t), g = (int)lround(235 + (69 - 235) * t),
+        b = (int)lround(247 + (148 - 247) * t);
+    snprintf(buf, cap, "#%02x%02x%02x", r, g, b);
+}
+
+/* Writes via an atomic output. */
+typedef int (*writer_fn)(FILE *fp, const void *a, const void *b, sq_error *err);
+
+static int write_atomic(const char *path, writer_fn fn, const void *a, const void *b,
+                        sq_error *err)
+{
+    sq_out *out = NULL;
+    int rc = sq_out_open(&out, path, err);
+    if (rc)
+        return rc;
+    if ((rc = fn(sq_out_stream(out), a, b, err))) {
+        sq_out_abort(out);
+        return rc;
+    }
+    return sq_out_commit(out, err);
+}
+
+/* ---- plan ----------------------------------------------------------------------------- */
+
+int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
+{
+    const sq_tree *t = plan->tree;
+    int n = t->n, levels = sq_tree_depth(t);
+    double *f = malloc((size_t)n * sizeof *f), *x = malloc((size_t)n * sizeof *x);
+    int *kids = calloc((size_t)n, sizeof *kids), *first = malloc((size_t)n * sizeof *first);
+    int *stack = malloc((size_t)n * sizeof *stack), *widths = calloc((size_t)levels, sizeof *widths);
+    double *lsum = calloc((size_t)levels, sizeof *lsum);
+    if (!f || !x || !kids || !first || !stack || !widths || !lsum) {
+        free(f), free(x), free(kids), free(first), free(stack), free(widths), free(lsum);
+        return sq_error_oom(err, "svg");
+    }
+    sq_tree_expected_tokens(t, &plan->acceptance, f);
+    for (int v = 0; v < n; v++)
+        first[v] = -1;
+    for (int v = 1; v < n; v++) {
+        if (first[t->parent[v]] < 0)
+            first[t->parent[v]] = v;
+        kids[t->parent[v]]++;
+    }
+    for (int v = 0; v < n; v++) {
+        widths[t->depth[v]]++;
+        lsum[t->depth[v]] += f[v];
+    }
+    /* Leaves take consecutive slots in depth-first order; a parent sits above the middle of
+     * its children (children come after their parent in breadth-first order). */
+    int top = 0, slots = 0;
+    stack[top++] = 0;
+    while (top) {
+        int v = stack[--top];
+        if (!kids[v])
+            x[v] = slots++;
+        for (int c = kids[v] - 1; c >= 0; c--)
+            stack[top++] = first[v] + c;
+    }
+    for (int v = n - 1; v >= 0; v--)
+        if (kids[v])
+            x[v] = 0.5 * (x[first[v]] + x[first[v] + kids[v] - 1]);
+
+    int labels = n <= SQ_SVG_LABEL_MAX;
+    double dx = labels ? 34 : fmax(3.0, fmin(14.0, 3000.0 / slots));
+    double dy = labels ? 72 : 48;
+    double r = labels ? 12 : fmax(1.2, fmin(5.0, dx * 0.42));
+    double left = 30, topm = 70, panel = 210;
+    double plot_w = fmax(slots * dx, 560);
+    double W = left + plot_w + panel, H = topm + (levels - 1) * dy + 40 + 70;
+    double fmin_pos = 1.0;
+    for (int v = 0; v < n; v++)
+        if (f[v] > 0 && f[v] < fmin_pos)
+            fmin_pos = f[v];
+    double lmin = log10(fmin_pos) < -1e-9 ? log10(fmin_pos) : -1.0;
+
+    char title[256];
+    snprintf(title, sizeof title, "Sequoia plan: %d nodes, depth %d, %.4f expected tokens/step", n,
+             levels, plan->expected_tokens);
+    svg_begin(fp, W, H, title);
+    fprintf(fp, "<text x=\"%.0f\" y=\"28\" font-size=\"18\" font-weight=\"bold\">", left);
+    esc(fp, title);
+    fprintf(fp, "</text>\n<text x=\"%.0f\" y=\"48\" font-size=\"12\" fill=\"#444\">curve ", left);
+    esc(fp, plan->acceptance.name);
+    fprintf(fp, " (%s); node label: rank, and score f(v) below; colour: f(v)%s</text>\n",
+            plan->rank_semantics, labels ? "" : " (hover a node for its rank, path and score)");
+
+#define PX(v) (left + dx * (x[v] + 0.5) + (plot_w - slots * dx) / 2)
+#define PY(v) (topm + 20 + dy * t->depth[v])
+    /* edges, one path */
+    if (n > 1) {
+        fprintf(fp, "<path fill=\"none\" stroke=\"#9aa\" stroke-width=\"%.2f\" d=\"",
+                labels ? 1.2 : 0.6);
+        for (int v = 1; v < n; v++)
+            fprintf(fp, "M%.1f %.1fL%.1f %.1f", PX(t->parent[v]), PY(t->parent[v]), PX(v), PY(v));
+        fprintf(fp, "\"/>\n");
+    }
+    /* nodes */
+    for (int v = 0; v < n; v++) {
+        char col[16];
+        double tcol = f[v] > 0 ? 1.0 - log10(f[v]) / lmin : 0.0;
+        blue(tcol, col, sizeof col);
+        fprintf(fp, "<g><title>");
+        if (v == 0) {
+            fprintf(fp, "root, f = 1");
+        } else {
+            fprintf(fp, "node %d, path ", v);
+            int path[64], len = 0;
+            for (int u = v; u > 0 && len < 64; u = t->parent[u])
+                path[len++] = t->rank[u] - 1;
+            fputc('[', fp);
+            for (int i = len - 1; i >= 0; i--)
+                fprintf(fp, i == len - 1 ? "%d" : ", %d", path[i]);
+            fprintf(fp, "%s], rank %d, f = %.6g", t->depth[v] > 64 ? ", ..." : "", t->rank[v], f[v]);
+        }
+        fprintf(fp, "</title><circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.1f\" fill=\"%s\" stroke=\"#234\" "
+                    "stroke-width=\"%.2f\"/>", PX(v), PY(v), r, col, labels ? 1.0 : 0.3);
+        if (labels) {
+            fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\" "
+                        "fill=\"%s\">%s", PX(v), PY(v) + 3.5, tcol > 0.55 ? "white" : "black",
+                    v == 0 ? "R" : "");
+            if (v)
+                fprintf(fp, "%d", t->rank[v]);
+            fprintf(fp, "</text><text x=\"%.1f\" y=\"%.1f\" font-size=\"8\" text-anchor=\"middle\" "
+                        "fill=\"#333\">%.2g</text>", PX(v), PY(v) + r + 9, f[v]);
+        }
+        fprintf(fp, "</g>\n");
+    }
+    /* level widths at the side */
+    double px = left + plot_w + 20;
+    fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" font-weight=\"bold\">level: nodes, "
+                "&#931;f</text>\n", px, topm);
+    for (int l = 0; l < levels; l++)
+        fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">%d: %d nodes, %.3f</text>\n", px,
+                topm + 20 + dy * l + 4, l, widths[l], lsum[l]);
+    /* legend: colour scale (rectangles) */
+    double ly = topm + (levels - 1) * dy + 70;
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"11\">f(v):</text>\n", left, ly + 11);
+    for (int i = 0; i < 20; i++) {
+        char col[16];
+        blue(i / 19.0, col, sizeof col);
+        fprintf(fp, "<rect x=\"%.1f\" y=\"%.1f\" width=\"10\" height=\"14\" fill=\"%s\"/>\n",
+                left + 40 + 10 * i, ly, col);
+    }
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"10\">%.2g</text>\n", left + 40, ly + 26,
+            pow(10, lmin));
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">1</text>\n",
+            left + 240, ly + 26);
+    fprintf(fp, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"10\" fill=\"#444\">(log scale)</text>\n",
+            left + 250, ly + 11);
+#undef PX
+#undef PY
+    svg_end(fp);
+    free(f), free(x), free(kids), free(first), free(stack), free(widths), free(lsum);
+    return SQ_OK;
+}
+
+static int plan_writer(FILE *fp, const void *a, const void *b, sq_error *err)
+{
+    (void)b;
+    return sq_svg_plan_write(fp, a, err);
+}
+
+int sq_svg_plan(const sq_plan *plan, const char *path, sq_error *err)
+{
+    return write_atomic(path, plan_writer, plan, NULL, err);
+}
+
+/* ---- axes ----------------------------------------------------------------------------- */
+
+typedef struct axes {
+    double x0, y0, w, h;        /* plot area (pixels), y0 at the top                */
+    double xmin, xmax;          /* data range                                        */
+    double ymin, ymax;          /* data range; log10 values when ylog               */
+    int    ylog;
+} axes;
+
+static double ax_x(const axes *a, double x)
+{
+    return a->x0 + (x - a->xmin) / (a->xmax - a->xmin) * a->w;
+}
+
+static double ax_y(const axes *a, double y)
+{
+    double v = a->ylog ? log10(y) : y;
+    return a->y0 + a->h - (v - a->ymin) / (a->ymax - a->ymin) * a->h;
+}
+
+static double nice_step(double range, int ticks)
+{
+    double raw = range / ticks, mag = pow(10, floor(log10(raw)));
+    double m = raw / mag;
+    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * mag;
+}
+
+static void draw_axes(FILE *fp, const axes *a, const char *xlabel, const char *ylabel)
+{
+    fprintf(fp, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                "stroke=\"#333\"/>\n", a->x0, a->y0, a->w, a->h);
+    /* x ticks */
+    double xs = nice_step(a->xmax - a->xmin, 10);
+    if (xs < 1)
+        xs = 1;
+    for (double xv = ceil(a->xmin / xs) * xs; xv <= a->xmax + 1e-9; xv += xs) {
+        double px = ax_x(a, xv);
+        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n",
+                px, a->y0, px, a->y0 + a->h, px, a->y0 + a->h + 15, xv);
+    }
+    if (a->ylog) {
+        for (int e = (int)ceil(a->ymin - 1e-9); e <= (int)floor(a->ymax + 1e-9); e++) {
+            double py = ax_y(a, pow(10, e));
+            fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n",
+                    a->x0, py, a->x0 + a->w, py, a->x0 - 5, py + 4, pow(10, e));
+        }
+    } else {
+        double ys = nice_step(a->ymax - a->ymin, 8);
+        for (double yv = ceil(a->ymin / ys) * ys; yv <= a->ymax + 1e-9; yv += ys) {
+            double py = ax_y(a, yv);
+            fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n",
+                    a->x0, py, a->x0 + a->w, py, a->x0 - 5, py + 4, yv);
+        }
+    }
+    fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"middle\">%s</text>\n",
+            a->x0 + a->w / 2, a->y0 + a->h + 36, xlabel);
+    fprintf(fp, "<text transform=\"translate(%.1f %.1f) rotate(-90)\" font-size=\"13\" "
+                "text-anchor=\"middle\">%s</text>\n", a->x0 - 48, a->y0 + a->h / 2, ylabel);
+}
+
+/* ---- acceptance curves ----------------------------------------------------------------- */
+
+int sq_svg_curves_write(FILE *fp, const sq_curve_set *set, sq_error *err)
+{
+    if (!set || set->n < 1)
+        return sq_error_set(err, SQ_EDATA, "svg: no curve to draw");
+    int wmax = 1;
+    double pmin = 1.0;
+    for (int i = 0; i < set->n; i++) {
+        const sq_curve *c = &set->curves[i];
+        int w = c->width < SQ_SVG_MAX_RANKS ? c->width : SQ_SVG_MAX_RANKS;
+        if (w > wmax)
+            wmax = w;
+        for (int k = 0; k < w; k++) {
+            double lo = c->p[k] - (c->stderr_p ? c->stderr_p[k] : 0);
+            if (c->p[k] > 0 && c->p[k] < pmin)
+                pmin = c->p[k];
+            if (lo > 0 && lo < pmin)
+                pmin = lo;
+        }
+    }
+    if (pmin < 1e-6)
+        pmin = 1e-6;
+    double legend_h = 18.0 * set->n;
+    axes a = {.x0 = 80, .y0 = 60, .w = 620, .h = 400, .xmin = 0.5, .xmax = wmax + 0.5,
+              .ymin = floor(log10(pmin)), .ymax = 0, .ylog = 1};
+    if (a.ymin > -1)
+        a.ymin = -1;
+    double W = 960, H = fmax(a.y0 + a.h + 60, a.y0 + legend_h + 40);
+    svg_begin(fp, W, H, "Acceptance curves");
+    fprintf(fp, "<text x=\"80\" y=\"30\" font-size=\"18\" font-weight=\"bold\">Acceptance "
+                "vectors: p_k against rank k (error bars: &#177;1 standard error)</text>\n");
+    draw_axes(fp, &a, "rank k (the k-th child tried)", "p_k (log scale)");
+    double floor_y = pow(10, a.ymin);
+    for (int i = 0; i < set->n; i++) {
+        const sq_curve *c = &set->curves[i];
+        const char *col = palette[i % PALETTE_N];
+        int w = c->width < SQ_SVG_MAX_RANKS ? c->width : SQ_SVG_MAX_RANKS;
+        fprintf(fp, "<g><title>");
+        esc(fp, c->name);
+        fprintf(fp, "</title>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"",
+                col);
+        for (int k = 0; k < w; k++)
+            if (c->p[k] > 0)
+                fprintf(fp, "%.1f,%.1f ", ax_x(&a, k + 1), ax_y(&a, fmax(c->p[k], floor_y)));
+        fprintf(fp, "\"/>\n");
+        for (int k = 0; k < w; k++) {
+            double p = c->p[k], px = ax_x(&a, k + 1);
+            if (c->stderr_p && c->stderr_p[k] > 0) {
+                double hi = fmin(1.0, p + c->stderr_p[k]), lo = fmax(floor_y, p - c->stderr_p[k]);
+                fprintf(fp, "<path stroke=\"%s\" fill=\"none\" d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1f"
+                            "L%.1f %.1fM%.1f %.1fL%.1f %.1f\"/>", col, px, ax_y(&a, lo), px,
+                        ax_y(&a, hi), px - 3, ax_y(&a, lo), px + 3, ax_y(&a, lo), px - 3,
+                        ax_y(&a, hi), px + 3, ax_y(&a, hi));
+            }
+            fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.8\" fill=\"%s\" stroke=\"%s\"><title>"
+                        "p_%d = %.6g%s</title></circle>\n", px, ax_y(&a, fmax(p, floor_y)),
+                    p > 0 ? col : "white", col, k + 1, p, p > 0 ? "" : " (drawn at the axis floor)");
+        }
+        fprintf(fp, "</g>\n");
+        double ly = a.y0 + 10 + 18.0 * i;
+        fprintf(fp, "<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
+                    "stroke-width=\"2\"/><text x=\"752\" y=\"%.1f\" font-size=\"12\">", ly, ly, col,
+                ly + 4);
+        esc(fp, c->name);
+        fprintf(fp, " (%s, &#931;p = %.3f)</text>\n", c->mode ? c->mode : "?", 1.0 - c->reject);
+    }
+    if (wmax == SQ_SVG_MAX_RANKS)
+        fprintf(fp, "<text x=\"80\" y=\"%.1f\" font-size=\"11\" fill=\"#444\">ranks past %d not "
+                    "drawn</text>\n", H - 8, SQ_SVG_MAX_RANKS);
+    svg_end(fp);
+    return SQ_OK;
+}
+
+static int curves_writer(FILE *fp, const void *a, const void *b, sq_error *err)
+{
+    (void)b;
+    return sq_svg_curves_write(fp, a, err);
+}
+
+int sq_svg_curves(const sq_curve_set *set, const char *path, sq_error *err)
+{
+    return write_atomic(path, curves_writer, set, NULL, err);
+}
+
+/* ---- expected-tokens table ------------------------------------------------------------- */
+
+int sq_svg_table_write(FILE *fp, const sq_dp *dp, const sq_curve *curve, sq_error *err)
+{
+    int N = sq_dp_budget(dp), D = sq_dp_depth(dp), B = sq_dp_width(dp);
+    int depths[6], nd = 0;
+    if (D <= 7) {
+        for (int d = 2; d <= D && nd < 6; d++)
+            depths[nd++] = d;
+        if (nd && depths[nd - 1] != D && D >= 2)
+            depths[nd - 1] = D;
+    } else {
+        for (int i = 0; i < 6; i++) {
+            int d = 2 + (int)lround((D - 2) * i / 5.0);
+            if (!nd || depths[nd - 1] != d)
+                depths[nd++] = d;
+        }
+    }
+    if (nd == 0)
+        depths[nd++] = D;
+    double fmax_v = 1.0;
+    for (int n = 1; n <= N; n++) {
+        double b = sq_dp_best(dp, n, D);
+        if (isfinite(b) && b > fmax_v)
+            fmax_v = b;
+    }
+    double ys = nice_step(fmax_v - 1.0 > 0.5 ? fmax_v - 1.0 : 0.5, 8);
+    axes a = {.x0 = 80, .y0 = 60, .w = 620, .h = 400, .xmin = 1, .xmax = N > 1 ? N : 2,
+              .ymin = 1.0, .ymax = ceil(fmax_v / ys) * ys, .ylog = 0};
+    if (a.ymax <= a.ymin)
+        a.ymax = a.ymin + 1;
+    svg_begin(fp, 960, 540, "Expected tokens per step");
+    fprintf(fp, "<text x=\"80\" y=\"30\" font-size=\"18\" font-weight=\"bold\">Best expected tokens "
+                "per step F(n, d) against tree size n</text>\n<text x=\"80\" y=\"48\" "
+                "font-size=\"12\" fill=\"#444\">curve ");
+    esc(fp, curve->name);
+    fprintf(fp, "; width &#8804; %d; baselines at depth &#8804; %d</text>\n", B, D);
+    draw_axes(fp, &a, "tree size n (nodes, root included)", "expected tokens per step F");
+    int li = 0;
+    for (int i = 0; i < nd; i++, li++) {
+        const char *col = palette[i % PALETTE_N];
+        fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"", col);
+        for (int n = 1; n <= N; n++) {
+            double b = sq_dp_best(dp, n, depths[i]);
+            if (isfinite(b))
+                fprintf(fp, "%.1f,%.1f ", ax_x(&a, n), ax_y(&a, b));
+        }
+        fprintf(fp, "\"/>\n<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
+                    "stroke-width=\"2\"/><text x=\"752\" y=\"%.1f\" font-size=\"12\">optimal tree, "
+                    "depth &#8804; %d</text>\n", 70.0 + 18 * li, 70.0 + 18 * li, col,
+                74.0 + 18 * li, depths[i]);
+    }
+    /* baselines */
+    const char *bcol[2] = {"#555", "#b8860b"};
+    const char *bname[2] = {"longest chain", "best k x L (SpecInfer)"};
+    for (int b = 0; b < 2; b++, li++) {
+        fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
+                    "stroke-dasharray=\"6 4\" points=\"", bcol[b]);
+        for (int n = 1; n <= N; n++) {
+            int nodes, k, L;
+            double v = b == 0 ? sq_baseline_chain(curve, n, D, &nodes)
+                              : sq_baseline_kxl(curve, n, D, B, &k, &L);
+            fprintf(fp, "%.1f,%.1f ", ax_x(&a, n), ax_y(&a, v));
+        }
+        fprintf(fp, "\"/>\n<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
+                    "stroke-width=\"2\" stroke-dasharray=\"6 4\"/><text x=\"752\" y=\"%.1f\" "
+                    "font-size=\"12\">%s</text>\n", 70.0 + 18 * li, 70.0 + 18 * li, bcol[b],
+                74.0 + 18 * li, bname[b]);
+    }
+    svg_end(fp);
+    return SQ_OK;
+}
+
+static int table_writer(FILE *fp, const void *a, const void *b, sq_error *err)
+{
+    return sq_svg_table_write(fp, a, b, err);
+}
+
+int sq_svg_table(const sq_dp *dp, const sq_curve *curve, const char *path, sq_error *err)
+{
+    return write_atomic(path, table_writer, dp, curve, err);
+}
