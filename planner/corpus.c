@@ -160,9 +160,8 @@ static int attr_open(sq_corpus *c, const char *name, hid_t *attr, sq_error *err)
 {
     htri_t ex = H5Aexists(c->file, name);
     if (ex <= 0)
-        return sq_error_set(err, SQ_EDATA,
-                            "%s: /: missing root attribute '%s' (is this a sequoia corpus?)",
-                            c->path, name);
+        return sq_error_set(err, SQ_EDATA, "%s: /: missing root attribute '%s'%s", c->path, name,
+                            strcmp(name, "format") == 0 ? " (is this a sequoia corpus?)" : "");
     *attr = H5Aopen(c->file, name, H5P_DEFAULT);
     if (*attr < 0) {
         char d[256];
@@ -1149,21 +1148,9 @@ int sq_corpus_writer_append(sq_corpus_writer *w, const float *target, const floa
     if (rows == 0)
         return SQ_OK;
     int V = w->p.vocab;
-    if (w->has_tokens < 0) {
-        w->has_tokens = tokens != NULL;
-        if (w->has_tokens) {
-            w->tokens = create_rows_dataset(w, "/tokens", H5T_STD_I32LE, 0);
-            if (w->tokens < 0) {
-                char d[256];
-                w->failed = 1;
-                return sq_error_set(err, SQ_EIO, "%s: /tokens: cannot create: %s", w->path,
-                                    h5_detail(d));
-            }
-        }
-    } else if (w->has_tokens != (tokens != NULL)) {
+    if (w->has_tokens >= 0 && w->has_tokens != (tokens != NULL))
         return sq_error_set(err, SQ_EUSAGE, "%s: /tokens: tokens must be given with every append or "
                             "with none", w->path);
-    }
     /* Check everything before staging anything, so that a refused append changes nothing. */
     for (int r = 0; r < rows; r++) {
         int64_t row = w->flushed + w->staged + r;
@@ -1182,6 +1169,18 @@ int sq_corpus_writer_append(sq_corpus_writer *w, const float *target, const floa
         if (tokens && (tokens[r] < 0 || tokens[r] >= V))
             return sq_error_set(err, SQ_EDATA, "%s: /tokens: row %lld: token id %d is outside the "
                                 "vocabulary [0, %d)", w->path, (long long)row, (int)tokens[r], V);
+    }
+    if (w->has_tokens < 0) {
+        w->has_tokens = tokens != NULL;
+        if (w->has_tokens) {
+            w->tokens = create_rows_dataset(w, "/tokens", H5T_STD_I32LE, 0);
+            if (w->tokens < 0) {
+                char d[256];
+                w->failed = 1;
+                return sq_error_set(err, SQ_EIO, "%s: /tokens: cannot create: %s", w->path,
+                                    h5_detail(d));
+            }
+        }
     }
     for (int r = 0; r < rows; r++) {
         for (int k = 0; k < 2; k++) {
