@@ -1,0 +1,74 @@
+/* Internal: the model's weights as the backends see them, and the backend vtable behind
+ * sq_context_* (runtime/model.h). Not part of the public API.
+ *
+ * context.c checks every argument of sq_context_forward/commit (token range, positions, mask
+ * rows, pending and committed capacity, keep indices) before calling a backend, and keeps the
+ * committed/pending counts; a backend only computes. Adding a backend (CUDA, issue 7) means
+ * one more sq_backend_ops and a case in sq_context_new. */
+#ifndef SQ_RUNTIME_BACKEND_H
+#define SQ_RUNTIME_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/model.h"
+#include "runtime/safetensors.h"
+
+/* One decoder layer. Matrices are HF nn.Linear weights: (out_features, in_features),
+ * row-major, so y = W x. q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim. */
+typedef struct sq_layer_weights {
+    const float *attn_norm;   // (dim)                 input_layernorm.weight
+    const float *wq;          // (q_dim, dim)          self_attn.q_proj.weight
+    const float *wk;          // (kv_dim, dim)         self_attn.k_proj.weight
+    const float *wv;          // (kv_dim, dim)         self_attn.v_proj.weight
+    const float *wo;          // (dim, q_dim)          self_attn.o_proj.weight
+    const float *ffn_norm;    // (dim)                 post_attention_layernorm.weight
+    const float *w_gate;      // (hidden_dim, dim)     mlp.gate_proj.weight
+    const float *w_up;        // (hidden_dim, dim)     mlp.up_proj.weight
+    const float *w_down;      // (dim, hidden_dim)     mlp.down_proj.weight
+} sq_layer_weights;
+
+typedef struct sq_weights {
+    const float      *embed;    // (vocab, dim)        model.embed_tokens.weight
+    sq_layer_weights *layers;   // (n_layers)          model.layers.{i}.*
+    const float      *norm;     // (dim)               model.norm.weight
+    const float      *lm_head;  // (vocab, dim)        lm_head.weight, or embed when tied
+} sq_weights;
+
+/* Float32 weights: F32 tensors whose data is 4-byte aligned in the mapping are used in place
+ * (no copy; the pages belong to the page cache). F16/BF16 tensors, and unaligned F32 ones,
+ * are converted once at load into malloc'd buffers (4 bytes per parameter). */
+struct sq_model {
+    sq_model_config config;
+    char           *dir;
+    sq_st_set      *st;          /* the mapped checkpoint; raw tensors for other backends  */
+    sq_weights      w;
+    float         **owned;       /* (n_owned) conversion buffers                           */
+    int             n_owned;
+    size_t          owned_bytes; /* their total size                                       */
+};
+
+typedef struct sq_backend_ops {
+    const char *name;
+    /* Allocates ctx->impl for ctx->model and ctx->params. */
+    int  (*init)(sq_context *ctx, sq_error *err);
+    void (*free)(sq_context *ctx);
+    /* Arguments already checked; ctx->n_committed / n_pending are the counts before the call.
+     * Must not fail on valid arguments once init succeeded. */
+    void (*forward)(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                    const uint8_t *mask, int n, float *logits);
+    void (*commit)(sq_context *ctx, const int32_t *keep, int nkeep);
+} sq_backend_ops;
+
+struct sq_context {
+    const sq_model        *model;
+    sq_context_params      params;
+    const sq_backend_ops  *ops;
+    void                  *impl;
+    int                    n_committed;
+    int                    n_pending;
+};
+
+extern const sq_backend_ops sq_backend_cpu;
+
+#endif

@@ -1,0 +1,142 @@
+/* sq_context_*: argument checks and bookkeeping shared by every backend (runtime/backend.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/backend.h"
+
+/* Committed + pending slots one context may hold (keeps every cache size inside 64 bits). */
+#define SQ_CONTEXT_MAX_SLOTS (1 << 24)
+
+sq_context_params sq_context_default_params(void)
+{
+    sq_context_params p = {
+        .max_context = 2048,
+        .max_pending = 256,
+        .backend = SQ_BACKEND_CPU,
+        .threads = 0,
+    };
+    return p;
+}
+
+int sq_context_new(const sq_model *m, const sq_context_params *params, sq_context **out,
+                   sq_error *err)
+{
+    *out = NULL;
+    const sq_backend_ops *ops = NULL;
+    switch (params->backend) {
+    case SQ_BACKEND_CPU:
+        ops = &sq_backend_cpu;
+        break;
+    case SQ_BACKEND_CUDA:
+        return sq_error_set(err, SQ_EUSAGE, "this build has no CUDA backend");
+    default:
+        return sq_error_set(err, SQ_EUSAGE, "unknown backend %d", (int)params->backend);
+    }
+    if (params->max_context < 1 || params->max_pending < 1 ||
+        (long long)params->max_context + params->max_pending > SQ_CONTEXT_MAX_SLOTS)
+        return sq_error_set(err, SQ_EUSAGE, "context: max_context %d and max_pending %d must be "
+                            ">= 1 and sum to at most %d", params->max_context,
+                            params->max_pending, SQ_CONTEXT_MAX_SLOTS);
+    if (params->threads < 0)
+        return sq_error_set(err, SQ_EUSAGE, "context: threads %d must be >= 0 (0: all cores)",
+                            params->threads);
+    sq_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return sq_error_oom(err, "a context");
+    ctx->model = m;
+    ctx->params = *params;
+    ctx->ops = ops;
+    int rc = ops->init(ctx, err);
+    if (rc) {
+        free(ctx);
+        return rc;
+    }
+    *out = ctx;
+    return SQ_OK;
+}
+
+void sq_context_free(sq_context *ctx)
+{
+    if (!ctx)
+        return;
+    ctx->ops->free(ctx);
+    free(ctx);
+}
+
+int sq_context_committed(const sq_context *ctx)
+{
+    return ctx->n_committed;
+}
+
+int sq_context_pending(const sq_context *ctx)
+{
+    return ctx->n_pending;
+}
+
+int sq_context_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                       const uint8_t *mask, int n, float *logits, sq_error *err)
+{
+    const int vocab = ctx->model->config.vocab_size;
+    const int P = ctx->n_pending;
+    if (n < 1 || !tokens || !pos || !mask || !logits)
+        return sq_error_set(err, SQ_EUSAGE, "forward: needs n >= 1 tokens (got %d) and non-null "
+                            "tokens, pos, mask and logits", n);
+    if (n > ctx->params.max_pending - P)
+        return sq_error_set(err, SQ_EUSAGE, "forward: %d pending + %d new tokens exceed "
+                            "max_pending %d", P, n, ctx->params.max_pending);
+    const int width = P + n;
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= vocab)
+            return sq_error_set(err, SQ_EDATA, "forward: tokens[%d]: id %d is outside the "
+                                "vocabulary [0, %d)", i, (int)tokens[i], vocab);
+        if (pos[i] < 0)
+            return sq_error_set(err, SQ_EUSAGE, "forward: pos[%d]: %d is negative", i,
+                                (int)pos[i]);
+        if (ctx->n_committed == 0) {
+            const uint8_t *row = mask + (size_t)i * (size_t)width;
+            int any = 0;
+            for (int j = 0; j < width && !any; j++)
+                any = row[j] != 0;
+            if (!any)
+                return sq_error_set(err, SQ_EUSAGE, "forward: mask row %d attends to nothing "
+                                    "(no committed tokens and no pending bit set)", i);
+        }
+    }
+    ctx->ops->forward(ctx, tokens, pos, mask, n, logits);
+    ctx->n_pending += n;
+    return SQ_OK;
+}
+
+int sq_context_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err)
+{
+    const int P = ctx->n_pending;
+    if (nkeep < 0 || (nkeep > 0 && !keep))
+        return sq_error_set(err, SQ_EUSAGE, "commit: nkeep %d must be >= 0 with a keep array",
+                            nkeep);
+    if (nkeep > P)
+        return sq_error_set(err, SQ_EUSAGE, "commit: keeps %d of only %d pending tokens", nkeep,
+                            P);
+    if (nkeep > ctx->params.max_context - ctx->n_committed)
+        return sq_error_set(err, SQ_EUSAGE, "commit: %d committed + %d kept tokens exceed "
+                            "max_context %d", ctx->n_committed, nkeep, ctx->params.max_context);
+    for (int k = 0; k < nkeep; k++) {
+        if (keep[k] < 0 || keep[k] >= P)
+            return sq_error_set(err, SQ_EUSAGE, "commit: keep[%d]: slot %d is not pending "
+                                "(0 .. %d)", k, (int)keep[k], P - 1);
+        for (int j = 0; j < k; j++)
+            if (keep[j] == keep[k])
+                return sq_error_set(err, SQ_EUSAGE, "commit: keep[%d]: slot %d kept twice", k,
+                                    (int)keep[k]);
+    }
+    if (nkeep > 0)
+        ctx->ops->commit(ctx, keep, nkeep);
+    ctx->n_committed += nkeep;
+    ctx->n_pending = 0;
+    return SQ_OK;
+}
+
+void sq_context_reset(sq_context *ctx)
+{
+    ctx->n_committed = 0;
+    ctx->n_pending = 0;
+}

@@ -1,0 +1,332 @@
+/* The CPU backend: float32 Llama forward with tree attention over a KV cache.
+ *
+ * GEMMs go through GSL's CBLAS interface (gsl/gsl_cblas.h); the build links OpenBLAS, not
+ * libgslcblas, so cblas_* resolve to OpenBLAS. RMSNorm, RoPE, attention and SwiGLU are written
+ * here. The KV cache holds, per layer, max_context committed slots followed by max_pending
+ * pending slots: committed token t sits in slot t, pending token j in slot C + j (C = committed
+ * count). Keys are stored after RoPE, so a slot never needs its position again. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <gsl/gsl_cblas.h>
+
+#include "runtime/backend.h"
+
+/* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). */
+void openblas_set_num_threads(int num_threads);
+
+/* Below this many multiply-adds, attention runs on the calling thread only. */
+#define ATTN_PARALLEL_MIN_WORK (1 << 18)
+/* Most attention threads per call. */
+#define ATTN_MAX_WORKERS 64
+
+typedef struct cpu_state {
+    int    slots;        /* max_context + max_pending                                  */
+    int    threads;
+    float *key_cache;    // (layer, slots, kv_dim)
+    float *value_cache;  // (layer, slots, kv_dim)
+    float *x;            // (max_pending, dim)         residual stream
+    float *xb;           // (max_pending, dim)         normed input / scratch
+    float *q;            // (max_pending, q_dim)
+    float *att_out;      // (max_pending, q_dim)
+    float *hb;           // (max_pending, hidden_dim)
+    float *hb2;          // (max_pending, hidden_dim)
+    float *scores;       // (threads, slots)           attention weights per worker
+    float *rope_cos;     // (max_pending, head_dim/2)
+    float *rope_sin;     // (max_pending, head_dim/2)
+    float *inv_freq;     // (head_dim/2)
+} cpu_state;
+
+static void cpu_free(sq_context *ctx)
+{
+    cpu_state *s = ctx->impl;
+    if (!s)
+        return;
+    free(s->key_cache);
+    free(s->value_cache);
+    free(s->x);
+    free(s->xb);
+    free(s->q);
+    free(s->att_out);
+    free(s->hb);
+    free(s->hb2);
+    free(s->scores);
+    free(s->rope_cos);
+    free(s->rope_sin);
+    free(s->inv_freq);
+    free(s);
+    ctx->impl = NULL;
+}
+
+static float *alloc_floats(size_t a, size_t b, size_t c, int *ok)
+{
+    size_t n;
+    if (!*ok || __builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, c, &n) ||
+        __builtin_mul_overflow(n, sizeof(float), &n)) {
+        *ok = 0;
+        return NULL;
+    }
+    float *p = calloc(n ? n : 1, 1);
+    if (!p)
+        *ok = 0;
+    return p;
+}
+
+static int cpu_init(sq_context *ctx, sq_error *err)
+{
+    const sq_model_config *c = &ctx->model->config;
+    const sq_context_params *p = &ctx->params;
+    cpu_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return sq_error_oom(err, "the CPU context");
+    ctx->impl = s;
+    s->slots = p->max_context + p->max_pending;
+    s->threads = p->threads;
+    if (s->threads == 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        s->threads = ncpu > 0 ? (int)ncpu : 1;
+    }
+    size_t q_dim = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    size_t mp = (size_t)p->max_pending;
+    int ok = 1;
+    s->key_cache = alloc_floats((size_t)c->n_layers, (size_t)s->slots, kv_dim, &ok);
+    s->value_cache = alloc_floats((size_t)c->n_layers, (size_t)s->slots, kv_dim, &ok);
+    s->x = alloc_floats(mp, (size_t)c->dim, 1, &ok);
+    s->xb = alloc_floats(mp, (size_t)c->dim, 1, &ok);
+    s->q = alloc_floats(mp, q_dim, 1, &ok);
+    s->att_out = alloc_floats(mp, q_dim, 1, &ok);
+    s->hb = alloc_floats(mp, (size_t)c->hidden_dim, 1, &ok);
+    s->hb2 = alloc_floats(mp, (size_t)c->hidden_dim, 1, &ok);
+    s->scores = alloc_floats((size_t)s->threads, (size_t)s->slots, 1, &ok);
+    s->rope_cos = alloc_floats(mp, (size_t)c->head_dim / 2, 1, &ok);
+    s->rope_sin = alloc_floats(mp, (size_t)c->head_dim / 2, 1, &ok);
+    s->inv_freq = alloc_floats((size_t)c->head_dim / 2, 1, 1, &ok);
+    if (!ok) {
+        size_t mib = (size_t)c->n_layers * (size_t)s->slots * kv_dim * 2 * sizeof(float) >> 20;
+        cpu_free(ctx);
+        return sq_error_set(err, SQ_ESOFTWARE, "out of memory for a KV cache of %d slots "
+                            "(about %zu MiB) and scratch", p->max_context + p->max_pending, mib);
+    }
+    /* As transformers computes it: inv_freq[i] = 1 / theta^(2i / head_dim) in float32. */
+    for (int i = 0; i < c->head_dim / 2; i++)
+        s->inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+    openblas_set_num_threads(s->threads);
+    return SQ_OK;
+}
+
+/* out (n, d_out) = in (n, d_in) @ w^T + beta * out, with w (d_out, d_in) row-major. */
+static void linear(float *out, const float *in, const float *w, int n, int d_in, int d_out,
+                   float beta)
+{
+    if (n == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, d_out, d_in, 1.0f, w, d_in, in, 1, beta, out, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d_out, d_in, 1.0f, in, d_in, w,
+                    d_in, beta, out, d_out);
+}
+
+static void rmsnorm(float *out, const float *x, const float *weight, int n, int dim, float eps)
+{
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * dim;
+        float *oi = out + (size_t)i * dim;
+        float ss = 0.0f;
+        for (int k = 0; k < dim; k++)
+            ss += xi[k] * xi[k];
+        float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+        for (int k = 0; k < dim; k++)
+            oi[k] = weight[k] * (xi[k] * scale);
+    }
+}
+
+/* HF rotate_half convention: within each head, element k pairs with k + head_dim/2. */
+static void rope(float *v, int n_heads, int head_dim, const float *cosv, const float *sinv)
+{
+    int half = head_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *a = v + (size_t)h * head_dim;
+        float *b = a + half;
+        for (int k = 0; k < half; k++) {
+            float x0 = a[k], x1 = b[k];
+            a[k] = x0 * cosv[k] - x1 * sinv[k];
+            b[k] = x1 * cosv[k] + x0 * sinv[k];
+        }
+    }
+}
+
+typedef struct attn_job {
+    const sq_model_config *c;
+    cpu_state             *s;
+    int                    layer, n, C, P;
+    const uint8_t         *mask;
+    int                    worker, n_workers;
+} attn_job;
+
+/* Token i, head h: softmax(q k^T / sqrt(hd)) over the committed slots and the pending slots its
+ * mask row allows, times v. */
+static void attn_one(const attn_job *jb, float *sc, int i, int h)
+{
+    const sq_model_config *c = jb->c;
+    const cpu_state *s = jb->s;
+    const int hd = c->head_dim, kv_dim = c->n_kv_heads * hd;
+    const int kvh = h / (c->n_heads / c->n_kv_heads);
+    const int width = jb->P + jb->n;
+    const float *q = s->q + (size_t)i * c->n_heads * hd + (size_t)h * hd;
+    const float *kc = s->key_cache + (size_t)jb->layer * s->slots * kv_dim + (size_t)kvh * hd;
+    const float *vc = s->value_cache + (size_t)jb->layer * s->slots * kv_dim + (size_t)kvh * hd;
+    const uint8_t *row = jb->mask + (size_t)i * width;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int total = jb->C + width;
+    float mx = -INFINITY;
+    for (int t = 0; t < total; t++) {
+        if (t >= jb->C && !row[t - jb->C]) {
+            sc[t] = -INFINITY;
+            continue;
+        }
+        const float *k = kc + (size_t)t * kv_dim;
+        float d = 0.0f;
+        for (int e = 0; e < hd; e++)
+            d += q[e] * k[e];
+        sc[t] = d * scale;
+        if (sc[t] > mx)
+            mx = sc[t];
+    }
+    float sum = 0.0f;
+    for (int t = 0; t < total; t++) {
+        float e = sc[t] == -INFINITY ? 0.0f : expf(sc[t] - mx);
+        sc[t] = e;
+        sum += e;
+    }
+    float *o = s->att_out + (size_t)i * c->n_heads * hd + (size_t)h * hd;
+    memset(o, 0, (size_t)hd * sizeof *o);
+    for (int t = 0; t < total; t++) {
+        if (sc[t] == 0.0f)
+            continue;
+        const float w = sc[t] / sum;
+        const float *v = vc + (size_t)t * kv_dim;
+        for (int e = 0; e < hd; e++)
+            o[e] += w * v[e];
+    }
+}
+
+static void *attn_worker(void *arg)
+{
+    const attn_job *jb = arg;
+    float *sc = jb->s->scores + (size_t)jb->worker * jb->s->slots;
+    const int items = jb->n * jb->c->n_heads;
+    for (int it = jb->worker; it < items; it += jb->n_workers)
+        attn_one(jb, sc, it / jb->c->n_heads, it % jb->c->n_heads);
+    return NULL;
+}
+
+static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, int C, int P,
+                      const uint8_t *mask)
+{
+    double work = (double)n * c->n_heads * (double)(C + P + n) * c->head_dim;
+    int workers = s->threads;
+    if (workers > n * c->n_heads)
+        workers = n * c->n_heads;
+    if (workers > ATTN_MAX_WORKERS)
+        workers = ATTN_MAX_WORKERS;
+    if (work < ATTN_PARALLEL_MIN_WORK || workers < 1)
+        workers = 1;
+    attn_job jobs[ATTN_MAX_WORKERS];
+    pthread_t tids[ATTN_MAX_WORKERS];
+    int started[ATTN_MAX_WORKERS];
+    for (int w = 0; w < workers; w++) {
+        jobs[w] = (attn_job){c, s, layer, n, C, P, mask, w, workers};
+        started[w] = 0;
+    }
+    for (int w = 1; w < workers; w++)
+        started[w] = pthread_create(&tids[w], NULL, attn_worker, &jobs[w]) == 0;
+    attn_worker(&jobs[0]);
+    for (int w = 1; w < workers; w++) {
+        if (started[w])
+            pthread_join(tids[w], NULL);
+        else
+            attn_worker(&jobs[w]);   /* could not start a thread: do its share here */
+    }
+}
+
+static void cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                        const uint8_t *mask, int n, float *logits)
+{
+    const sq_model_config *c = &ctx->model->config;
+    const sq_weights *w = &ctx->model->w;
+    cpu_state *s = ctx->impl;
+    const int dim = c->dim, hid = c->hidden_dim, hd = c->head_dim, half = hd / 2;
+    const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    const int C = ctx->n_committed, P = ctx->n_pending;
+
+    for (int i = 0; i < n; i++) {
+        memcpy(s->x + (size_t)i * dim, w->embed + (size_t)tokens[i] * dim,
+               (size_t)dim * sizeof(float));
+        for (int k = 0; k < half; k++) {
+            float angle = (float)pos[i] * s->inv_freq[k];
+            s->rope_cos[(size_t)i * half + k] = cosf(angle);
+            s->rope_sin[(size_t)i * half + k] = sinf(angle);
+        }
+    }
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const sq_layer_weights *lw = &w->layers[l];
+        size_t first = (size_t)l * s->slots + (size_t)(C + P);   /* slot of new token 0 */
+        float *kdst = s->key_cache + first * kv_dim;
+        float *vdst = s->value_cache + first * kv_dim;
+
+        rmsnorm(s->xb, s->x, lw->attn_norm, n, dim, c->norm_eps);
+        linear(s->q, s->xb, lw->wq, n, dim, q_dim, 0.0f);
+        linear(kdst, s->xb, lw->wk, n, dim, kv_dim, 0.0f);
+        linear(vdst, s->xb, lw->wv, n, dim, kv_dim, 0.0f);
+        for (int i = 0; i < n; i++) {
+            const float *cs = s->rope_cos + (size_t)i * half, *sn = s->rope_sin + (size_t)i * half;
+            rope(s->q + (size_t)i * q_dim, c->n_heads, hd, cs, sn);
+            rope(kdst + (size_t)i * kv_dim, c->n_kv_heads, hd, cs, sn);
+        }
+        attention(c, s, l, n, C, P, mask);
+        linear(s->x, s->att_out, lw->wo, n, q_dim, dim, 1.0f);
+
+        rmsnorm(s->xb, s->x, lw->ffn_norm, n, dim, c->norm_eps);
+        linear(s->hb, s->xb, lw->w_gate, n, dim, hid, 0.0f);
+        linear(s->hb2, s->xb, lw->w_up, n, dim, hid, 0.0f);
+        for (size_t k = 0; k < (size_t)n * hid; k++) {
+            float g = s->hb[k];
+            s->hb[k] = g / (1.0f + expf(-g)) * s->hb2[k];
+        }
+        linear(s->x, s->hb, lw->w_down, n, hid, dim, 1.0f);
+    }
+    rmsnorm(s->xb, s->x, w->norm, n, dim, c->norm_eps);
+    linear(logits, s->xb, w->lm_head, n, dim, c->vocab_size, 0.0f);
+}
+
+/* Gathers pending slots keep[] to committed slots C .. C+nkeep-1, through the scratch rows of
+ * q (max_pending x q_dim >= nkeep x kv_dim), so any order of keep is fine. */
+static void cpu_commit(sq_context *ctx, const int32_t *keep, int nkeep)
+{
+    const sq_model_config *c = &ctx->model->config;
+    cpu_state *s = ctx->impl;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t row = kv_dim * sizeof(float);
+    const int C = ctx->n_committed;
+    for (int l = 0; l < c->n_layers; l++) {
+        float *caches[2] = {s->key_cache, s->value_cache};
+        for (int which = 0; which < 2; which++) {
+            float *base = caches[which] + (size_t)l * s->slots * kv_dim;
+            for (int k = 0; k < nkeep; k++)
+                memcpy(s->q + k * kv_dim, base + (size_t)(C + keep[k]) * kv_dim, row);
+            memcpy(base + (size_t)C * kv_dim, s->q, (size_t)nkeep * row);
+        }
+    }
+}
+
+const sq_backend_ops sq_backend_cpu = {
+    .name = "cpu",
+    .init = cpu_init,
+    .free = cpu_free,
+    .forward = cpu_forward,
+    .commit = cpu_commit,
+};
