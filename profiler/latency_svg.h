@@ -1,0 +1,14 @@
+/* The picture of a latency profile: median forward time against new tokens (log2 axis), with
+ * p10–p90 bars and unstable points marked. Self-contained SVG, written atomically. */
+#ifndef SQ_PROFILER_LATENCY_SVG_H
+#define SQ_PROFILER_LATENCY_SVG_H
+
+#include <stdio.h>
+
+#include "planner/profile.h"
+
+void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, double unstable);
+int sq_latency_svg(const sq_profile *p, const char *title, double unstable, const char *path,
+                   sq_error *err);
+
+#endif
