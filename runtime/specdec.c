@@ -1,0 +1,591 @@
+/* Tree speculative decoding (DESIGN.md §7); see specdec.h for the protocol. */
+#include "runtime/specdec.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PREFILL_CHUNK 128
+
+struct sq_specdec {
+    const sq_model   *draft, *target;
+    sq_context       *dctx, *tctx;
+    sq_specdec_params prm;
+    int               V;
+    int               max_context;
+    sq_verifier      *ver;
+    /* the tree */
+    int      n, D;
+    int     *parent;       /* (n)                                                   */
+    int     *depth;        /* (n)                                                   */
+    int     *child_first;  /* (n) first child's index, -1 for a leaf                */
+    int     *child_count;  /* (n)                                                   */
+    int     *level_start;  /* (D + 1) nodes of level l: [level_start[l], level_start[l+1]) */
+    /* the sequence */
+    int32_t *seq;          /* (max_context + D) prompt + generated                   */
+    int      len;
+    int      started;
+    /* per step */
+    int32_t *tok;          /* (n) node tokens                                       */
+    int     *dslot;        /* (n) the node's pending slot in the draft, -1: not fed */
+    int     *path;         /* (D) accepted nodes below the root                     */
+    float   *dlog;         /* (n, V) draft logits of the nodes fed to the draft      */
+    int      tmaxp, dmaxp; /* pending capacity of the target and draft contexts      */
+    float   *tlog;         /* (tmaxp, V) target logits                              */
+    float   *dbuf;         /* (dmaxp, V) draft forward output                       */
+    double  *p, *q;        /* (V)                                                   */
+    uint8_t *mask;         /* (max(tmaxp, dmaxp)^2)                                 */
+    int32_t *ftok, *fpos;  /* (max(tmaxp, dmaxp)) tokens and positions of a forward */
+    int32_t *keep;         /* (max(tmaxp, dmaxp))                                   */
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+sq_specdec_params sq_specdec_default_params(void)
+{
+    sq_specdec_params p = {
+        .mode = SQ_MODE_STOCHASTIC,
+        .temperature = 1.0,
+        .top_p = 1.0,
+        .seed = 0,
+        .max_context = 0,
+        .backend = SQ_BACKEND_CPU,
+        .threads = 0,
+        .check_attention = 0,
+    };
+    return p;
+}
+
+void sq_specdec_free(sq_specdec *sd)
+{
+    if (!sd)
+        return;
+    sq_context_free(sd->dctx);
+    sq_context_free(sd->tctx);
+    sq_verifier_free(sd->ver);
+    free(sd->parent);
+    free(sd->depth);
+    free(sd->child_first);
+    free(sd->child_count);
+    free(sd->level_start);
+    free(sd->seq);
+    free(sd->tok);
+    free(sd->dslot);
+    free(sd->path);
+    free(sd->dlog);
+    free(sd->tlog);
+    free(sd->dbuf);
+    free(sd->p);
+    free(sd->q);
+    free(sd->mask);
+    free(sd->ftok);
+    free(sd->fpos);
+    free(sd->keep);
+    free(sd);
+}
+
+int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan *plan,
+                   const sq_specdec_params *params, const char *plan_file, sq_specdec **out,
+                   sq_error *err)
+{
+    *out = NULL;
+    const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
+    if (dc->vocab_size != tc->vocab_size)
+        return sq_error_set(err, SQ_EDATA,
+                            "draft and target vocabularies differ: vocab_size %d (draft) vs %d "
+                            "(target)", dc->vocab_size, tc->vocab_size);
+    const sq_tree *t = plan->tree;
+    int V = tc->vocab_size;
+    int maxc = sq_tree_max_children(t);
+    if (params->mode != SQ_MODE_SPECINFER && maxc > V)
+        return sq_error_set(err, SQ_EDATA,
+                            "%s: nodes: a node has %d children but the models' vocabulary has "
+                            "only %d tokens (%s mode proposes distinct tokens)",
+                            plan_file, maxc, V, sq_mode_name(params->mode));
+    if (!(params->temperature >= 0.0) || !isfinite(params->temperature))
+        return sq_error_set(err, SQ_EUSAGE, "temperature %g must be finite and >= 0",
+                            params->temperature);
+    if (!(params->top_p > 0.0 && params->top_p <= 1.0))
+        return sq_error_set(err, SQ_EUSAGE, "top-p %g must be in (0, 1]", params->top_p);
+    if (params->mode != SQ_MODE_GREEDY && params->temperature == 0.0)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "temperature 0 is greedy decoding: use --mode greedy");
+
+    sq_specdec *sd = calloc(1, sizeof *sd);
+    if (!sd)
+        return sq_error_oom(err, "speculative decoder");
+    sd->draft = draft;
+    sd->target = target;
+    sd->prm = *params;
+    sd->V = V;
+    int n = t->n, D = sq_tree_depth(t);
+    sd->n = n;
+    sd->D = D;
+    int maxpos = dc->max_position < tc->max_position ? dc->max_position : tc->max_position;
+    sd->max_context = params->max_context > 0 ? params->max_context : maxpos;
+    if (maxpos > 0 && sd->max_context > maxpos) {
+        sq_specdec_free(sd);
+        return sq_error_set(err, SQ_EUSAGE,
+                            "context %d exceeds the models' max_position_embeddings %d",
+                            params->max_context, maxpos);
+    }
+    if (sd->max_context < D + 1) {
+        int mc = sd->max_context;
+        sq_specdec_free(sd);
+        return sq_error_set(err, SQ_EUSAGE, "context %d cannot hold a tree of depth %d", mc, D);
+    }
+    sd->tmaxp = n > PREFILL_CHUNK ? n : PREFILL_CHUNK;
+    sd->dmaxp = n + D + 2 > PREFILL_CHUNK ? n + D + 2 : PREFILL_CHUNK;
+    int mp = sd->tmaxp > sd->dmaxp ? sd->tmaxp : sd->dmaxp;
+    size_t Vs = (size_t)V;
+    sd->parent = malloc((size_t)n * sizeof(int));
+    sd->depth = malloc((size_t)n * sizeof(int));
+    sd->child_first = malloc((size_t)n * sizeof(int));
+    sd->child_count = calloc((size_t)n, sizeof(int));
+    sd->level_start = calloc((size_t)D + 1, sizeof(int));
+    sd->seq = malloc(((size_t)sd->max_context + (size_t)D + 1) * sizeof(int32_t));
+    sd->tok = malloc((size_t)n * sizeof(int32_t));
+    sd->dslot = malloc((size_t)n * sizeof(int));
+    sd->path = malloc((size_t)D * sizeof(int));
+    sd->dlog = malloc((size_t)n * Vs * sizeof(float));
+    sd->tlog = malloc((size_t)sd->tmaxp * Vs * sizeof(float));
+    sd->dbuf = malloc((size_t)sd->dmaxp * Vs * sizeof(float));
+    sd->p = malloc(Vs * sizeof(double));
+    sd->q = malloc(Vs * sizeof(double));
+    sd->mask = malloc((size_t)mp * (size_t)mp);
+    sd->ftok = malloc((size_t)mp * sizeof(int32_t));
+    sd->fpos = malloc((size_t)mp * sizeof(int32_t));
+    sd->keep = malloc((size_t)mp * sizeof(int32_t));
+    sd->ver = sq_verifier_new(V, params->mode, params->seed);
+    if (!sd->parent || !sd->depth || !sd->child_first || !sd->child_count || !sd->level_start ||
+        !sd->seq || !sd->tok || !sd->dslot || !sd->path || !sd->dlog || !sd->tlog ||
+        !sd->dbuf || !sd->p || !sd->q || !sd->mask || !sd->ftok || !sd->fpos || !sd->keep ||
+        !sd->ver) {
+        sq_specdec_free(sd);
+        return sq_error_oom(err, "speculative decoder buffers");
+    }
+    for (int i = 0; i < n; i++) {
+        sd->parent[i] = t->parent[i];
+        sd->depth[i] = t->depth[i];
+        sd->child_first[i] = -1;
+    }
+    for (int i = 1; i < n; i++) {
+        int u = t->parent[i];
+        if (sd->child_first[u] < 0)
+            sd->child_first[u] = i;
+        sd->child_count[u]++;
+    }
+    for (int l = 0, i = 0; l <= D; l++) {
+        while (i < n && t->depth[i] < l)
+            i++;
+        sd->level_start[l] = i;
+    }
+    sq_context_params cp = sq_context_default_params();
+    cp.max_context = sd->max_context;
+    cp.backend = params->backend;
+    cp.threads = params->threads;
+    cp.max_pending = sd->dmaxp;
+    int rc = sq_context_new(draft, &cp, &sd->dctx, err);
+    if (!rc) {
+        cp.max_pending = sd->tmaxp;
+        rc = sq_context_new(target, &cp, &sd->tctx, err);
+    }
+    if (rc) {
+        sq_specdec_free(sd);
+        return rc;
+    }
+    *out = sd;
+    return SQ_OK;
+}
+
+int sq_specdec_vocab(const sq_specdec *sd)
+{
+    return sd->V;
+}
+
+int sq_specdec_max_context(const sq_specdec *sd)
+{
+    return sd->max_context;
+}
+
+int sq_specdec_depth(const sq_specdec *sd)
+{
+    return sd->D;
+}
+
+int sq_specdec_length(const sq_specdec *sd)
+{
+    return sd->len;
+}
+
+void sq_specdec_set_check_attention(sq_specdec *sd, int on)
+{
+    sd->prm.check_attention = on;
+}
+
+void sq_specdec_seed(sq_specdec *sd, uint64_t seed)
+{
+    sq_verifier_seed(sd->ver, seed);
+}
+
+void sq_step_info_clear(sq_step_info *info)
+{
+    if (!info)
+        return;
+    free(info->visit_children);
+    free(info->visit_rank);
+    info->visit_children = info->visit_rank = NULL;
+}
+
+/* Reads x[0..m) at positions start.. into ctx with causal masks, committing everything. */
+static int prefill(sq_specdec *sd, sq_context *ctx, int maxp, float *logits, const int32_t *x,
+                   int m, int start, sq_error *err)
+{
+    for (int off = 0; off < m; off += maxp) {
+        int c = m - off < maxp ? m - off : maxp;
+        for (int i = 0; i < c; i++) {
+            sd->ftok[i] = x[off + i];
+            sd->fpos[i] = start + off + i;
+            sd->keep[i] = i;
+            for (int j = 0; j < c; j++)
+                sd->mask[(size_t)i * c + j] = j <= i;
+        }
+        int rc = sq_context_forward(ctx, sd->ftok, sd->fpos, sd->mask, c, logits, err);
+        if (!rc)
+            rc = sq_context_commit(ctx, sd->keep, c, err);
+        if (rc)
+            return rc;
+    }
+    return SQ_OK;
+}
+
+static int check_prompt(const sq_specdec *sd, const int32_t *prompt, int n, sq_error *err)
+{
+    if (n < 1)
+        return sq_error_set(err, SQ_EDATA, "prompt: empty (at least one token is needed)");
+    for (int i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= sd->V)
+            return sq_error_set(err, SQ_EDATA,
+                                "prompt: token %d: id %d is outside the vocabulary [0, %d)", i,
+                                (int)prompt[i], sd->V);
+    return SQ_OK;
+}
+
+int sq_specdec_start(sq_specdec *sd, const int32_t *prompt, int n, sq_error *err)
+{
+    int rc = check_prompt(sd, prompt, n, err);
+    if (rc)
+        return rc;
+    if (n - 1 + sd->D > sd->max_context)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "prompt: %d tokens plus a tree of depth %d exceed the context of %d "
+                            "tokens", n, sd->D, sd->max_context);
+    sd->started = 0;
+    sq_context_reset(sd->dctx);
+    sq_context_reset(sd->tctx);
+    memcpy(sd->seq, prompt, (size_t)n * sizeof *prompt);
+    sd->len = n;
+    if ((rc = prefill(sd, sd->tctx, sd->tmaxp, sd->tlog, prompt, n - 1, 0, err)) ||
+        (rc = prefill(sd, sd->dctx, sd->dmaxp, sd->dbuf, prompt, n - 1, 0, err)))
+        return rc;
+    sd->started = 1;
+    return SQ_OK;
+}
+
+static double target_temperature(const sq_specdec *sd)
+{
+    return sd->prm.mode == SQ_MODE_GREEDY ? 0.0 : sd->prm.temperature;
+}
+
+/* The draft's distribution at node u (used by the sampled proposal modes). */
+static const double *draft_q(sq_specdec *sd, int u)
+{
+    if (sd->prm.mode == SQ_MODE_GREEDY || sd->prm.mode == SQ_MODE_TOPK)
+        return NULL;
+    sq_verifier_probs(sd->ver, sd->dlog + (size_t)u * sd->V, sd->prm.temperature, sd->prm.top_p,
+                      sd->q);
+    return sd->q;
+}
+
+/* Plain causal forward of the target over every node's root path, compared with the tree
+ * forward's logits (tlog). Leaves the target with nothing pending. */
+static int check_attention(sq_specdec *sd, double *maxdiff, sq_error *err)
+{
+    int len = sd->len, V = sd->V;
+    double worst = 0.0;
+    float *row = malloc((size_t)sd->D * (size_t)V * sizeof *row);
+    if (!row)
+        return sq_error_oom(err, "attention check");
+    int32_t dummy = 0;
+    int rc = SQ_OK;
+    for (int u = 0; u < sd->n && !rc; u++) {
+        int m = sd->depth[u] + 1;
+        for (int w = u, i = m - 1; w >= 0; w = sd->parent[w], i--) {
+            sd->ftok[i] = sd->tok[w];
+            sd->fpos[i] = len - 1 + i;
+        }
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < m; j++)
+                sd->mask[(size_t)i * m + j] = j <= i;
+        rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, m, row, err);
+        if (!rc) {
+            const float *a = row + (size_t)(m - 1) * V, *b = sd->tlog + (size_t)u * V;
+            for (int x = 0; x < V; x++) {
+                double d = fabs((double)a[x] - (double)b[x]);
+                if (d > worst || isnan(d))
+                    worst = isnan(d) ? INFINITY : d;
+            }
+            rc = sq_context_commit(sd->tctx, &dummy, 0, err);
+        }
+    }
+    free(row);
+    *maxdiff = worst;
+    return rc;
+}
+
+/* Tokens, positions and ancestor-or-self mask of the whole tree for the target. */
+static void tree_inputs(sq_specdec *sd, int len)
+{
+    int n = sd->n;
+    memset(sd->mask, 0, (size_t)n * (size_t)n);
+    for (int u = 0; u < n; u++) {
+        sd->ftok[u] = sd->tok[u];
+        sd->fpos[u] = len - 1 + sd->depth[u];
+        for (int w = u; w >= 0; w = sd->parent[w])
+            sd->mask[(size_t)u * n + w] = 1;
+    }
+}
+
+int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *err)
+{
+    SQ_ASSERT(sd->started);
+    int len = sd->len, V = sd->V, D = sd->D, n = sd->n;
+    size_t Vs = (size_t)V;
+    if (len - 1 + D > sd->max_context)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "context full: %d tokens plus a tree of depth %d exceed %d", len, D,
+                            sd->max_context);
+    int rc;
+    double t0 = now_ms();
+
+    /* 1. the draft catches up: S[dc .. len-1], the root last */
+    int dcom = sq_context_committed(sd->dctx);
+    int a = len - dcom;
+    SQ_ASSERT(a >= 1 && a + n <= sd->dmaxp);
+    for (int i = 0; i < a; i++) {
+        sd->ftok[i] = sd->seq[dcom + i];
+        sd->fpos[i] = dcom + i;
+        for (int j = 0; j < a; j++)
+            sd->mask[(size_t)i * a + j] = j <= i;
+    }
+    if ((rc = sq_context_forward(sd->dctx, sd->ftok, sd->fpos, sd->mask, a, sd->dbuf, err)))
+        return rc;
+    memcpy(sd->dlog, sd->dbuf + (size_t)(a - 1) * Vs, Vs * sizeof(float));
+    for (int u = 0; u < n; u++)
+        sd->dslot[u] = -1;
+    sd->dslot[0] = a - 1;
+    sd->tok[0] = sd->seq[len - 1];
+    int pd = a;
+
+    /* 2. grow the tree level by level */
+    for (int l = 0; l < D; l++) {
+        for (int u = sd->level_start[l]; u < sd->level_start[l + 1]; u++)
+            if (sd->child_count[u] > 0)
+                sq_verifier_propose(sd->ver, draft_q(sd, u), sd->dlog + (size_t)u * Vs,
+                                    sd->child_count[u], sd->tok + sd->child_first[u]);
+        if (l + 1 >= D)
+            break;
+        int m = 0;
+        for (int u = sd->level_start[l + 1]; u < sd->level_start[l + 2]; u++)
+            if (sd->child_count[u] > 0)
+                sd->keep[m++] = u;   /* nodes to feed */
+        if (m == 0)
+            break;
+        int width = pd + m;
+        memset(sd->mask, 0, (size_t)m * (size_t)width);
+        for (int i = 0; i < m; i++) {
+            int u = sd->keep[i];
+            uint8_t *row = sd->mask + (size_t)i * width;
+            sd->ftok[i] = sd->tok[u];
+            sd->fpos[i] = len - 1 + l + 1;
+            for (int j = 0; j < a; j++)
+                row[j] = 1;   /* the caught-up tokens end with the root */
+            for (int w = sd->parent[u]; w > 0; w = sd->parent[w])
+                row[sd->dslot[w]] = 1;
+            row[pd + i] = 1;
+        }
+        if ((rc = sq_context_forward(sd->dctx, sd->ftok, sd->fpos, sd->mask, m, sd->dbuf, err)))
+            return rc;
+        for (int i = 0; i < m; i++) {
+            int u = sd->keep[i];
+            memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)i * Vs, Vs * sizeof(float));
+            sd->dslot[u] = pd + i;
+        }
+        pd += m;
+    }
+    double t1 = now_ms();
+
+    /* 3. the target reads the whole tree */
+    double attn = 0.0;
+    tree_inputs(sd, len);
+    if ((rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, n, sd->tlog, err)))
+        return rc;
+    if (sd->prm.check_attention) {
+        /* a plain forward needs nothing pending: drop the tree, compare, read it again */
+        int32_t dummy = 0;
+        if ((rc = sq_context_commit(sd->tctx, &dummy, 0, err)) ||
+            (rc = check_attention(sd, &attn, err)))
+            return rc;
+        tree_inputs(sd, len);
+        if ((rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, n, sd->tlog, err)))
+            return rc;
+    }
+    double t2 = now_ms();
+
+    /* 4. verify from the root */
+    int u = 0, cnt = 0, pl = 0;
+    if (info) {
+        if (!info->visit_children)
+            info->visit_children = malloc((size_t)D * sizeof(int));
+        if (!info->visit_rank)
+            info->visit_rank = malloc((size_t)D * sizeof(int));
+        if (!info->visit_children || !info->visit_rank)
+            return sq_error_oom(err, "step info");
+    }
+    for (;;) {
+        sq_verifier_probs(sd->ver, sd->tlog + (size_t)u * Vs, target_temperature(sd),
+                          sd->prm.top_p, sd->p);
+        int k = sd->child_count[u];
+        const double *q = k > 0 ? draft_q(sd, u) : NULL;
+        int32_t bonus = -1;
+        int j = sq_verifier_node(sd->ver, sd->p, q, k ? sd->tok + sd->child_first[u] : NULL, k,
+                                 &bonus);
+        if (info) {
+            info->visit_children[cnt] = k;
+            info->visit_rank[cnt] = j + 1;
+        }
+        if (j < 0) {
+            out[cnt++] = bonus;
+            break;
+        }
+        u = sd->child_first[u] + j;
+        sd->path[pl++] = u;
+        out[cnt++] = sd->tok[u];
+    }
+    double t3 = now_ms();
+
+    /* 5. keep only the accepted path */
+    sd->keep[0] = 0;
+    for (int i = 0; i < pl; i++)
+        sd->keep[1 + i] = sd->path[i];
+    if ((rc = sq_context_commit(sd->tctx, sd->keep, 1 + pl, err)))
+        return rc;
+    int nk = 0;
+    for (int i = 0; i < a; i++)
+        sd->keep[nk++] = i;
+    for (int i = 0; i < pl && sd->dslot[sd->path[i]] >= 0; i++)
+        sd->keep[nk++] = sd->dslot[sd->path[i]];
+    if ((rc = sq_context_commit(sd->dctx, sd->keep, nk, err)))
+        return rc;
+    memcpy(sd->seq + len, out, (size_t)cnt * sizeof *out);
+    sd->len = len + cnt;
+
+    if (info) {
+        info->tokens = cnt;
+        info->visits = cnt;
+        info->draft_ms = t1 - t0;
+        info->target_ms = t2 - t1;
+        info->verify_ms = t3 - t2;
+        info->attn_max_diff = attn;
+    }
+    return SQ_OK;
+}
+
+int sq_specdec_generate(sq_specdec *sd, const int32_t *prompt, int n, int max_new, int32_t *out,
+                        int *step_tokens, int *steps, sq_step_info *infos, sq_error *err)
+{
+    *steps = 0;
+    if (n + max_new - 1 + sd->D > sd->max_context)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "prompt of %d tokens + %d new tokens + a tree of depth %d exceed the "
+                            "context of %d tokens", n, max_new, sd->D, sd->max_context);
+    int rc = sq_specdec_start(sd, prompt, n, err);
+    if (rc)
+        return rc;
+    int32_t *buf = malloc((size_t)sd->D * sizeof *buf);
+    if (!buf)
+        return sq_error_oom(err, "step output");
+    int done = 0;
+    while (done < max_new) {
+        sq_step_info *info = infos ? &infos[*steps] : NULL;
+        if ((rc = sq_specdec_step(sd, buf, info, err)))
+            break;
+        int m = sd->len - (n + done);   /* tokens this step produced */
+        step_tokens[(*steps)++] = m;
+        for (int i = 0; i < m && done < max_new; i++)
+            out[done++] = buf[i];
+    }
+    free(buf);
+    return rc;
+}
+
+int sq_specdec_autoregressive(sq_specdec *sd, const int32_t *prompt, int n, int max_new,
+                              uint64_t seed, int32_t *out, sq_error *err)
+{
+    int rc = check_prompt(sd, prompt, n, err);
+    if (rc)
+        return rc;
+    if (n + max_new > sd->max_context)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "prompt of %d tokens + %d new tokens exceed the context of %d tokens",
+                            n, max_new, sd->max_context);
+    sd->started = 0;
+    sq_context_reset(sd->tctx);
+    if ((rc = prefill(sd, sd->tctx, sd->tmaxp, sd->tlog, prompt, n - 1, 0, err)))
+        return rc;
+    sq_verifier_seed(sd->ver, seed);
+    int32_t last = prompt[n - 1], zero = 0;
+    uint8_t one = 1;
+    for (int i = 0; i < max_new; i++) {
+        int32_t pos = n - 1 + i;
+        if ((rc = sq_context_forward(sd->tctx, &last, &pos, &one, 1, sd->tlog, err)) ||
+            (rc = sq_context_commit(sd->tctx, &zero, 1, err)))
+            return rc;
+        if (sd->prm.mode == SQ_MODE_GREEDY) {
+            last = sq_argmax_f(sd->tlog, sd->V);
+        } else {
+            sq_verifier_probs(sd->ver, sd->tlog, sd->prm.temperature, sd->prm.top_p, sd->p);
+            last = sq_verifier_sample(sd->ver, sd->p);
+        }
+        out[i] = last;
+    }
+    return SQ_OK;
+}
+
+int sq_specdec_target_probs(sq_specdec *sd, const int32_t *ctx, int n, double *probs,
+                            sq_error *err)
+{
+    int rc = check_prompt(sd, ctx, n, err);
+    if (rc)
+        return rc;
+    if (n > sd->max_context)
+        return sq_error_set(err, SQ_EUSAGE, "%d tokens exceed the context of %d tokens", n,
+                            sd->max_context);
+    sd->started = 0;
+    sq_context_reset(sd->tctx);
+    if ((rc = prefill(sd, sd->tctx, sd->tmaxp, sd->tlog, ctx, n - 1, 0, err)))
+        return rc;
+    int32_t last = ctx[n - 1], pos = n - 1, zero = 0;
+    uint8_t one = 1;
+    if ((rc = sq_context_forward(sd->tctx, &last, &pos, &one, 1, sd->tlog, err)) ||
+        (rc = sq_context_commit(sd->tctx, &zero, 0, err)))
+        return rc;
+    sq_verifier_probs(sd->ver, sd->tlog, target_temperature(sd), sd->prm.top_p, probs);
+    return SQ_OK;
+}

@@ -1,0 +1,278 @@
+#include "runtime/tokens.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hdf5.h>
+
+#include "planner/io.h"
+
+#define TEXT_MAX_BYTES (4ull << 30)
+
+void sq_tokens_free(sq_tokens *t)
+{
+    if (!t)
+        return;
+    free(t->ids);
+    free(t->offsets);
+    free(t);
+}
+
+static int push_id(sq_tokens *t, int64_t *cap, int32_t id, sq_error *err)
+{
+    if (t->n == *cap) {
+        int64_t nc = *cap ? *cap * 2 : 1024;
+        int32_t *p = realloc(t->ids, (size_t)nc * sizeof *p);
+        if (!p)
+            return sq_error_oom(err, "tokens");
+        t->ids = p;
+        *cap = nc;
+    }
+    t->ids[t->n++] = id;
+    return SQ_OK;
+}
+
+static int push_offset(sq_tokens *t, int64_t *cap, int64_t off, sq_error *err)
+{
+    if (t->offsets[t->sequences] == off)
+        return SQ_OK;   /* empty sequence: dropped */
+    if (t->sequences + 2 > *cap) {
+        int64_t nc = *cap ? *cap * 2 : 16;
+        int64_t *p = realloc(t->offsets, (size_t)nc * sizeof *p);
+        if (!p)
+            return sq_error_oom(err, "sequence offsets");
+        t->offsets = p;
+        *cap = nc;
+    }
+    t->offsets[++t->sequences] = off;
+    return SQ_OK;
+}
+
+static int load_text(const char *path, sq_tokens *t, sq_error *err)
+{
+    char *data;
+    size_t len;
+    int rc = sq_file_read(path, TEXT_MAX_BYTES, &data, &len, err);
+    if (rc)
+        return rc;
+    int64_t cap = 0, ocap = 0;
+    t->offsets = malloc(16 * sizeof *t->offsets);
+    if (!t->offsets) {
+        free(data);
+        return sq_error_oom(err, "sequence offsets");
+    }
+    ocap = 16;
+    t->offsets[0] = 0;
+    t->sequences = 0;
+    size_t i = 0;
+    long line = 1;
+    int line_has_token = 0;
+    while (i < len && !rc) {
+        char c = data[i];
+        if (c == '\n') {
+            if (!line_has_token)
+                rc = push_offset(t, &ocap, t->n, err);   /* an empty line ends a sequence */
+            line++;
+            line_has_token = 0;
+            i++;
+            continue;
+        }
+        if (isspace((unsigned char)c)) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < len && !isspace((unsigned char)data[j]))
+            j++;
+        char save = data[j];
+        data[j] = '\0';
+        char *end;
+        errno = 0;
+        long long v = strtoll(data + i, &end, 10);
+        if (errno || *end || end == data + i) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: token %lld: '%.40s' is not an integer",
+                              path, line, (long long)t->n, data + i);
+        } else if (v < 0 || v > INT32_MAX) {
+            rc = sq_error_set(err, SQ_EDATA,
+                              "%s: line %ld: token %lld: id %lld is not a valid token id", path,
+                              line, (long long)t->n, v);
+        } else if (t->n >= SQ_TOKENS_MAX) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: more than %lld tokens", path, SQ_TOKENS_MAX);
+        } else {
+            rc = push_id(t, &cap, (int32_t)v, err);
+        }
+        data[j] = save;
+        line_has_token = 1;
+        i = j;
+    }
+    free(data);
+    if (!rc)
+        rc = push_offset(t, &ocap, t->n, err);
+    return rc;
+}
+
+static int load_hdf5(const char *path, sq_tokens *t, sq_error *err)
+{
+    int rc = SQ_OK;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), d = -1, s = -1;
+    if (f < 0)
+        return sq_error_set(err, SQ_EDATA, "%s: cannot open as HDF5", path);
+    if (H5Lexists(f, "tokens", H5P_DEFAULT) <= 0) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: /tokens: no such dataset", path);
+        goto done;
+    }
+    d = H5Dopen2(f, "tokens", H5P_DEFAULT);
+    if (d < 0) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: /tokens: not a dataset", path);
+        goto done;
+    }
+    hid_t ty = H5Dget_type(d);
+    H5T_class_t cls = H5Tget_class(ty);
+    H5Tclose(ty);
+    s = H5Dget_space(d);
+    int nd = H5Sget_simple_extent_ndims(s);
+    hsize_t dims[2] = {0, 0};
+    if (cls != H5T_INTEGER || nd != 1) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: /tokens: expected a 1-D integer dataset", path);
+        goto done;
+    }
+    H5Sget_simple_extent_dims(s, dims, NULL);
+    if (dims[0] == 0 || dims[0] > (hsize_t)SQ_TOKENS_MAX) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: /tokens: %llu tokens (1 to %lld allowed)", path,
+                          (unsigned long long)dims[0], SQ_TOKENS_MAX);
+        goto done;
+    }
+    t->n = (int64_t)dims[0];
+    int64_t *tmp = malloc((size_t)t->n * sizeof *tmp);
+    t->ids = malloc((size_t)t->n * sizeof *t->ids);
+    if (!tmp || !t->ids) {
+        free(tmp);
+        rc = sq_error_oom(err, "tokens");
+        goto done;
+    }
+    if (H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) < 0) {
+        free(tmp);
+        rc = sq_error_set(err, SQ_EIO, "%s: /tokens: read error", path);
+        goto done;
+    }
+    for (int64_t i = 0; i < t->n; i++) {
+        if (tmp[i] < 0 || tmp[i] > INT32_MAX) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: /tokens[%lld]: id %lld is not a valid token id",
+                              path, (long long)i, (long long)tmp[i]);
+            break;
+        }
+        t->ids[i] = (int32_t)tmp[i];
+    }
+    free(tmp);
+    if (rc)
+        goto done;
+    H5Sclose(s);
+    s = -1;
+    H5Dclose(d);
+    d = -1;
+    if (H5Lexists(f, "seq_offsets", H5P_DEFAULT) > 0) {
+        d = H5Dopen2(f, "seq_offsets", H5P_DEFAULT);
+        s = d >= 0 ? H5Dget_space(d) : -1;
+        if (d < 0 || s < 0 || H5Sget_simple_extent_ndims(s) != 1) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: /seq_offsets: expected a 1-D integer dataset",
+                              path);
+            goto done;
+        }
+        H5Sget_simple_extent_dims(s, dims, NULL);
+        if (dims[0] < 2 || dims[0] > (hsize_t)t->n + 1) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: /seq_offsets: %llu entries, expected 2 to %lld",
+                              path, (unsigned long long)dims[0], (long long)t->n + 1);
+            goto done;
+        }
+        int64_t *o = malloc((size_t)dims[0] * sizeof *o);
+        if (!o) {
+            rc = sq_error_oom(err, "sequence offsets");
+            goto done;
+        }
+        if (H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, o) < 0) {
+            free(o);
+            rc = sq_error_set(err, SQ_EIO, "%s: /seq_offsets: read error", path);
+            goto done;
+        }
+        if (o[0] != 0 || o[dims[0] - 1] != t->n) {
+            free(o);
+            rc = sq_error_set(err, SQ_EDATA,
+                              "%s: /seq_offsets: must run from 0 to the number of tokens (%lld)",
+                              path, (long long)t->n);
+            goto done;
+        }
+        for (hsize_t i = 1; i < dims[0]; i++)
+            if (o[i] < o[i - 1]) {
+                free(o);
+                rc = sq_error_set(err, SQ_EDATA, "%s: /seq_offsets[%llu]: decreasing", path,
+                                  (unsigned long long)i);
+                goto done;
+            }
+        /* drop empty sequences */
+        t->offsets = o;
+        int64_t m = 0;
+        for (hsize_t i = 1; i < dims[0]; i++)
+            if (o[i] > o[m])
+                o[++m] = o[i];
+        t->sequences = m;
+    } else {
+        t->offsets = malloc(2 * sizeof *t->offsets);
+        if (!t->offsets) {
+            rc = sq_error_oom(err, "sequence offsets");
+            goto done;
+        }
+        t->offsets[0] = 0;
+        t->offsets[1] = t->n;
+        t->sequences = 1;
+    }
+done:
+    if (s >= 0)
+        H5Sclose(s);
+    if (d >= 0)
+        H5Dclose(d);
+    H5Fclose(f);
+    return rc;
+}
+
+int sq_tokens_load(const char *path, sq_tokens **out, sq_error *err)
+{
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(errno));
+    unsigned char sig[8] = {0};
+    size_t got = fread(sig, 1, sizeof sig, fp);
+    fclose(fp);
+    static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    sq_tokens *t = calloc(1, sizeof *t);
+    if (!t)
+        return sq_error_oom(err, "tokens");
+    int rc;
+    if (got == 8 && memcmp(sig, hdf5_sig, 8) == 0) {
+        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        rc = load_hdf5(path, t, err);
+    } else {
+        rc = load_text(path, t, err);
+    }
+    if (!rc && t->n == 0)
+        rc = sq_error_set(err, SQ_EDATA, "%s: no tokens", path);
+    if (rc) {
+        sq_tokens_free(t);
+        return rc;
+    }
+    *out = t;
+    return SQ_OK;
+}
+
+int sq_tokens_check_vocab(const sq_tokens *t, int vocab, const char *path, sq_error *err)
+{
+    for (int64_t i = 0; i < t->n; i++)
+        if (t->ids[i] >= vocab)
+            return sq_error_set(err, SQ_EDATA,
+                                "%s: token %lld: id %d is outside the models' vocabulary [0, %d)",
+                                path, (long long)i, (int)t->ids[i], vocab);
+    return SQ_OK;
+}

@@ -1,0 +1,624 @@
+/* Tree speculative decoding with real (tiny, random) Llama models: greedy exactness against
+ * target-only decoding, tree attention against plain forwards, losslessness of the sampled
+ * verifiers (chi-square on the first two generated tokens, fail below p = 0.001), the
+ * sequoia-run CLI (report, --validate, bad inputs, corpus dump). Models come from
+ * sq_model_write_random (runtime/st_writer.h). */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hdf5.h>
+
+#include "planner/corpus.h"
+#include "planner/dp.h"
+#include "planner/json.h"
+#include "planner/plan.h"
+#include "runtime/model.h"
+#include "runtime/specdec.h"
+#include "runtime/st_writer.h"
+#include "runtime/stats.h"
+#include "runtime/tokens.h"
+#include "tests/testutil.h"
+
+#define P_MIN 0.001
+
+static char *write_model(const char *dir, const char *name, uint64_t seed, int vocab)
+{
+    char *path = tu_path(dir, name);
+    sq_random_model_params p = sq_random_model_default_params();
+    p.seed = seed;
+    p.config.vocab_size = vocab;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_write_random(path, &p, &err), 0, "%s", err.msg);
+    return path;
+}
+
+static sq_model *load(const char *path)
+{
+    sq_model *m;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_load(path, &m, &err), 0, "%s", err.msg);
+    return m;
+}
+
+/* A plan around a parent list (ranks in sibling order) scored with a small curve. */
+static sq_plan *plan_from_parents(const int *parent, int n, const char *mode)
+{
+    int *rank = calloc((size_t)n, sizeof *rank), *cnt = calloc((size_t)n, sizeof *cnt);
+    for (int i = 1; i < n; i++)
+        rank[i] = ++cnt[parent[i]];
+    sq_tree *t;
+    sq_error err = {0};
+    cr_assert_eq(sq_tree_from_parents(parent, rank, n, &t, "test", &err), 0, "%s", err.msg);
+    const double p[4] = {0.5, 0.2, 0.1, 0.05};
+    sq_curve c = {0};
+    cr_assert_eq(sq_curve_init(&c, "test", mode, p, 4, &err), 0, "%s", err.msg);
+    sq_plan *plan;
+    cr_assert_eq(sq_plan_new(t, &c, 0, 0, 0, &plan, &err), 0, "%s", err.msg);
+    sq_curve_clear(&c);
+    free(rank);
+    free(cnt);
+    return plan;
+}
+
+static sq_plan *chain_plan(int n, const char *mode)
+{
+    int parent[64];
+    for (int i = 0; i < n; i++)
+        parent[i] = i - 1;
+    return plan_from_parents(parent, n, mode);
+}
+
+static sq_plan *star_plan(int n, const char *mode)
+{
+    int parent[64];
+    parent[0] = -1;
+    for (int i = 1; i < n; i++)
+        parent[i] = 0;
+    return plan_from_parents(parent, n, mode);
+}
+
+static sq_plan *dp_plan(int n, int d, int width)
+{
+    sq_dp_params prm = sq_dp_default_params();
+    prm.budget = n;
+    prm.depth = d;
+    prm.width = width;
+    sq_dp *dp;
+    sq_tree *t;
+    sq_plan *plan;
+    sq_error err = {0};
+    cr_assert_eq(sq_dp_solve(&prm, &dp, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_dp_tree(dp, n, d, &t, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_plan_new(t, prm.curve, n, d, sq_dp_width(dp), &plan, &err), 0, "%s", err.msg);
+    sq_dp_free(dp);
+    return plan;
+}
+
+static sq_specdec *new_sd(const sq_model *d, const sq_model *t, const sq_plan *plan, sq_mode mode,
+                          double temp, uint64_t seed)
+{
+    sq_specdec_params prm = sq_specdec_default_params();
+    prm.mode = mode;
+    prm.temperature = mode == SQ_MODE_GREEDY ? 0.0 : temp;
+    prm.seed = seed;
+    prm.threads = 1;
+    sq_specdec *sd;
+    sq_error err = {0};
+    cr_assert_eq(sq_specdec_new(d, t, plan, &prm, "plan.json", &sd, &err), 0, "%s", err.msg);
+    return sd;
+}
+
+/* ---- greedy exactness and tree attention ------------------------------------------------ */
+
+Test(run, greedy_speculative_output_equals_target_greedy)
+{
+    char *dir = tu_tmpdir();
+    char *dp = write_model(dir, "draft", 2, 97), *tp = write_model(dir, "target", 1, 97);
+    sq_model *draft = load(dp), *target = load(tp);
+    sq_plan *plans[] = {chain_plan(5, "greedy"), star_plan(6, "greedy"), dp_plan(32, 6, 0),
+                        dp_plan(16, 4, 3), chain_plan(1, "greedy")};
+    const char *names[] = {"chain 5", "star 6", "DP 32x6", "DP 16x4 width 3", "root only"};
+    const int32_t prompts[3][6] = {{1, 2, 3, 4, 5, 6}, {96, 0, 50}, {7}};
+    const int plen[3] = {6, 3, 1};
+    enum { NEW = 40 };
+    for (size_t p = 0; p < sizeof plans / sizeof *plans; p++) {
+        sq_specdec *sd = new_sd(draft, target, plans[p], SQ_MODE_GREEDY, 0, 1);
+        for (int q = 0; q < 3; q++) {
+            int32_t spec[NEW], ar[NEW];
+            int st[NEW], steps;
+            sq_error err = {0};
+            cr_assert_eq(sq_specdec_generate(sd, prompts[q], plen[q], NEW, spec, st, &steps, NULL,
+                                             &err), 0, "%s", err.msg);
+            cr_assert_eq(sq_specdec_autoregressive(sd, prompts[q], plen[q], NEW, 0, ar, &err), 0,
+                         "%s", err.msg);
+            for (int i = 0; i < NEW; i++)
+                cr_assert_eq(spec[i], ar[i], "%s, prompt %d: token %d: speculative %d, target %d",
+                             names[p], q, i, spec[i], ar[i]);
+            int total = 0;
+            for (int s = 0; s < steps; s++) {
+                cr_assert(st[s] >= 1 && st[s] <= sq_specdec_depth(sd));
+                total += st[s];
+            }
+            cr_assert_geq(total, NEW);
+            cr_assert_lt(total - st[steps - 1], NEW, "no step after the last needed one");
+        }
+        sq_specdec_free(sd);
+    }
+    for (size_t p = 0; p < sizeof plans / sizeof *plans; p++)
+        sq_plan_free(plans[p]);
+    sq_model_free(draft);
+    sq_model_free(target);
+    tu_rmtree(dir);
+}
+
+Test(run, tree_forward_logits_equal_plain_forwards_over_root_paths)
+{
+    char *dir = tu_tmpdir();
+    char *dp = write_model(dir, "draft", 2, 97), *tp = write_model(dir, "target", 1, 97);
+    sq_model *draft = load(dp), *target = load(tp);
+    sq_plan *plans[] = {dp_plan(32, 6, 0), dp_plan(24, 24, 4), star_plan(8, "greedy")};
+    const sq_mode modes[] = {SQ_MODE_STOCHASTIC, SQ_MODE_GREEDY, SQ_MODE_SPECINFER};
+    const int32_t prompt[5] = {3, 1, 4, 1, 5};
+    for (int p = 0; p < 3; p++) {
+        sq_specdec *sd = new_sd(draft, target, plans[p], modes[p], 1.0, 5);
+        sq_specdec_set_check_attention(sd, 1);
+        sq_error err = {0};
+        cr_assert_eq(sq_specdec_start(sd, prompt, 5, &err), 0, "%s", err.msg);
+        sq_step_info info = {0};
+        int32_t out[32];
+        for (int s = 0; s < 4; s++) {
+            cr_assert_eq(sq_specdec_step(sd, out, &info, &err), 0, "%s", err.msg);
+            cr_assert_leq(info.attn_max_diff, 1e-4, "plan %d step %d: max |diff| %g", p, s,
+                          info.attn_max_diff);
+        }
+        sq_step_info_clear(&info);
+        sq_specdec_free(sd);
+        sq_plan_free(plans[p]);
+    }
+    sq_model_free(draft);
+    sq_model_free(target);
+    tu_rmtree(dir);
+}
+
+/* Rank-1 path length (nodes, root included): what a perfect draft gets per step. */
+static int rank1_path(const sq_tree *t)
+{
+    int u = 0, len = 1;
+    for (;;) {
+        int c = -1;
+        for (int v = u + 1; v < t->n; v++)
+            if (t->parent[v] == u && t->rank[v] == 1) {
+                c = v;
+                break;
+            }
+        if (c < 0)
+            return len;
+        u = c;
+        len++;
+    }
+}
+
+Test(run, draft_equal_to_target_accepts_the_whole_rank1_path)
+{
+    char *dir = tu_tmpdir();
+    char *tp = write_model(dir, "target", 1, 97);
+    sq_model *a = load(tp), *b = load(tp);
+    sq_plan *plans[] = {chain_plan(6, "greedy"), dp_plan(32, 6, 0), star_plan(5, "greedy")};
+    for (int p = 0; p < 3; p++) {
+        sq_specdec *sd = new_sd(a, b, plans[p], SQ_MODE_GREEDY, 0, 1);
+        const int32_t prompt[3] = {10, 20, 30};
+        int32_t out[60];
+        int st[60], steps;
+        sq_error err = {0};
+        cr_assert_eq(sq_specdec_generate(sd, prompt, 3, 60, out, st, &steps, NULL, &err), 0, "%s",
+                     err.msg);
+        int want = rank1_path(plans[p]->tree);
+        cr_assert_eq(want, sq_specdec_depth(sd), "the rank-1 path is the deepest");
+        for (int s = 0; s < steps; s++)
+            cr_assert_eq(st[s], want, "plan %d step %d: %d tokens, expected %d", p, s, st[s], want);
+        sq_specdec_free(sd);
+        sq_plan_free(plans[p]);
+    }
+    sq_model_free(a);
+    sq_model_free(b);
+    tu_rmtree(dir);
+}
+
+/* ---- losslessness ------------------------------------------------------------------------ */
+
+typedef struct loss_cfg {
+    sq_mode mode;
+    double  temperature;
+} loss_cfg;
+
+ParameterizedTestParameters(run, sampled_modes_are_lossless_on_the_first_two_tokens)
+{
+    static loss_cfg cfgs[] = {
+        {SQ_MODE_STOCHASTIC, 1.0}, {SQ_MODE_STOCHASTIC, 0.3}, {SQ_MODE_SPECINFER, 1.0},
+        {SQ_MODE_SPECINFER, 0.3},  {SQ_MODE_TOPK, 1.0},       {SQ_MODE_TOPK, 0.3},
+    };
+    return cr_make_param_array(loss_cfg, cfgs, sizeof cfgs / sizeof *cfgs);
+}
+
+ParameterizedTest(loss_cfg *c, run, sampled_modes_are_lossless_on_the_first_two_tokens)
+{
+    enum { V = 12, R = 3000 };
+    char *dir = tu_tmpdir();
+    char *dp = write_model(dir, "draft", 22, V), *tp = write_model(dir, "target", 21, V);
+    sq_model *draft = load(dp), *target = load(tp);
+    /* root with 3 children; the first has 2 children, the second 1 */
+    const int parent[] = {-1, 0, 0, 0, 1, 1, 2};
+    sq_plan *plan = plan_from_parents(parent, 7, "stochastic");
+    sq_specdec *sd = new_sd(draft, target, plan, c->mode, c->temperature, 3);
+    const int32_t prompt[3] = {5, 1, 7};
+    static double cnt1[V], cnt2[V * V], p0[V], p2[V * V];
+    memset(cnt1, 0, sizeof cnt1);
+    memset(cnt2, 0, sizeof cnt2);
+    sq_error err = {0};
+    long steps = 0, toks = 0;
+    for (int i = 0; i < R; i++) {
+        sq_specdec_seed(sd, 1000 + (uint64_t)i);
+        cr_assert_eq(sq_specdec_start(sd, prompt, 3, &err), 0, "%s", err.msg);
+        int32_t seq[8], out[8];
+        int n = 0;
+        while (n < 2) {
+            int before = sq_specdec_length(sd);
+            cr_assert_eq(sq_specdec_step(sd, out, NULL, &err), 0, "%s", err.msg);
+            int m = sq_specdec_length(sd) - before;
+            steps++;
+            toks += m;
+            for (int j = 0; j < m && n < 8; j++)
+                seq[n++] = out[j];
+        }
+        cnt1[seq[0]] += 1;
+        cnt2[seq[0] * V + seq[1]] += 1;
+    }
+    cr_assert_eq(sq_specdec_target_probs(sd, prompt, 3, p0, &err), 0, "%s", err.msg);
+    for (int a = 0; a < V; a++) {
+        int32_t ctx[4] = {5, 1, 7, a};
+        double p1[V];
+        cr_assert_eq(sq_specdec_target_probs(sd, ctx, 4, p1, &err), 0, "%s", err.msg);
+        for (int b = 0; b < V; b++)
+            p2[a * V + b] = p0[a] * p1[b];
+    }
+    sq_chisq r1 = sq_chisq_gof(cnt1, p0, V, 5.0), r2 = sq_chisq_gof(cnt2, p2, V * V, 5.0);
+    cr_log_info("%s T=%.1f: %.3f tokens/step; first token X2=%.1f df=%d p=%.4f; pair X2=%.1f "
+                "df=%d p=%.4f", sq_mode_name(c->mode), c->temperature, (double)toks / steps,
+                r1.stat, r1.df, r1.p_value, r2.stat, r2.df, r2.p_value);
+    cr_assert_geq(r1.p_value, P_MIN, "first token: X2=%.2f df=%d p=%g", r1.stat, r1.df,
+                  r1.p_value);
+    cr_assert_geq(r2.p_value, P_MIN, "first two tokens: X2=%.2f df=%d p=%g", r2.stat, r2.df,
+                  r2.p_value);
+    cr_assert_geq(r1.df, 3, "the test has bins to compare");
+    /* and the draft's own distribution would have been told apart */
+    if (c->temperature == 1.0) {
+        sq_specdec_params prm = sq_specdec_default_params();
+        prm.threads = 1;
+        sq_specdec *ds;
+        cr_assert_eq(sq_specdec_new(draft, draft, plan, &prm, "plan.json", &ds, &err), 0);
+        double q0[V];
+        cr_assert_eq(sq_specdec_target_probs(ds, prompt, 3, q0, &err), 0, "%s", err.msg);
+        sq_chisq rq = sq_chisq_gof(cnt1, q0, V, 5.0);
+        cr_assert_lt(rq.p_value, P_MIN, "the test has power against the draft: p=%g",
+                     rq.p_value);
+        sq_specdec_free(ds);
+    }
+    sq_specdec_free(sd);
+    sq_plan_free(plan);
+    sq_model_free(draft);
+    sq_model_free(target);
+    tu_rmtree(dir);
+}
+
+/* ---- token files -------------------------------------------------------------------------- */
+
+Test(run, token_files_text_and_hdf5)
+{
+    char *dir = tu_tmpdir();
+    char *tp = tu_path(dir, "t.txt");
+    tu_write(tp, "1 2 3\n4\n\n\n5 6\n  \n7\n");
+    sq_tokens *t;
+    sq_error err = {0};
+    cr_assert_eq(sq_tokens_load(tp, &t, &err), 0, "%s", err.msg);
+    cr_assert_eq(t->n, 7);
+    cr_assert_eq(t->sequences, 3);
+    cr_assert_eq(t->offsets[1], 4);
+    cr_assert_eq(t->offsets[2], 6);
+    cr_assert_eq(t->ids[6], 7);
+    sq_tokens_free(t);
+
+    char *hp = tu_path(dir, "t.h5");
+    hid_t f = H5Fcreate(hp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t n = 5, m = 3;
+    int32_t ids[5] = {9, 8, 7, 6, 5};
+    int64_t off[3] = {0, 2, 5};
+    hid_t s = H5Screate_simple(1, &n, NULL);
+    hid_t d = H5Dcreate2(f, "tokens", H5T_STD_I32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids);
+    H5Dclose(d);
+    H5Sclose(s);
+    s = H5Screate_simple(1, &m, NULL);
+    d = H5Dcreate2(f, "seq_offsets", H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off);
+    H5Dclose(d);
+    H5Sclose(s);
+    H5Fclose(f);
+    cr_assert_eq(sq_tokens_load(hp, &t, &err), 0, "%s", err.msg);
+    cr_assert_eq(t->n, 5);
+    cr_assert_eq(t->sequences, 2);
+    cr_assert_eq(t->ids[0], 9);
+    cr_assert_eq(t->offsets[1], 2);
+    sq_tokens_free(t);
+
+    tu_write(tp, "1 2 x3\n");
+    cr_assert_eq(sq_tokens_load(tp, &t, &err), SQ_EDATA);
+    cr_assert(strstr(err.msg, "t.txt") && strstr(err.msg, "x3"), "%s", err.msg);
+    memset(&err, 0, sizeof err);
+    tu_write(tp, "1 -2\n");
+    cr_assert_eq(sq_tokens_load(tp, &t, &err), SQ_EDATA);
+    memset(&err, 0, sizeof err);
+    tu_write(tp, "\n \n");
+    cr_assert_eq(sq_tokens_load(tp, &t, &err), SQ_EDATA);
+    cr_assert(strstr(err.msg, "no tokens"), "%s", err.msg);
+    memset(&err, 0, sizeof err);
+    cr_assert_eq(sq_tokens_load("/nonexistent/p.txt", &t, &err), SQ_ENOINPUT);
+    tu_rmtree(dir);
+}
+
+/* ---- the CLI ------------------------------------------------------------------------------ */
+
+typedef struct cli_fixture {
+    char *dir, *draft, *target, *small, *plan, *prompt, *small_prompt;
+} cli_fixture;
+
+static cli_fixture fixture(void)
+{
+    cli_fixture f;
+    f.dir = tu_tmpdir();
+    f.draft = write_model(f.dir, "draft", 2, 97);
+    f.target = write_model(f.dir, "target", 1, 97);
+    f.small = write_model(f.dir, "small", 3, 12);
+    f.plan = tu_path(f.dir, "plan.json");
+    sq_plan *p = dp_plan(16, 5, 0);
+    sq_error err = {0};
+    cr_assert_eq(sq_plan_save(f.plan, p, &err), 0, "%s", err.msg);
+    sq_plan_free(p);
+    f.prompt = tu_path(f.dir, "prompt.txt");
+    tu_write(f.prompt, "5 17 42\n8\n");
+    f.small_prompt = tu_path(f.dir, "small_prompt.txt");
+    tu_write(f.small_prompt, "5 1 7\n");
+    return f;
+}
+
+static const char *run_bin(void)
+{
+    const char *b = getenv("SQ_RUN_BIN");
+    cr_assert_not_null(b, "SQ_RUN_BIN is set by meson");
+    return b;
+}
+
+static int run_tool(char **argv, char **out, char **err)
+{
+    int rc = tu_run(argv, out, err);
+    return rc;
+}
+
+Test(run, cli_greedy_validate_and_report)
+{
+    cli_fixture f = fixture();
+    char *out = tu_path(f.dir, "out.txt"), *rep = tu_path(f.dir, "report.json");
+    char *argv[] = {(char *)run_bin(), "--draft", f.draft, "--target", f.target, "--plan", f.plan,
+                    "--prompt", f.prompt, "-n", "30", "--mode", "greedy", "-o", out,
+                    "--report", rep, "--validate", "--threads", "1", NULL};
+    char *so, *se;
+    int rc = run_tool(argv, &so, &se);
+    cr_assert_eq(rc, 0, "stderr: %s", se);
+    cr_assert(strstr(se, "greedy output identical"), "%s", se);
+    char *toks = tu_read(out, NULL);
+    int n = 0;
+    for (char *s = strtok(toks, " \n"); s; s = strtok(NULL, " \n"))
+        n++;
+    cr_assert_eq(n, 30);
+    cJSON *j;
+    sq_error err = {0};
+    cr_assert_eq(sq_json_load(rep, &j, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "format")->valuestring, "sequoia-run-report");
+    cJSON *tps = cJSON_GetObjectItem(j, "tokens_per_step");
+    cr_assert_not_null(cJSON_GetObjectItem(tps, "ci95"));
+    cJSON *steps = cJSON_GetObjectItem(j, "step_tokens");
+    int total = 0;
+    for (int i = 0; i < cJSON_GetArraySize(steps); i++)
+        total += cJSON_GetArrayItem(steps, i)->valueint;
+    cr_assert_geq(total, 30);
+    cr_assert(fabs(cJSON_GetObjectItem(tps, "mean")->valuedouble -
+                   (double)total / cJSON_GetArraySize(steps)) < 1e-9);
+    cJSON *pred = cJSON_GetObjectItem(j, "prediction");
+    cr_assert_not_null(cJSON_GetObjectItem(pred, "expected_tokens"));
+    cr_assert_not_null(cJSON_GetObjectItem(pred, "explanation"));
+    cJSON *t = cJSON_GetObjectItem(j, "timing");
+    cr_assert_gt(cJSON_GetObjectItem(t, "speculative_ms_per_token")->valuedouble, 0);
+    cr_assert_gt(cJSON_GetObjectItem(t, "speedup")->valuedouble, 0);
+    cJSON *v = cJSON_GetObjectItem(j, "validation");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(v, "pass")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(v, "greedy"), "pass")));
+    /* the generated tokens are the target's own greedy continuation */
+    cJSON *ar = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "autoregressive"), "tokens");
+    char *copy = tu_read(out, NULL);
+    int i = 0;
+    for (char *s = strtok(copy, " \n"); s; s = strtok(NULL, " \n"), i++)
+        cr_assert_eq(atoi(s), cJSON_GetArrayItem(ar, i)->valueint);
+    cJSON_Delete(j);
+    tu_rmtree(f.dir);
+}
+
+Test(run, cli_stochastic_validate_reports_p_values)
+{
+    cli_fixture f = fixture();
+    char *rep = tu_path(f.dir, "report.json");
+    char *argv[] = {(char *)run_bin(), "--draft", f.small, "--target", f.small, "--plan", f.plan,
+                    "--prompt", f.small_prompt, "-n", "20", "-m", "stochastic", "-t", "0.8", "-s", "3",
+                    "--report", rep, "--validate", "--validate-samples", "400", "--threads", "1",
+                    NULL};
+    /* the small model has 12 tokens: fine for a plan whose nodes have at most 12 children */
+    char *so, *se;
+    int rc = run_tool(argv, &so, &se);
+    cr_assert_eq(rc, 0, "stderr: %s", se);
+    cJSON *j;
+    sq_error err = {0};
+    cr_assert_eq(sq_json_load(rep, &j, &err), 0, "%s", err.msg);
+    cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "validation"), "distribution");
+    cr_assert_not_null(d);
+    double p1 = cJSON_GetObjectItem(cJSON_GetObjectItem(d, "first_token"), "p_value")->valuedouble;
+    double p2 =
+        cJSON_GetObjectItem(cJSON_GetObjectItem(d, "first_two_tokens"), "p_value")->valuedouble;
+    cr_assert(p1 >= P_MIN && p2 >= P_MIN, "p-values %g %g", p1, p2);
+    cJSON_Delete(j);
+    tu_rmtree(f.dir);
+}
+
+typedef struct bad_case {
+    const char *what;
+    int         code;
+    const char *needle;   /* in stderr */
+} bad_case;
+
+static int run_bad(cli_fixture *f, const char *plan, const char *prompt, const char *draft,
+                   const char *mode, const char *out, char **se)
+{
+    char *argv[] = {(char *)run_bin(), "--draft", (char *)draft, "--target", f->target, "--plan",
+                    (char *)plan, "--prompt", (char *)prompt, "-n", "8", "--mode", (char *)mode,
+                    "-o", (char *)out, "--threads", "1", NULL};
+    return run_tool(argv, NULL, se);
+}
+
+Test(run, cli_bad_inputs_have_clear_messages_and_exit_codes)
+{
+    cli_fixture f = fixture();
+    char *out = tu_path(f.dir, "out.txt");
+    char *se;
+    /* missing plan */
+    char *missing = tu_path(f.dir, "nope.json");
+    cr_assert_eq(run_bad(&f, missing, f.prompt, f.draft, "greedy", out, &se), 66, "%s", se);
+    cr_assert(strstr(se, "nope.json"), "%s", se);
+    /* corrupt plan */
+    char *corrupt = tu_path(f.dir, "corrupt.json");
+    tu_write(corrupt, "{\"format\": \"sequoia-plan\", \"version\": 1, \"nodes\": ");
+    cr_assert_eq(run_bad(&f, corrupt, f.prompt, f.draft, "greedy", out, &se), 65, "%s", se);
+    cr_assert(strstr(se, "corrupt.json"), "%s", se);
+    /* bad prompt file */
+    char *bp = tu_path(f.dir, "bad.txt");
+    tu_write(bp, "1 2 three\n");
+    cr_assert_eq(run_bad(&f, f.plan, bp, f.draft, "greedy", out, &se), 65, "%s", se);
+    cr_assert(strstr(se, "bad.txt") && strstr(se, "three"), "%s", se);
+    /* out-of-range ids */
+    tu_write(bp, "1 2 97\n");
+    cr_assert_eq(run_bad(&f, f.plan, bp, f.draft, "greedy", out, &se), 65, "%s", se);
+    cr_assert(strstr(se, "bad.txt") && strstr(se, "97") && strstr(se, "vocabulary"), "%s", se);
+    /* a prompt longer than the context (512 positions) */
+    char *longp = tu_path(f.dir, "long.txt");
+    char *txt = malloc(600 * 4);
+    txt[0] = '\0';
+    for (int i = 0; i < 600; i++)
+        strcat(txt, "3 ");
+    tu_write(longp, txt);
+    free(txt);
+    cr_assert_eq(run_bad(&f, f.plan, longp, f.draft, "greedy", out, &se), 65, "%s", se);
+    cr_assert(strstr(se, "long.txt") && strstr(se, "context"), "%s", se);
+    /* draft and target with different vocabularies */
+    cr_assert_eq(run_bad(&f, f.plan, f.prompt, f.small, "greedy", out, &se), 65, "%s", se);
+    cr_assert(strstr(se, "vocab_size"), "%s", se);
+    /* plan/model mismatch: more children than the vocabulary has tokens */
+    char *wide = tu_path(f.dir, "wide.json");
+    sq_plan *p = star_plan(20, "greedy");
+    sq_error err = {0};
+    cr_assert_eq(sq_plan_save(wide, p, &err), 0, "%s", err.msg);
+    sq_plan_free(p);
+    char *argv[] = {(char *)run_bin(), "--draft", f.small, "--target", f.small, "--plan", wide,
+                    "--prompt", f.small_prompt, "-n", "4", "--mode", "greedy", "-o", out, NULL};
+    cr_assert_eq(run_tool(argv, NULL, &se), 65, "%s", se);
+    cr_assert(strstr(se, "wide.json") && strstr(se, "vocabulary"), "%s", se);
+    /* unknown mode */
+    cr_assert_eq(run_bad(&f, f.plan, f.prompt, f.draft, "beam", out, &se), 64, "%s", se);
+    cr_assert(strstr(se, "beam"), "%s", se);
+    /* unwritable output */
+    char *nodir = tu_path(f.dir, "no/such/dir/out.txt");
+    cr_assert_eq(run_bad(&f, f.plan, f.prompt, f.draft, "greedy", nodir, &se), 73, "%s", se);
+    /* none of the failures left an output behind */
+    cr_assert_eq(tu_exists(out), 0);
+    /* the models' directory missing */
+    char *nomodel = tu_path(f.dir, "nomodel");
+    cr_assert_neq(run_bad(&f, f.plan, f.prompt, nomodel, "greedy", out, &se), 0);
+    cr_assert(strstr(se, "nomodel"), "%s", se);
+    /* required options */
+    char *argv2[] = {(char *)run_bin(), "--draft", f.draft, NULL};
+    cr_assert_eq(run_tool(argv2, NULL, &se), 64);
+    char *argv3[] = {(char *)run_bin(), "--help", NULL};
+    char *so;
+    cr_assert_eq(run_tool(argv3, &so, &se), 0);
+    cr_assert(strstr(so, "Examples") && strstr(so, "dump"));
+    tu_rmtree(f.dir);
+}
+
+Test(run, cli_dump_writes_teacher_forced_logits)
+{
+    cli_fixture f = fixture();
+    char *toks = tu_path(f.dir, "text.txt"), *corpus = tu_path(f.dir, "c.h5");
+    tu_write(toks, "1 2 3 4 5 6 7 8 9 10\n\n11 12 13\n");
+    char *argv[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
+                    "--tokens", toks, "-o", corpus, "--context", "4", "--threads", "1", NULL};
+    char *se;
+    cr_assert_eq(run_tool(argv, NULL, &se), 0, "%s", se);
+    sq_corpus *c;
+    sq_error err = {0};
+    cr_assert_eq(sq_corpus_open(corpus, &c, &err), 0, "%s", err.msg);
+    const sq_corpus_info *info = sq_corpus_get_info(c);
+    /* windows of 4 tokens: rows for every position with a next token: 9 + 2 */
+    cr_assert_eq(info->rows, 11);
+    cr_assert_eq(info->vocab, 97);
+    cr_assert_eq(info->sequences, 2);
+    cr_assert(info->has_tokens);
+    float *tl = malloc(11 * 97 * sizeof *tl), *dl = malloc(11 * 97 * sizeof *dl);
+    int32_t next[11];
+    cr_assert_eq(sq_corpus_read(c, 0, 11, tl, dl, next, &err), 0, "%s", err.msg);
+    const int32_t want_next[11] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13};
+    for (int i = 0; i < 11; i++)
+        cr_assert_eq(next[i], want_next[i]);
+    /* oracle: row 5 (token 6, window 5..8 starts at token 5) = target forward over (5, 6) */
+    sq_model *tm = load(f.target);
+    sq_context_params cp = sq_context_default_params();
+    cp.max_context = 16;
+    cp.max_pending = 8;
+    cp.threads = 1;
+    sq_context *ctx;
+    cr_assert_eq(sq_context_new(tm, &cp, &ctx, &err), 0, "%s", err.msg);
+    const int32_t ids[2] = {5, 6}, pos[2] = {0, 1};
+    const uint8_t mask[4] = {1, 0, 1, 1};
+    float lg[2 * 97];
+    cr_assert_eq(sq_context_forward(ctx, ids, pos, mask, 2, lg, &err), 0, "%s", err.msg);
+    for (int x = 0; x < 97; x++)
+        cr_assert(fabsf(lg[97 + x] - tl[5 * 97 + x]) <= 1e-4f, "logit %d: %g vs %g", x,
+                  lg[97 + x], tl[5 * 97 + x]);
+    sq_context_free(ctx);
+    sq_model_free(tm);
+    free(tl);
+    free(dl);
+    sq_corpus_close(c);
+    /* sparse top-k */
+    char *argv2[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
+                     "--tokens", toks, "-o", corpus, "--top-k", "8", "--threads", "1", NULL};
+    cr_assert_eq(run_tool(argv2, NULL, &se), 0, "%s", se);
+    cr_assert_eq(sq_corpus_open(corpus, &c, &err), 0, "%s", err.msg);
+    cr_assert(sq_corpus_get_info(c)->sparse);
+    cr_assert_eq(sq_corpus_get_info(c)->rows, 11);
+    sq_corpus_close(c);
+    /* a missing token file, and nothing written */
+    char *c2 = tu_path(f.dir, "c2.h5");
+    char *argv3[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
+                     "--tokens", "/nonexistent/t.txt", "-o", c2, NULL};
+    cr_assert_eq(run_tool(argv3, NULL, &se), 66, "%s", se);
+    cr_assert_eq(tu_exists(c2), 0);
+    tu_rmtree(f.dir);
+}
