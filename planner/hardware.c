@@ -9,7 +9,8 @@
 sq_hw_params sq_hw_default_params(void)
 {
     return (sq_hw_params){.target = NULL, .draft = NULL, .draft_ms = 0.0,
-                          .extrapolate = SQ_EXTRAPOLATE_NONE, .measured_sizes_only = 0};
+                          .extrapolate = SQ_EXTRAPOLATE_NONE, .measured_sizes_only = 0,
+                          .target_file = NULL, .draft_file = NULL};
 }
 
 static int profile_ms(const sq_profile *p, const char *which, double x, sq_extrapolate mode,
@@ -18,14 +19,16 @@ static int profile_ms(const sq_profile *p, const char *which, double x, sq_extra
     sq_error e = {0};
     int rc = sq_profile_ms(p, x, mode, ms, &e);
     if (rc)
-        return sq_error_set(err, rc, "%s profile: %s", which, e.msg);
+        return sq_error_set(err, rc, "%s: %s", which, e.msg);
     return SQ_OK;
 }
 
 int sq_hw_step_ms(const sq_hw_params *prm, const sq_tree *t, double F, double *ms, sq_error *err)
 {
     double total;
-    int rc = profile_ms(prm->target, "target", t->n, prm->extrapolate, &total, err);
+    const char *tname = prm->target_file ? prm->target_file : "target profile";
+    const char *dname = prm->draft_file ? prm->draft_file : "draft profile";
+    int rc = profile_ms(prm->target, tname, t->n, prm->extrapolate, &total, err);
     if (rc)
         return rc;
     if (t->n == 1) {
@@ -38,7 +41,7 @@ int sq_hw_step_ms(const sq_hw_params *prm, const sq_tree *t, double F, double *m
         return SQ_OK;
     }
     double x;
-    if ((rc = profile_ms(prm->draft, "draft", F, prm->extrapolate, &x, err)))
+    if ((rc = profile_ms(prm->draft, dname, F, prm->extrapolate, &x, err)))
         return rc;
     total += x;
     int *w = malloc((size_t)levels * sizeof *w);
@@ -46,7 +49,7 @@ int sq_hw_step_ms(const sq_hw_params *prm, const sq_tree *t, double F, double *m
         return sq_error_oom(err, "level widths");
     sq_tree_level_widths(t, w);
     for (int l = 1; l <= levels - 2; l++) {
-        if ((rc = profile_ms(prm->draft, "draft", w[l], prm->extrapolate, &x, err))) {
+        if ((rc = profile_ms(prm->draft, dname, w[l], prm->extrapolate, &x, err))) {
             free(w);
             return rc;
         }
@@ -92,7 +95,8 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
     }
     for (size_t i = 0; i < cells; i++)
         r->speedup_table[i] = NAN;
-    int rc = profile_ms(prm->target, "target", 1, prm->extrapolate, &r->target1_ms, err);
+    int rc = profile_ms(prm->target, prm->target_file ? prm->target_file : "target profile", 1,
+                        prm->extrapolate, &r->target1_ms, err);
     if (rc)
         goto fail;
     double best_rate = -1;

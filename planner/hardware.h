@@ -31,6 +31,8 @@ typedef struct sq_hw_params {
     sq_extrapolate    extrapolate;
     int               measured_sizes_only; /* candidates: only sizes the target profile
                                               measured (what the official code does)      */
+    const char       *target_file;  /* names for messages; NULL: "target profile"         */
+    const char       *draft_file;
 } sq_hw_params;
 
 sq_hw_params sq_hw_default_params(void);

@@ -11,6 +11,7 @@
 #include "planner/baseline.h"
 #include "planner/curve.h"
 #include "planner/dp.h"
+#include "planner/hardware.h"
 #include "planner/engine.h"
 #include "planner/export.h"
 #include "planner/import.h"
@@ -29,6 +30,8 @@ static void usage(FILE *fp)
         "                    [-o PLAN.json] [--table TABLE.json] [--quiet]\n"
         "                    [--engine vllm|trtllm|medusa [--max-non-leaves M]]\n"
         "                    [--export FORMAT] [--save-plan PLAN.json] [--svg FILE] [--svg-table FILE]\n"
+        "                    [--target-profile T.json (--draft-profile D.json | --draft-ms X)\n"
+        "                     [--extrapolate none|linear|constant] [--sizes all|measured]]\n"
         "       " PROG " --plan PLAN.json --export FORMAT [-o FILE] [--svg FILE]\n"
         "       " PROG " --import choices|growmap FILE [--acceptance FILE [--curve NAME]]\n"
         "                    [-o PLAN.json | --export FORMAT [-o FILE] [--save-plan PLAN.json]]\n"
@@ -48,7 +51,19 @@ static void usage(FILE *fp)
         "  -o, --output FILE      write the plan there (atomically); the summary then goes to\n"
         "                         stdout. Without -o the plan goes to stdout, the summary to stderr\n"
         "  -t, --table FILE       write the whole table Best[n][d], n <= N, d <= D (sequoia-table v1)\n"
-        "  -q, --quiet            no summary\n");
+        "  -q, --quiet            no summary\n"
+        "\n"
+        "Hardware-aware planning (paper §4.1): choose the size n <= N and depth d <= D with the most\n"
+        "tokens per second, from measured latency profiles (sequoia-profile):\n"
+        "      --target-profile F the target's forward time against new tokens\n"
+        "      --draft-profile F  the draft's: a step costs t_target(n) + t_draft(F) + one draft\n"
+        "                         forward per inner level over its nodes\n"
+        "      --draft-ms X       or one fixed draft cost per level: t_target(n) + levels * X (the\n"
+        "                         official implementation's model)\n"
+        "      --extrapolate M    beyond a profile's measured tokens: none (an error, the default),\n"
+        "                         linear or constant\n"
+        "      --sizes S          all sizes <= N (default), or only the sizes the target profile\n"
+        "                         measured (as the official implementation does)\n");
     fprintf(fp,
         "\n"
         "Engines, exports, imports and pictures:\n"
@@ -83,6 +98,8 @@ static void usage(FILE *fp)
         "  " PROG " -n 64 -d 8 --engine vllm --export vllm -o tree.txt   # vLLM-compatible tree\n"
         "  " PROG " --import choices examples/trees/mc_sim_7b_63.json -o medusa63.json\n"
         "  " PROG " -n 128 -d 10 -o plan.json --svg tree.svg --svg-table table.svg\n"
+        "  " PROG " -a curves.json -n 1024 -d 16 --target-profile gpu.json --draft-profile draft.json \\\n"
+        "               -o plan.json                                # fastest tree for this machine\n"
         "\n"
         "Limits: (N+1)(D+1)(B+1) <= %lld cells and N^2*D*B/2 <= %lld steps (D and B clamped to N).\n"
         "Exit status: 0 success, 64 usage error or request past a limit, 65 invalid input data\n"
@@ -196,7 +213,8 @@ static void print_plan_summary(FILE *fp, const sq_plan *plan, int max_non_leaves
 int main(int argc, char **argv)
 {
     enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
-           OPT_SVG_TABLE };
+           OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
+           OPT_SIZES };
     static const struct option opts[] = {
         {"acceptance", required_argument, NULL, 'a'},
         {"curve", required_argument, NULL, 'c'},
@@ -216,6 +234,11 @@ int main(int argc, char **argv)
         {"save-plan", required_argument, NULL, OPT_SAVE_PLAN},
         {"svg", required_argument, NULL, OPT_SVG},
         {"svg-table", required_argument, NULL, OPT_SVG_TABLE},
+        {"target-profile", required_argument, NULL, OPT_TARGET_PROFILE},
+        {"draft-profile", required_argument, NULL, OPT_DRAFT_PROFILE},
+        {"draft-ms", required_argument, NULL, OPT_DRAFT_MS},
+        {"extrapolate", required_argument, NULL, OPT_EXTRAPOLATE},
+        {"sizes", required_argument, NULL, OPT_SIZES},
         {NULL, 0, NULL, 0},
     };
     const char *acc_file = NULL, *curve_name = NULL, *out_file = NULL, *table_file = NULL;
@@ -223,6 +246,9 @@ int main(int argc, char **argv)
     const char *svg_table = NULL;
     int quiet = 0, width_given = 0, export_fmt = -1, import_fmt = -1, max_non_leaves = 0;
     int engine = SQ_ENGINE_NONE, planning_opts = 0;
+    const char *target_profile = NULL, *draft_profile = NULL;
+    sq_hw_params hwp = sq_hw_default_params();
+    int draft_ms_given = 0;
     sq_dp_params params = sq_dp_default_params();
     int c;
     opterr = 0;
@@ -278,6 +304,37 @@ int main(int argc, char **argv)
         case OPT_SAVE_PLAN: save_plan = optarg; break;
         case OPT_SVG: svg_file = optarg; break;
         case OPT_SVG_TABLE: svg_table = optarg; break;
+        case OPT_TARGET_PROFILE: target_profile = optarg; break;
+        case OPT_DRAFT_PROFILE: draft_profile = optarg; break;
+        case OPT_DRAFT_MS: {
+            char *end;
+            hwp.draft_ms = strtod(optarg, &end);
+            if (end == optarg || *end || !isfinite(hwp.draft_ms) || hwp.draft_ms < 0) {
+                fprintf(stderr, PROG ": --draft-ms: '%s' is not a time >= 0 in milliseconds\n",
+                        optarg);
+                return SQ_EUSAGE;
+            }
+            draft_ms_given = 1;
+            break;
+        }
+        case OPT_EXTRAPOLATE: {
+            int m = sq_extrapolate_parse(optarg);
+            if (m < 0) {
+                fprintf(stderr, PROG ": --extrapolate: unknown mode '%s' (none, linear or "
+                        "constant)\n", optarg);
+                return SQ_EUSAGE;
+            }
+            hwp.extrapolate = (sq_extrapolate)m;
+            break;
+        }
+        case OPT_SIZES:
+            if (!strcmp(optarg, "all") || !strcmp(optarg, "measured")) {
+                hwp.measured_sizes_only = !strcmp(optarg, "measured");
+            } else {
+                fprintf(stderr, PROG ": --sizes: unknown value '%s' (all or measured)\n", optarg);
+                return SQ_EUSAGE;
+            }
+            break;
         case ':':
             fprintf(stderr, PROG ": option '%s' needs a value (see --help)\n", argv[optind - 1]);
             return SQ_EUSAGE;
@@ -296,6 +353,20 @@ int main(int argc, char **argv)
     }
     if (curve_name && !acc_file) {
         fprintf(stderr, PROG ": --curve needs --acceptance FILE\n");
+        return SQ_EUSAGE;
+    }
+    if ((draft_profile || draft_ms_given) && !target_profile) {
+        fprintf(stderr, PROG ": --draft-profile/--draft-ms need --target-profile FILE\n");
+        return SQ_EUSAGE;
+    }
+    if (target_profile && !!draft_profile == draft_ms_given) {
+        fprintf(stderr, PROG ": --target-profile needs exactly one of --draft-profile FILE (per-level "
+                "draft cost) and --draft-ms X (one fixed cost per level)\n");
+        return SQ_EUSAGE;
+    }
+    if (target_profile && (plan_file || import_file || engine != SQ_ENGINE_NONE)) {
+        fprintf(stderr, PROG ": --target-profile chooses a new tree; it does not go with --plan, "
+                "--import or --engine\n");
         return SQ_EUSAGE;
     }
     if (plan_file && import_file) {
@@ -337,6 +408,8 @@ int main(int argc, char **argv)
     int rc;
     double solve_ms = 0, unconstrained = 0;
     sq_engine_plan_result ep = {0};
+    sq_profile *tprof = NULL, *dprof = NULL;
+    sq_hw_result *hw = NULL;
 
     if (plan_file) {
         if ((rc = sq_plan_load(plan_file, &plan, &err)))
@@ -354,6 +427,15 @@ int main(int argc, char **argv)
         if ((rc = sq_import_plan(import_file, (sq_import_format)import_fmt, params.curve, &plan,
                                  &err)))
             goto done;
+    }
+    if (target_profile) {
+        if ((rc = sq_profile_load(target_profile, &tprof, &err)) ||
+            (draft_profile && (rc = sq_profile_load(draft_profile, &dprof, &err))))
+            goto done;
+        hwp.target = tprof;
+        hwp.draft = dprof;
+        hwp.target_file = target_profile;
+        hwp.draft_file = draft_profile;
     }
     if (!plan) {
         if ((rc = sq_dp_check(&params, &err)))
@@ -378,6 +460,14 @@ int main(int argc, char **argv)
             tree = ep.tree;
             ep.tree = NULL;
             rc = sq_plan_new(tree, params.curve, N, ep.depth, ep.width, &plan, &err);
+        } else if (target_profile) {
+            /* hardware-aware: the (size, depth) with the most tokens per second */
+            if ((rc = sq_hw_select(dp, &hwp, &hw, &err)) ||
+                (rc = sq_dp_tree(dp, hw->n, hw->d, &tree, &err)))
+                goto done;
+            rc = sq_plan_new(tree, params.curve, N, D, sq_dp_width(dp), &plan, &err);
+            if (!rc)
+                plan->hardware = sq_hw_to_json(hw, &hwp, target_profile, draft_profile);
         } else {
             if ((rc = sq_dp_tree(dp, size, D, &tree, &err)))
                 goto done;
@@ -477,7 +567,17 @@ int main(int argc, char **argv)
         if (!plan_out && plan_file && export_fmt < 0)
             sfp = stdout;
         if (dp && engine == SQ_ENGINE_NONE) {
-            print_summary(sfp, params.curve, dp, plan, solve_ms, "optimal tree");
+            print_summary(sfp, params.curve, dp, plan, solve_ms,
+                          hw ? "fastest tree" : "optimal tree");
+            if (hw) {
+                fprintf(sfp, "hardware:       target %s (%s); draft %s\n", tprof->device,
+                        target_profile, dprof ? draft_profile : "fixed cost per level");
+                fprintf(sfp, "                size %d, depth bound %d (%d levels): %.4g ms/step, "
+                        "%.4g ms/token, predicted speedup %.3fx over the target alone "
+                        "(%.4g ms/token)\n", hw->n, hw->d, hw->levels, hw->step_ms,
+                        hw->step_ms / hw->expected_tokens, hw->speedup, hw->target1_ms);
+                sq_hw_print_table(sfp, hw);
+            }
             if (export_fmt >= 0 || svg_file)
                 print_engine_status(sfp, plan->tree, max_non_leaves);
         } else if (dp) {
@@ -501,6 +601,9 @@ done:
     sq_plan_free(plan);
     sq_dp_free(dp);
     sq_curve_set_free(set);
+    sq_hw_result_free(hw);
+    sq_profile_free(tprof);
+    sq_profile_free(dprof);
     if (rc) {
         fprintf(stderr, PROG ": %s\n", err.msg);
         return rc;

@@ -205,3 +205,76 @@ Test(cli_plan, missing_acceptance_file_is_exit_66)
     free(out);
     free(err);
 }
+
+/* ---- hardware-aware planning ---------------------------------------------------------------- */
+
+#define DEMO_PROFILE "{\"format\":\"sequoia-profile\",\"version\":1,\"device\":\"demo\",\"points\":[" \
+    "{\"tokens\":1,\"median_ms\":10},{\"tokens\":2,\"median_ms\":10},{\"tokens\":4,\"median_ms\":10}," \
+    "{\"tokens\":8,\"median_ms\":12},{\"tokens\":16,\"median_ms\":14},{\"tokens\":32,\"median_ms\":18}]}"
+
+Test(cli_plan, target_profile_picks_the_fastest_tree_and_fills_the_hardware_section)
+{
+    char *dir = tu_tmpdir(), *prof = tu_path(dir, "t.json"), *out = tu_path(dir, "plan.json");
+    tu_write(prof, DEMO_PROFILE);
+    char *argv[] = {(char *)bin(), "-n", "32", "-d", "10", "--target-profile", prof, "--draft-ms",
+                    "0.3", "--sizes", "measured", "-o", out, NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    cr_assert(strstr(so, "predicted speedup by size"), "%s", so);
+    sq_plan *plan;
+    sq_error e = {0};
+    cr_assert_eq(sq_plan_load(out, &plan, &e), 0, "%s", e.msg);
+    cr_assert_eq(plan->tree->n, 8, "the documented choice for the App. E curve");
+    cr_assert_not_null(plan->hardware);
+    const cJSON *s = cJSON_GetObjectItem(plan->hardware, "predicted_speedup");
+    cr_assert(cJSON_IsNumber(s) && fabs(s->valuedouble - 2.6841) < 1e-4);
+    cr_assert_str_eq(cJSON_GetObjectItem(plan->hardware, "target_profile")->valuestring, prof);
+    sq_plan_free(plan);
+    free(so);
+    free(se);
+    tu_rmtree(dir);
+    free(dir);
+    free(prof);
+    free(out);
+}
+
+Test(cli_plan, bad_profiles_and_ranges_are_refused)
+{
+    char *dir = tu_tmpdir(), *prof = tu_path(dir, "t.json"), *out = tu_path(dir, "plan.json");
+    struct {
+        const char *profile;
+        const char *extra;
+        int status;
+        const char *expect;
+    } cases[] = {
+        {"{\"format\":\"sequoia-profile\",\"version\":1,\"points\":[]}", NULL, 65, "points: empty"},
+        {"{\"format\":\"sequoia-profile\",\"version\":1,\"points\":[{\"tokens\":4,\"median_ms\":1},"
+         "{\"tokens\":2,\"median_ms\":1}]}", NULL, 65, "points[1].tokens"},
+        {DEMO_PROFILE, NULL, 64, "outside the profile's measured range [1, 32]"},
+        {DEMO_PROFILE, "linear", 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        tu_write(prof, cases[i].profile);
+        char *argv[] = {(char *)bin(), "-n", "64", "-d", "6", "--target-profile", prof,
+                        "--draft-ms", "0.3", "-o", out,
+                        cases[i].extra ? "--extrapolate" : NULL, (char *)cases[i].extra, NULL};
+        char *so, *se;
+        int rc = tu_run(argv, &so, &se);
+        cr_assert_eq(rc, cases[i].status, "case %zu: exit %d: %s", i, rc, se);
+        if (cases[i].expect)
+            cr_assert(strstr(se, cases[i].expect) && strstr(se, "t.json"), "case %zu: %s", i, se);
+        cr_assert_eq(tu_exists(out), rc == 0, "case %zu: output only on success", i);
+        free(so);
+        free(se);
+    }
+    char *argv[] = {(char *)bin(), "--target-profile", prof, NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 64);
+    cr_assert(strstr(se, "--draft-profile") && strstr(se, "--draft-ms"), "%s", se);
+    free(so);
+    free(se);
+    tu_rmtree(dir);
+    free(dir);
+    free(prof);
+    free(out);
+}
