@@ -488,12 +488,17 @@ int sq_import_growmap_json(const cJSON *root, const char *file, sq_tree **out, s
         if ((rc = int_list(cJSON_GetArrayItem(roots, l), 0, n - 1, -1, &ids, &ni, file, ctx, err)))
             goto done;
         snprintf(ctx, sizeof ctx, "branches[%d]", l);
-        if ((rc = int_list(cJSON_GetArrayItem(branches, l), 0, n - 1, ni, &br, &nbr, file, ctx,
-                           err))) {
+        if ((rc = int_list(cJSON_GetArrayItem(branches, l), 0, SQ_IMPORT_MAX_NODES, -1, &br, &nbr,
+                           file, ctx, err))) {
             free(ids);
-            if (err && cJSON_IsArray(cJSON_GetArrayItem(branches, l)))
-                snprintf(err->msg + strlen(err->msg), sizeof err->msg - strlen(err->msg),
-                         " (branches must match roots entry for entry)");
+            goto done;
+        }
+        if (nbr != ni) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: branches[%d]: %d entries, but roots[%d] lists %d "
+                              "nodes (branches must match roots entry for entry)", file, l, nbr, l,
+                              ni);
+            free(ids);
+            free(br);
             goto done;
         }
         for (int j = 0; j < ni && !rc; j++) {
