@@ -1,0 +1,163 @@
+/* sequoia-profile as a user runs it: a profile of a random-weight model of a given shape, the
+ * SVG, the CSV import, and the bad inputs of issue 5. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/profile.h"
+#include "tests/testutil.h"
+
+#define TINY_CONFIG "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64," \
+    "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4," \
+    "\"num_key_value_heads\":2,\"vocab_size\":64,\"max_position_embeddings\":64}"
+
+static const char *bin(void)
+{
+    const char *b = getenv("SQ_PROFILE_BIN");
+    cr_assert_not_null(b, "SQ_PROFILE_BIN is not set (run through meson test)");
+    return b;
+}
+
+static char *dir, *config, *out;
+
+static void setup(void)
+{
+    dir = tu_tmpdir();
+    config = tu_path(dir, "config.json");
+    out = tu_path(dir, "profile.json");
+    tu_write(config, TINY_CONFIG);
+}
+
+static void teardown(void)
+{
+    tu_rmtree(dir);
+    free(dir);
+    free(config);
+    free(out);
+}
+
+TestSuite(cli_profile, .init = setup, .fini = teardown);
+
+Test(cli_profile, profiles_a_shape_from_config_json)
+{
+    char *svg = tu_path(dir, "curve.svg");
+    char *argv[] = {(char *)bin(), "--model", config, "--tokens", "1,2,4,8", "--prefix", "16",
+                    "--warmup", "1", "--repeat", "3", "-o", out, "--svg", svg, "--quiet", NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    sq_profile *p;
+    sq_error e = {0};
+    cr_assert_eq(sq_profile_load(out, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(p->n, 4, "an explicit list is measured as given");
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(p->points[i].tokens, 1 << i);
+        cr_assert_eq(p->points[i].samples, 3);
+        cr_assert(p->points[i].p10_ms <= p->points[i].median_ms &&
+                  p->points[i].median_ms <= p->points[i].p90_ms);
+    }
+    cr_assert_eq(p->prefix, 16);
+    cr_assert_str_eq(p->backend, "cpu");
+    cr_assert_not_null(p->model);
+    cr_assert_eq(cJSON_GetObjectItem(p->model, "n_layers")->valueint, 2);
+    cr_assert_str_eq(cJSON_GetObjectItem(p->model, "weights")->valuestring, "random");
+    char *s = tu_read(svg, NULL);
+    cr_assert(s && strstr(s, "<svg") && strstr(s, "</svg>"));
+    int circles = 0;
+    for (char *c = s; (c = strstr(c, "<circle")); c++)
+        circles++;
+    cr_assert_eq(circles, 4, "one marker per point");
+    sq_profile_free(p);
+    free(s);
+    free(svg);
+    free(so);
+    free(se);
+}
+
+Test(cli_profile, default_counts_are_powers_of_two_refined_where_the_curve_bends)
+{
+    char *argv[] = {(char *)bin(), "--model", config, "--max-tokens", "16", "--prefix", "8",
+                    "--warmup", "0", "--repeat", "2", "-o", out, "--quiet", NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    sq_profile *p;
+    sq_error e = {0};
+    cr_assert_eq(sq_profile_load(out, &p, &e), 0, "%s", e.msg);
+    /* 1, 2, 4, 8, 16 are always there; midpoints only in between */
+    int seen = 0;
+    for (int i = 0; i < p->n; i++)
+        if ((p->points[i].tokens & (p->points[i].tokens - 1)) == 0)
+            seen++;
+    cr_assert_eq(seen, 5);
+    cr_assert_eq(p->points[p->n - 1].tokens, 16);
+    sq_profile_free(p);
+    free(so);
+    free(se);
+}
+
+Test(cli_profile, imports_an_engine_csv)
+{
+    char *csv = tu_path(dir, "vllm.csv");
+    tu_write(csv, "tokens,ms\n1,20.5\n16,21\n64,30\n");
+    char *argv[] = {(char *)bin(), "--import", csv, "--engine", "vllm", "-o", out, NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    sq_profile *p;
+    sq_error e = {0};
+    cr_assert_eq(sq_profile_load(out, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(p->n, 3);
+    cr_assert_str_eq(p->backend, "vllm");
+    cr_assert_eq(p->points[2].median_ms, 30);
+    sq_profile_free(p);
+    tu_write(csv, "tokens,minutes\n1,2\n");
+    free(so);
+    free(se);
+    cr_assert_eq(tu_run(argv, &so, &se), 65);
+    cr_assert(strstr(se, "vllm.csv") && strstr(se, "minutes"), "%s", se);
+    free(so);
+    free(se);
+    free(csv);
+}
+
+Test(cli_profile, bad_requests_are_refused_without_output)
+{
+    struct {
+        const char *args[6];
+        int status;
+        const char *expect;
+    } cases[] = {
+        {{"--tokens", "1,64", "--prefix", "16"}, 64, "past the model's context of 64"},
+        {{"--tokens", "4,2"}, 64, "increase strictly"},
+        {{"--backend", "tpu"}, 64, "unknown backend"},
+        {{"--backend", "cuda", "--tokens", "1", "--prefix", "4"}, 64, "CUDA"},
+        {{"--dtype", "f16"}, 64, "float32"},
+        {{"--repeat", "0"}, 64, "--repeat"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *argv[16];
+        int a = 0;
+        argv[a++] = (char *)bin();
+        argv[a++] = "--model";
+        argv[a++] = config;
+        for (int j = 0; j < 6 && cases[i].args[j]; j++)
+            argv[a++] = (char *)cases[i].args[j];
+        argv[a++] = "-o";
+        argv[a++] = out;
+        argv[a] = NULL;
+        char *so, *se;
+        int rc = tu_run(argv, &so, &se);
+        cr_assert_eq(rc, cases[i].status, "case %zu: exit %d: %s", i, rc, se);
+        cr_assert(strstr(se, cases[i].expect), "case %zu: '%s' lacks '%s'", i, se, cases[i].expect);
+        cr_assert(!tu_exists(out), "case %zu left an output", i);
+        free(so);
+        free(se);
+    }
+    /* a config the runtime refuses names the key */
+    tu_write(config, "{\"architectures\":[\"GPT2LMHeadModel\"],\"hidden_size\":64}");
+    char *argv[] = {(char *)bin(), "--model", config, "-o", out, NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 65, "%s", se);
+    cr_assert(strstr(se, "config.json") && strstr(se, "GPT2LMHeadModel"), "%s", se);
+    free(so);
+    free(se);
+}
