@@ -67,15 +67,19 @@ void sq_accept_config_name(const sq_accept_config *cfg, char *buf, size_t size)
 
 struct sq_accept_ws {
     int            V, W;
-    double        *r;        /* (V) residual R (normalised), zero off `support`          */
-    int           *support;  /* (V) indices where r > 0                                  */
-    double        *scratch;  /* (V) nucleus selection                                    */
-    double        *hkey;     /* (W) heap keys                                            */
-    int           *hidx;     /* (W) heap indices                                         */
-    int           *order;    /* (W) draw order (with replacement)                        */
-    double        *u;        /* (W) uniforms (with replacement)                          */
-    int           *cand;     /* (W) candidates                                           */
-    double        *a;        /* (W) one draw's vector                                    */
+    double        *rs;       /* (V) residual R off the candidates, compacted, unnormalised */
+    double        *qs;       /* (V) Q at the same tokens                                   */
+    unsigned char *is_cand;  /* (V) 1 at the candidate tokens during sq_accept_residual    */
+    double        *scratch;  /* (V) nucleus selection                                      */
+    double        *hkey;     /* (W) heap keys                                              */
+    int           *hidx;     /* (W) heap indices                                           */
+    int           *order;    /* (W) draw order (with replacement)                          */
+    double        *u;        /* (W) uniforms (with replacement)                            */
+    int           *cand;     /* (W) candidates                                             */
+    double        *a;        /* (W) one draw's vector                                      */
+    int           *ut;       /* (W) distinct candidate tokens                              */
+    int           *slot;     /* (W) candidate k -> its entry in ut                         */
+    double        *ur, *uq;  /* (W) R (unnormalised) and Q at the distinct candidates      */
 };
 
 sq_accept_ws *sq_accept_ws_new(int V, int W)
@@ -86,8 +90,9 @@ sq_accept_ws *sq_accept_ws_new(int V, int W)
         return NULL;
     ws->V = V;
     ws->W = W;
-    ws->r = malloc((size_t)V * sizeof *ws->r);
-    ws->support = malloc((size_t)V * sizeof *ws->support);
+    ws->rs = malloc((size_t)V * sizeof *ws->rs);
+    ws->qs = malloc((size_t)V * sizeof *ws->qs);
+    ws->is_cand = calloc((size_t)V, 1);
     ws->scratch = malloc((size_t)V * sizeof *ws->scratch);
     ws->hkey = malloc((size_t)W * sizeof *ws->hkey);
     ws->hidx = malloc((size_t)W * sizeof *ws->hidx);
@@ -95,8 +100,13 @@ sq_accept_ws *sq_accept_ws_new(int V, int W)
     ws->u = malloc((size_t)W * sizeof *ws->u);
     ws->cand = malloc((size_t)W * sizeof *ws->cand);
     ws->a = malloc((size_t)W * sizeof *ws->a);
-    if (!ws->r || !ws->support || !ws->scratch || !ws->hkey || !ws->hidx ||
-        !ws->order || !ws->u || !ws->cand || !ws->a) {
+    ws->ut = malloc((size_t)W * sizeof *ws->ut);
+    ws->slot = malloc((size_t)W * sizeof *ws->slot);
+    ws->ur = malloc((size_t)W * sizeof *ws->ur);
+    ws->uq = malloc((size_t)W * sizeof *ws->uq);
+    if (!ws->rs || !ws->qs || !ws->is_cand || !ws->scratch || !ws->hkey || !ws->hidx ||
+        !ws->order || !ws->u || !ws->cand || !ws->a || !ws->ut || !ws->slot || !ws->ur ||
+        !ws->uq) {
         sq_accept_ws_free(ws);
         return NULL;
     }
@@ -107,8 +117,9 @@ void sq_accept_ws_free(sq_accept_ws *ws)
 {
     if (!ws)
         return;
-    free(ws->r);
-    free(ws->support);
+    free(ws->rs);
+    free(ws->qs);
+    free(ws->is_cand);
     free(ws->scratch);
     free(ws->hkey);
     free(ws->hidx);
@@ -116,6 +127,10 @@ void sq_accept_ws_free(sq_accept_ws *ws)
     free(ws->u);
     free(ws->cand);
     free(ws->a);
+    free(ws->ut);
+    free(ws->slot);
+    free(ws->ur);
+    free(ws->uq);
     free(ws);
 }
 
@@ -193,13 +208,18 @@ int sq_accept_softmax(const float *logits, int V, double temperature, double top
     }
     double s = 1.0 / sum;
     int nz = 0;
+    if (top_p >= 1.0) {
+        for (int i = 0; i < V; i++) {
+            probs[i] *= s;
+            nz += probs[i] > 0;
+        }
+        return nz;
+    }
     for (int i = 0; i < V; i++) {
         probs[i] *= s;
         if (probs[i] > 0)
             ws->scratch[nz++] = probs[i];
     }
-    if (top_p >= 1.0)
-        return nz;
     double tau = nucleus_threshold(ws->scratch, nz, top_p);
     sum = 0;
     nz = 0;
@@ -313,79 +333,78 @@ void sq_accept_topk(const double *P, const float *draft, int V, int W, double *a
 
 /* ---- drawing candidates ---------------------------------------------------------------------- */
 
+/* Max-heap of (key, index) on key, n entries: replace the root by (key, i) and sift down. */
+static void heap_replace_root(double *hk, int *hi, int n, double key, int i)
+{
+    int c = 0;
+    for (;;) {
+        int k = 2 * c + 1;
+        if (k >= n)
+            break;
+        if (k + 1 < n && hk[k + 1] > hk[k])
+            k++;
+        if (hk[k] <= key)
+            break;
+        hk[c] = hk[k];
+        hi[c] = hi[k];
+        c = k;
+    }
+    hk[c] = key;
+    hi[c] = i;
+}
+
 int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *cand,
                            sq_accept_ws *ws)
 {
     SQ_ASSERT(W <= ws->W);
-    /* Max-heap on key = E_i / Q_i over the W smallest keys seen. */
+    /* Exponential race: token i gets key E_i / Q_i with E_i ~ Exp(1); the W smallest keys in
+     * increasing order are a draw of W tokens without replacement. A max-heap keeps the W
+     * smallest keys; tau is the largest of them. Once the heap is full, token i enters it iff
+     * E_i < tau·Q_i, independently with probability 1 - exp(-tau·Q_i): one Exp(1) variable E
+     * decides a whole run of tokens (exponential jumps): skip while E >= tau·Q_i, subtracting;
+     * the token where E < tau·Q_i enters with E_i = E (E is then exactly Exp(1) conditioned on
+     * being below tau·Q_i), so key = E / Q_i; then tau shrinks and a fresh E starts. About
+     * W·(1 + ln(V/W)) random numbers instead of V. */
     double *hk = ws->hkey;
-    int *hi = ws->hidx, n = 0;
-    for (int i = 0; i < V; i++) {
+    int *hi = ws->hidx, n = 0, i = 0;
+    for (; i < V && n < W; i++) {
         double q = Q[i];
         if (!(q > 0))
             continue;
-        double u = gsl_rng_uniform_pos(rng);
-        if (n == W) {
-            /* -log(u) >= 1 - u: most tokens fail this cheap test and need no logarithm. */
-            if (1.0 - u >= hk[0] * q)
+        double key = -log(gsl_rng_uniform_pos(rng)) / q;
+        int c = n++;
+        while (c > 0) {
+            int p = (c - 1) / 2;
+            if (hk[p] >= key)
+                break;
+            hk[c] = hk[p];
+            hi[c] = hi[p];
+            c = p;
+        }
+        hk[c] = key;
+        hi[c] = i;
+    }
+    if (n == W) {
+        double tau = hk[0];
+        double E = -log(gsl_rng_uniform_pos(rng));
+        for (; i < V; i++) {
+            double w = tau * Q[i];
+            if (E >= w) {
+                E -= w;
                 continue;
-            double key = -log(u) / q;
-            if (key >= hk[0])
-                continue;
-            int c = 0;
-            for (;;) {
-                int k = 2 * c + 1;
-                if (k >= n)
-                    break;
-                if (k + 1 < n && hk[k + 1] > hk[k])
-                    k++;
-                if (hk[k] <= key)
-                    break;
-                hk[c] = hk[k];
-                hi[c] = hi[k];
-                c = k;
             }
-            hk[c] = key;
-            hi[c] = i;
-        } else {
-            double key = -log(u) / q;
-            int c = n++;
-            while (c > 0) {
-                int p = (c - 1) / 2;
-                if (hk[p] >= key)
-                    break;
-                hk[c] = hk[p];
-                hi[c] = hi[p];
-                c = p;
-            }
-            hk[c] = key;
-            hi[c] = i;
+            heap_replace_root(hk, hi, n, E / Q[i], i);
+            tau = hk[0];
+            E = -log(gsl_rng_uniform_pos(rng));
         }
     }
     /* Pop the largest key into the back: cand ends up in increasing key (draw) order. */
     int count = n;
     while (n > 0) {
         cand[n - 1] = hi[0];
-        double lk = hk[n - 1];
-        int li = hi[n - 1];
         n--;
-        int c = 0;
-        for (;;) {
-            int k = 2 * c + 1;
-            if (k >= n)
-                break;
-            if (k + 1 < n && hk[k + 1] > hk[k])
-                k++;
-            if (hk[k] <= lk)
-                break;
-            hk[c] = hk[k];
-            hi[c] = hi[k];
-            c = k;
-        }
-        if (n > 0) {
-            hk[c] = lk;
-            hi[c] = li;
-        }
+        if (n > 0)
+            heap_replace_root(hk, hi, n, hk[n], hi[n]);
     }
     return count;
 }
@@ -441,56 +460,80 @@ void sq_accept_residual(const double *P, const double *Q, int V, const int *cand
     memset(a, 0, (size_t)W * sizeof *a);
     if (n == 0)
         return;
-    double *r = ws->r;
-    int *sup = ws->support, ns = 0;
-    for (int i = 0; i < V; i++) {
-        r[i] = P[i];
-        if (P[i] > 0)
-            sup[ns++] = i;
-    }
-    /* Q' = Q · qscale, with the candidates rejected so far set to 0 (without replacement).
-     * Those zeros need not be stored: a rejected candidate x had R(x) < Q'(x), so the update
-     * below leaves R(x) = 0, and max(0 - Q'(x), 0) = 0 keeps it there whatever Q'(x) is; and
-     * candidates are distinct, so Q'(x_k) is never one of them. */
-    double qmass = 1.0, qscale = 1.0;
-    double remain = 1.0;   /* 1 - Σ_{j<k} a_j: probability that x_1..x_{k-1} were all rejected */
+    /* The distinct candidate tokens are tracked apart (ur, uq); every other token with R > 0
+     * lives in the compacted arrays (rs, qs), built at the first rejection. R = value · rscale,
+     * Q' = Q · qscale.
+     *
+     * Q'(x_j) <- 0 for the rejected candidates need not be stored: a rejected x had R(x) < Q'(x),
+     * so the update leaves R(x) = 0, and max(0 - Q'(x), 0) = 0 keeps it there whatever Q'(x) is;
+     * without replacement the candidates are distinct, so Q'(x_k) is never one of them. */
+    int m = 0;
     for (int k = 0; k < n; k++) {
-        int x = cand[k];
-        double qx = Q[x] * qscale;
-        double rx = r[x];
+        int x = cand[k], j = 0;
+        while (j < m && ws->ut[j] != x)
+            j++;
+        if (j == m) {
+            ws->ut[m] = x;
+            ws->ur[m] = P[x];
+            ws->uq[m] = Q[x];
+            ws->is_cand[x] = 1;
+            m++;
+        }
+        ws->slot[k] = j;
+    }
+    double *rs = ws->rs, *qs = ws->qs;
+    int ns = -1;                 /* -1: the compacted arrays are not built yet */
+    double rscale = 1.0, qscale = 1.0, qmass = 1.0;
+    double remain = 1.0;         /* 1 - Σ_{j<k} a_j: x_1..x_{k-1} were all rejected */
+    for (int k = 0; k < n; k++) {
+        int j = ws->slot[k];
+        double qx = ws->uq[j] * qscale, rx = ws->ur[j] * rscale;
         double ratio = qx > 0 ? (rx >= qx ? 1.0 : rx / qx) : (rx > 0 ? 1.0 : 0.0);
         a[k] = remain * ratio;
         remain -= a[k];
         if (ratio >= 1.0 || !(remain > 0) || k == n - 1)
             break;
-        /* Rejected: R <- norm(max(R - Q', 0)), over the support of R only. */
+        /* Rejected: R <- norm(max(R - Q', 0)). Branch-free compaction keeps the loop tight. */
         double sum = 0;
-        int m = 0;
-        for (int s = 0; s < ns; s++) {
-            int i = sup[s];
-            double v = r[i] - Q[i] * qscale;
-            if (v > 0) {
-                r[i] = v;
-                sum += v;
-                sup[m++] = i;
-            } else {
-                r[i] = 0;
+        if (ns < 0) {
+            ns = 0;
+            for (int i = 0; i < V; i++) {
+                double q = Q[i], v = P[i] - q;   /* rscale = qscale = 1 at the first rejection */
+                rs[ns] = v;
+                qs[ns] = q;
+                int keep = (v > 0) & !ws->is_cand[i];
+                ns += keep;
+                sum += keep ? v : 0.0;
             }
+        } else {
+            int out = 0;
+            for (int s = 0; s < ns; s++) {
+                double q = qs[s], v = rs[s] * rscale - q * qscale;
+                rs[out] = v;
+                qs[out] = q;
+                out += v > 0;
+                sum += v > 0 ? v : 0.0;
+            }
+            ns = out;
         }
-        ns = m;
+        for (int u = 0; u < m; u++) {
+            double v = ws->ur[u] * rscale - ws->uq[u] * qscale;
+            ws->ur[u] = v > 0 ? v : 0.0;
+            sum += ws->ur[u];
+        }
         if (!(sum > 0))
             break; /* R = Q': nothing is left to accept */
-        double inv = 1.0 / sum;
-        for (int s = 0; s < ns; s++)
-            r[sup[s]] *= inv;
+        rscale = 1.0 / sum;
         if (!with_replacement) {
             /* Q'(x_k) <- 0, Q' <- norm(Q') */
-            qmass -= Q[x];
+            qmass -= ws->uq[j];
             if (!(qmass > 0))
                 break; /* the draft has no other token: no candidate is left */
             qscale = 1.0 / qmass;
         }
     }
+    for (int u = 0; u < m; u++)
+        ws->is_cand[ws->ut[u]] = 0;
 }
 
 void sq_accept_position(const sq_accept_config *cfg, const float *target, const float *draft,

@@ -6,6 +6,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define SQ_SHA256_X86 1
+#endif
+
 /* FIPS 180-4 §4.2.2: the first 32 bits of the fractional parts of the cube roots of the
  * first 64 primes. */
 static const uint32_t K[64] = {
@@ -61,6 +67,95 @@ static void compress(uint32_t st[8], const uint8_t *p)
     st[7] += h;
 }
 
+#ifdef SQ_SHA256_X86
+/* The same compression with the x86 SHA extensions (SHA-NI): the state is kept as the two
+ * lanes ABEF and CDGH that sha256rnds2 works on; each round group of four adds K to four
+ * message words, and sha256msg1/msg2 extend the schedule four words at a time:
+ * W[t] = σ1(W[t-2]) + W[t-7] + σ0(W[t-15]) + W[t-16]. */
+__attribute__((target("sha,sse4.1,ssse3")))
+static void compress_hw(uint32_t st[8], const uint8_t *p, size_t blocks)
+{
+    const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
+    __m128i dcba = _mm_loadu_si128((const __m128i *)&st[0]);
+    __m128i hgfe = _mm_loadu_si128((const __m128i *)&st[4]);
+    __m128i cdab = _mm_shuffle_epi32(dcba, 0xB1);
+    __m128i efgh = _mm_shuffle_epi32(hgfe, 0x1B);
+    __m128i abef = _mm_alignr_epi8(cdab, efgh, 8);
+    __m128i cdgh = _mm_blend_epi16(efgh, cdab, 0xF0);
+    for (; blocks > 0; blocks--, p += 64) {
+        __m128i abef0 = abef, cdgh0 = cdgh, m[4];
+        for (int g = 0; g < 16; g++) {
+            __m128i w;
+            if (g < 4) {
+                w = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * g)), bswap);
+            } else {
+                /* m[g%4] holds W[4g-16..4g-13]; m[(g+1)%4] the next four, m[(g+3)%4] the last
+                 * four words, m[(g+2)%4] the four before them. */
+                __m128i t = _mm_sha256msg1_epu32(m[g % 4], m[(g + 1) % 4]);
+                t = _mm_add_epi32(t, _mm_alignr_epi8(m[(g + 3) % 4], m[(g + 2) % 4], 4));
+                w = _mm_sha256msg2_epu32(t, m[(g + 3) % 4]);
+            }
+            m[g % 4] = w;
+            __m128i wk = _mm_add_epi32(w, _mm_loadu_si128((const __m128i *)&K[4 * g]));
+            cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+            /* cdgh now holds the new ABEF, and abef (two rounds old) is the new CDGH */
+            abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+            /* four rounds done: abef and cdgh hold their names' lanes again */
+        }
+        abef = _mm_add_epi32(abef, abef0);
+        cdgh = _mm_add_epi32(cdgh, cdgh0);
+    }
+    __m128i feba = _mm_shuffle_epi32(abef, 0x1B);
+    __m128i dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+    dcba = _mm_blend_epi16(feba, dchg, 0xF0);
+    hgfe = _mm_alignr_epi8(dchg, feba, 8);
+    _mm_storeu_si128((__m128i *)&st[0], dcba);
+    _mm_storeu_si128((__m128i *)&st[4], hgfe);
+}
+
+static int hw_state = -1;   /* -1 not probed, 0 off, 1 on */
+
+static int hw_available(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSSE3) || !(c & bit_SSE4_1))
+        return 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+        return 0;
+    return (b >> 29) & 1; /* CPUID.(EAX=7,ECX=0):EBX.SHA[bit 29] */
+}
+
+int sq_sha256_use_hw(int on)
+{
+    hw_state = on && hw_available();
+    return hw_state;
+}
+
+static void compress_blocks(uint32_t st[8], const uint8_t *p, size_t blocks)
+{
+    if (hw_state < 0)
+        hw_state = hw_available();
+    if (hw_state) {
+        compress_hw(st, p, blocks);
+        return;
+    }
+    for (; blocks > 0; blocks--, p += 64)
+        compress(st, p);
+}
+#else
+int sq_sha256_use_hw(int on)
+{
+    (void)on;
+    return 0;
+}
+
+static void compress_blocks(uint32_t st[8], const uint8_t *p, size_t blocks)
+{
+    for (; blocks > 0; blocks--, p += 64)
+        compress(st, p);
+}
+#endif
+
 void sq_sha256_init(sq_sha256 *h)
 {
     static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
@@ -82,11 +177,13 @@ void sq_sha256_update(sq_sha256 *h, const void *data, size_t len)
         len -= take;
         if (h->fill < 64)
             return;
-        compress(h->state, h->block);
+        compress_blocks(h->state, h->block, 1);
         h->fill = 0;
     }
-    for (; len >= 64; p += 64, len -= 64)
-        compress(h->state, p);
+    size_t blocks = len / 64;
+    compress_blocks(h->state, p, blocks);
+    p += 64 * blocks;
+    len -= 64 * blocks;
     memcpy(h->block, p, len);
     h->fill = len;
 }

@@ -24,6 +24,10 @@ void sq_sha256_final(sq_sha256 *h, uint8_t digest[SQ_SHA256_BYTES]);
 /* Lower-case hexadecimal digest (64 characters and a NUL). */
 void sq_sha256_hex(const uint8_t digest[SQ_SHA256_BYTES], char hex[SQ_SHA256_HEX]);
 
+/* Uses the CPU's SHA instructions (x86 SHA-NI) when `on` and the CPU has them (the default);
+ * returns whether they are used. The result never depends on it. */
+int sq_sha256_use_hw(int on);
+
 /* Digest of a whole file. Errors: SQ_ENOINPUT, SQ_EIO. */
 int sq_sha256_file(const char *path, uint8_t digest[SQ_SHA256_BYTES], sq_error *err);
 

@@ -1,0 +1,1130 @@
+/* sequoia-accept: acceptance curves from draft/target corpora (DESIGN.md §4, §5, §6.1), exact
+ * merging of shards, and the CI regression check. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gsl/gsl_errno.h>
+
+#include "planner/accept.h"
+#include "planner/corpus.h"
+#include "planner/curve.h"
+#include "planner/dp.h"
+#include "planner/io.h"
+#include "planner/json.h"
+#include "planner/sha256.h"
+#include "planner/tree.h"
+
+#define PROG "sequoia-accept"
+#define MAX_LIST 64
+
+static const char sparse_note[] =
+    "sparse corpus: tokens outside the stored top-K count as probability 0 (an approximation)";
+
+static void usage(FILE *fp)
+{
+    fprintf(fp,
+        "Usage: " PROG " CORPUS.h5 [CORPUS.h5 ...] [--mode M[,M...]] [--temperature T[,T...]]\n"
+        "                      [--top-p P[,P...]] [--width W] [--samples K] [--seed S]\n"
+        "                      [--threads N] [-o CURVES.json] [--quiet]\n"
+        "       " PROG " --merge A.json B.json [...] -o ALL.json\n"
+        "       " PROG " --compare BASELINE.json NEW.json [--budget N] [--depth D] [--sigma Z]\n"
+        "                      [--curve NAME]\n"
+        "\n"
+        "Estimates the acceptance vector p_1..p_W (p_k: probability that the verifier accepts the\n"
+        "k-th child it tries) from corpora of draft and target logits (format sequoia-corpus v1),\n"
+        "one curve per (mode, temperature, top-p), with standard errors from whole sequences.\n"
+        "\n"
+        "Modes (DESIGN.md §4):\n"
+        "  stochastic  Sequoia: candidates sampled from the draft without replacement (default)\n"
+        "  specinfer   SpecInfer: candidates sampled with replacement\n"
+        "  greedy      temperature 0: candidates are the draft's top-W, exact per position\n"
+        "  topk        candidates are the draft's top-W, target sampled at T: exact per position\n"
+        "\n"
+        "Options:\n"
+        "  -m, --mode LIST         modes, comma-separated (default stochastic)\n"
+        "  -T, --temperature LIST  temperatures > 0 for the sampled and topk modes (default 1);\n"
+        "                          0 is greedy decoding and is allowed only with --mode greedy,\n"
+        "                          which always runs at temperature 0\n"
+        "  -p, --top-p LIST        nucleus mass in (0, 1] applied to both models (default 1)\n"
+        "  -w, --width W           ranks per curve, 1..%d (default 16)\n"
+        "  -k, --samples K         independent candidate draws per position, sampled modes (default 1)\n"
+        "  -s, --seed S            random seed (default 0); results depend only on the seed and\n"
+        "                          the corpora, not on --threads\n"
+        "  -j, --threads N         worker threads (default: all online CPUs)\n"
+        "  -o, --output FILE       write the curves there (atomically); default standard output\n"
+        "  -q, --quiet             no progress line and no summary\n"
+        "      --merge             combine curve files computed on disjoint shards, exactly\n"
+        "      --compare           compare NEW against BASELINE: per-rank change with z-scores and\n"
+        "                          the change of the optimal tree's expected tokens per step;\n"
+        "                          exit 1 when that drops by more than Z standard errors\n"
+        "  -n, --budget N          tree size for --compare (default 64)\n"
+        "  -d, --depth D           tree depth for --compare (default 8)\n"
+        "  -z, --sigma Z           significance for --compare, in standard errors (default 3)\n"
+        "  -c, --curve NAME        --compare only this curve (default: every curve in both files)\n"
+        "  -h, --help              this text\n"
+        "      --version           the version\n"
+        "\n"
+        "Examples:\n"
+        "  " PROG " c4.h5 --mode stochastic --temperature 0.6,1.0 --width 16 -o curves.json\n"
+        "  " PROG " c4.h5 --mode specinfer --temperature 1 --top-p 0.9 --samples 4 -o si.json\n"
+        "  " PROG " c4.h5 --mode greedy --width 32 -o greedy.json\n"
+        "  " PROG " c4.h5 --mode topk --temperature 0.7 -o topk.json\n"
+        "  " PROG " shard0.h5 -o a.json && " PROG " shard1.h5 -o b.json\n"
+        "  " PROG " --merge a.json b.json -o all.json           # = one run over both shards\n"
+        "  " PROG " --compare main.json branch.json --budget 64 --depth 8 --sigma 3\n"
+        "\n"
+        "Exit status: 0 success (--compare: no significant drop), 1 significant drop (--compare),\n"
+        "64 usage error, 65 invalid input data, 66 input file missing, 70 internal error,\n"
+        "73 cannot create output, 74 I/O error. No output file is left behind on failure.\n",
+        SQ_ACCEPT_MAX_WIDTH);
+}
+
+/* ---- option parsing ----------------------------------------------------------------------- */
+
+static int parse_long(const char *opt, const char *s, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) {
+        fprintf(stderr, PROG ": %s: '%s' is not an integer\n", opt, s);
+        return SQ_EUSAGE;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, PROG ": %s: %lld, must be between %lld and %lld\n", opt, v, lo, hi);
+        return SQ_EUSAGE;
+    }
+    *out = v;
+    return SQ_OK;
+}
+
+static int parse_double(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, PROG ": %s: '%s' is not a finite number\n", opt, s);
+        return SQ_EUSAGE;
+    }
+    *out = v;
+    return SQ_OK;
+}
+
+/* Comma-separated numbers. */
+static int parse_list(const char *opt, const char *s, double *v, int *n)
+{
+    char buf[1024];
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, PROG ": %s: list too long\n", opt);
+        return SQ_EUSAGE;
+    }
+    strcpy(buf, s);
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_LIST) {
+            fprintf(stderr, PROG ": %s: at most %d values\n", opt, MAX_LIST);
+            return SQ_EUSAGE;
+        }
+        if (parse_double(opt, tok, &v[*n]))
+            return SQ_EUSAGE;
+        (*n)++;
+    }
+    if (*n == 0) {
+        fprintf(stderr, PROG ": %s: empty list\n", opt);
+        return SQ_EUSAGE;
+    }
+    return SQ_OK;
+}
+
+static int parse_modes(const char *s, sq_accept_mode *m, int *n)
+{
+    char buf[256];
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, PROG ": --mode: list too long\n");
+        return SQ_EUSAGE;
+    }
+    strcpy(buf, s);
+    *n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        sq_accept_mode mode;
+        if (sq_accept_mode_parse(tok, &mode) != 0) {
+            fprintf(stderr, PROG ": --mode: unknown mode '%s' (expected stochastic, specinfer, "
+                    "greedy or topk)\n", tok);
+            return SQ_EUSAGE;
+        }
+        int dup = 0;
+        for (int i = 0; i < *n; i++)
+            dup |= m[i] == mode;
+        if (!dup)
+            m[(*n)++] = mode;
+    }
+    if (*n == 0) {
+        fprintf(stderr, PROG ": --mode: empty list\n");
+        return SQ_EUSAGE;
+    }
+    return SQ_OK;
+}
+
+/* ---- helpers -------------------------------------------------------------------------------- */
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+typedef struct progress_state {
+    const char *file;
+    int index, count;
+    double t0;
+} progress_state;
+
+static void show_progress(void *user, int64_t done, int64_t total)
+{
+    progress_state *p = user;
+    double dt = now_s() - p->t0;
+    fprintf(stderr, "\r" PROG ": %s (%d/%d): %lld/%lld positions (%.0f%%), %.0f positions/s   ",
+            p->file, p->index + 1, p->count, (long long)done, (long long)total,
+            100.0 * (double)done / (double)total, dt > 0 ? (double)done / dt : 0.0);
+    fflush(stderr);
+}
+
+/* Writes a curve set (cJSON tree) atomically to path ("-": stdout). */
+static int write_json(const char *path, const cJSON *root, sq_error *err)
+{
+    sq_out *out;
+    int rc = sq_out_open(&out, path, err);
+    if (rc)
+        return rc;
+    sq_json_print(sq_out_stream(out), root);
+    return sq_out_commit(out, err);
+}
+
+static cJSON *string_array(const char *const *v, int n)
+{
+    cJSON *a = cJSON_CreateArray();
+    SQ_ASSERT(a);
+    for (int i = 0; i < n; i++)
+        SQ_ASSERT(cJSON_AddItemToArray(a, cJSON_CreateString(v[i])));
+    return a;
+}
+
+/* Builds curve c from statistics. */
+static int curve_from_stats(sq_curve *c, const char *name, const sq_accept_config *cfg,
+                            const sq_accept_stats *st, int samples, const cJSON *seed,
+                            const char *unit, sq_error *err)
+{
+    int W = st->width;
+    double *p = malloc((size_t)W * sizeof *p), *se = malloc((size_t)W * sizeof *se);
+    if (!p || !se) {
+        free(p);
+        free(se);
+        return sq_error_oom(err, "curve");
+    }
+    int have_se = sq_accept_stats_estimate(st, p, se);
+    int rc = sq_curve_init(c, name, sq_accept_mode_name(cfg->mode), p, W, err);
+    free(p);
+    if (rc) {
+        free(se);
+        return rc;
+    }
+    c->temperature = cfg->temperature;
+    c->top_p = cfg->top_p;
+    c->positions = (long long)st->sum_n;
+    c->sequences = st->sequences;
+    if (have_se)
+        c->stderr_p = se;
+    else
+        free(se);
+    cJSON *stats = sq_accept_stats_to_json(st);
+    cJSON *extra = cJSON_CreateObject();
+    SQ_ASSERT(extra);
+    /* Put the settings first, then the sums. */
+    cJSON *o = cJSON_CreateObject();
+    SQ_ASSERT(o);
+    sq_json_add(o, "estimator", cJSON_CreateString(sq_accept_mode_sampled(cfg->mode)
+                                                       ? "rao-blackwellised"
+                                                       : "exact"));
+    sq_json_add(o, "samples", cJSON_CreateNumber(sq_accept_mode_sampled(cfg->mode) ? samples : 1));
+    sq_json_add(o, "seed", seed ? cJSON_Duplicate(seed, 1) : cJSON_CreateNull());
+    sq_json_add(o, "unit", cJSON_CreateString(unit));
+    for (cJSON *m = stats->child; m; m = m->next)
+        sq_json_add(o, m->string, cJSON_Duplicate(m, 1));
+    cJSON_Delete(stats);
+    sq_json_add(extra, "stats", o);
+    c->extra = extra;
+    return SQ_OK;
+}
+
+/* ---- estimation ------------------------------------------------------------------------------ */
+
+typedef struct est_opts {
+    sq_accept_mode modes[4];
+    int n_modes;
+    double temps[MAX_LIST];
+    int n_temps, temps_given;
+    double top_ps[MAX_LIST];
+    int n_top_ps;
+    sq_accept_params params;
+    const char *out_file;
+    int quiet;
+} est_opts;
+
+static int estimate(char **files, int n_files, est_opts *o)
+{
+    sq_error err = {0};
+    int rc = SQ_OK;
+    sq_accept_config cfg[SQ_ACCEPT_MAX_CONFIGS];
+    int n_cfg = 0;
+
+    /* Configurations: greedy once at temperature 0; the others per (temperature, top-p). */
+    for (int m = 0; m < o->n_modes; m++)
+        if (o->modes[m] == SQ_ACCEPT_GREEDY)
+            cfg[n_cfg++] = (sq_accept_config){SQ_ACCEPT_GREEDY, 0.0, 1.0};
+    for (int t = 0; t < o->n_temps; t++)
+        for (int q = 0; q < o->n_top_ps; q++)
+            for (int m = 0; m < o->n_modes; m++) {
+                if (o->modes[m] == SQ_ACCEPT_GREEDY)
+                    continue;
+                sq_accept_config c = {o->modes[m], o->temps[t], o->top_ps[q]};
+                if ((rc = sq_accept_config_check(&c, &err))) {
+                    fprintf(stderr, PROG ": %s\n", err.msg);
+                    return rc;
+                }
+                int dup = 0;
+                for (int j = 0; j < n_cfg; j++)
+                    dup |= cfg[j].mode == c.mode && cfg[j].temperature == c.temperature &&
+                           cfg[j].top_p == c.top_p;
+                if (dup)
+                    continue;
+                if (n_cfg == SQ_ACCEPT_MAX_CONFIGS) {
+                    fprintf(stderr, PROG ": more than %d curves requested\n",
+                            SQ_ACCEPT_MAX_CONFIGS);
+                    return SQ_EUSAGE;
+                }
+                cfg[n_cfg++] = c;
+            }
+    int only_greedy = 1;
+    for (int m = 0; m < o->n_modes; m++)
+        only_greedy &= o->modes[m] == SQ_ACCEPT_GREEDY;
+    if (only_greedy && o->temps_given)
+        for (int t = 0; t < o->n_temps; t++)
+            if (o->temps[t] != 0) {
+                fprintf(stderr, PROG ": --mode greedy always runs at temperature 0; --temperature "
+                        "%g is ignored\n", o->temps[t]);
+                break;
+            }
+
+    sq_corpus **corp = calloc((size_t)n_files, sizeof *corp);
+    char (*hex)[SQ_SHA256_HEX] = calloc((size_t)n_files, sizeof *hex);
+    const char **names = calloc((size_t)n_files, sizeof *names);
+    const char **hexp = calloc((size_t)n_files, sizeof *hexp);
+    sq_accept_stats **stats = calloc((size_t)n_cfg, sizeof *stats);
+    sq_curve_set set = {0};
+    sq_out *out = NULL;
+    cJSON *root = NULL;
+    if (!corp || !hex || !names || !hexp || !stats) {
+        rc = sq_error_oom(&err, "corpus list");
+        goto done;
+    }
+
+    /* Open and check every corpus before any work. */
+    int sparse = 0, single = 0, multi = 0;
+    for (int f = 0; f < n_files; f++) {
+        if ((rc = sq_corpus_open(files[f], &corp[f], &err)))
+            goto done;
+        const sq_corpus_info *in = sq_corpus_get_info(corp[f]);
+        const sq_corpus_info *i0 = sq_corpus_get_info(corp[0]);
+        if (in->rows <= 0) {
+            rc = sq_error_set(&err, SQ_EDATA, "%s: the corpus is empty (0 rows)", files[f]);
+            goto done;
+        }
+        if (f > 0 && strcmp(in->draft, i0->draft) != 0) {
+            rc = sq_error_set(&err, SQ_EDATA, "%s: /: attribute 'draft': \"%s\" differs from %s's "
+                              "\"%s\"", files[f], in->draft, files[0], i0->draft);
+            goto done;
+        }
+        if (f > 0 && strcmp(in->target, i0->target) != 0) {
+            rc = sq_error_set(&err, SQ_EDATA, "%s: /: attribute 'target': \"%s\" differs from %s's "
+                              "\"%s\"", files[f], in->target, files[0], i0->target);
+            goto done;
+        }
+        if (f > 0 && in->vocab != i0->vocab) {
+            rc = sq_error_set(&err, SQ_EDATA, "%s: /: attribute 'vocab_size': %d differs from %s's %d",
+                              files[f], in->vocab, files[0], i0->vocab);
+            goto done;
+        }
+        sparse |= in->sparse;
+        if (in->sequences <= 1)
+            single = 1;
+        else
+            multi = 1;
+        uint8_t d[SQ_SHA256_BYTES];
+        if ((rc = sq_sha256_file(files[f], d, &err)))
+            goto done;
+        sq_sha256_hex(d, hex[f]);
+        for (int g = 0; g < f; g++)
+            if (strcmp(hex[g], hex[f]) == 0) {
+                rc = sq_error_set(&err, SQ_EUSAGE, "%s: has the same content (SHA-256 %.12s...) as "
+                                  "%s; a corpus may be counted only once", files[f], hex[f], files[g]);
+                goto done;
+            }
+        names[f] = base_name(files[f]);
+        hexp[f] = hex[f];
+    }
+    if (sparse)
+        fprintf(stderr, PROG ": notice: %s\n", sparse_note);
+    if (single)
+        fprintf(stderr, PROG ": notice: a corpus without /seq_offsets is one sequence; its standard "
+                "errors use %d contiguous batches (batch means)\n", SQ_ACCEPT_BATCHES);
+
+    /* The output is opened first, so that an unwritable path fails before the work. */
+    if ((rc = sq_out_open(&out, o->out_file ? o->out_file : "-", &err)))
+        goto done;
+
+    for (int j = 0; j < n_cfg; j++)
+        if (!(stats[j] = sq_accept_stats_new(o->params.width))) {
+            rc = sq_error_oom(&err, "statistics");
+            goto done;
+        }
+    int tty = !o->quiet && isatty(STDERR_FILENO);
+    double t0 = now_s();
+    int64_t total_rows = 0;
+    for (int f = 0; f < n_files; f++) {
+        progress_state ps = {names[f], f, n_files, now_s()};
+        sq_accept_params pr = o->params;
+        if (tty) {
+            pr.progress = show_progress;
+            pr.user = &ps;
+        }
+        uint64_t key = 0;
+        for (int b = 0; b < 16; b++) {
+            unsigned v;
+            sscanf(hex[f] + 2 * b, "%2x", &v);
+            key = key << 4 ^ (key >> 60) ^ v; /* any fixed function of the digest */
+        }
+        rc = sq_accept_run(corp[f], files[f], key, cfg, n_cfg, &pr, stats, &err);
+        if (tty)
+            fprintf(stderr, "\n");
+        if (rc)
+            goto done;
+        total_rows += sq_corpus_get_info(corp[f])->rows;
+    }
+    double elapsed = now_s() - t0;
+
+    /* Curves. */
+    set.curves = calloc((size_t)n_cfg, sizeof *set.curves);
+    if (!set.curves) {
+        rc = sq_error_oom(&err, "curves");
+        goto done;
+    }
+    cJSON *seed = cJSON_CreateNumber((double)o->params.seed);
+    const char *unit = single && multi ? "mixed" : single ? "batch" : "sequence";
+    for (int j = 0; j < n_cfg; j++) {
+        char name[128];
+        sq_accept_config_name(&cfg[j], name, sizeof name);
+        rc = curve_from_stats(&set.curves[j], name, &cfg[j], stats[j], o->params.samples, seed,
+                              unit, &err);
+        if (rc) {
+            cJSON_Delete(seed);
+            goto done;
+        }
+        set.n = j + 1;
+    }
+    cJSON_Delete(seed);
+    const sq_corpus_info *i0 = sq_corpus_get_info(corp[0]);
+    cJSON *src = cJSON_CreateObject();
+    SQ_ASSERT(src);
+    sq_json_add(src, "corpus", string_array(names, n_files));
+    sq_json_add(src, "sha256", string_array(hexp, n_files));
+    sq_json_add(src, "draft", cJSON_CreateString(i0->draft));
+    sq_json_add(src, "target", cJSON_CreateString(i0->target));
+    sq_json_add(src, "vocab_size", cJSON_CreateNumber(i0->vocab));
+    sq_json_add(src, "sparse", cJSON_CreateBool(sparse));
+    if (sparse)
+        sq_json_add(src, "note", cJSON_CreateString(sparse_note));
+    sq_json_add(src, "tool", cJSON_CreateString(PROG " " SQ_VERSION));
+    set.source = src;
+    root = sq_curve_set_to_json(&set);
+    sq_json_print(sq_out_stream(out), root);
+    rc = sq_out_commit(out, &err);
+    out = NULL;
+    if (rc)
+        goto done;
+
+    if (!o->quiet) {
+        FILE *fp = o->out_file ? stdout : stderr;
+        fprintf(fp, "%lld positions from %d corpus file%s in %.2f s (%.0f positions/s)\n",
+                (long long)total_rows, n_files, n_files == 1 ? "" : "s", elapsed,
+                elapsed > 0 ? (double)total_rows / elapsed : 0.0);
+        for (int j = 0; j < set.n; j++) {
+            const sq_curve *c = &set.curves[j];
+            fprintf(fp, "%-24s p1 %.4f", c->name, c->p[0]);
+            if (c->stderr_p)
+                fprintf(fp, " ± %.4f", c->stderr_p[0]);
+            if (c->width > 1)
+                fprintf(fp, "  p2 %.4f", c->p[1]);
+            if (c->width > 2)
+                fprintf(fp, "  p3 %.4f", c->p[2]);
+            fprintf(fp, "  reject %.4f\n", c->reject);
+        }
+    }
+
+done:
+    sq_out_abort(out);
+    cJSON_Delete(root);
+    cJSON_Delete(set.source);
+    for (int j = 0; j < set.n; j++)
+        sq_curve_clear(&set.curves[j]);
+    free(set.curves);
+    if (stats)
+        for (int j = 0; j < n_cfg; j++)
+            sq_accept_stats_free(stats[j]);
+    free(stats);
+    if (corp)
+        for (int f = 0; f < n_files; f++)
+            sq_corpus_close(corp[f]);
+    free(corp);
+    free(hex);
+    free(names);
+    free(hexp);
+    if (rc)
+        fprintf(stderr, PROG ": %s\n", err.msg);
+    return rc;
+}
+
+/* ---- reading curves back ---------------------------------------------------------------------- */
+
+/* The statistics of curve c (from its "stats" member), or an error naming the file. */
+static int curve_stats(const sq_curve *c, const char *file, int idx, sq_accept_stats **out,
+                       int *samples, const cJSON **seed, const char **unit, sq_error *err)
+{
+    char ctx[64];
+    snprintf(ctx, sizeof ctx, "curves[%d].stats", idx);
+    const cJSON *st = c->extra ? sq_json_field(c->extra, "stats") : NULL;
+    if (!st)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: missing (the curve \"%s\" was not written by "
+                            PROG ", so it cannot be merged)", file, ctx, c->name);
+    if (c->width > SQ_ACCEPT_MAX_WIDTH)
+        return sq_error_set(err, SQ_EDATA, "%s: curves[%d].p: %d ranks, more than %d", file, idx,
+                            c->width, SQ_ACCEPT_MAX_WIDTH);
+    int rc = sq_accept_stats_from_json(st, c->width, file, ctx, out, err);
+    if (rc)
+        return rc;
+    (*out)->sequences = c->sequences < 0 ? 0 : c->sequences;
+    long long k = 1;
+    if ((rc = sq_json_get_int(st, "samples", 1, 1, SQ_ACCEPT_MAX_SAMPLES, &k, file, ctx, err))) {
+        sq_accept_stats_free(*out);
+        *out = NULL;
+        return rc;
+    }
+    *samples = (int)k;
+    *seed = sq_json_field(st, "seed");
+    *unit = "sequence";
+    if ((rc = sq_json_get_string(st, "unit", 0, unit, file, ctx, err))) {
+        sq_accept_stats_free(*out);
+        *out = NULL;
+        return rc;
+    }
+    return SQ_OK;
+}
+
+static int source_strings(const cJSON *src, const char *key, const char *file, const char ***v,
+                          int *n, sq_error *err)
+{
+    const cJSON *a = src ? sq_json_field(src, key) : NULL;
+    if (!cJSON_IsArray(a))
+        return sq_error_set(err, SQ_EDATA, "%s: source.%s: missing or not an array", file, key);
+    int m = cJSON_GetArraySize(a);
+    const char **grown = realloc(*v, (size_t)(*n + m) * sizeof **v);
+    if (!grown && *n + m > 0)
+        return sq_error_oom(err, "source");
+    *v = grown;
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e))
+            return sq_error_set(err, SQ_EDATA, "%s: source.%s[%d]: expected a string", file, key, i);
+        (*v)[(*n)++] = e->valuestring;
+    }
+    return SQ_OK;
+}
+
+/* ---- merge -------------------------------------------------------------------------------------- */
+
+static int merge(char **files, int n_files, const char *out_file, int quiet)
+{
+    sq_error err = {0};
+    int rc = SQ_OK;
+    sq_curve_set **sets = calloc((size_t)n_files, sizeof *sets);
+    const char **corpus = NULL, **sha = NULL;
+    int n_corpus = 0, n_sha = 0;
+    sq_curve_set merged = {0};
+    cJSON *root = NULL;
+    if (!sets)
+        return sq_error_oom(&err, "curve files"), fprintf(stderr, PROG ": %s\n", err.msg), SQ_ESOFTWARE;
+    for (int f = 0; f < n_files; f++)
+        if ((rc = sq_curve_set_load(files[f], &sets[f], &err)))
+            goto done;
+
+    /* Sources: same models, disjoint corpora. */
+    const char *draft = NULL, *target = NULL;
+    int sparse = 0;
+    for (int f = 0; f < n_files; f++) {
+        const cJSON *src = sets[f]->source;
+        const int before = n_sha;
+        if ((rc = source_strings(src, "corpus", files[f], &corpus, &n_corpus, &err)) ||
+            (rc = source_strings(src, "sha256", files[f], &sha, &n_sha, &err)))
+            goto done;
+        if (n_sha != n_corpus) {
+            rc = sq_error_set(&err, SQ_EDATA, "%s: source.sha256: %d entries but source.corpus has %d",
+                              files[f], n_sha - before, n_corpus - before);
+            goto done;
+        }
+        for (int i = before; i < n_sha; i++)
+            for (int j = 0; j < i; j++)
+                if (strcmp(sha[i], sha[j]) == 0) {
+                    rc = sq_error_set(&err, SQ_EDATA, "%s: source.sha256[%d]: corpus %s was already "
+                                      "counted (as %s): the shards are not disjoint", files[f],
+                                      i - before, corpus[i], corpus[j]);
+                    goto done;
+                }
+        const char *d = NULL, *t = NULL;
+        if ((rc = sq_json_get_string(src, "draft", 1, &d, files[f], "source", &err)) ||
+            (rc = sq_json_get_string(src, "target", 1, &t, files[f], "source", &err)))
+            goto done;
+        if (f == 0) {
+            draft = d;
+            target = t;
+        } else if (strcmp(d, draft) || strcmp(t, target)) {
+            rc = sq_error_set(&err, SQ_EDATA, "%s: source: models %s -> %s differ from %s's %s -> %s",
+                              files[f], d, t, files[0], draft, target);
+            goto done;
+        }
+        const cJSON *sp = sq_json_field(src, "sparse");
+        sparse |= cJSON_IsTrue(sp);
+    }
+
+    merged.n = 0;
+    merged.curves = calloc((size_t)sets[0]->n, sizeof *merged.curves);
+    if (!merged.curves) {
+        rc = sq_error_oom(&err, "curves");
+        goto done;
+    }
+    for (int i = 0; i < sets[0]->n; i++) {
+        const sq_curve *c0 = &sets[0]->curves[i];
+        sq_accept_stats *total = NULL;
+        int samples0 = 0;
+        const cJSON *seed0 = NULL;
+        const char *unit0 = NULL;
+        int seed_same = 1;
+        for (int f = 0; f < n_files; f++) {
+            int idx = -1;
+            for (int j = 0; j < sets[f]->n; j++)
+                if (strcmp(sets[f]->curves[j].name, c0->name) == 0)
+                    idx = j;
+            if (idx < 0) {
+                rc = sq_error_set(&err, SQ_EDATA, "%s: curves: no curve named \"%s\" (every shard "
+                                  "must hold the same curves; %s has it)", files[f], c0->name,
+                                  files[0]);
+                break;
+            }
+            const sq_curve *c = &sets[f]->curves[idx];
+            if (strcmp(c->mode, c0->mode) || !(c->temperature == c0->temperature) ||
+                !(c->top_p == c0->top_p || (isnan(c->top_p) && isnan(c0->top_p))) ||
+                c->width != c0->width) {
+                rc = sq_error_set(&err, SQ_EDATA, "%s: curves[%d]: \"%s\" has a different mode, "
+                                  "temperature, top_p or width than in %s", files[f], idx, c->name,
+                                  files[0]);
+                break;
+            }
+            sq_accept_stats *st;
+            int samples;
+            const cJSON *seed;
+            const char *unit;
+            if ((rc = curve_stats(c, files[f], idx, &st, &samples, &seed, &unit, &err)))
+                break;
+            if (f == 0) {
+                samples0 = samples;
+                seed0 = seed;
+                unit0 = unit;
+                total = sq_accept_stats_new(c0->width);
+                if (!total) {
+                    sq_accept_stats_free(st);
+                    rc = sq_error_oom(&err, "statistics");
+                    break;
+                }
+            } else {
+                if (samples != samples0) {
+                    sq_accept_stats_free(st);
+                    rc = sq_error_set(&err, SQ_EDATA, "%s: curves[%d].stats.samples: %d, but %s used "
+                                      "%d (merge shards computed with the same settings)", files[f],
+                                      idx, samples, files[0], samples0);
+                    break;
+                }
+                if (!seed || !seed0 || !cJSON_Compare(seed, seed0, 1))
+                    seed_same = 0;
+                if (strcmp(unit, unit0) != 0)
+                    unit0 = "mixed";
+            }
+            sq_accept_stats_merge(total, st);
+            sq_accept_stats_free(st);
+        }
+        if (rc) {
+            sq_accept_stats_free(total);
+            goto done;
+        }
+        sq_accept_mode mode;
+        if (sq_accept_mode_parse(c0->mode, &mode) != 0)
+            mode = SQ_ACCEPT_STOCHASTIC;
+        sq_accept_config cfg = {mode, c0->temperature, c0->top_p};
+        cJSON *null = cJSON_CreateNull();
+        rc = curve_from_stats(&merged.curves[i], c0->name, &cfg, total, samples0,
+                              seed_same ? seed0 : null, unit0, &err);
+        cJSON_Delete(null);
+        sq_accept_stats_free(total);
+        if (rc)
+            goto done;
+        merged.n = i + 1;
+    }
+    for (int f = 1; f < n_files; f++)
+        for (int j = 0; j < sets[f]->n; j++) {
+            int found = 0;
+            for (int i = 0; i < sets[0]->n; i++)
+                found |= strcmp(sets[0]->curves[i].name, sets[f]->curves[j].name) == 0;
+            if (!found) {
+                rc = sq_error_set(&err, SQ_EDATA, "%s: curves[%d]: \"%s\" is not in %s (every shard "
+                                  "must hold the same curves)", files[f], j, sets[f]->curves[j].name,
+                                  files[0]);
+                goto done;
+            }
+        }
+
+    cJSON *src = cJSON_CreateObject();
+    SQ_ASSERT(src);
+    sq_json_add(src, "corpus", string_array(corpus, n_corpus));
+    sq_json_add(src, "sha256", string_array(sha, n_sha));
+    sq_json_add(src, "draft", cJSON_CreateString(draft));
+    sq_json_add(src, "target", cJSON_CreateString(target));
+    const cJSON *vs = sq_json_field(sets[0]->source, "vocab_size");
+    if (vs)
+        sq_json_add(src, "vocab_size", cJSON_Duplicate(vs, 1));
+    sq_json_add(src, "sparse", cJSON_CreateBool(sparse));
+    if (sparse)
+        sq_json_add(src, "note", cJSON_CreateString(sparse_note));
+    sq_json_add(src, "tool", cJSON_CreateString(PROG " " SQ_VERSION));
+    merged.source = src;
+    root = sq_curve_set_to_json(&merged);
+    if ((rc = write_json(out_file ? out_file : "-", root, &err)))
+        goto done;
+    if (!quiet && out_file)
+        printf("merged %d curve%s from %d files (%d corpus files)\n", merged.n,
+               merged.n == 1 ? "" : "s", n_files, n_corpus);
+
+done:
+    cJSON_Delete(root);
+    cJSON_Delete(merged.source);
+    for (int i = 0; i < merged.n; i++)
+        sq_curve_clear(&merged.curves[i]);
+    free(merged.curves);
+    for (int f = 0; f < n_files; f++)
+        sq_curve_set_free(sets[f]);
+    free(sets);
+    free(corpus);
+    free(sha);
+    if (rc)
+        fprintf(stderr, PROG ": %s\n", err.msg);
+    return rc;
+}
+
+/* ---- compare --------------------------------------------------------------------------------------- */
+
+/* The optimal tree for curve c within (budget, depth): F and the gradient dF/dp (W entries). */
+static int optimal_F(const sq_curve *c, int budget, int depth, double *F, double *grad,
+                     int *size, sq_error *err)
+{
+    sq_dp_params dp_params = sq_dp_default_params();
+    dp_params.budget = budget;
+    dp_params.depth = depth;
+    dp_params.width = 0;
+    dp_params.curve = c;
+    sq_dp *dp = NULL;
+    sq_tree *t = NULL;
+    int rc;
+    if ((rc = sq_dp_check(&dp_params, err)) || (rc = sq_dp_solve(&dp_params, &dp, err)))
+        return rc;
+    int N = sq_dp_budget(dp), D = sq_dp_depth(dp), n = 1;
+    for (int m = 2; m <= N; m++)
+        if (sq_dp_best(dp, m, D) > sq_dp_best(dp, n, D))
+            n = m;
+    if ((rc = sq_dp_tree(dp, n, D, &t, err))) {
+        sq_dp_free(dp);
+        return rc;
+    }
+    *size = n;
+    int W = c->width;
+    /* f(v) and g_k(v) = df(v)/dp_k along the tree (parents come before children). */
+    double *f = malloc((size_t)t->n * sizeof *f);
+    double *g = calloc((size_t)t->n * (size_t)W, sizeof *g);
+    if (!f || !g) {
+        free(f);
+        free(g);
+        sq_tree_free(t);
+        sq_dp_free(dp);
+        return sq_error_oom(err, "tree scores");
+    }
+    memset(grad, 0, (size_t)W * sizeof *grad);
+    *F = 0;
+    for (int v = 0; v < t->n; v++) {
+        double *gv = g + (size_t)v * (size_t)W;
+        if (t->parent[v] < 0) {
+            f[v] = 1.0;
+        } else {
+            int par = t->parent[v], r = t->rank[v];
+            double pr = r <= W ? c->p[r - 1] : 0.0;
+            const double *gp = g + (size_t)par * (size_t)W;
+            f[v] = f[par] * pr;
+            for (int k = 0; k < W; k++)
+                gv[k] = gp[k] * pr;
+            if (r <= W)
+                gv[r - 1] += f[par];
+        }
+        *F += f[v];
+        for (int k = 0; k < W; k++)
+            grad[k] += gv[k];
+    }
+    free(f);
+    free(g);
+    sq_tree_free(t);
+    sq_dp_free(dp);
+    return SQ_OK;
+}
+
+/* Var of F's estimate: g' Cov g, with Cov from the statistics when present, else from the
+ * standard errors (diagonal), else 0. *how says which. */
+static double F_variance(const sq_curve *c, const char *file, int idx, const double *grad,
+                         const char **how, sq_error *err, int *rc)
+{
+    int W = c->width;
+    sq_accept_stats *st = NULL;
+    int samples;
+    const cJSON *seed;
+    const char *unit;
+    *rc = SQ_OK;
+    if (c->extra && sq_json_field(c->extra, "stats")) {
+        if ((*rc = curve_stats(c, file, idx, &st, &samples, &seed, &unit, err)))
+            return 0;
+        double *cov = malloc((size_t)W * (size_t)W * sizeof *cov);
+        if (!cov) {
+            sq_accept_stats_free(st);
+            *rc = sq_error_oom(err, "covariance");
+            return 0;
+        }
+        sq_accept_stats_cov(st, cov);
+        double v = 0;
+        for (int j = 0; j < W; j++)
+            for (int k = 0; k < W; k++)
+                v += grad[j] * cov[(size_t)j * (size_t)W + (size_t)k] * grad[k];
+        free(cov);
+        sq_accept_stats_free(st);
+        *how = "full covariance";
+        return v > 0 ? v : 0;
+    }
+    if (c->stderr_p) {
+        double v = 0;
+        for (int k = 0; k < W; k++)
+            v += grad[k] * grad[k] * c->stderr_p[k] * c->stderr_p[k];
+        *how = "standard errors only (no covariance)";
+        return v;
+    }
+    *how = "no error information (treated as exact)";
+    return 0;
+}
+
+static int compare(const char *base_file, const char *new_file, int budget, int depth,
+                   double sigma, const char *only)
+{
+    sq_error err = {0};
+    sq_curve_set *b = NULL, *n = NULL;
+    int rc;
+    int worst = SQ_OK, compared = 0;
+    if ((rc = sq_curve_set_load(base_file, &b, &err)) ||
+        (rc = sq_curve_set_load(new_file, &n, &err)))
+        goto done;
+    for (int i = 0; i < b->n; i++) {
+        const sq_curve *cb = &b->curves[i];
+        if (only && strcmp(only, cb->name) != 0)
+            continue;
+        int j = -1;
+        for (int q = 0; q < n->n; q++)
+            if (strcmp(n->curves[q].name, cb->name) == 0)
+                j = q;
+        if (j < 0) {
+            printf("curve %s: only in %s, not compared\n", cb->name, base_file);
+            continue;
+        }
+        const sq_curve *cn = &n->curves[j];
+        if (cb->depth_rows || cn->depth_rows) {
+            rc = sq_error_set(&err, SQ_EDATA, "%s: curve \"%s\": depth-dependent curves "
+                              "(p_by_depth) are not supported by --compare",
+                              cb->depth_rows ? base_file : new_file, cb->name);
+            goto done;
+        }
+        compared++;
+        printf("curve %s (%s): positions %lld -> %lld\n", cb->name, cb->mode, cb->positions,
+               cn->positions);
+        printf("  rank   baseline        new     change        z\n");
+        int W = cb->width > cn->width ? cb->width : cn->width;
+        for (int k = 0; k < W; k++) {
+            double pb = k < cb->width ? cb->p[k] : 0, pn = k < cn->width ? cn->p[k] : 0;
+            double sb = k < cb->width && cb->stderr_p ? cb->stderr_p[k] : 0;
+            double sn = k < cn->width && cn->stderr_p ? cn->stderr_p[k] : 0;
+            double s = sqrt(sb * sb + sn * sn), d = pn - pb;
+            printf("  %4d  %9.5f  %9.5f  %+9.5f", k + 1, pb, pn, d);
+            if (s > 0)
+                printf("  %+7.2f\n", d / s);
+            else
+                printf("        -\n");
+        }
+        double Fb, Fn;
+        double *gb = malloc((size_t)cb->width * sizeof *gb), *gn = malloc((size_t)cn->width * sizeof *gn);
+        if (!gb || !gn) {
+            free(gb);
+            free(gn);
+            rc = sq_error_oom(&err, "gradient");
+            goto done;
+        }
+        int size_b, size_n;
+        const char *how_b, *how_n;
+        if ((rc = optimal_F(cb, budget, depth, &Fb, gb, &size_b, &err)) ||
+            (rc = optimal_F(cn, budget, depth, &Fn, gn, &size_n, &err))) {
+            free(gb);
+            free(gn);
+            goto done;
+        }
+        double vb = F_variance(cb, base_file, i, gb, &how_b, &err, &rc);
+        double vn = rc ? 0 : F_variance(cn, new_file, j, gn, &how_n, &err, &rc);
+        free(gb);
+        free(gn);
+        if (rc)
+            goto done;
+        double dF = Fn - Fb, sF = sqrt(vb + vn);
+        int drop = dF < 0 && (sF > 0 ? dF / sF < -sigma : dF < -1e-12);
+        printf("  optimal tree (budget %d, depth %d): expected tokens/step %.4f -> %.4f, change "
+               "%+.4f", budget, depth, Fb, Fn, dF);
+        if (sF > 0)
+            printf(" ± %.4f (z %+.2f)\n", sF, dF / sF);
+        else
+            printf(" (no standard error)\n");
+        if (strcmp(how_b, "full covariance") || strcmp(how_n, "full covariance"))
+            printf("  note: error of F from %s / %s\n", how_b, how_n);
+        printf("  %s\n", drop ? "SIGNIFICANT DROP" : "no significant drop");
+        if (drop)
+            worst = SQ_EFAIL;
+    }
+    if (only && compared == 0) {
+        rc = sq_error_set(&err, SQ_EUSAGE, "--curve: no curve named \"%s\" in both %s and %s", only,
+                          base_file, new_file);
+        goto done;
+    }
+    if (compared == 0) {
+        rc = sq_error_set(&err, SQ_EDATA, "%s: no curve name in common with %s", new_file,
+                          base_file);
+        goto done;
+    }
+    rc = worst;
+done:
+    sq_curve_set_free(b);
+    sq_curve_set_free(n);
+    if (rc && rc != SQ_EFAIL)
+        fprintf(stderr, PROG ": %s\n", err.msg);
+    return rc;
+}
+
+/* ---- main ------------------------------------------------------------------------------------------ */
+
+enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION };
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"mode", required_argument, NULL, 'm'},
+        {"temperature", required_argument, NULL, 'T'},
+        {"top-p", required_argument, NULL, 'p'},
+        {"width", required_argument, NULL, 'w'},
+        {"samples", required_argument, NULL, 'k'},
+        {"seed", required_argument, NULL, 's'},
+        {"threads", required_argument, NULL, 'j'},
+        {"output", required_argument, NULL, 'o'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"merge", no_argument, NULL, OPT_MERGE},
+        {"compare", no_argument, NULL, OPT_COMPARE},
+        {"budget", required_argument, NULL, 'n'},
+        {"depth", required_argument, NULL, 'd'},
+        {"sigma", required_argument, NULL, 'z'},
+        {"curve", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, OPT_VERSION},
+        {NULL, 0, NULL, 0},
+    };
+    gsl_set_error_handler_off();
+    est_opts o = {.n_modes = 1, .modes = {SQ_ACCEPT_STOCHASTIC}, .n_temps = 1, .temps = {1.0},
+                  .n_top_ps = 1, .top_ps = {1.0}, .params = sq_accept_default_params()};
+    int do_merge = 0, do_compare = 0, budget = 64, depth = 8, est_opt = 0, cmp_opt = 0;
+    double sigma = 3.0;
+    const char *curve = NULL;
+    long long v;
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":m:T:p:w:k:s:j:o:qn:d:z:c:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm':
+            if (parse_modes(optarg, o.modes, &o.n_modes)) return SQ_EUSAGE;
+            est_opt = 1;
+            break;
+        case 'T':
+            if (parse_list("--temperature", optarg, o.temps, &o.n_temps)) return SQ_EUSAGE;
+            for (int i = 0; i < o.n_temps; i++)
+                if (o.temps[i] < 0) {
+                    fprintf(stderr, PROG ": --temperature: %g, must be >= 0\n", o.temps[i]);
+                    return SQ_EUSAGE;
+                }
+            o.temps_given = 1;
+            est_opt = 1;
+            break;
+        case 'p':
+            if (parse_list("--top-p", optarg, o.top_ps, &o.n_top_ps)) return SQ_EUSAGE;
+            for (int i = 0; i < o.n_top_ps; i++)
+                if (!(o.top_ps[i] > 0) || o.top_ps[i] > 1) {
+                    fprintf(stderr, PROG ": --top-p: %g, must be in (0, 1]\n", o.top_ps[i]);
+                    return SQ_EUSAGE;
+                }
+            est_opt = 1;
+            break;
+        case 'w':
+            if (parse_long("--width", optarg, 1, SQ_ACCEPT_MAX_WIDTH, &v)) return SQ_EUSAGE;
+            o.params.width = (int)v;
+            est_opt = 1;
+            break;
+        case 'k':
+            if (parse_long("--samples", optarg, 1, SQ_ACCEPT_MAX_SAMPLES, &v)) return SQ_EUSAGE;
+            o.params.samples = (int)v;
+            est_opt = 1;
+            break;
+        case 's': {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-') {
+                fprintf(stderr, PROG ": --seed: '%s' is not a non-negative integer\n", optarg);
+                return SQ_EUSAGE;
+            }
+            if (s > (1ULL << 53)) {
+                fprintf(stderr, PROG ": --seed: %llu, must be at most 2^53 (it is stored in JSON)\n", s);
+                return SQ_EUSAGE;
+            }
+            o.params.seed = s;
+            est_opt = 1;
+            break;
+        }
+        case 'j':
+            if (parse_long("--threads", optarg, 1, 256, &v)) return SQ_EUSAGE;
+            o.params.threads = (int)v;
+            est_opt = 1;
+            break;
+        case 'o': o.out_file = optarg; break;
+        case 'q': o.quiet = 1; break;
+        case OPT_MERGE: do_merge = 1; break;
+        case OPT_COMPARE: do_compare = 1; break;
+        case 'n':
+            if (parse_long("--budget", optarg, 1, SQ_DP_MAX_BUDGET, &v)) return SQ_EUSAGE;
+            budget = (int)v;
+            cmp_opt = 1;
+            break;
+        case 'd':
+            if (parse_long("--depth", optarg, 1, SQ_DP_MAX_BUDGET, &v)) return SQ_EUSAGE;
+            depth = (int)v;
+            cmp_opt = 1;
+            break;
+        case 'z':
+            if (parse_double("--sigma", optarg, &sigma)) return SQ_EUSAGE;
+            if (sigma < 0) {
+                fprintf(stderr, PROG ": --sigma: %g, must be >= 0\n", sigma);
+                return SQ_EUSAGE;
+            }
+            cmp_opt = 1;
+            break;
+        case 'c': curve = optarg; cmp_opt = 1; break;
+        case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
+        case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return fclose(stdout) ? SQ_EIO : SQ_OK;
+        case ':':
+            fprintf(stderr, PROG ": option '%s' needs a value (see --help)\n", argv[optind - 1]);
+            return SQ_EUSAGE;
+        default:
+            fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", argv[optind - 1]);
+            return SQ_EUSAGE;
+        }
+    }
+    char **files = argv + optind;
+    int n_files = argc - optind;
+    if (do_merge && do_compare) {
+        fprintf(stderr, PROG ": --merge and --compare cannot be combined\n");
+        return SQ_EUSAGE;
+    }
+    if ((do_merge || do_compare) && est_opt) {
+        fprintf(stderr, PROG ": estimation options (--mode, --temperature, --top-p, --width, "
+                "--samples, --seed, --threads) do not apply to --%s\n",
+                do_merge ? "merge" : "compare");
+        return SQ_EUSAGE;
+    }
+    if (!do_compare && cmp_opt) {
+        fprintf(stderr, PROG ": --budget, --depth, --sigma and --curve apply to --compare only\n");
+        return SQ_EUSAGE;
+    }
+    sq_out_install_signal_handlers();
+    int rc;
+    if (do_compare) {
+        if (n_files != 2) {
+            fprintf(stderr, PROG ": --compare needs exactly two files, BASELINE.json NEW.json\n");
+            return SQ_EUSAGE;
+        }
+        if (o.out_file) {
+            fprintf(stderr, PROG ": --compare prints its report; -o does not apply\n");
+            return SQ_EUSAGE;
+        }
+        rc = compare(files[0], files[1], budget, depth, sigma, curve);
+    } else if (do_merge) {
+        if (n_files < 2) {
+            fprintf(stderr, PROG ": --merge needs at least two curve files\n");
+            return SQ_EUSAGE;
+        }
+        rc = merge(files, n_files, o.out_file, o.quiet);
+    } else {
+        if (n_files < 1) {
+            fprintf(stderr, PROG ": no corpus given (see --help)\n");
+            return SQ_EUSAGE;
+        }
+        rc = estimate(files, n_files, &o);
+    }
+    if (fclose(stdout) != 0 && rc == SQ_OK) {
+        fprintf(stderr, PROG ": standard output: %s\n", strerror(errno));
+        return SQ_EIO;
+    }
+    return rc;
+}
