@@ -11,6 +11,7 @@
 
 #include <hdf5.h>
 
+#include "planner/accept.h"
 #include "planner/corpus.h"
 #include "planner/dp.h"
 #include "planner/json.h"
@@ -621,4 +622,131 @@ Test(run, cli_dump_writes_teacher_forced_logits)
     cr_assert_eq(run_tool(argv3, NULL, &se), 66, "%s", se);
     cr_assert_eq(tu_exists(c2), 0);
     tu_rmtree(f.dir);
+}
+
+/* ---- plans deliver their prediction ------------------------------------------------------- */
+
+/* The chain of issue 4, proof 4, on a model pair whose draft is the target's first layer (same
+ * seed: shared embeddings, layer 0 and head): the target samples text; `sequoia-run dump` turns
+ * it into a corpus; the stochastic@T1 curve is estimated from it (planner/accept.h); the DP
+ * plans a tree with that curve; speculative decoding of fresh prompts must deliver the plan's
+ * expected tokens per step within the 95% confidence interval of the measured mean. */
+static void sample_text(sq_specdec *sd, int seqs, int len, uint64_t seed0, const char *path)
+{
+    char *buf = malloc((size_t)seqs * (len + 4) * 8 + 16);
+    size_t o = 0;
+    sq_error err = {0};
+    for (int s = 0; s < seqs; s++) {
+        int32_t prompt[2] = {(int32_t)(seed0 * 7 + s * 13) % 97, (int32_t)(s * 31 + 5) % 97};
+        int32_t *gen = malloc((size_t)len * sizeof *gen);
+        cr_assert_eq(sq_specdec_autoregressive(sd, prompt, 2, len, seed0 + s, gen, &err), 0, "%s",
+                     err.msg);
+        o += (size_t)sprintf(buf + o, "%d %d", prompt[0], prompt[1]);
+        for (int i = 0; i < len; i++)
+            o += (size_t)sprintf(buf + o, " %d", gen[i]);
+        o += (size_t)sprintf(buf + o, "\n\n");
+        free(gen);
+    }
+    tu_write(path, buf);
+    free(buf);
+}
+
+Test(run, plan_from_a_dumped_curve_delivers_its_expected_tokens, .timeout = 240)
+{
+    enum { W = 8, V = 97 };
+    char *dir = tu_tmpdir();
+    sq_random_model_params mp = sq_random_model_default_params();
+    mp.config.n_layers = 4;
+    char *tp = tu_path(dir, "target"), *dp = tu_path(dir, "draft");
+    sq_error err = {0};
+    cr_assert_eq(sq_model_write_random(tp, &mp, &err), 0, "%s", err.msg);
+    mp.config.n_layers = 1;
+    cr_assert_eq(sq_model_write_random(dp, &mp, &err), 0, "%s", err.msg);
+    sq_model *draft = load(dp), *target = load(tp);
+
+    /* 1. the target's own text at T = 1 */
+    sq_plan *root = chain_plan(1, "stochastic");
+    sq_specdec *sd = new_sd(draft, target, root, SQ_MODE_STOCHASTIC, 1.0, 1);
+    char *text = tu_path(dir, "text.txt"), *corpus = tu_path(dir, "c.h5");
+    sample_text(sd, 24, 120, 100, text);
+    sq_specdec_free(sd);
+    sq_plan_free(root);
+
+    /* 2. the corpus */
+    char *argv[] = {(char *)run_bin(), "dump", "--draft", dp, "--target", tp, "--tokens", text,
+                    "-o", corpus, "--threads", "1", NULL};
+    char *se;
+    cr_assert_eq(run_tool(argv, NULL, &se), 0, "%s", se);
+
+    /* 3. the stochastic@T1 curve */
+    sq_corpus *c;
+    cr_assert_eq(sq_corpus_open(corpus, &c, &err), 0, "%s", err.msg);
+    int64_t rows = sq_corpus_get_info(c)->rows;
+    float *tl = malloc((size_t)V * sizeof *tl), *dl = malloc((size_t)V * sizeof *dl);
+    double P[V], Q[V], a[W], sum[W] = {0};
+    sq_accept_ws *ws = sq_accept_ws_new(V, W);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    sq_accept_config cfg = {SQ_ACCEPT_STOCHASTIC, 1.0, 1.0};
+    for (int64_t r = 0; r < rows; r++) {
+        cr_assert_eq(sq_corpus_read(c, r, 1, tl, dl, NULL, &err), 0, "%s", err.msg);
+        sq_accept_softmax(tl, V, 1.0, 1.0, P, ws);
+        sq_accept_softmax(dl, V, 1.0, 1.0, Q, ws);
+        sq_accept_position(&cfg, tl, dl, P, Q, V, W, 16, rng, a, ws);
+        for (int k = 0; k < W; k++)
+            sum[k] += a[k];
+    }
+    for (int k = 0; k < W; k++)
+        sum[k] /= (double)rows;
+    gsl_rng_free(rng);
+    sq_accept_ws_free(ws);
+    sq_corpus_close(c);
+    free(tl);
+    free(dl);
+    sq_curve curve = {0};
+    cr_assert_eq(sq_curve_init(&curve, "stochastic@T1", "stochastic", sum, W, &err), 0, "%s",
+                 err.msg);
+
+    /* 4. the plan */
+    sq_dp_params prm = sq_dp_default_params();
+    prm.budget = 16;
+    prm.depth = 5;
+    prm.curve = &curve;
+    sq_dp *dpv;
+    sq_tree *t;
+    sq_plan *plan;
+    cr_assert_eq(sq_dp_solve(&prm, &dpv, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_dp_tree(dpv, 16, 5, &t, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_plan_new(t, &curve, 16, 5, sq_dp_width(dpv), &plan, &err), 0, "%s", err.msg);
+    sq_dp_free(dpv);
+
+    /* 5. speculative decoding of fresh prompts */
+    sd = new_sd(draft, target, plan, SQ_MODE_STOCHASTIC, 1.0, 77);
+    enum { SEQS = 24, NEW = 120 };
+    double *steps = malloc(SEQS * NEW * sizeof *steps);
+    int ns = 0;
+    for (int s = 0; s < SEQS; s++) {
+        int32_t prompt[2] = {(int32_t)(s * 17 + 3) % V, (int32_t)(s * 29 + 11) % V};
+        int32_t out[NEW];
+        int st[NEW], k;
+        sq_specdec_seed(sd, 5000 + (uint64_t)s);
+        cr_assert_eq(sq_specdec_generate(sd, prompt, 2, NEW, out, st, &k, NULL, &err), 0, "%s",
+                     err.msg);
+        for (int i = 0; i < k - 1; i++)   /* the last step may be cut short: left out */
+            steps[ns++] = st[i];
+    }
+    sq_mean_ci m = sq_mean_ci_batch(steps, ns);
+    cr_log_info("curve p = [%.3f %.3f %.3f %.3f ...]; plan expects %.4f; measured %.4f "
+                "(95%% CI %.4f .. %.4f, %d steps)", sum[0], sum[1], sum[2], sum[3],
+                plan->expected_tokens, m.mean, m.lo, m.hi, ns);
+    cr_assert(plan->expected_tokens >= m.lo && plan->expected_tokens <= m.hi,
+              "plan expects %.4f tokens/step, measured %.4f (95%% CI %.4f .. %.4f)",
+              plan->expected_tokens, m.mean, m.lo, m.hi);
+    cr_assert_gt(plan->expected_tokens, 2.0, "a draft worth speculating with");
+    free(steps);
+    sq_specdec_free(sd);
+    sq_plan_free(plan);
+    sq_curve_clear(&curve);
+    sq_model_free(draft);
+    sq_model_free(target);
+    tu_rmtree(dir);
 }
