@@ -14,6 +14,7 @@
 #include <gsl/gsl_cblas.h>
 
 #include "runtime/backend.h"
+#include "runtime/kernels.h"
 
 /* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). */
 void openblas_set_num_threads(int num_threads);
@@ -113,7 +114,7 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     }
     /* As transformers computes it: inv_freq[i] = 1 / theta^(2i / head_dim) in float32. */
     for (int i = 0; i < c->head_dim / 2; i++)
-        s->inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        s->inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
     openblas_set_num_threads(s->threads);
     return SQ_OK;
 }
@@ -137,9 +138,9 @@ static void rmsnorm(float *out, const float *x, const float *weight, int n, int 
         float ss = 0.0f;
         for (int k = 0; k < dim; k++)
             ss += xi[k] * xi[k];
-        float scale = 1.0f / sqrtf(ss / (float)dim + eps);
+        float scale = sq_k_rms_scale(ss, dim, eps);
         for (int k = 0; k < dim; k++)
-            oi[k] = weight[k] * (xi[k] * scale);
+            oi[k] = sq_k_rmsnorm(xi[k], scale, weight[k]);
     }
 }
 
@@ -150,11 +151,8 @@ static void rope(float *v, int n_heads, int head_dim, const float *cosv, const f
     for (int h = 0; h < n_heads; h++) {
         float *a = v + (size_t)h * head_dim;
         float *b = a + half;
-        for (int k = 0; k < half; k++) {
-            float x0 = a[k], x1 = b[k];
-            a[k] = x0 * cosv[k] - x1 * sinv[k];
-            b[k] = x1 * cosv[k] + x0 * sinv[k];
-        }
+        for (int k = 0; k < half; k++)
+            sq_k_rope_rotate(&a[k], &b[k], cosv[k], sinv[k]);
     }
 }
 
@@ -197,7 +195,7 @@ static void attn_one(const attn_job *jb, float *sc, int i, int h)
     }
     float sum = 0.0f;
     for (int t = 0; t < total; t++) {
-        float e = sc[t] == -INFINITY ? 0.0f : expf(sc[t] - mx);
+        float e = sq_k_attn_exp(sc[t], mx);
         sc[t] = e;
         sum += e;
     }
@@ -293,10 +291,8 @@ static void cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *p
         rmsnorm(s->xb, s->x, lw->ffn_norm, n, dim, c->norm_eps);
         linear(s->hb, s->xb, lw->w_gate, n, dim, hid, 0.0f);
         linear(s->hb2, s->xb, lw->w_up, n, dim, hid, 0.0f);
-        for (size_t k = 0; k < (size_t)n * hid; k++) {
-            float g = s->hb[k];
-            s->hb[k] = g / (1.0f + expf(-g)) * s->hb2[k];
-        }
+        for (size_t k = 0; k < (size_t)n * hid; k++)
+            s->hb[k] = sq_k_silu_mul(s->hb[k], s->hb2[k]);
         linear(s->x, s->hb, lw->w_down, n, hid, dim, 1.0f);
     }
     rmsnorm(s->xb, s->x, w->norm, n, dim, c->norm_eps);

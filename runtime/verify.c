@@ -8,6 +8,8 @@
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_rng.h>
 
+#include "runtime/kernels.h"
+
 typedef struct sq_pair {
     double v;
     int    i;
@@ -128,7 +130,7 @@ int sq_argmax_d(const double *x, int n)
 /* a ranks before b: larger value, or the same value and a lower index. */
 static int ranks_before(double va, int ia, double vb, int ib)
 {
-    return va > vb || (va == vb && ia < ib);
+    return sq_k_ranks_before(va, ia, vb, ib);
 }
 
 /* Min-heap (the worst kept element on top) of k (value, index) pairs. */
@@ -267,7 +269,7 @@ void sq_verifier_propose(sq_verifier *v, const double *q, const float *logits, i
          * tokens drawn from q without replacement. Zero-probability tokens get -inf and come
          * last, in id order. */
         for (int i = 0; i < V; i++)
-            v->keys[i] = q[i] > 0.0 ? log(gsl_rng_uniform_pos(v->rng)) / q[i] : -INFINITY;
+            v->keys[i] = q[i] > 0.0 ? sq_k_gumbel_key(gsl_rng_uniform_pos(v->rng), q[i]) : -INFINITY;
         topk_pairs(v->keys, V, k, tokens, v->pairs);
         break;
     case SQ_MODE_SPECINFER:
@@ -288,16 +290,12 @@ void sq_verifier_propose(sq_verifier *v, const double *q, const float *logits, i
 static void residual_update(double *r, const double *qr, int n)
 {
     double s = 0.0;
-    for (int i = 0; i < n; i++) {
-        double d = r[i] - qr[i];
-        s += d > 0.0 ? d : 0.0;
-    }
+    for (int i = 0; i < n; i++)
+        s += sq_k_residual(r[i], qr[i]);
     if (!(s > 1e-300))
         return;
-    for (int i = 0; i < n; i++) {
-        double d = r[i] - qr[i];
-        r[i] = d > 0.0 ? d / s : 0.0;
-    }
+    for (int i = 0; i < n; i++)
+        r[i] = sq_k_residual(r[i], qr[i]) / s;
 }
 
 int sq_verifier_node(sq_verifier *v, const double *p, const double *q, const int32_t *tokens,

@@ -1,0 +1,230 @@
+/* Per-element arithmetic of the runtime's kernels, shared by the CPU backend (runtime/cpu.c),
+ * the verifier (runtime/verify.c), the CUDA kernels (runtime/cuda_*.cu) and the CPU tests
+ * (tests/test_kernels.c). Each function computes one element, one pair or one merge step; the
+ * loops, reductions and memory plumbing around them belong to each backend. A CUDA kernel and
+ * the CPU path therefore run the same formula, and what cannot be tested without a GPU is only
+ * the launch and the memory traffic.
+ *
+ * Plain C11 that nvcc also compiles as C++ (SQ_HD marks them __host__ __device__ there). */
+#ifndef SQ_RUNTIME_KERNELS_H
+#define SQ_RUNTIME_KERNELS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define SQ_HD __host__ __device__
+#else
+#define SQ_HD
+#endif
+
+/* ---- RMSNorm: out_k = w_k * (x_k * scale), scale = 1 / sqrt(mean(x^2) + eps) ---------------- */
+
+SQ_HD static inline float sq_k_rms_scale(float sumsq, int dim, float eps)
+{
+    return 1.0f / sqrtf(sumsq / (float)dim + eps);
+}
+
+SQ_HD static inline float sq_k_rmsnorm(float x, float scale, float weight)
+{
+    return weight * (x * scale);
+}
+
+/* ---- RoPE (Hugging Face rotate_half: element k of a head pairs with k + head_dim/2) -------- */
+
+/* inv_freq[i] = 1 / theta^(2i / head_dim), in float32 as transformers computes it. */
+SQ_HD static inline float sq_k_rope_inv_freq(int i, int head_dim, float theta)
+{
+    return 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+}
+
+/* Rotates the pair (x0, x1) = (v[k], v[k + half]) by the angle whose cosine and sine are c, s. */
+SQ_HD static inline void sq_k_rope_rotate(float *x0, float *x1, float c, float s)
+{
+    float a = *x0, b = *x1;
+    *x0 = a * c - b * s;
+    *x1 = b * c + a * s;
+}
+
+/* ---- SwiGLU: silu(gate) * up ---------------------------------------------------------------- */
+
+SQ_HD static inline float sq_k_silu_mul(float gate, float up)
+{
+    return gate / (1.0f + expf(-gate)) * up;
+}
+
+/* ---- attention softmax ------------------------------------------------------------------------ */
+
+/* Two-pass form: the unnormalised weight of a score against the row maximum (-inf: masked). */
+SQ_HD static inline float sq_k_attn_exp(float score, float max)
+{
+    return score == -INFINITY ? 0.0f : expf(score - max);
+}
+
+/* One-pass (online) form: a running maximum m and sum l of exp(score - m). Pushing a score, or
+ * merging another partial state, returns the factor `alpha` by which the caller rescales its
+ * weighted accumulator and the weight `beta` of what is added:
+ *     acc <- alpha * acc + beta * v        (push)
+ *     acc <- alpha * acc + beta * acc_o    (merge)
+ * and at the end out = acc / l. A state that has seen only -inf scores has m = -inf, l = 0. */
+typedef struct sq_k_online {
+    float m;
+    float l;
+} sq_k_online;
+
+SQ_HD static inline sq_k_online sq_k_online_init(void)
+{
+    sq_k_online s;
+    s.m = -INFINITY;
+    s.l = 0.0f;
+    return s;
+}
+
+SQ_HD static inline void sq_k_online_merge(sq_k_online *st, sq_k_online o, float *alpha,
+                                           float *beta)
+{
+    float m = st->m > o.m ? st->m : o.m;
+    if (m == -INFINITY) {   /* both empty */
+        *alpha = 1.0f;
+        *beta = 0.0f;
+        return;
+    }
+    float a = st->m == -INFINITY ? 0.0f : expf(st->m - m);
+    float b = o.m == -INFINITY ? 0.0f : expf(o.m - m);
+    st->l = st->l * a + o.l * b;
+    st->m = m;
+    *alpha = a;
+    *beta = b;
+}
+
+SQ_HD static inline void sq_k_online_push(sq_k_online *st, float score, float *alpha, float *beta)
+{
+    sq_k_online one;
+    one.m = score;
+    one.l = score == -INFINITY ? 0.0f : 1.0f;
+    sq_k_online_merge(st, one, alpha, beta);
+}
+
+/* ---- sampling --------------------------------------------------------------------------------- */
+
+/* softmax(logits / T) numerator against the largest finite logit; non-finite logits weigh 0. */
+SQ_HD static inline double sq_k_softmax_temp(float logit, float max, double temperature)
+{
+    return isfinite(logit) ? exp(((double)logit - (double)max) / temperature) : 0.0;
+}
+
+/* Element of the residual max(R - Q', 0) before normalisation (DESIGN.md §4). */
+SQ_HD static inline double sq_k_residual(double r, double q)
+{
+    double d = r - q;
+    return d > 0.0 ? d : 0.0;
+}
+
+/* Gumbel-top-k key (Efraimidis-Spirakis) of a token of probability q for a uniform u in (0, 1]:
+ * the k largest keys are k draws from q without replacement; q = 0 gives -inf (never drawn). */
+SQ_HD static inline double sq_k_gumbel_key(double u, double q)
+{
+    return q > 0.0 ? log(u) / q : -INFINITY;
+}
+
+/* Order of argmax and top-k: (va, ia) ranks before (vb, ib) when it is larger, or equal with a
+ * lower index. */
+SQ_HD static inline int sq_k_ranks_before(double va, int ia, double vb, int ib)
+{
+    return va > vb || (va == vb && ia < ib);
+}
+
+/* Argmax over floats skipping non-finite values: does candidate (vb, ib) replace the current
+ * best (va, ia)? ia < 0 means no best yet. */
+SQ_HD static inline int sq_k_argmax_takes(float va, int ia, float vb, int ib)
+{
+    if (ib < 0 || !isfinite(vb))
+        return 0;
+    return ia < 0 || vb > va || (vb == va && ib < ia);
+}
+
+/* Counter-based uniform in (0, 1] from (seed, stream, index): a splitmix64 hash, so a GPU
+ * thread and the CPU draw the same number for the same element with no shared state. */
+SQ_HD static inline double sq_k_uniform(uint64_t seed, uint64_t stream, uint64_t index)
+{
+    uint64_t z = seed ^ (stream * 0x9E3779B97F4A7C15ull) ^ (index * 0xD1B54A32D192ED03ull);
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)((z >> 11) + 1) * (1.0 / 9007199254740992.0);   /* (0, 1], 53 bits */
+}
+
+/* ---- 16-bit weights (stored as uint16_t bit patterns) ----------------------------------------- */
+
+SQ_HD static inline uint32_t sq_k_f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+SQ_HD static inline float sq_k_bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* bfloat16: the high half of a float32, rounded to nearest even; NaN stays a (quiet) NaN. */
+SQ_HD static inline uint16_t sq_k_f32_to_bf16(float f)
+{
+    uint32_t u = sq_k_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+SQ_HD static inline float sq_k_bf16_to_f32(uint16_t h)
+{
+    return sq_k_bits_f32((uint32_t)h << 16);
+}
+
+/* IEEE binary16, round to nearest even, subnormals kept, overflow to infinity. */
+SQ_HD static inline uint16_t sq_k_f32_to_f16(float f)
+{
+    uint32_t u = sq_k_f32_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u)                       /* NaN */
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u)                      /* rounds to >= 65536: infinity */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) {                     /* below 2^-14: subnormal or zero */
+        if (a < 0x33000000u)                   /* below 2^-25: rounds to zero */
+            return sign;
+        uint32_t e = a >> 23;                  /* 102 .. 112 */
+        uint32_t mant = (a & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e;             /* 14 .. 24 */
+        uint32_t q = mant >> shift;
+        uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rest > half || (rest == half && (q & 1u)))
+            q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1u);   /* round to nearest even at bit 13 */
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+}
+
+SQ_HD static inline float sq_k_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu)
+        return sq_k_bits_f32(sign | 0x7f800000u | (m << 13));
+    if (e == 0) {
+        /* zero or subnormal: m * 2^-24 */
+        float v = (float)m * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    return sq_k_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+#endif
