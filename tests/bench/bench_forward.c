@@ -29,6 +29,14 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* CPU seconds of the whole process (all threads): on a loaded machine, wall time says little. */
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -181,7 +189,10 @@ int main(int argc, char **argv)
 
     /* one token at a time */
     int C = context;
-    for (int r = -2; r < reps; r++) {   /* two warm-up steps */
+    double cpu0 = 0;
+    for (int r = -2; r < reps; r++) {
+        if (r == 0)
+            cpu0 = cpu_s();   /* two warm-up steps */
         int32_t t = rand() % c->vocab_size, p = C, k = 0;
         uint8_t one = 1;
         double s = now_s();
@@ -192,10 +203,11 @@ int main(int argc, char **argv)
             times[r] = now_s() - s;
         C++;
     }
-    double t1 = median(times, reps);
-    printf("decode 1 token (context %d): median %.3f ms; streams %.1f MB of weights at "
-           "%.2f GB/s = %.0f%% of the memcpy bandwidth (target >= 50%%)\n", context, t1 * 1e3,
-           streamed / 1e6, streamed / t1 / 1e9, 100.0 * streamed / t1 / bw);
+    double t1 = median(times, reps), c1 = (cpu_s() - cpu0) / reps;
+    printf("decode 1 token (context %d): median %.3f ms (%.3f ms CPU, all threads); streams "
+           "%.1f MB of weights at %.2f GB/s = %.0f%% of the memcpy bandwidth (target >= 50%%)\n",
+           context, t1 * 1e3, c1 * 1e3, streamed / 1e6, streamed / t1 / 1e9,
+           100.0 * streamed / t1 / bw);
 
     /* a random tree of `tree` nodes, verified in one forward, then dropped */
     int *parent = malloc(sizeof(int) * (size_t)tree), *depth = malloc(sizeof(int) * (size_t)tree);
@@ -213,6 +225,8 @@ int main(int argc, char **argv)
             mask[(size_t)i * tree + a] = 1;
     }
     for (int r = -2; r < reps; r++) {
+        if (r == 0)
+            cpu0 = cpu_s();
         double s = now_s();
         if (sq_context_forward(ctx, tok, pos, mask, tree, logits, &err) ||
             sq_context_commit(ctx, NULL, 0, &err))
@@ -220,9 +234,11 @@ int main(int argc, char **argv)
         if (r >= 0)
             times[r] = now_s() - s;
     }
-    double tt = median(times, reps);
-    printf("verify a %d-node tree: median %.3f ms = %.2fx one token (target <= 3x)\n", tree,
-           tt * 1e3, tt / t1);
+    double tt = median(times, reps), ct = (cpu_s() - cpu0) / reps;
+    double flops = 2.0 * tree * (params - V * D);
+    printf("verify a %d-node tree: median %.3f ms = %.2fx one token (target <= 3x); %.3f ms CPU "
+           "= %.2fx one token's CPU; %.1f GFLOP/s of wall time\n", tree, tt * 1e3, tt / t1,
+           ct * 1e3, ct / c1, flops / tt / 1e9);
     sq_context_free(ctx);
     sq_model_free(m);
     free(tok);
