@@ -597,3 +597,101 @@ Test(accept, sha256_known_answers)
     }
     sq_sha256_use_hw(1);
 }
+
+/* ---- through a corpus: sq_accept_run ------------------------------------------------------- */
+
+/* S sequences of L identical positions with the target logits log P and the draft's log Q. */
+static char *write_pq_corpus(const char *dir, const pq_case *pc, int S, int L)
+{
+    char *path = tu_path(dir, "pq.h5");
+    sq_error err = {0};
+    sq_corpus_writer_params wp = sq_corpus_writer_default_params();
+    wp.vocab = pc->V;
+    wp.draft = "q";
+    wp.target = "p";
+    sq_corpus_writer *w;
+    cr_assert_eq(sq_corpus_writer_open(path, &wp, &w, &err), SQ_OK, "%s", err.msg);
+    float t[MAXV], d[MAXV];
+    for (int i = 0; i < pc->V; i++) {
+        t[i] = pc->P[i] > 0 ? (float)log(pc->P[i]) : -1e30f;
+        d[i] = pc->Q[i] > 0 ? (float)log(pc->Q[i]) : -1e30f;
+    }
+    for (int s = 0; s < S; s++) {
+        for (int l = 0; l < L; l++)
+            cr_assert_eq(sq_corpus_writer_append(w, t, d, NULL, 1, &err), SQ_OK, "%s", err.msg);
+        cr_assert_eq(sq_corpus_writer_end_sequence(w, &err), SQ_OK, "%s", err.msg);
+    }
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), SQ_OK, "%s", err.msg);
+    return path;
+}
+
+static void run_corpus(const char *path, sq_accept_mode mode, int W, int samples, int threads,
+                       double *p, double *se)
+{
+    sq_error err = {0};
+    sq_corpus *c;
+    cr_assert_eq(sq_corpus_open(path, &c, &err), SQ_OK, "%s", err.msg);
+    sq_accept_config cfg = {mode, 1.0, 1.0};
+    sq_accept_params prm = sq_accept_default_params();
+    prm.width = W;
+    prm.samples = samples;
+    prm.seed = 77;
+    prm.threads = threads;
+    sq_accept_stats *st = sq_accept_stats_new(W);
+    cr_assert_eq(sq_accept_run(c, path, 1, &cfg, 1, &prm, &st, &err), SQ_OK, "%s", err.msg);
+    sq_accept_stats_estimate(st, p, se);
+    sq_accept_stats_free(st);
+    sq_corpus_close(c);
+}
+
+/* The estimate over a corpus lands within 4 standard errors of the exact vector, and the
+ * standard errors shrink as 1/sqrt(samples) (16x the samples: 4x smaller). */
+Test(accept, corpus_estimates_are_unbiased_and_errors_shrink_as_one_over_root_samples)
+{
+    char *dir = tu_tmpdir();
+    const int pick[3] = {1, 3, 5};
+    for (int ci = 0; ci < 3; ci++) {
+        const pq_case *pc = &cases[pick[ci]];
+        char *path = write_pq_corpus(dir, pc, 100, 4);
+        for (int with = 0; with <= 1; with++) {
+            oracle o;
+            run_oracle(&o, pc->P, pc->Q, pc->V, pc->W, with);
+            sq_accept_mode mode = with ? SQ_ACCEPT_SPECINFER : SQ_ACCEPT_STOCHASTIC;
+            double p4[MAXW], se4[MAXW], p64[MAXW], se64[MAXW];
+            run_corpus(path, mode, pc->W, 4, 2, p4, se4);
+            run_corpus(path, mode, pc->W, 64, 2, p64, se64);
+            for (int k = 0; k < pc->W; k++) {
+                /* logits are float32: allow their rounding on top of the 4 standard errors */
+                cr_assert(fabs(p4[k] - o.p[k]) <= 4 * se4[k] + 1e-6,
+                          "case %d with=%d rank %d: %.5f vs %.5f (se %.2g)", pick[ci], with, k + 1,
+                          p4[k], o.p[k], se4[k]);
+                cr_assert(fabs(p64[k] - o.p[k]) <= 4 * se64[k] + 1e-6,
+                          "case %d with=%d rank %d: %.5f vs %.5f (se %.2g)", pick[ci], with, k + 1,
+                          p64[k], o.p[k], se64[k]);
+                if (se64[k] > 1e-9) {
+                    double ratio = se4[k] / se64[k];
+                    cr_assert(ratio > 3.0 && ratio < 5.3,
+                              "case %d with=%d rank %d: se(4) / se(64) = %.3f, expected about 4",
+                              pick[ci], with, k + 1, ratio);
+                }
+            }
+        }
+        tu_rmtree(path);
+        free(path);
+    }
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(accept, corpus_results_do_not_depend_on_the_thread_count)
+{
+    char *dir = tu_tmpdir();
+    char *path = write_pq_corpus(dir, &cases[3], 7, 9);
+    double p1[MAXW], s1[MAXW], p3[MAXW], s3[MAXW];
+    run_corpus(path, SQ_ACCEPT_STOCHASTIC, 4, 2, 1, p1, s1);
+    run_corpus(path, SQ_ACCEPT_STOCHASTIC, 4, 2, 3, p3, s3);
+    cr_assert(memcmp(p1, p3, sizeof p1) == 0 && memcmp(s1, s3, sizeof s1) == 0);
+    tu_rmtree(dir);
+    free(path);
+    free(dir);
+}
