@@ -9,7 +9,8 @@ cd "$(dirname "$0")"
 PACKAGES="meson ninja-build pkg-config gcc libc6-dev
 libgsl-dev libcjson-dev libhdf5-dev libcriterion-dev
 python3 python3-numpy python3-h5py
-libopenblas-dev"
+libopenblas-dev
+librsvg2-bin"
 
 missing=""
 for p in $PACKAGES; do

@@ -134,8 +134,9 @@ int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
     esc(fp, title);
     fprintf(fp, "</text>\n<text x=\"%.0f\" y=\"48\" font-size=\"12\" fill=\"#444\">curve ", left);
     esc(fp, plan->acceptance.name);
-    fprintf(fp, " (%s); node label: rank, and score f(v) below; colour: f(v)%s</text>\n",
-            plan->rank_semantics, labels ? "" : " (hover a node for its rank, path and score)");
+    fprintf(fp, " (%s); %s</text>\n", plan->rank_semantics,
+            labels ? "node label: rank, and score f(v) below; colour: f(v)"
+                   : "colour: score f(v); hover a node for its rank, path and score");
 
 #define PX(v) (left + dx * (x[v] + 0.5) + (plot_w - slots * dx) / 2)
 #define PY(v) (topm + 20 + dy * t->depth[v])
@@ -304,12 +305,12 @@ int sq_svg_curves_write(FILE *fp, const sq_curve_set *set, sq_error *err)
     }
     if (pmin < 1e-6)
         pmin = 1e-6;
-    double legend_h = 18.0 * set->n;
+    double legend_h = 32.0 * set->n;
     axes a = {.x0 = 80, .y0 = 60, .w = 620, .h = 400, .xmin = 0.5, .xmax = wmax + 0.5,
               .ymin = floor(log10(pmin)), .ymax = 0, .ylog = 1};
     if (a.ymin > -1)
         a.ymin = -1;
-    double W = 960, H = fmax(a.y0 + a.h + 60, a.y0 + legend_h + 40);
+    double W = 1060, H = fmax(a.y0 + a.h + 60, a.y0 + legend_h + 40);
     svg_begin(fp, W, H, "Acceptance curves");
     fprintf(fp, "<text x=\"80\" y=\"30\" font-size=\"18\" font-weight=\"bold\">Acceptance "
                 "vectors: p_k against rank k (error bars: &#177;1 standard error)</text>\n");
@@ -341,12 +342,14 @@ int sq_svg_curves_write(FILE *fp, const sq_curve_set *set, sq_error *err)
                     p > 0 ? col : "white", col, k + 1, p, p > 0 ? "" : " (drawn at the axis floor)");
         }
         fprintf(fp, "</g>\n");
-        double ly = a.y0 + 10 + 18.0 * i;
+        double ly = a.y0 + 10 + 32.0 * i;
         fprintf(fp, "<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
                     "stroke-width=\"2\"/><text x=\"752\" y=\"%.1f\" font-size=\"12\">", ly, ly, col,
                 ly + 4);
         esc(fp, c->name);
-        fprintf(fp, " (%s, &#931;p = %.3f)</text>\n", c->mode ? c->mode : "?", 1.0 - c->reject);
+        fprintf(fp, "</text><text x=\"752\" y=\"%.1f\" font-size=\"10\" fill=\"#555\">%s, "
+                    "%d ranks, &#931;p = %.3f</text>\n", ly + 17, c->mode ? c->mode : "?", c->width,
+                1.0 - c->reject);
     }
     if (wmax == SQ_SVG_MAX_RANKS)
         fprintf(fp, "<text x=\"80\" y=\"%.1f\" font-size=\"11\" fill=\"#444\">ranks past %d not "
