@@ -545,9 +545,8 @@ static int corpus_check(sq_corpus *c, sq_error *err)
     size_t row_bytes = 2 * (size_t)c->info.vocab * sizeof(float);
     int64_t want = (int64_t)(BLOCK_TARGET_BYTES / row_bytes);
     int64_t unit = c->block_rows > 0 ? c->block_rows : 1;
-    if (want < unit)
-        want = unit;
-    want = want / unit * unit;
+    if (want >= unit)
+        want = want / unit * unit; /* whole chunks when a chunk fits, else part of one */
     if (want > c->info.rows)
         want = c->info.rows;
     if (want < 1)

@@ -40,8 +40,9 @@ void sq_corpus_close(sq_corpus *c);
 
 const sq_corpus_info *sq_corpus_get_info(const sq_corpus *c);
 
-/* A good block size for sq_corpus_read: a whole number of the target's HDF5 chunks, with the
- * two float32 blocks (target and draft, count x V each) near 8 MiB; between 1 and rows. */
+/* A good block size for sq_corpus_read: the two float32 blocks (target and draft, count x V
+ * each) near 8 MiB, rounded down to whole chunks of the target's logits when a chunk fits;
+ * between 1 and rows. */
 int sq_corpus_block_rows(const sq_corpus *c);
 
 /* Sequence boundaries: (sequences + 1) offsets, first 0, last rows. */
