@@ -100,7 +100,7 @@ uint16_t sq_float_to_half(float f)
 
 /* IEEE 754 binary16 in the host's byte order: sign bit 15, exponent bits 10-14 (bias 15),
  * mantissa 0-9. HDF5 1.10 has no predefined half type; its soft conversion handles any such
- * layout, but slowly (about 8 M values/s), so the reader and the writer convert themselves and
+ * layout, but slowly (about 15 M values/s), so the reader and the writer convert themselves and
  * let HDF5 move the raw 16-bit values. */
 static hid_t half_type_new(void)
 {
