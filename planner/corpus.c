@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <hdf5.h>
 
@@ -31,6 +32,14 @@ static void h5_quiet(void)
     /* The library prints its error stack on stderr by default; we report our own messages. */
     H5open();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static hid_t h5_fapl_new(void)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl >= 0)
+        H5Pset_file_locking(fapl, 1, 1);
+    return fapl;
 }
 
 static herr_t walk_innermost(unsigned n, const H5E_error2_t *e, void *data)
@@ -562,7 +571,11 @@ int sq_corpus_open(const char *path, sq_corpus **out, sq_error *err)
     FILE *probe = fopen(path, "rb");
     if (!probe)
         return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    int isdir = fstat(fileno(probe), &st) == 0 && S_ISDIR(st.st_mode);
     fclose(probe);
+    if (isdir)
+        return sq_error_set(err, SQ_EDATA, "%s: is a directory, expected a corpus file", path);
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0) {
         H5Eclear2(H5E_DEFAULT);
@@ -579,7 +592,12 @@ int sq_corpus_open(const char *path, sq_corpus **out, sq_error *err)
         free(c);
         return sq_error_oom(err, "corpus");
     }
-    c->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    /* File locking where the file system has it; where it has not (some network file
+     * systems), read anyway rather than fail. */
+    hid_t fapl = h5_fapl_new();
+    c->file = H5Fopen(path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
+    if (fapl >= 0)
+        H5Pclose(fapl);
     if (c->file < 0) {
         char d[256];
         h5_detail(d);
@@ -976,7 +994,7 @@ int sq_corpus_writer_open(const char *path, const sq_corpus_writer_params *param
         writer_free(w);
         return rc;
     }
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    hid_t fapl = h5_fapl_new();
     if (fapl >= 0)
         H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
     w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl >= 0 ? fapl : H5P_DEFAULT);

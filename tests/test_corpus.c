@@ -6,11 +6,14 @@
 #include <criterion/parameterized.h>
 #include <hdf5.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "planner/corpus.h"
+#include "planner/io.h"
 #include "tests/testutil.h"
 
 /* ---- deterministic data ------------------------------------------------------------------ */
@@ -882,6 +885,42 @@ Test(corpus, missing_file)
 }
 
 /* ---- the writer: atomic output and refusals ----------------------------------------------- */
+
+Test(corpus, a_directory_is_not_a_corpus)
+{
+    char *dir = tu_tmpdir();
+    sq_error err = {0};
+    cr_assert_eq(load(dir, &err), SQ_EDATA, "%s", err.msg);
+    cr_assert(strstr(err.msg, dir) && strstr(err.msg, "directory"), "%s", err.msg);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+Test(corpus, sigterm_during_a_write_removes_the_temporary_file)
+{
+    char *dir = tu_tmpdir(), *path = tu_path(dir, "c.h5");
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        sq_out_install_signal_handlers();
+        sq_corpus_writer_params p = sq_corpus_writer_default_params();
+        p.vocab = 8;
+        sq_error err = {0};
+        sq_corpus_writer *w;
+        float row[8] = {0};
+        if (sq_corpus_writer_open(path, &p, &w, &err) ||
+            sq_corpus_writer_append(w, row, row, NULL, 1, &err) || tu_count_entries(dir) != 1)
+            _exit(3);
+        raise(SIGTERM);
+        _exit(4); /* not reached */
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "child status %d", st);
+    cr_assert_eq(tu_count_entries(dir), 0, "the temporary file was left behind");
+    tu_rmtree(dir);
+    free(path), free(dir);
+}
 
 Test(corpus, writer_abort_leaves_nothing_and_keeps_the_old_file)
 {
