@@ -298,9 +298,17 @@ def _model_sequences(args):
     return vocab, gen()
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """Usage errors exit 64, as in the project's C tools (argparse uses 2)."""
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(64)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Exit codes: 0 done, 64 usage, 65 invalid data (e.g. NaN logits), 74 I/O error."""
+    ap = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--draft", help="draft model (Hugging Face name or directory)")
     ap.add_argument("--target", help="target model (Hugging Face name or directory)")
     ap.add_argument("--text", nargs="+", default=[], help="UTF-8 text files")
