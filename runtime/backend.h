@@ -54,10 +54,13 @@ typedef struct sq_backend_ops {
     int  (*init)(sq_context *ctx, sq_error *err);
     void (*free)(sq_context *ctx);
     /* Arguments already checked; ctx->n_committed / n_pending are the counts before the call.
-     * Must not fail on valid arguments once init succeeded. */
-    void (*forward)(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
-                    const uint8_t *mask, int n, float *logits);
-    void (*commit)(sq_context *ctx, const int32_t *keep, int nkeep);
+     * The CPU backend never fails on valid arguments once init succeeded; a device backend
+     * returns SQ_ESOFTWARE with the failing call in err when the device reports an error. */
+    int  (*forward)(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                    const uint8_t *mask, int n, float *logits, sq_error *err);
+    int  (*commit)(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err);
+    /* The device's name; NULL for "CPU". */
+    const char *(*device_name)(const sq_context *ctx);
 } sq_backend_ops;
 
 struct sq_context {
@@ -70,5 +73,11 @@ struct sq_context {
 };
 
 extern const sq_backend_ops sq_backend_cpu;
+
+#ifdef SQ_HAVE_CUDA
+/* runtime/cuda_backend.cu (built when meson finds nvcc). */
+extern const sq_backend_ops sq_backend_cuda;
+int sq_cuda_device_count_impl(sq_error *err);
+#endif
 
 #endif

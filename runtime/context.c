@@ -7,6 +7,34 @@
 /* Committed + pending slots one context may hold (keeps every cache size inside 64 bits). */
 #define SQ_CONTEXT_MAX_SLOTS (1 << 24)
 
+static const char *const dtype_names[] = {"auto", "f32", "f16", "bf16"};
+
+int sq_weight_dtype_parse(const char *name, sq_weight_dtype *out)
+{
+    for (int i = 1; i < 4; i++)
+        if (name && strcmp(name, dtype_names[i]) == 0) {
+            *out = (sq_weight_dtype)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *sq_weight_dtype_name(sq_weight_dtype dtype)
+{
+    return (unsigned)dtype < 4 ? dtype_names[dtype] : "unknown";
+}
+
+int sq_cuda_device_count(sq_error *err)
+{
+#ifdef SQ_HAVE_CUDA
+    return sq_cuda_device_count_impl(err);
+#else
+    sq_error_set(err, SQ_EUSAGE, "this build has no CUDA backend (meson found no nvcc, or "
+                 "-Dcuda=disabled)");
+    return 0;
+#endif
+}
+
 sq_context_params sq_context_default_params(void)
 {
     sq_context_params p = {
@@ -14,6 +42,8 @@ sq_context_params sq_context_default_params(void)
         .max_pending = 256,
         .backend = SQ_BACKEND_CPU,
         .threads = 0,
+        .dtype = SQ_DTYPE_AUTO,
+        .offload = 0,
     };
     return p;
 }
@@ -23,12 +53,32 @@ int sq_context_new(const sq_model *m, const sq_context_params *params, sq_contex
 {
     *out = NULL;
     const sq_backend_ops *ops = NULL;
+    sq_weight_dtype dtype = params->dtype;
     switch (params->backend) {
     case SQ_BACKEND_CPU:
         ops = &sq_backend_cpu;
+        if (dtype == SQ_DTYPE_AUTO)
+            dtype = SQ_DTYPE_F32;
+        if (dtype != SQ_DTYPE_F32)
+            return sq_error_set(err, SQ_EUSAGE, "context: dtype %s: the CPU backend computes "
+                                "in float32 (f16 and bf16 checkpoints are converted at load)",
+                                sq_weight_dtype_name(dtype));
+        if (params->offload)
+            return sq_error_set(err, SQ_EUSAGE, "context: offload streams weights to a GPU; "
+                                "it needs the CUDA backend");
         break;
     case SQ_BACKEND_CUDA:
+#ifdef SQ_HAVE_CUDA
+        ops = &sq_backend_cuda;
+        if (dtype == SQ_DTYPE_AUTO)
+            dtype = SQ_DTYPE_F16;
+        if (dtype != SQ_DTYPE_F16 && dtype != SQ_DTYPE_BF16)
+            return sq_error_set(err, SQ_EUSAGE, "context: dtype %s: the CUDA backend keeps "
+                                "weights in f16 or bf16", sq_weight_dtype_name(dtype));
+        break;
+#else
         return sq_error_set(err, SQ_EUSAGE, "this build has no CUDA backend");
+#endif
     default:
         return sq_error_set(err, SQ_EUSAGE, "unknown backend %d", (int)params->backend);
     }
@@ -45,6 +95,7 @@ int sq_context_new(const sq_model *m, const sq_context_params *params, sq_contex
         return sq_error_oom(err, "a context");
     ctx->model = m;
     ctx->params = *params;
+    ctx->params.dtype = dtype;
     ctx->ops = ops;
     int rc = ops->init(ctx, err);
     if (rc) {
@@ -61,6 +112,17 @@ void sq_context_free(sq_context *ctx)
         return;
     ctx->ops->free(ctx);
     free(ctx);
+}
+
+const char *sq_context_device_name(const sq_context *ctx)
+{
+    const char *name = ctx->ops->device_name ? ctx->ops->device_name(ctx) : NULL;
+    return name ? name : "CPU";
+}
+
+sq_weight_dtype sq_context_dtype(const sq_context *ctx)
+{
+    return ctx->params.dtype;
 }
 
 int sq_context_committed(const sq_context *ctx)
@@ -102,7 +164,9 @@ int sq_context_forward(sq_context *ctx, const int32_t *tokens, const int32_t *po
                                     "(no committed tokens and no pending bit set)", i);
         }
     }
-    ctx->ops->forward(ctx, tokens, pos, mask, n, logits);
+    int rc = ctx->ops->forward(ctx, tokens, pos, mask, n, logits, err);
+    if (rc)
+        return rc;
     ctx->n_pending += n;
     return SQ_OK;
 }
@@ -128,8 +192,11 @@ int sq_context_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error 
                 return sq_error_set(err, SQ_EUSAGE, "commit: keep[%d]: slot %d kept twice", k,
                                     (int)keep[k]);
     }
-    if (nkeep > 0)
-        ctx->ops->commit(ctx, keep, nkeep);
+    if (nkeep > 0) {
+        int rc = ctx->ops->commit(ctx, keep, nkeep, err);
+        if (rc)
+            return rc;
+    }
     ctx->n_committed += nkeep;
     ctx->n_pending = 0;
     return SQ_OK;

@@ -250,8 +250,8 @@ static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, 
     }
 }
 
-static void cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
-                        const uint8_t *mask, int n, float *logits)
+static int cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                       const uint8_t *mask, int n, float *logits, sq_error *err)
 {
     const sq_model_config *c = &ctx->model->config;
     const sq_weights *w = &ctx->model->w;
@@ -297,11 +297,13 @@ static void cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *p
     }
     rmsnorm(s->xb, s->x, w->norm, n, dim, c->norm_eps);
     linear(logits, s->xb, w->lm_head, n, dim, c->vocab_size, 0.0f);
+    (void)err;
+    return SQ_OK;
 }
 
 /* Gathers pending slots keep[] to committed slots C .. C+nkeep-1, through the scratch rows of
  * q (max_pending x q_dim >= nkeep x kv_dim), so any order of keep is fine. */
-static void cpu_commit(sq_context *ctx, const int32_t *keep, int nkeep)
+static int cpu_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err)
 {
     const sq_model_config *c = &ctx->model->config;
     cpu_state *s = ctx->impl;
@@ -317,6 +319,8 @@ static void cpu_commit(sq_context *ctx, const int32_t *keep, int nkeep)
             memcpy(base + (size_t)C * kv_dim, s->q, (size_t)nkeep * row);
         }
     }
+    (void)err;
+    return SQ_OK;
 }
 
 const sq_backend_ops sq_backend_cpu = {

@@ -55,11 +55,29 @@ size_t sq_model_config_params(const sq_model_config *cfg);
 
 typedef enum sq_backend_kind { SQ_BACKEND_CPU = 0, SQ_BACKEND_CUDA = 1 } sq_backend_kind;
 
+/* Weights as a backend computes with them. AUTO: F32 on the CPU (the only one it has), F16 on
+ * CUDA (which keeps F16 or BF16 weights on the device, converted from the model's float32 at
+ * context creation, and multiplies them with float32 accumulation). */
+typedef enum sq_weight_dtype {
+    SQ_DTYPE_AUTO = 0,
+    SQ_DTYPE_F32  = 1,
+    SQ_DTYPE_F16  = 2,
+    SQ_DTYPE_BF16 = 3,
+} sq_weight_dtype;
+
+/* "f32", "f16", "bf16" -> dtype; -1 when unknown. */
+int sq_weight_dtype_parse(const char *name, sq_weight_dtype *out);
+const char *sq_weight_dtype_name(sq_weight_dtype dtype);
+
 typedef struct sq_context_params {
     int             max_context;  /* committed tokens the cache holds               */
     int             max_pending;  /* pending (tree) tokens between two commits       */
     sq_backend_kind backend;
     int             threads;      /* CPU threads (0: all cores)                      */
+    sq_weight_dtype dtype;        /* AUTO (default): F32 on the CPU, F16 on CUDA     */
+    int             offload;      /* CUDA: weights stay in pinned host memory and are
+                                     streamed to the device layer by layer (two device
+                                     layer buffers, copies overlapped with compute)  */
 } sq_context_params;
 
 sq_context_params sq_context_default_params(void);
@@ -69,6 +87,15 @@ typedef struct sq_context sq_context;
 int sq_context_new(const sq_model *m, const sq_context_params *params, sq_context **out,
                    sq_error *err);
 void sq_context_free(sq_context *ctx);
+
+/* What the context computes on, e.g. "CPU" or "NVIDIA H200 (sm_90, 139.8 GiB)". */
+const char *sq_context_device_name(const sq_context *ctx);
+/* The dtype the context's weights have (never AUTO). */
+sq_weight_dtype sq_context_dtype(const sq_context *ctx);
+
+/* CUDA devices this process can use: >= 1, or 0 with err saying why (a build without the CUDA
+ * backend, no driver, no device). */
+int sq_cuda_device_count(sq_error *err);
 
 int sq_context_committed(const sq_context *ctx);  /* committed tokens */
 int sq_context_pending(const sq_context *ctx);    /* pending tokens   */

@@ -1284,9 +1284,14 @@ Test(model, context_refuses_misuse_with_usage_errors_and_keeps_its_state)
     sq_context_params p = sq_context_default_params();
     p.backend = SQ_BACKEND_CUDA;
     sq_context *ctx = (sq_context *)0x1;
-    cr_assert_eq(sq_context_new(m, &p, &ctx, &err), SQ_EUSAGE);
-    cr_assert_null(ctx);
-    cr_assert(strstr(err.msg, "this build has no CUDA backend"), "%s", err.msg);
+    if (sq_cuda_device_count(NULL) == 0) {   /* no CUDA build, or no GPU: refused */
+        cr_assert_eq(sq_context_new(m, &p, &ctx, &err), SQ_EUSAGE);
+        cr_assert_null(ctx);
+        cr_assert(strstr(err.msg, "this build has no CUDA backend") ||
+                  strstr(err.msg, "CUDA device"), "%s", err.msg);
+        err = (sq_error){0};
+    }
+    ctx = (sq_context *)0x1;
     p = sq_context_default_params();
     p.max_pending = 0;
     err.status = 0;

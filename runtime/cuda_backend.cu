@@ -1,0 +1,664 @@
+/* The CUDA backend: the Llama forward of runtime/cpu.c on one GPU, with F16 or BF16 weights.
+ *
+ * Weights are converted from the model's float32 views (runtime/backend.h) to 16 bits on the
+ * host at context creation and uploaded. GEMMs are cublasGemmEx with 16-bit inputs, float32
+ * output and CUBLAS_COMPUTE_32F; the residual stream, the KV cache, RMSNorm, RoPE, softmax and
+ * SwiGLU are float32. The per-element arithmetic of every kernel is in runtime/kernels.h, shared
+ * with the CPU backend and tested on the CPU; this file holds the launches and the memory.
+ *
+ * Layout. The weights of one layer are one block (the norms in float32 first, then the seven
+ * matrices in 16 bits, gate and up adjacent so that one GEMM computes both). On-device mode
+ * keeps all blocks on the device. Offload mode keeps them in pinned host memory and streams
+ * layer l+1 into one of two device block buffers on a copy stream while layer l computes on the
+ * compute stream (events order "copied" before compute and "consumed" before the next copy
+ * into the same buffer). The embedding, the final norm and the LM head stay on the device.
+ *
+ * The KV cache mirrors the CPU's: per layer, max_context committed slots then max_pending
+ * pending ones; keys are stored after RoPE. Commit gathers the kept pending slots into a
+ * scratch buffer and copies them after the committed ones. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/cuda_check.h"
+
+extern "C" {
+#include "runtime/backend.h"
+}
+#include "runtime/kernels.h"
+
+#define ATTN_WARPS 4
+#define ATTN_MAX_PER_LANE 8          /* head_dim <= 256 */
+#define BLOCK_ALIGN 256
+
+enum { T_ATTN_NORM, T_FFN_NORM, T_WQ, T_WK, T_WV, T_WO, T_GATE, T_UP, T_DOWN, T_COUNT };
+
+typedef struct cuda_state {
+    int             device;
+    char            name[256];
+    int             bf16;           /* weights in bfloat16, else float16                  */
+    int             offload;
+    int             slots;          /* max_context + max_pending                          */
+    cudaStream_t    stream;         /* compute                                            */
+    cudaStream_t    copy_stream;    /* offload: layer uploads                             */
+    cudaEvent_t     copied[2], consumed[2];
+    int             events;         /* events created                                     */
+    cublasHandle_t  blas;
+    size_t          off[T_COUNT];   /* byte offsets of a layer's tensors in its block     */
+    size_t          block_bytes;    /* one layer block, padded                            */
+    uint8_t        *d_blocks;       // (n_layers or 2, block_bytes)   device
+    uint8_t        *h_blocks;       // (n_layers, block_bytes)        pinned host, offload
+    uint16_t       *d_embed;        // (vocab, dim)
+    uint16_t       *d_lm_head;      // (vocab, dim)    == d_embed when tied
+    float          *d_norm;         // (dim)
+    float          *d_inv_freq;     // (head_dim/2)
+    float          *k_cache;        // (layer, slots, kv_dim)
+    float          *v_cache;        // (layer, slots, kv_dim)
+    float          *x;              // (max_pending, dim)        residual stream
+    uint16_t       *xb;             // (max_pending, dim)        normed, 16-bit GEMM input
+    float          *q;              // (max_pending, q_dim)
+    uint16_t       *att;            // (max_pending, q_dim)      attention out, 16-bit
+    float          *gu;             // (max_pending, 2*hidden)   gate | up
+    uint16_t       *hb;             // (max_pending, hidden)     silu(gate)*up, 16-bit
+    float          *logits;         // (max_pending, vocab)
+    float          *gather;         // (max_pending, kv_dim)     commit scratch
+    int32_t        *d_tokens;       // (max_pending)
+    int32_t        *d_pos;          // (max_pending)
+    int32_t        *d_keep;         // (max_pending)
+    uint8_t        *d_mask;         // (max_pending, max_pending)
+} cuda_state;
+
+/* ---- device helpers --------------------------------------------------------------------------- */
+
+template <int BF> __device__ __forceinline__ float load16(uint16_t h)
+{
+    return BF ? sq_k_bf16_to_f32(h) : sq_k_f16_to_f32(h);
+}
+
+template <int BF> __device__ __forceinline__ uint16_t store16(float f)
+{
+    return BF ? sq_k_f32_to_bf16(f) : sq_k_f32_to_f16(f);
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* ---- kernels ------------------------------------------------------------------------------------ */
+
+/* x[i] = embed[tokens[i]] in float32. grid (n), block 256. */
+template <int BF>
+__global__ void k_embed(float *x, const uint16_t *embed, const int32_t *tokens, int dim)
+{
+    const uint16_t *row = embed + (size_t)tokens[blockIdx.x] * dim;
+    float *o = x + (size_t)blockIdx.x * dim;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        o[k] = load16<BF>(row[k]);
+}
+
+/* out[i] = rmsnorm(x[i]) * w, to 16 bits. grid (n), block 256. */
+template <int BF>
+__global__ void k_rmsnorm(uint16_t *out, const float *x, const float *w, int dim, float eps)
+{
+    __shared__ float part[32];
+    const float *xi = x + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        ss += xi[k] * xi[k];
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0)
+            part[0] = v;
+    }
+    __syncthreads();
+    const float scale = sq_k_rms_scale(part[0], dim, eps);
+    uint16_t *oi = out + (size_t)blockIdx.x * dim;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        oi[k] = store16<BF>(sq_k_rmsnorm(xi[k], scale, w[k]));
+}
+
+/* Rotates rows v[i] (stride `stride` floats, n_heads heads) at positions pos[i].
+ * grid (n, n_heads), block half = head_dim/2 (<= 128). */
+__global__ void k_rope(float *v, size_t stride, const int32_t *pos, const float *inv_freq,
+                       int head_dim)
+{
+    const int half = head_dim / 2, k = threadIdx.x;
+    if (k >= half)
+        return;
+    float *a = v + (size_t)blockIdx.x * stride + (size_t)blockIdx.y * head_dim;
+    float angle = (float)pos[blockIdx.x] * inv_freq[k];
+    sq_k_rope_rotate(&a[k], &a[k + half], cosf(angle), sinf(angle));
+}
+
+/* Tree attention for token i = blockIdx.x, head h = blockIdx.y: online softmax over the C
+ * committed slots and the pending slots j < width with mask[i*width + j] != 0. Each of the
+ * ATTN_WARPS warps scans every ATTN_WARPS-th slot; lane l holds elements l, l+32, ... of the
+ * query and of its accumulator; the warps' partial states are merged at the end. */
+template <int BF>
+__global__ void k_attention(uint16_t *out, const float *q, const float *kc, const float *vc,
+                            const uint8_t *mask, int C, int width, int n_heads, int n_kv_heads,
+                            int head_dim)
+{
+    __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
+    __shared__ float s_acc[ATTN_WARPS][ATTN_MAX_PER_LANE * 32];
+    const int i = blockIdx.x, h = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kv_dim = n_kv_heads * head_dim;
+    const int kvh = h / (n_heads / n_kv_heads);
+    const int per = (head_dim + 31) / 32;
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    const float *qi = q + (size_t)i * n_heads * head_dim + (size_t)h * head_dim;
+    const uint8_t *row = mask + (size_t)i * width;
+    float qv[ATTN_MAX_PER_LANE], acc[ATTN_MAX_PER_LANE];
+    for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
+        int e = lane + 32 * j;
+        qv[j] = j < per && e < head_dim ? qi[e] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    sq_k_online st = sq_k_online_init();
+    const int total = C + width;
+    for (int t = warp; t < total; t += ATTN_WARPS) {
+        if (t >= C && !row[t - C])
+            continue;
+        const float *k = kc + (size_t)t * kv_dim + (size_t)kvh * head_dim;
+        float d = 0.0f;
+        for (int j = 0; j < per; j++) {
+            int e = lane + 32 * j;
+            if (e < head_dim)
+                d += qv[j] * k[e];
+        }
+        d = warp_sum(d) * scale;
+        float alpha, beta;
+        sq_k_online_push(&st, d, &alpha, &beta);
+        const float *v = vc + (size_t)t * kv_dim + (size_t)kvh * head_dim;
+        for (int j = 0; j < per; j++) {
+            int e = lane + 32 * j;
+            if (e < head_dim)
+                acc[j] = alpha * acc[j] + beta * v[e];
+        }
+    }
+    if (lane == 0) {
+        s_m[warp] = st.m;
+        s_l[warp] = st.l;
+    }
+    for (int j = 0; j < per; j++)
+        s_acc[warp][lane + 32 * j] = acc[j];
+    __syncthreads();
+    if (warp != 0)
+        return;
+    sq_k_online tot = sq_k_online_init();
+    float res[ATTN_MAX_PER_LANE];
+    for (int j = 0; j < per; j++)
+        res[j] = 0.0f;
+    for (int w = 0; w < ATTN_WARPS; w++) {
+        sq_k_online o;
+        o.m = s_m[w];
+        o.l = s_l[w];
+        float alpha, beta;
+        sq_k_online_merge(&tot, o, &alpha, &beta);
+        for (int j = 0; j < per; j++)
+            res[j] = alpha * res[j] + beta * s_acc[w][lane + 32 * j];
+    }
+    uint16_t *oi = out + (size_t)i * n_heads * head_dim + (size_t)h * head_dim;
+    const float inv = tot.l > 0.0f ? 1.0f / tot.l : 0.0f;
+    for (int j = 0; j < per; j++) {
+        int e = lane + 32 * j;
+        if (e < head_dim)
+            oi[e] = store16<BF>(res[j] * inv);
+    }
+}
+
+/* hb[i][k] = silu(gu[i][k]) * gu[i][hidden + k], to 16 bits. */
+template <int BF>
+__global__ void k_swiglu(uint16_t *hb, const float *gu, int n, int hidden)
+{
+    size_t total = (size_t)n * hidden;
+    for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total;
+         t += (size_t)gridDim.x * blockDim.x) {
+        size_t i = t / hidden, k = t % hidden;
+        const float *r = gu + i * 2 * hidden;
+        hb[t] = store16<BF>(sq_k_silu_mul(r[k], r[hidden + k]));
+    }
+}
+
+/* dst[k] = base[(C + keep[k]) * kv_dim ...] for k < nkeep. grid (nkeep), block 256. */
+__global__ void k_gather(float *dst, const float *base, const int32_t *keep, int C, int kv_dim)
+{
+    const float *src = base + (size_t)(C + keep[blockIdx.x]) * kv_dim;
+    float *d = dst + (size_t)blockIdx.x * kv_dim;
+    for (int e = threadIdx.x; e < kv_dim; e += blockDim.x)
+        d[e] = src[e];
+}
+
+/* ---- host side ---------------------------------------------------------------------------------- */
+
+static size_t align_up(size_t x)
+{
+    return (x + BLOCK_ALIGN - 1) / BLOCK_ALIGN * BLOCK_ALIGN;
+}
+
+typedef struct conv_job {
+    const float *src;
+    uint16_t    *dst;
+    size_t       n;
+    int          bf16;
+} conv_job;
+
+static void *conv_run(void *arg)
+{
+    const conv_job *j = (const conv_job *)arg;
+    if (j->bf16)
+        for (size_t i = 0; i < j->n; i++)
+            j->dst[i] = sq_k_f32_to_bf16(j->src[i]);
+    else
+        for (size_t i = 0; i < j->n; i++)
+            j->dst[i] = sq_k_f32_to_f16(j->src[i]);
+    return NULL;
+}
+
+/* Converts n floats to 16 bits with up to 16 threads (big models have billions of them). */
+static void convert16(uint16_t *dst, const float *src, size_t n, int bf16)
+{
+#define MAXT 16
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    long want = ncpu < 1 ? 1 : ncpu > MAXT ? MAXT : ncpu;
+    int nt = n < ((size_t)1 << 20) ? 1 : (int)want;
+    conv_job jobs[MAXT];
+    pthread_t tids[MAXT];
+    int started[MAXT] = {0};
+    size_t chunk = (n + nt - 1) / nt;
+    for (int t = 0; t < nt; t++) {
+        size_t a = (size_t)t * chunk, b = a + chunk < n ? a + chunk : n;
+        jobs[t].src = src + (a < n ? a : n);
+        jobs[t].dst = dst + (a < n ? a : n);
+        jobs[t].n = a < n ? b - a : 0;
+        jobs[t].bf16 = bf16;
+    }
+    for (int t = 1; t < nt; t++)
+        started[t] = pthread_create(&tids[t], NULL, conv_run, &jobs[t]) == 0;
+    conv_run(&jobs[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t])
+            pthread_join(tids[t], NULL);
+        else
+            conv_run(&jobs[t]);
+    }
+#undef MAXT
+}
+
+/* Fills one layer block in host memory `blk` (block_bytes). */
+static void fill_block(const cuda_state *s, const sq_model_config *c, const sq_layer_weights *lw,
+                       uint8_t *blk)
+{
+    const size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim;
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    memcpy(blk + s->off[T_ATTN_NORM], lw->attn_norm, dim * sizeof(float));
+    memcpy(blk + s->off[T_FFN_NORM], lw->ffn_norm, dim * sizeof(float));
+    const struct { int t; const float *w; size_t n; } mats[] = {
+        {T_WQ, lw->wq, q_dim * dim},     {T_WK, lw->wk, kv_dim * dim},
+        {T_WV, lw->wv, kv_dim * dim},    {T_WO, lw->wo, dim * q_dim},
+        {T_GATE, lw->w_gate, hid * dim}, {T_UP, lw->w_up, hid * dim},
+        {T_DOWN, lw->w_down, dim * hid},
+    };
+    for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++)
+        convert16((uint16_t *)(blk + s->off[mats[k].t]), mats[k].w, mats[k].n, s->bf16);
+}
+
+static int upload16(uint16_t **dst, const float *src, size_t n, int bf16, uint16_t *staging,
+                    size_t staging_elems, sq_error *err)
+{
+    CUDA_CHECK(cudaMalloc((void **)dst, n * sizeof(uint16_t)));
+    for (size_t a = 0; a < n; a += staging_elems) {
+        size_t m = n - a < staging_elems ? n - a : staging_elems;
+        convert16(staging, src + a, m, bf16);
+        CUDA_CHECK(cudaMemcpy(*dst + a, staging, m * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    }
+    return SQ_OK;
+}
+
+static void cuda_free(sq_context *ctx)
+{
+    cuda_state *s = (cuda_state *)ctx->impl;
+    if (!s)
+        return;
+    cudaSetDevice(s->device);
+    if (s->stream)
+        cudaStreamSynchronize(s->stream);
+    if (s->copy_stream)
+        cudaStreamSynchronize(s->copy_stream);
+    void *dev[] = {s->d_blocks, s->d_embed, s->d_norm, s->d_inv_freq, s->k_cache, s->v_cache,
+                   s->x, s->xb, s->q, s->att, s->gu, s->hb, s->logits, s->gather, s->d_tokens,
+                   s->d_pos, s->d_keep, s->d_mask};
+    for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
+        if (dev[k])
+            cudaFree(dev[k]);
+    if (s->d_lm_head && s->d_lm_head != s->d_embed)
+        cudaFree(s->d_lm_head);
+    if (s->h_blocks)
+        cudaFreeHost(s->h_blocks);
+    for (int b = 0; b < s->events; b++) {
+        cudaEventDestroy(s->copied[b]);
+        cudaEventDestroy(s->consumed[b]);
+    }
+    if (s->blas)
+        cublasDestroy(s->blas);
+    if (s->stream)
+        cudaStreamDestroy(s->stream);
+    if (s->copy_stream)
+        cudaStreamDestroy(s->copy_stream);
+    free(s);
+    ctx->impl = NULL;
+}
+
+#define DMALLOC(ptr, bytes) CUDA_CHECK(cudaMalloc((void **)&(ptr), (bytes)))
+
+static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
+{
+    const sq_model_config *c = &ctx->model->config;
+    const sq_weights *w = &ctx->model->w;
+    const sq_context_params *p = &ctx->params;
+    if (c->head_dim > 32 * ATTN_MAX_PER_LANE || c->head_dim % 2)
+        return sq_error_set(err, SQ_EUSAGE, "CUDA backend: head_dim %d: must be even and at most "
+                            "%d", c->head_dim, 32 * ATTN_MAX_PER_LANE);
+    if (sq_cuda_device_count_impl(err) < 1)
+        return SQ_EUSAGE;   /* err says why: no driver, no device */
+    s->device = 0;
+    CUDA_CHECK(cudaSetDevice(s->device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, s->device));
+    snprintf(s->name, sizeof s->name, "%.150s (sm_%d%d, %.1f GiB)", prop.name, prop.major % 100,
+             prop.minor % 100, (double)prop.totalGlobalMem / (1 << 30));
+    s->bf16 = p->dtype == SQ_DTYPE_BF16;
+    s->offload = p->offload;
+    s->slots = p->max_context + p->max_pending;
+
+    const size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t L = (size_t)c->n_layers, mp = (size_t)p->max_pending;
+    size_t o = 0;
+    s->off[T_ATTN_NORM] = o; o = align_up(o + dim * 4);
+    s->off[T_FFN_NORM] = o;  o = align_up(o + dim * 4);
+    s->off[T_WQ] = o;        o = align_up(o + q_dim * dim * 2);
+    s->off[T_WK] = o;        o = align_up(o + kv_dim * dim * 2);
+    s->off[T_WV] = o;        o = align_up(o + kv_dim * dim * 2);
+    s->off[T_WO] = o;        o = align_up(o + dim * q_dim * 2);
+    s->off[T_GATE] = o;      s->off[T_UP] = o + hid * dim * 2;   /* adjacent: one GEMM */
+    o = align_up(o + 2 * hid * dim * 2);
+    s->off[T_DOWN] = o;      o = align_up(o + dim * hid * 2);
+    s->block_bytes = o;
+
+    /* refuse early, with the numbers, when the device cannot hold it */
+    size_t kv_bytes = 2 * L * (size_t)s->slots * kv_dim * sizeof(float);
+    size_t act_bytes = mp * (dim * 6 + q_dim * 6 + hid * 10 + V * 4 + kv_dim * 4 + mp + 12);
+    size_t w_bytes = (s->offload ? 2 : L) * s->block_bytes + V * dim * 2 *
+                     (w->lm_head == w->embed ? 1 : 2) + dim * 4;
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (kv_bytes + act_bytes + w_bytes > free_b)
+        return sq_error_set(err, SQ_EUSAGE, "CUDA backend: needs %.2f GiB (weights %.2f, KV "
+                            "cache %.2f, activations %.2f) but %s has %.2f GiB free%s",
+                            (double)(kv_bytes + act_bytes + w_bytes) / (1 << 30),
+                            (double)w_bytes / (1 << 30), (double)kv_bytes / (1 << 30),
+                            (double)act_bytes / (1 << 30), s->name, (double)free_b / (1 << 30),
+                            s->offload ? "" : "; try offload mode (--offload)");
+
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking));
+    for (int b = 0; b < 2; b++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->copied[b], cudaEventDisableTiming));
+        cudaError_t e = cudaEventCreateWithFlags(&s->consumed[b], cudaEventDisableTiming);
+        if (e != cudaSuccess) {
+            cudaEventDestroy(s->copied[b]);
+            CUDA_CHECK(e);
+        }
+        s->events = b + 1;
+    }
+    CUBLAS_CHECK(cublasCreate(&s->blas));
+    CUBLAS_CHECK(cublasSetStream(s->blas, s->stream));
+
+    /* weights */
+    DMALLOC(s->d_blocks, (s->offload ? 2 : L) * s->block_bytes);
+    uint8_t *staging = NULL;
+    if (s->offload) {
+        CUDA_CHECK(cudaHostAlloc((void **)&s->h_blocks, L * s->block_bytes, cudaHostAllocDefault));
+        for (size_t l = 0; l < L; l++)
+            fill_block(s, c, &w->layers[l], s->h_blocks + l * s->block_bytes);
+    } else {
+        CUDA_CHECK(cudaMallocHost((void **)&staging, s->block_bytes));
+        for (size_t l = 0; l < L; l++) {
+            fill_block(s, c, &w->layers[l], staging);
+            cudaError_t e = cudaMemcpy(s->d_blocks + l * s->block_bytes, staging, s->block_bytes,
+                                       cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) {
+                cudaFreeHost(staging);
+                CUDA_CHECK(e);
+            }
+        }
+        CUDA_CHECK(cudaFreeHost(staging));
+        staging = NULL;
+    }
+    size_t st_elems = (size_t)1 << 24;
+    uint16_t *st16 = (uint16_t *)malloc(st_elems * sizeof *st16);
+    if (!st16)
+        return sq_error_oom(err, "the CUDA upload buffer");
+    int rc = upload16(&s->d_embed, w->embed, V * dim, s->bf16, st16, st_elems, err);
+    if (!rc && w->lm_head == w->embed)
+        s->d_lm_head = s->d_embed;
+    else if (!rc)
+        rc = upload16(&s->d_lm_head, w->lm_head, V * dim, s->bf16, st16, st_elems, err);
+    free(st16);
+    if (rc)
+        return rc;
+    DMALLOC(s->d_norm, dim * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(s->d_norm, w->norm, dim * sizeof(float), cudaMemcpyHostToDevice));
+    const int half = c->head_dim / 2;
+    float inv_freq[ATTN_MAX_PER_LANE * 16];
+    for (int i = 0; i < half; i++)
+        inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
+    DMALLOC(s->d_inv_freq, (size_t)half * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(s->d_inv_freq, inv_freq, (size_t)half * sizeof(float),
+                          cudaMemcpyHostToDevice));
+
+    /* KV cache and scratch */
+    DMALLOC(s->k_cache, kv_bytes / 2);
+    DMALLOC(s->v_cache, kv_bytes / 2);
+    DMALLOC(s->x, mp * dim * sizeof(float));
+    DMALLOC(s->xb, mp * dim * 2);
+    DMALLOC(s->q, mp * q_dim * sizeof(float));
+    DMALLOC(s->att, mp * q_dim * 2);
+    DMALLOC(s->gu, mp * 2 * hid * sizeof(float));
+    DMALLOC(s->hb, mp * hid * 2);
+    DMALLOC(s->logits, mp * V * sizeof(float));
+    DMALLOC(s->gather, mp * kv_dim * sizeof(float));
+    DMALLOC(s->d_tokens, mp * sizeof(int32_t));
+    DMALLOC(s->d_pos, mp * sizeof(int32_t));
+    DMALLOC(s->d_keep, mp * sizeof(int32_t));
+    DMALLOC(s->d_mask, mp * mp);
+    return SQ_OK;
+}
+
+static int cuda_init(sq_context *ctx, sq_error *err)
+{
+    cuda_state *s = (cuda_state *)calloc(1, sizeof *s);
+    if (!s)
+        return sq_error_oom(err, "the CUDA context");
+    ctx->impl = s;
+    int rc = cuda_init_impl(ctx, s, err);
+    if (rc)
+        cuda_free(ctx);
+    return rc;
+}
+
+/* out (n, d_out) f32 = in (n, d_in) 16-bit @ W^T + beta * out, W (d_out, d_in) row-major.
+ * Column-major view: out^T (d_out x n) = W^T' (op T of the d_in x d_out matrix) x in^T. */
+static int gemm(cuda_state *s, float *out, const uint16_t *in, const void *wt, int n, int d_in,
+                int d_out, float beta, sq_error *err)
+{
+    const float alpha = 1.0f;
+    const cudaDataType_t t16 = s->bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    CUBLAS_CHECK(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, d_out, n, d_in, &alpha, wt, t16,
+                              d_in, in, t16, d_in, &beta, out, CUDA_R_32F, d_out,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return SQ_OK;
+}
+
+/* Offload: copy layer l's block into device buffer l % 2 once the layer that used it is done. */
+static int prefetch(cuda_state *s, int l, sq_error *err)
+{
+    int b = l & 1;
+    CUDA_CHECK(cudaStreamWaitEvent(s->copy_stream, s->consumed[b], 0));
+    CUDA_CHECK(cudaMemcpyAsync(s->d_blocks + (size_t)b * s->block_bytes,
+                               s->h_blocks + (size_t)l * s->block_bytes, s->block_bytes,
+                               cudaMemcpyHostToDevice, s->copy_stream));
+    CUDA_CHECK(cudaEventRecord(s->copied[b], s->copy_stream));
+    return SQ_OK;
+}
+
+template <int BF>
+static int forward_t(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                     const uint8_t *mask, int n, float *logits, sq_error *err)
+{
+    const sq_model_config *c = &ctx->model->config;
+    cuda_state *s = (cuda_state *)ctx->impl;
+    const int dim = c->dim, hid = c->hidden_dim, hd = c->head_dim, V = c->vocab_size;
+    const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
+    const int C = ctx->n_committed, P = ctx->n_pending, width = P + n;
+    cudaStream_t st = s->stream;
+    int rc;
+
+    CUDA_CHECK(cudaSetDevice(s->device));
+    CUDA_CHECK(cudaMemcpyAsync(s->d_tokens, tokens, (size_t)n * sizeof *tokens,
+                               cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaMemcpyAsync(s->d_pos, pos, (size_t)n * sizeof *pos, cudaMemcpyHostToDevice,
+                               st));
+    CUDA_CHECK(cudaMemcpyAsync(s->d_mask, mask, (size_t)n * width, cudaMemcpyHostToDevice, st));
+    k_embed<BF><<<n, 256, 0, st>>>(s->x, s->d_embed, s->d_tokens, dim);
+    CUDA_CHECK_LAUNCH();
+    if (s->offload && (rc = prefetch(s, 0, err)))
+        return rc;
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const uint8_t *blk;
+        if (s->offload) {
+            if (l + 1 < c->n_layers && (rc = prefetch(s, l + 1, err)))
+                return rc;
+            CUDA_CHECK(cudaStreamWaitEvent(st, s->copied[l & 1], 0));
+            blk = s->d_blocks + (size_t)(l & 1) * s->block_bytes;
+        } else {
+            blk = s->d_blocks + (size_t)l * s->block_bytes;
+        }
+        const size_t first = (size_t)l * s->slots + (size_t)(C + P);   /* slot of new token 0 */
+        float *kdst = s->k_cache + first * kv_dim, *vdst = s->v_cache + first * kv_dim;
+        const float *kl = s->k_cache + (size_t)l * s->slots * kv_dim;
+        const float *vl = s->v_cache + (size_t)l * s->slots * kv_dim;
+
+        k_rmsnorm<BF><<<n, 256, 0, st>>>(s->xb, s->x, (const float *)(blk + s->off[T_ATTN_NORM]),
+                                         dim, c->norm_eps);
+        CUDA_CHECK_LAUNCH();
+        if ((rc = gemm(s, s->q, s->xb, blk + s->off[T_WQ], n, dim, q_dim, 0.0f, err)) ||
+            (rc = gemm(s, kdst, s->xb, blk + s->off[T_WK], n, dim, kv_dim, 0.0f, err)) ||
+            (rc = gemm(s, vdst, s->xb, blk + s->off[T_WV], n, dim, kv_dim, 0.0f, err)))
+            return rc;
+        k_rope<<<dim3(n, c->n_heads), hd / 2, 0, st>>>(s->q, (size_t)q_dim, s->d_pos,
+                                                       s->d_inv_freq, hd);
+        CUDA_CHECK_LAUNCH();
+        k_rope<<<dim3(n, c->n_kv_heads), hd / 2, 0, st>>>(kdst, (size_t)kv_dim, s->d_pos,
+                                                          s->d_inv_freq, hd);
+        CUDA_CHECK_LAUNCH();
+        k_attention<BF><<<dim3(n, c->n_heads), 32 * ATTN_WARPS, 0, st>>>(
+            s->att, s->q, kl, vl, s->d_mask, C, width, c->n_heads, c->n_kv_heads, hd);
+        CUDA_CHECK_LAUNCH();
+        if ((rc = gemm(s, s->x, s->att, blk + s->off[T_WO], n, q_dim, dim, 1.0f, err)))
+            return rc;
+
+        k_rmsnorm<BF><<<n, 256, 0, st>>>(s->xb, s->x, (const float *)(blk + s->off[T_FFN_NORM]),
+                                         dim, c->norm_eps);
+        CUDA_CHECK_LAUNCH();
+        if ((rc = gemm(s, s->gu, s->xb, blk + s->off[T_GATE], n, dim, 2 * hid, 0.0f, err)))
+            return rc;
+        int blocks = (int)(((size_t)n * hid + 255) / 256);
+        k_swiglu<BF><<<blocks < 65535 ? blocks : 65535, 256, 0, st>>>(s->hb, s->gu, n, hid);
+        CUDA_CHECK_LAUNCH();
+        if ((rc = gemm(s, s->x, s->hb, blk + s->off[T_DOWN], n, hid, dim, 1.0f, err)))
+            return rc;
+        if (s->offload)
+            CUDA_CHECK(cudaEventRecord(s->consumed[l & 1], st));
+    }
+    k_rmsnorm<BF><<<n, 256, 0, st>>>(s->xb, s->x, s->d_norm, dim, c->norm_eps);
+    CUDA_CHECK_LAUNCH();
+    if ((rc = gemm(s, s->logits, s->xb, s->d_lm_head, n, dim, V, 0.0f, err)))
+        return rc;
+    CUDA_CHECK(cudaMemcpyAsync(logits, s->logits, (size_t)n * V * sizeof(float),
+                               cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return SQ_OK;
+}
+
+static int cuda_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                        const uint8_t *mask, int n, float *logits, sq_error *err)
+{
+    const cuda_state *s = (const cuda_state *)ctx->impl;
+    return s->bf16 ? forward_t<1>(ctx, tokens, pos, mask, n, logits, err)
+                   : forward_t<0>(ctx, tokens, pos, mask, n, logits, err);
+}
+
+static int cuda_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err)
+{
+    const sq_model_config *c = &ctx->model->config;
+    cuda_state *s = (cuda_state *)ctx->impl;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    const int C = ctx->n_committed;
+    cudaStream_t st = s->stream;
+    CUDA_CHECK(cudaSetDevice(s->device));
+    CUDA_CHECK(cudaMemcpyAsync(s->d_keep, keep, (size_t)nkeep * sizeof *keep,
+                               cudaMemcpyHostToDevice, st));
+    for (int l = 0; l < c->n_layers; l++) {
+        float *caches[2] = {s->k_cache, s->v_cache};
+        for (int which = 0; which < 2; which++) {
+            float *base = caches[which] + (size_t)l * s->slots * kv_dim;
+            k_gather<<<nkeep, 256, 0, st>>>(s->gather, base, s->d_keep, C, (int)kv_dim);
+            CUDA_CHECK_LAUNCH();
+            CUDA_CHECK(cudaMemcpyAsync(base + (size_t)C * kv_dim, s->gather,
+                                       (size_t)nkeep * kv_dim * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, st));
+        }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    return SQ_OK;
+}
+
+static const char *cuda_device_name(const sq_context *ctx)
+{
+    return ((const cuda_state *)ctx->impl)->name;
+}
+
+extern "C" int sq_cuda_device_count_impl(sq_error *err)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        sq_error_set(err, SQ_EUSAGE, "CUDA backend: no usable CUDA device: cudaGetDeviceCount: "
+                     "%s", cudaGetErrorString(e));
+        return 0;
+    }
+    if (n < 1)
+        sq_error_set(err, SQ_EUSAGE, "CUDA backend: no CUDA device");
+    return n;
+}
+
+extern "C" const sq_backend_ops sq_backend_cuda = {
+    "cuda", cuda_init, cuda_free, cuda_forward, cuda_commit, cuda_device_name,
+};

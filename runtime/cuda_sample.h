@@ -1,0 +1,52 @@
+/* Sampling arithmetic on a CUDA device (runtime/cuda_sample.cu): softmax with temperature and
+ * top-p, argmax, the residual update and draws with and without replacement, on one vocabulary
+ * row. They compute what runtime/verify.c computes on the host (the same per-element formulas,
+ * runtime/kernels.h), so a verifier can keep its decisions on the host while the O(V) work runs
+ * next to the logits. Vectors are host arrays here (copied in and out), which is what the tests
+ * compare against verify.c; random draws are counter-based (sq_k_uniform), so the host can
+ * reproduce them exactly.
+ *
+ * Available only in builds with the CUDA backend (SQ_HAVE_CUDA). Errors: SQ_ESOFTWARE with the
+ * failing CUDA call, SQ_EUSAGE when there is no device. */
+#ifndef SQ_RUNTIME_CUDA_SAMPLE_H
+#define SQ_RUNTIME_CUDA_SAMPLE_H
+
+#include <stdint.h>
+
+#include "planner/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sq_cuda_sampler sq_cuda_sampler;
+
+int sq_cuda_sampler_new(int vocab, sq_cuda_sampler **out, sq_error *err);
+void sq_cuda_sampler_free(sq_cuda_sampler *s);
+
+/* probs (V) = softmax(logits / T), truncated to the smallest most-likely set reaching top_p and
+ * renormalised; T = 0 gives one-hot argmax. As sq_verifier_probs. */
+int sq_cuda_probs(sq_cuda_sampler *s, const float *logits, double temperature, double top_p,
+                  double *probs, sq_error *err);
+
+/* Index of the largest finite logit, lowest on ties (0 when none is finite). */
+int sq_cuda_argmax(sq_cuda_sampler *s, const float *logits, int *out, sq_error *err);
+
+/* r <- norm(max(r - q, 0)) in place; r unchanged when nothing remains. */
+int sq_cuda_residual(sq_cuda_sampler *s, double *r, const double *q, sq_error *err);
+
+/* k tokens drawn from q without replacement: the k largest Gumbel keys
+ * sq_k_gumbel_key(sq_k_uniform(seed, stream, i), q[i]), largest first, lower id on ties. */
+int sq_cuda_sample_without(sq_cuda_sampler *s, const double *q, uint64_t seed, uint64_t stream,
+                           int k, int32_t *tokens, sq_error *err);
+
+/* k i.i.d. draws from q (with replacement): draw j is the first token whose cumulative mass
+ * exceeds sq_k_uniform(seed, stream, j) * sum(q). */
+int sq_cuda_sample_with(sq_cuda_sampler *s, const double *q, uint64_t seed, uint64_t stream,
+                        int k, int32_t *tokens, sq_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
