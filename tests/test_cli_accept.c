@@ -595,3 +595,55 @@ Test(cli_accept, merge_and_compare_reject_bad_curve_files)
     free(jm);
     free(v2);
 }
+
+/* A corpus written by examples/dump_corpus.py (h5py, float16) is read back, and the greedy
+ * curve equals numpy's computation from the same file (draft ranks: logit descending, lower
+ * token id first among ties). Skipped without a python3 that has h5py and numpy. */
+Test(cli_accept, h5py_written_corpus_reads_back_and_greedy_matches_numpy)
+{
+    const char *py = getenv("SQ_PYTHON");
+    if (!py || !*py)
+        cr_skip_test("SQ_PYTHON is not set (no python3 with h5py and numpy)");
+    char *c = P("py.h5"), *o = P("py.json"), *script = tu_source_path("examples/dump_corpus.py");
+    char *out, *err;
+    int rc = tu_run((char *const[]){(char *)py, script, "--synthetic", c, "--rows", "300", "--vocab",
+                                    "64", "--sequences", "5", "--seed", "3", "--quiet", NULL},
+                    &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(out);
+    free(err);
+    rc = run(&out, &err, (const char *[]){c, "-m", "greedy,stochastic", "-T", "0.9", "-w", "4",
+                                          "-q", "-o", o, NULL});
+    cr_assert_eq(rc, 0, "%s", err);
+    free(out);
+    free(err);
+    static const char check[] =
+        "import sys, h5py, numpy as np\n"
+        "f = h5py.File(sys.argv[1], 'r')\n"
+        "t = f['/target/logits'][...].astype(np.float32)\n"
+        "d = f['/draft/logits'][...].astype(np.float32)\n"
+        "p = np.zeros(4)\n"
+        "for i in range(t.shape[0]):\n"
+        "    order = np.lexsort((np.arange(d.shape[1]), -d[i]))[:4]\n"
+        "    hit = np.nonzero(order == np.argmax(t[i]))[0]\n"
+        "    if hit.size: p[hit[0]] += 1\n"
+        "print(' '.join('%.17g' % x for x in p / t.shape[0]))\n";
+    rc = tu_run((char *const[]){(char *)py, "-c", (char *)check, c, NULL}, &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    double e[4];
+    cr_assert_eq(sscanf(out, "%lf %lf %lf %lf", &e[0], &e[1], &e[2], &e[3]), 4, "%s", out);
+    sq_curve_set *set = load(o);
+    const sq_curve *g = &set->curves[0];
+    cr_assert_str_eq(g->name, "greedy@T0");
+    cr_assert_eq(g->positions, 300);
+    cr_assert_eq(g->sequences, 5);
+    for (int k = 0; k < 4; k++)
+        cr_assert(fabs(g->p[k] - e[k]) < 1e-12, "rank %d: %.6f vs numpy %.6f", k + 1, g->p[k], e[k]);
+    cr_assert_str_eq(sq_json_field(set->source, "draft")->valuestring, "synthetic-draft");
+    sq_curve_set_free(set);
+    free(out);
+    free(err);
+    free(c);
+    free(o);
+    free(script);
+}
