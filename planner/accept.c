@@ -915,11 +915,18 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     if (threads > 256)
         threads = 256;
     size_t row_bytes = (size_t)V * 2 * sizeof(float);
-    int64_t batch = (int64_t)(params->batch_bytes / row_bytes);
-    if (batch < threads)
-        batch = threads;
+    /* Rows per batch: a whole number of the corpus's HDF5 chunks (so that no chunk is
+     * decompressed twice), about batch_bytes of float32 logits, at least one row per thread. */
+    int64_t unit_rows = sq_corpus_block_rows(corpus);
+    if (unit_rows < 1)
+        unit_rows = 1;
+    int64_t batch = (int64_t)(params->batch_bytes / row_bytes) / unit_rows * unit_rows;
+    if (batch < unit_rows)
+        batch = unit_rows;
+    while (batch < threads)
+        batch += unit_rows;
     if (batch > 4096)
-        batch = 4096;
+        batch = 4096 > unit_rows ? 4096 / unit_rows * unit_rows : unit_rows;
     if (batch > N)
         batch = N;
 

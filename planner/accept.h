@@ -161,7 +161,8 @@ typedef struct sq_accept_params {
     int      samples;      /* draws per position for the sampled modes, >= 1          */
     uint64_t seed;
     int      threads;      /* worker threads; 0 = the online CPUs                     */
-    size_t   batch_bytes;  /* logits held per read buffer (two buffers are used)      */
+    size_t   batch_bytes;  /* logits per read buffer, rounded to whole HDF5 chunks of
+                              the corpus (two buffers are used)                       */
     /* Called by the calling thread after each batch; may be NULL. */
     void   (*progress)(void *user, int64_t done, int64_t total);
     void    *user;
