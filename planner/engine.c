@@ -307,12 +307,49 @@ int sq_engine_plan(const sq_engine_plan_params *p, sq_engine_plan_result *out, s
         return rc;
     out->exact = 1;
     if (lim.max_non_leaves && sq_engine_check(t, p->engine, lim.max_non_leaves, "plan", NULL)) {
-        sq_tree *fixed = NULL;
-        rc = repair_non_leaves(t, c, p->budget, D, out->width, lim.max_non_leaves, &fixed, err);
+        /* Repair the optimal trees of several width bounds (narrower trees have fewer
+         * non-leaves to cut) and keep the best; ties go to the wider bound. */
+        sq_tree *best = NULL;
+        double best_f = -1;
+        int wmax = out->width;
+        for (int w = wmax; w >= 1 && !rc; w = (p->budget <= 256 || w <= 2) ? w - 1 : w / 2) {
+            sq_tree *cand = NULL, *fixed = NULL;
+            if (w == wmax) {
+                cand = t;
+                t = NULL;
+            } else {
+                sq_dp *dw = NULL;
+                dp_params.width = w;
+                if ((rc = sq_dp_solve(&dp_params, &dw, err)))
+                    break;
+                int sz = 1;
+                for (int n = 2; n <= N; n++)
+                    if (sq_dp_best(dw, n, D) > sq_dp_best(dw, sz, D))
+                        sz = n;
+                rc = sq_dp_tree(dw, sz, D, &cand, err);
+                sq_dp_free(dw);
+                if (rc)
+                    break;
+            }
+            rc = repair_non_leaves(cand, c, p->budget, D, wmax, lim.max_non_leaves, &fixed, err);
+            sq_tree_free(cand);
+            if (rc)
+                break;
+            double f = sq_tree_expected_tokens(fixed, c, NULL);
+            if (f > best_f) {
+                sq_tree_free(best);
+                best = fixed;
+                best_f = f;
+            } else {
+                sq_tree_free(fixed);
+            }
+        }
         sq_tree_free(t);
-        if (rc)
+        if (rc) {
+            sq_tree_free(best);
             return rc;
-        t = fixed;
+        }
+        t = best;
         out->exact = 0;
     }
     out->tree = t;

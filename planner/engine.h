@@ -10,10 +10,12 @@
  *    stopping, then to the smaller k.
  *  - trtllm, medusa: the DP of planner/dp.h with the width clamped to the engine's rank limit
  *    (16 and 10 children) and, for TensorRT-LLM, the depth to 17 levels (16 speculated tokens):
- *    exact. When a TensorRT-LLM limit on non-leaf nodes per level binds, the DP tree is
+ *    exact. When a TensorRT-LLM limit on non-leaf nodes per level binds, DP trees are
  *    repaired: on each level the best-scoring non-leaves are kept, the other subtrees are cut,
  *    and the freed budget is refilled best-first (highest f(parent) p(rank) first) with
- *    nodes that keep every limit. That step is a heuristic and the result says so. */
+ *    nodes that keep every limit. The optimal trees of every width bound 1..B (of B, B/2,
+ *    B/4, ... past 256 nodes) are repaired and the best result is kept. That step is a
+ *    heuristic and the result says so. */
 #ifndef SQ_PLANNER_ENGINE_H
 #define SQ_PLANNER_ENGINE_H
 
