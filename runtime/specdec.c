@@ -57,6 +57,8 @@ sq_specdec_params sq_specdec_default_params(void)
         .max_context = 0,
         .backend = SQ_BACKEND_CPU,
         .threads = 0,
+        .dtype = SQ_DTYPE_AUTO,
+        .offload = 0,
         .check_attention = 0,
     };
     return p;
@@ -190,6 +192,8 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     cp.max_context = sd->max_context;
     cp.backend = params->backend;
     cp.threads = params->threads;
+    cp.dtype = params->dtype;
+    cp.offload = params->offload;
     cp.max_pending = sd->dmaxp;
     int rc = sq_context_new(draft, &cp, &sd->dctx, err);
     if (!rc) {

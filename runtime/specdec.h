@@ -34,6 +34,9 @@ typedef struct sq_specdec_params {
                                       two models' max_position_embeddings                  */
     sq_backend_kind backend;
     int             threads;       /* 0: all cores                                         */
+    sq_weight_dtype dtype;         /* weights of both contexts (AUTO: the backend's own)   */
+    int             offload;       /* CUDA: stream the target's and the draft's weights
+                                      from pinned host memory layer by layer               */
     int             check_attention; /* each step also runs a plain causal forward of the
                                       target over every node's root path and records the
                                       largest logit difference (slow; for validation)       */

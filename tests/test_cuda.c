@@ -1,0 +1,451 @@
+/* The CUDA backend against the CPU backend on tiny random Llama models, and the device sampling
+ * kernels against runtime/verify.c. Every test needs a CUDA device: without one (a build
+ * without the backend, no driver, no GPU) each test reports itself SKIPPED, never passed.
+ * The arithmetic these kernels run per element is tested on the CPU by the 'kernels' suite. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner/curve.h"
+#include "planner/plan.h"
+#include "planner/tree.h"
+#include "runtime/cuda_sample.h"
+#include "runtime/kernels.h"
+#include "runtime/model.h"
+#include "runtime/specdec.h"
+#include "runtime/verify.h"
+
+#define V 97
+
+static void need_device(void)
+{
+    sq_error err = {0};
+    if (sq_cuda_device_count(&err) < 1)
+        cr_skip_test("no CUDA device (%s)", err.msg);
+}
+
+static sq_model *tiny_model(uint64_t seed, int layers)
+{
+    sq_model_config c = {0};
+    c.dim = 64;
+    c.hidden_dim = 160;
+    c.n_layers = layers;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = V;
+    c.max_position = 512;
+    c.rope_theta = 10000.0f;
+    c.norm_eps = 1e-5f;
+    strcpy(c.dtype, "F32");
+    sq_model *m;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_new_random(&c, seed, &m, &err), 0, "%s", err.msg);
+    return m;
+}
+
+typedef struct backend_case {
+    sq_backend_kind backend;
+    sq_weight_dtype dtype;
+    int             offload;
+    double          tol;      /* max |logit diff| against the CPU, relative to max |logit| */
+    const char     *label;
+} backend_case;
+
+static sq_context *new_ctx(const sq_model *m, const backend_case *bc, int max_context,
+                           int max_pending)
+{
+    sq_context_params p = sq_context_default_params();
+    p.backend = bc->backend;
+    p.dtype = bc->dtype;
+    p.offload = bc->offload;
+    p.max_context = max_context;
+    p.max_pending = max_pending;
+    p.threads = 1;
+    sq_context *ctx;
+    sq_error err = {0};
+    cr_assert_eq(sq_context_new(m, &p, &ctx, &err), 0, "%s: %s", bc->label, err.msg);
+    return ctx;
+}
+
+/* Causal forward of n tokens at positions 0..n-1 as pending tokens; logits (n, V). */
+static void causal(sq_context *ctx, const int32_t *tok, int n, float *logits)
+{
+    int32_t *pos = malloc((size_t)n * sizeof *pos);
+    uint8_t *mask = calloc((size_t)n * n, 1);
+    for (int i = 0; i < n; i++) {
+        pos[i] = i;
+        for (int j = 0; j <= i; j++)
+            mask[i * n + j] = 1;
+    }
+    sq_error err = {0};
+    cr_assert_eq(sq_context_forward(ctx, tok, pos, mask, n, logits, &err), 0, "%s", err.msg);
+    free(pos);
+    free(mask);
+}
+
+static double max_abs(const float *x, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++)
+        m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static backend_case cuda_cases[] = {
+    {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 0, 0.03, "f16"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 0, 0.12, "bf16"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 1, 0.03, "f16 offload"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 1, 0.12, "bf16 offload"},
+};
+
+ParameterizedTestParameters(cuda, logits_agree_with_the_cpu_within_the_dtype_tolerance)
+{
+    return cr_make_param_array(backend_case, cuda_cases, sizeof cuda_cases / sizeof *cuda_cases);
+}
+
+ParameterizedTest(backend_case *bc, cuda, logits_agree_with_the_cpu_within_the_dtype_tolerance)
+{
+    need_device();
+    sq_model *m = tiny_model(11, 3);
+    backend_case cpu = {SQ_BACKEND_CPU, SQ_DTYPE_F32, 0, 0, "cpu"};
+    sq_context *cc = new_ctx(m, &cpu, 64, 32), *gc = new_ctx(m, bc, 64, 32);
+    cr_assert(strstr(sq_context_device_name(gc), "sm_"), "%s", sq_context_device_name(gc));
+    cr_assert_eq(sq_context_dtype(gc), bc->dtype);
+    enum { N = 24 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (i * 37 + 5) % V;
+    float *want = malloc(N * V * sizeof *want), *got = malloc(N * V * sizeof *got);
+    causal(cc, tok, N, want);
+    causal(gc, tok, N, got);
+    double scale = max_abs(want, N * V), d = max_diff(got, want, N * V);
+    cr_assert(d <= bc->tol * scale, "%s: max diff %g, scale %g", bc->label, d, scale);
+    /* then one token at a time over a committed prefix (the decode path) */
+    sq_context_reset(cc);
+    sq_context_reset(gc);
+    sq_error err = {0};
+    int32_t keep[1] = {0};
+    for (int i = 0; i < N; i++) {
+        int32_t pos = i;
+        uint8_t one = 1;
+        float a[V], b[V];
+        cr_assert_eq(sq_context_forward(cc, &tok[i], &pos, &one, 1, a, &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_context_forward(gc, &tok[i], &pos, &one, 1, b, &err), 0, "%s", err.msg);
+        cr_assert(max_diff(a, b, V) <= bc->tol * scale, "%s: token %d", bc->label, i);
+        cr_assert(max_diff(b, got + (size_t)i * V, V) <= bc->tol * scale);
+        cr_assert_eq(sq_context_commit(cc, keep, 1, &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_context_commit(gc, keep, 1, &err), 0, "%s", err.msg);
+    }
+    free(want);
+    free(got);
+    sq_context_free(cc);
+    sq_context_free(gc);
+    sq_model_free(m);
+}
+
+ParameterizedTestParameters(cuda, tree_forward_equals_path_forward_and_commit_keeps_the_path)
+{
+    return cr_make_param_array(backend_case, cuda_cases, sizeof cuda_cases / sizeof *cuda_cases);
+}
+
+/* A prefix of 5 committed tokens, then a tree of 8 nodes in one forward: every node's logits
+ * equal a plain causal forward over prefix + its root path (on the same backend); after
+ * committing one root-to-leaf path, the next token's logits equal the causal forward too. */
+ParameterizedTest(backend_case *bc, cuda, tree_forward_equals_path_forward_and_commit_keeps_the_path)
+{
+    need_device();
+    sq_model *m = tiny_model(5, 2);
+    sq_context *tc = new_ctx(m, bc, 64, 32), *pc = new_ctx(m, bc, 64, 32);
+    enum { PL = 5, T = 8 };
+    const int32_t prefix[PL] = {3, 14, 15, 92, 65};
+    const int parent[T] = {-1, 0, 0, 1, 1, 2, 3, 6};
+    const int32_t ttok[T] = {35, 89, 79, 32, 38, 46, 26, 43};
+    int depth[T];
+    float *pre = malloc(PL * V * sizeof *pre), *tl = malloc(T * V * sizeof *tl);
+    causal(tc, prefix, PL, pre);
+    sq_error err = {0};
+    int32_t keep[PL] = {0, 1, 2, 3, 4};
+    cr_assert_eq(sq_context_commit(tc, keep, PL, &err), 0, "%s", err.msg);
+    int32_t pos[T];
+    uint8_t mask[T * T] = {0};
+    for (int i = 0; i < T; i++) {
+        depth[i] = parent[i] < 0 ? 0 : depth[parent[i]] + 1;
+        pos[i] = PL + depth[i];
+        for (int a = i; a >= 0; a = parent[a])
+            mask[i * T + a] = 1;
+    }
+    cr_assert_eq(sq_context_forward(tc, ttok, pos, mask, T, tl, &err), 0, "%s", err.msg);
+    double scale = max_abs(pre, PL * V), worst = 0.0;
+    for (int i = 0; i < T; i++) {
+        int32_t seq[PL + T];
+        int len = PL + depth[i] + 1;
+        memcpy(seq, prefix, sizeof prefix);
+        for (int a = i; a >= 0; a = parent[a])
+            seq[PL + depth[a]] = ttok[a];
+        float *want = malloc((size_t)len * V * sizeof *want);
+        sq_context_reset(pc);
+        causal(pc, seq, len, want);
+        double d = max_diff(tl + (size_t)i * V, want + (size_t)(len - 1) * V, V);
+        worst = fmax(worst, d);
+        free(want);
+    }
+    /* the same arithmetic in a different batch shape: far tighter than the dtype tolerance */
+    cr_assert(worst <= 5e-3 * scale, "%s: tree vs path: max diff %g, scale %g", bc->label, worst,
+              scale);
+
+    /* commit the path 0 -> 1 -> 3 -> 6 -> 7, then feed one more token */
+    int32_t path[5] = {0, 1, 3, 6, 7};
+    cr_assert_eq(sq_context_commit(tc, path, 5, &err), 0, "%s", err.msg);
+    int32_t nxt = 11, npos = PL + 5;
+    uint8_t one = 1;
+    float got[V];
+    cr_assert_eq(sq_context_forward(tc, &nxt, &npos, &one, 1, got, &err), 0, "%s", err.msg);
+    int32_t seq[PL + 6];
+    memcpy(seq, prefix, sizeof prefix);
+    for (int k = 0; k < 5; k++)
+        seq[PL + k] = ttok[path[k]];
+    seq[PL + 5] = nxt;
+    float *want = malloc((PL + 6) * V * sizeof *want);
+    sq_context_reset(pc);
+    causal(pc, seq, PL + 6, want);
+    double d = max_diff(got, want + (size_t)(PL + 5) * V, V);
+    cr_assert(d <= 5e-3 * scale, "%s: after commit: max diff %g", bc->label, d);
+    free(want);
+    free(pre);
+    free(tl);
+    sq_context_free(tc);
+    sq_context_free(pc);
+    sq_model_free(m);
+}
+
+Test(cuda, offload_computes_what_the_on_device_weights_compute)
+{
+    need_device();
+    sq_model *m = tiny_model(21, 4);
+    backend_case on = {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 0, 0, "f16"};
+    backend_case off = {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 1, 0, "f16 offload"};
+    sq_context *a = new_ctx(m, &on, 64, 32), *b = new_ctx(m, &off, 64, 32);
+    enum { N = 17 };
+    int32_t tok[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = (i * 13 + 2) % V;
+    float *la = malloc(N * V * sizeof *la), *lb = malloc(N * V * sizeof *lb);
+    for (int rep = 0; rep < 3; rep++) {   /* repeated forwards reuse the two layer buffers */
+        sq_context_reset(a);
+        sq_context_reset(b);
+        causal(a, tok, N, la);
+        causal(b, tok, N, lb);
+        /* the same weights and kernels: identical up to GEMM algorithm choice */
+        cr_assert(max_diff(la, lb, N * V) <= 1e-4 * max_abs(la, N * V), "rep %d", rep);
+    }
+    free(la);
+    free(lb);
+    sq_context_free(a);
+    sq_context_free(b);
+    sq_model_free(m);
+}
+
+static sq_plan *plan_of(const int *parent, int n)
+{
+    int rank[64] = {0}, cnt[64] = {0};
+    for (int i = 1; i < n; i++)
+        rank[i] = ++cnt[parent[i]];
+    sq_tree *t;
+    sq_error err = {0};
+    cr_assert_eq(sq_tree_from_parents(parent, rank, n, &t, "test", &err), 0, "%s", err.msg);
+    const double p[3] = {0.6, 0.2, 0.1};
+    sq_curve c = {0};
+    cr_assert_eq(sq_curve_init(&c, "test", "greedy", p, 3, &err), 0, "%s", err.msg);
+    sq_plan *plan;
+    cr_assert_eq(sq_plan_new(t, &c, 0, 0, 0, &plan, &err), 0, "%s", err.msg);
+    sq_curve_clear(&c);
+    return plan;
+}
+
+ParameterizedTestParameters(cuda, greedy_speculative_decoding_equals_target_greedy)
+{
+    return cr_make_param_array(backend_case, cuda_cases, sizeof cuda_cases / sizeof *cuda_cases);
+}
+
+ParameterizedTest(backend_case *bc, cuda, greedy_speculative_decoding_equals_target_greedy)
+{
+    need_device();
+    sq_model *draft = tiny_model(2, 1), *target = tiny_model(1, 2);
+    const int parent[10] = {-1, 0, 0, 0, 1, 1, 2, 4, 4, 7};
+    sq_plan *plan = plan_of(parent, 10);
+    sq_specdec_params prm = sq_specdec_default_params();
+    prm.mode = SQ_MODE_GREEDY;
+    prm.temperature = 0.0;
+    prm.backend = bc->backend;
+    prm.dtype = bc->dtype;
+    prm.offload = bc->offload;
+    prm.max_context = 256;
+    sq_specdec *sd;
+    sq_error err = {0};
+    cr_assert_eq(sq_specdec_new(draft, target, plan, &prm, "plan.json", &sd, &err), 0, "%s",
+                 err.msg);
+    enum { NEW = 48 };
+    const int32_t prompt[4] = {1, 2, 3, 4};
+    int32_t spec[NEW], ar[NEW];
+    int st[NEW], steps;
+    cr_assert_eq(sq_specdec_generate(sd, prompt, 4, NEW, spec, st, &steps, NULL, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(sq_specdec_autoregressive(sd, prompt, 4, NEW, 0, ar, &err), 0, "%s", err.msg);
+    for (int i = 0; i < NEW; i++)
+        cr_assert_eq(spec[i], ar[i], "%s: token %d: speculative %d, target %d", bc->label, i,
+                     spec[i], ar[i]);
+    sq_specdec_free(sd);
+    sq_plan_free(plan);
+    sq_model_free(draft);
+    sq_model_free(target);
+}
+
+/* ---- sampling kernels against runtime/verify.c ----------------------------------------------- */
+
+static sq_cuda_sampler *new_sampler(int vocab)
+{
+    sq_cuda_sampler *s;
+    sq_error err = {0};
+    cr_assert_eq(sq_cuda_sampler_new(vocab, &s, &err), 0, "%s", err.msg);
+    return s;
+}
+
+static void random_logits(float *l, int n, uint64_t seed)
+{
+    for (int i = 0; i < n; i++)
+        l[i] = (float)(8.0 * sq_k_uniform(seed, 0, (uint64_t)i) - 4.0);
+}
+
+Test(cuda, softmax_with_temperature_and_top_p_equals_the_verifier)
+{
+    need_device();
+    const int n = 32000;
+    sq_cuda_sampler *s = new_sampler(n);
+    sq_verifier *v = sq_verifier_new(n, SQ_MODE_STOCHASTIC, 1);
+    float *l = malloc((size_t)n * sizeof *l);
+    double *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+    const double temps[] = {0.0, 0.3, 1.0, 1.7};
+    const double tops[] = {1.0, 0.9, 0.5, 0.01};
+    sq_error err = {0};
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++) {
+            random_logits(l, n, (uint64_t)(a * 4 + b));
+            l[123] = -INFINITY;
+            l[456] = NAN;
+            sq_verifier_probs(v, l, temps[a], tops[b], want);
+            cr_assert_eq(sq_cuda_probs(s, l, temps[a], tops[b], got, &err), 0, "%s", err.msg);
+            double d = 0.0;
+            int kept_w = 0, kept_g = 0;
+            for (int i = 0; i < n; i++) {
+                d = fmax(d, fabs(got[i] - want[i]));
+                kept_w += want[i] > 0.0;
+                kept_g += got[i] > 0.0;
+            }
+            cr_assert(d <= 1e-9, "T %g top-p %g: max diff %g", temps[a], tops[b], d);
+            cr_assert_eq(kept_g, kept_w, "T %g top-p %g: support", temps[a], tops[b]);
+        }
+    free(l);
+    free(want);
+    free(got);
+    sq_verifier_free(v);
+    sq_cuda_sampler_free(s);
+}
+
+Test(cuda, argmax_and_residual_equal_the_verifier)
+{
+    need_device();
+    const int n = 5003;
+    sq_cuda_sampler *s = new_sampler(n);
+    float *l = malloc((size_t)n * sizeof *l);
+    double *r = malloc((size_t)n * sizeof *r), *q = malloc((size_t)n * sizeof *q),
+           *want = malloc((size_t)n * sizeof *want);
+    sq_error err = {0};
+    for (int t = 0; t < 20; t++) {
+        random_logits(l, n, 100 + (uint64_t)t);
+        l[(t * 997) % n] = 9.0f;    /* ties: the lower id wins */
+        l[(t * 991) % n] = 9.0f;
+        l[7] = t % 2 ? NAN : INFINITY;
+        int got;
+        cr_assert_eq(sq_cuda_argmax(s, l, &got, &err), 0, "%s", err.msg);
+        cr_assert_eq(got, sq_argmax_f(l, n), "trial %d", t);
+        double sr = 0.0, sq = 0.0;
+        for (int i = 0; i < n; i++) {
+            r[i] = sq_k_uniform(t, 1, (uint64_t)i);
+            q[i] = sq_k_uniform(t, 2, (uint64_t)i);
+            sr += r[i];
+            sq += q[i];
+        }
+        double s2 = 0.0;
+        for (int i = 0; i < n; i++) {
+            r[i] /= sr;
+            q[i] /= sq;
+            s2 += sq_k_residual(r[i], q[i]);
+        }
+        for (int i = 0; i < n; i++)
+            want[i] = sq_k_residual(r[i], q[i]) / s2;
+        cr_assert_eq(sq_cuda_residual(s, r, q, &err), 0, "%s", err.msg);
+        for (int i = 0; i < n; i++)
+            cr_assert(fabs(r[i] - want[i]) <= 1e-12, "trial %d, token %d", t, i);
+    }
+    free(l);
+    free(r);
+    free(q);
+    free(want);
+    sq_cuda_sampler_free(s);
+}
+
+Test(cuda, draws_with_and_without_replacement_equal_the_host_computation)
+{
+    need_device();
+    const int n = 1000;
+    sq_cuda_sampler *s = new_sampler(n);
+    double *q = calloc((size_t)n, sizeof *q), *keys = malloc((size_t)n * sizeof *keys);
+    double tot = 0.0;
+    for (int i = 0; i < n; i += 3) {   /* a third of the tokens have mass */
+        q[i] = sq_k_uniform(9, 0, (uint64_t)i);
+        tot += q[i];
+    }
+    for (int i = 0; i < n; i++)
+        q[i] /= tot;
+    sq_error err = {0};
+    for (uint64_t stream = 0; stream < 10; stream++) {
+        /* without replacement: 400 > 334 tokens with mass, so zero-mass ones come last */
+        enum { K = 400 };
+        int32_t got[K], want[K];
+        for (int i = 0; i < n; i++)
+            keys[i] = sq_k_gumbel_key(sq_k_uniform(5, stream, (uint64_t)i), q[i]);
+        sq_topk_d(keys, n, K, want);
+        cr_assert_eq(sq_cuda_sample_without(s, q, 5, stream, K, got, &err), 0, "%s", err.msg);
+        for (int j = 0; j < K; j++)
+            cr_assert_eq(got[j], want[j], "stream %llu, draw %d", (unsigned long long)stream, j);
+        /* with replacement: inverse CDF of the same uniforms */
+        enum { D = 64 };
+        int32_t w[D];
+        cr_assert_eq(sq_cuda_sample_with(s, q, 5, stream, D, w, &err), 0, "%s", err.msg);
+        for (int j = 0; j < D; j++) {
+            double u = sq_k_uniform(5, stream, (uint64_t)j), c = 0.0;
+            int tok = -1;
+            for (int i = 0; i < n && tok < 0; i++) {
+                c += q[i];
+                if (q[i] > 0.0 && u < c)
+                    tok = i;
+            }
+            cr_assert(q[w[j]] > 0.0, "draw %d: token %d has no mass", j, w[j]);
+            cr_assert_eq(w[j], tok, "stream %llu, draw %d", (unsigned long long)stream, j);
+        }
+    }
+    free(q);
+    free(keys);
+    sq_cuda_sampler_free(s);
+}

@@ -1,0 +1,383 @@
+/* The per-element arithmetic of runtime/kernels.h, which the CPU backend, the verifier and the
+ * CUDA kernels share, against plain reference formulas computed in double (and, for the 16-bit
+ * conversions, against the compiler's _Float16 and an exhaustive pass over every pattern).
+ * These run on any machine: they are what the CUDA kernels compute per element. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/kernels.h"
+#include "runtime/verify.h"
+
+/* IEEE binary16 of the compiler (GCC >= 12 on x86-64), the oracle for the f16 conversions. */
+__extension__ typedef _Float16 half_t;
+
+/* xorshift for test data */
+static uint64_t rng_state = 88172645463325252ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static double urand(void)
+{
+    return (double)(rnd() >> 11) / 9007199254740992.0;
+}
+
+static float frand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)urand();
+}
+
+/* relative error against a double reference, with an absolute floor */
+static int close_to(double got, double want, double rel)
+{
+    return fabs(got - want) <= rel * fmax(fabs(want), 1e-6);
+}
+
+Test(kernels, rmsnorm_matches_the_double_formula)
+{
+    for (int trial = 0; trial < 50; trial++) {
+        int dim = 1 + (int)(rnd() % 300);
+        float x[300], w[300];
+        double ss = 0.0;
+        float ssf = 0.0f;
+        for (int k = 0; k < dim; k++) {
+            x[k] = frand(-3, 3);
+            w[k] = frand(-2, 2);
+            ss += (double)x[k] * x[k];
+            ssf += x[k] * x[k];
+        }
+        const float eps = 1e-5f;
+        float scale = sq_k_rms_scale(ssf, dim, eps);
+        double want_scale = 1.0 / sqrt(ss / dim + (double)eps);
+        cr_assert(close_to(scale, want_scale, 1e-5), "dim %d: scale %g, want %g", dim, scale,
+                  want_scale);
+        for (int k = 0; k < dim; k++) {
+            double want = (double)w[k] * x[k] * want_scale;
+            cr_assert(fabs(sq_k_rmsnorm(x[k], scale, w[k]) - want) <= 1e-5 * (fabs(want) + 1),
+                      "dim %d, k %d", dim, k);
+        }
+    }
+    /* all zeros: eps keeps the scale finite */
+    cr_assert(isfinite(sq_k_rms_scale(0.0f, 8, 1e-6f)));
+    cr_assert_float_eq(sq_k_rmsnorm(0.0f, sq_k_rms_scale(0.0f, 8, 1e-6f), 3.0f), 0.0f, 0.0f);
+}
+
+Test(kernels, rope_is_the_rotation_of_hf_rotate_half)
+{
+    const int head_dim = 64, half = head_dim / 2;
+    const float theta = 10000.0f;
+    for (int i = 0; i < half; i++) {
+        double want = 1.0 / pow(theta, 2.0 * i / head_dim);
+        cr_assert(close_to(sq_k_rope_inv_freq(i, head_dim, theta), want, 1e-6), "inv_freq[%d]", i);
+    }
+    for (int trial = 0; trial < 1000; trial++) {
+        int pos = (int)(rnd() % 4096), i = (int)(rnd() % half);
+        float x0 = frand(-2, 2), x1 = frand(-2, 2);
+        float angle = (float)pos * sq_k_rope_inv_freq(i, head_dim, theta);
+        float a = x0, b = x1;
+        sq_k_rope_rotate(&a, &b, cosf(angle), sinf(angle));
+        /* (x0 + i x1) * e^{i angle} */
+        double ang = (double)angle;
+        double want0 = x0 * cos(ang) - x1 * sin(ang), want1 = x1 * cos(ang) + x0 * sin(ang);
+        cr_assert(fabs(a - want0) <= 1e-5 && fabs(b - want1) <= 1e-5,
+                  "pos %d i %d: (%g, %g) vs (%g, %g)", pos, i, a, b, want0, want1);
+        /* a rotation keeps the norm */
+        double n0 = (double)x0 * x0 + (double)x1 * x1, n1 = (double)a * a + (double)b * b;
+        cr_assert(fabs(n0 - n1) <= 1e-5 * (n0 + 1e-3));
+    }
+    /* position 0 is the identity */
+    float a = 0.3f, b = -1.7f;
+    sq_k_rope_rotate(&a, &b, cosf(0.0f), sinf(0.0f));
+    cr_assert(a == 0.3f && b == -1.7f);
+}
+
+Test(kernels, silu_times_up_matches_the_double_formula)
+{
+    for (int trial = 0; trial < 10000; trial++) {
+        float g = frand(-30, 30), u = frand(-5, 5);
+        double want = (double)g / (1.0 + exp(-(double)g)) * u;
+        cr_assert(fabs(sq_k_silu_mul(g, u) - want) <= 1e-5 * (fabs(want) + 1), "g %g u %g", g, u);
+    }
+    cr_assert_float_eq(sq_k_silu_mul(0.0f, 5.0f), 0.0f, 0.0f);
+    cr_assert(sq_k_silu_mul(-100.0f, 1.0f) <= 0.0f && sq_k_silu_mul(-100.0f, 1.0f) > -1e-30f);
+}
+
+/* softmax(scores) . values in double, -inf scores masked */
+static double ref_attention(const float *sc, const float *v, int n)
+{
+    double mx = -INFINITY, s = 0.0, o = 0.0;
+    for (int t = 0; t < n; t++)
+        if (sc[t] > mx)
+            mx = sc[t];
+    if (mx == -INFINITY)
+        return 0.0;
+    for (int t = 0; t < n; t++)
+        if (sc[t] != -INFINITY) {
+            double e = exp((double)sc[t] - mx);
+            s += e;
+            o += e * v[t];
+        }
+    return o / s;
+}
+
+/* The CUDA attention kernel's schedule on the CPU: `parts` partial online states over the
+ * strided subsets t = w, w + parts, ..., merged in order. */
+static double online_attention(const float *sc, const float *v, int n, int parts)
+{
+    sq_k_online tot = sq_k_online_init();
+    float acc_tot = 0.0f;
+    for (int w = 0; w < parts; w++) {
+        sq_k_online st = sq_k_online_init();
+        float acc = 0.0f, alpha, beta;
+        for (int t = w; t < n; t += parts) {
+            sq_k_online_push(&st, sc[t], &alpha, &beta);
+            acc = alpha * acc + beta * v[t];
+        }
+        sq_k_online_merge(&tot, st, &alpha, &beta);
+        acc_tot = alpha * acc_tot + beta * acc;
+    }
+    return tot.l > 0.0f ? acc_tot / tot.l : 0.0;
+}
+
+ParameterizedTestParameters(kernels, online_softmax_equals_two_pass_softmax)
+{
+    static int parts[] = {1, 2, 4, 7, 32};
+    return cr_make_param_array(int, parts, sizeof parts / sizeof *parts);
+}
+
+ParameterizedTest(int *parts, kernels, online_softmax_equals_two_pass_softmax)
+{
+    for (int trial = 0; trial < 200; trial++) {
+        int n = 1 + (int)(rnd() % 200);
+        float sc[200], v[200];
+        for (int t = 0; t < n; t++) {
+            sc[t] = rnd() % 5 == 0 ? -INFINITY : frand(-20, 20);   /* masked slots */
+            v[t] = frand(-1, 1);
+        }
+        double want = ref_attention(sc, v, n), got = online_attention(sc, v, n, *parts);
+        cr_assert(fabs(got - want) <= 1e-5, "n %d, %d parts: %g vs %g", n, *parts, got, want);
+        /* the two-pass form the CPU backend uses, from the same header */
+        float mx = -INFINITY, s = 0.0f, o = 0.0f;
+        for (int t = 0; t < n; t++)
+            if (sc[t] > mx)
+                mx = sc[t];
+        if (mx != -INFINITY) {
+            for (int t = 0; t < n; t++) {
+                float e = sq_k_attn_exp(sc[t], mx);
+                s += e;
+                o += e * v[t];
+            }
+            cr_assert(fabs(o / s - want) <= 1e-5);
+        }
+    }
+    /* everything masked: an empty state, weight 0 */
+    float sc[3] = {-INFINITY, -INFINITY, -INFINITY}, v[3] = {1, 2, 3};
+    cr_assert_float_eq(online_attention(sc, v, 3, *parts), 0.0, 0.0);
+    sq_k_online st = sq_k_online_init();
+    float a, b;
+    sq_k_online_push(&st, -INFINITY, &a, &b);
+    cr_assert(st.l == 0.0f && st.m == -INFINITY && b == 0.0f);
+}
+
+Test(kernels, online_softmax_is_stable_with_huge_scores)
+{
+    float sc[4] = {1000.0f, 999.0f, -1000.0f, 1000.0f}, v[4] = {1, 2, 3, 4};
+    double got = online_attention(sc, v, 4, 2), want = ref_attention(sc, v, 4);
+    cr_assert(isfinite(got) && fabs(got - want) <= 1e-5, "%g vs %g", got, want);
+}
+
+Test(kernels, temperature_softmax_numerator)
+{
+    for (int trial = 0; trial < 1000; trial++) {
+        float l = frand(-50, 50), mx = l + frand(0, 30);
+        double t = 0.05 + 2.0 * urand();
+        double want = exp(((double)l - mx) / t);
+        cr_assert(close_to(sq_k_softmax_temp(l, mx, t), want, 1e-12));
+    }
+    cr_assert_float_eq(sq_k_softmax_temp(-INFINITY, 0.0f, 1.0), 0.0, 0.0);
+    cr_assert_float_eq(sq_k_softmax_temp(NAN, 0.0f, 1.0), 0.0, 0.0);
+    cr_assert_float_eq(sq_k_softmax_temp(3.0f, 3.0f, 0.7), 1.0, 0.0);
+}
+
+Test(kernels, residual_and_gumbel_key_match_their_definitions)
+{
+    for (int trial = 0; trial < 1000; trial++) {
+        double r = urand(), q = urand();
+        cr_assert_float_eq(sq_k_residual(r, q), r > q ? r - q : 0.0, 0.0);
+        double u = 1.0 - urand();   /* (0, 1] */
+        cr_assert_float_eq(sq_k_gumbel_key(u, q + 1e-9), log(u) / (q + 1e-9), 0.0);
+    }
+    cr_assert(sq_k_gumbel_key(0.5, 0.0) == -INFINITY);
+    cr_assert(sq_k_gumbel_key(1.0, 0.3) == 0.0);   /* the largest possible key */
+}
+
+/* Gumbel-top-1 keys pick token i with probability q_i: a chi-square-free check on the counts. */
+Test(kernels, gumbel_keys_from_counter_uniforms_sample_q)
+{
+    const double q[4] = {0.5, 0.3, 0.15, 0.05};
+    int count[4] = {0};
+    const int N = 40000;
+    for (int d = 0; d < N; d++) {
+        int best = -1;
+        double bk = 0.0;
+        for (int i = 0; i < 4; i++) {
+            double k = sq_k_gumbel_key(sq_k_uniform(7, (uint64_t)d, (uint64_t)i), q[i]);
+            if (best < 0 || sq_k_ranks_before(k, i, bk, best)) {
+                bk = k;
+                best = i;
+            }
+        }
+        count[best]++;
+    }
+    for (int i = 0; i < 4; i++) {
+        double sd = sqrt(N * q[i] * (1 - q[i]));
+        cr_assert(fabs(count[i] - N * q[i]) < 5 * sd, "token %d: %d of %d, want %g", i, count[i],
+                  N, N * q[i]);
+    }
+}
+
+Test(kernels, counter_uniforms_are_in_0_1_and_uniform)
+{
+    int bins[16] = {0};
+    const int N = 160000;
+    for (int i = 0; i < N; i++) {
+        double u = sq_k_uniform(42, 3, (uint64_t)i);
+        cr_assert(u > 0.0 && u <= 1.0, "u = %g", u);
+        bins[(int)(u * 16) & 15]++;
+    }
+    for (int b = 0; b < 16; b++)
+        cr_assert(abs(bins[b] - N / 16) < 5 * 97, "bin %d: %d", b, bins[b]);   /* sd ~ 97 */
+    /* reproducible, and different streams differ */
+    cr_assert_float_eq(sq_k_uniform(1, 2, 3), sq_k_uniform(1, 2, 3), 0.0);
+    cr_assert(sq_k_uniform(1, 2, 3) != sq_k_uniform(1, 3, 3));
+    cr_assert(sq_k_uniform(1, 2, 3) != sq_k_uniform(2, 2, 3));
+}
+
+/* The device argmax reduces pairs in a tree; any reduction order gives sq_argmax_f's answer. */
+Test(kernels, argmax_rule_in_any_reduction_order_equals_sq_argmax_f)
+{
+    for (int trial = 0; trial < 300; trial++) {
+        int n = 1 + (int)(rnd() % 100);
+        float x[100];
+        for (int i = 0; i < n; i++) {
+            int kind = (int)(rnd() % 10);
+            x[i] = kind == 0 ? NAN : kind == 1 ? -INFINITY : kind == 2 ? INFINITY
+                 : (float)(int)(rnd() % 5);   /* many ties */
+        }
+        int want = sq_argmax_f(x, n);
+        /* pairwise tree reduction with a stride, as in a block reduction */
+        float v[128];
+        int idx[128];
+        for (int i = 0; i < 128; i++) {
+            v[i] = 0.0f;
+            idx[i] = -1;
+        }
+        for (int i = 0; i < n; i++) {
+            int slot = i % 32;
+            if (sq_k_argmax_takes(v[slot], idx[slot], x[i], i)) {
+                v[slot] = x[i];
+                idx[slot] = i;
+            }
+        }
+        for (int o = 16; o > 0; o >>= 1)
+            for (int s = 0; s < o; s++)
+                if (idx[s + o] >= 0 && sq_k_argmax_takes(v[s], idx[s], v[s + o], idx[s + o])) {
+                    v[s] = v[s + o];
+                    idx[s] = idx[s + o];
+                }
+        int got = idx[0] < 0 ? 0 : idx[0];
+        cr_assert_eq(got, want, "trial %d (n %d): %d vs %d", trial, n, got, want);
+    }
+}
+
+/* ---- 16-bit conversions -------------------------------------------------------------------- */
+
+Test(kernels, f16_every_pattern_round_trips_through_f32)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = sq_k_f16_to_f32((uint16_t)h);
+        if (((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff)) {
+            cr_assert(isnan(f), "0x%04x", h);
+            continue;
+        }
+        cr_assert_eq(sq_k_f32_to_f16(f), h, "0x%04x -> %g -> 0x%04x", h, f, sq_k_f32_to_f16(f));
+        cr_assert(f == (float)(half_t)f, "0x%04x: %g is not exactly a half", h, f);
+    }
+}
+
+Test(kernels, f16_rounding_equals_the_compilers_float16)
+{
+    static const float edges[] = {65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e9f, 6.1035156e-5f,
+                                  5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 1e-30f, 0.0f,
+                                  -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, INFINITY};
+    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
+        for (int s = 0; s < 2; s++) {
+            float f = s ? -edges[i] : edges[i];
+            half_t h = (half_t)f;
+            uint16_t want;
+            memcpy(&want, &h, sizeof want);
+            cr_assert_eq(sq_k_f32_to_f16(f), want, "%.9g: 0x%04x vs 0x%04x", f,
+                         sq_k_f32_to_f16(f), want);
+        }
+    for (int trial = 0; trial < 2000000; trial++) {
+        uint32_t bits = (uint32_t)rnd();
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        if (isnan(f))
+            continue;
+        half_t h = (half_t)f;
+        uint16_t want;
+        memcpy(&want, &h, sizeof want);
+        cr_assert_eq(sq_k_f32_to_f16(f), want, "%.9g (0x%08x): 0x%04x vs 0x%04x", f, bits,
+                     sq_k_f32_to_f16(f), want);
+    }
+    cr_assert(isnan(sq_k_f16_to_f32(sq_k_f32_to_f16(NAN))));
+}
+
+/* bf16 reference: the nearer of the two bf16 neighbours, ties to the even one. */
+static uint16_t ref_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    double dl = fabs((double)f - sq_k_bf16_to_f32(lo));
+    float fh = sq_k_bf16_to_f32(hi);
+    double dh = isinf(fh) ? fabs((double)f - ldexp(1.0, 128) * (f < 0 ? -1 : 1))
+                          : fabs((double)f - fh);
+    if (dl < dh)
+        return lo;
+    if (dh < dl)
+        return hi;
+    return (lo & 1) ? hi : lo;
+}
+
+Test(kernels, bf16_rounds_to_nearest_even)
+{
+    for (int trial = 0; trial < 2000000; trial++) {
+        uint32_t bits = (uint32_t)rnd();
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        if (isnan(f) || isinf(f))
+            continue;
+        cr_assert_eq(sq_k_f32_to_bf16(f), ref_bf16(f), "%.9g (0x%08x)", f, bits);
+    }
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = sq_k_bf16_to_f32((uint16_t)h);
+        if (isnan(f))
+            cr_assert(isnan(sq_k_bf16_to_f32(sq_k_f32_to_bf16(f))), "0x%04x", h);
+        else
+            cr_assert_eq(sq_k_f32_to_bf16(f), h, "0x%04x", h);
+    }
+    cr_assert_eq(sq_k_f32_to_bf16(FLT_MAX), 0x7f80);   /* rounds up to infinity */
+    cr_assert_eq(sq_k_f32_to_bf16(1.0f), 0x3f80);
+}
