@@ -37,6 +37,7 @@
 #include <gsl/gsl_rng.h>
 
 #include "planner/corpus.h"
+#include "planner/curve.h"
 #include "planner/error.h"
 
 #define SQ_ACCEPT_MAX_WIDTH 256        /* W: the covariance statistics hold W² numbers  */
@@ -183,5 +184,15 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
  * one sequence. Returns the number of units; *bounds (malloc'd, units + 1 entries). */
 int64_t sq_accept_units(const int64_t *offsets, int64_t sequences, int64_t rows,
                         int64_t **bounds);
+
+/* ---- regression checks ------------------------------------------------------------------------ */
+
+/* F = the best expected tokens per step of a tree of at most `budget` nodes and depth <= `depth`
+ * for curve c (the DP of DESIGN.md §3, curve width as the width bound), *size its size, and
+ * grad(W) = dF/dp_k at that tree: by the envelope theorem the derivative of the maximum is the
+ * derivative of the maximising tree's F = Σ_v Π_{edges} p_rank. With the covariance C of p's
+ * estimate, Var(F) ≈ grad' C grad (delta method). Flat curves only (p_by_depth is ignored). */
+int sq_accept_optimal_F(const sq_curve *c, int budget, int depth, double *F, double *grad,
+                        int *size, sq_error *err);
 
 #endif

@@ -755,67 +755,6 @@ done:
 
 /* ---- compare --------------------------------------------------------------------------------------- */
 
-/* The optimal tree for curve c within (budget, depth): F and the gradient dF/dp (W entries). */
-static int optimal_F(const sq_curve *c, int budget, int depth, double *F, double *grad,
-                     int *size, sq_error *err)
-{
-    sq_dp_params dp_params = sq_dp_default_params();
-    dp_params.budget = budget;
-    dp_params.depth = depth;
-    dp_params.width = 0;
-    dp_params.curve = c;
-    sq_dp *dp = NULL;
-    sq_tree *t = NULL;
-    int rc;
-    if ((rc = sq_dp_check(&dp_params, err)) || (rc = sq_dp_solve(&dp_params, &dp, err)))
-        return rc;
-    int N = sq_dp_budget(dp), D = sq_dp_depth(dp), n = 1;
-    for (int m = 2; m <= N; m++)
-        if (sq_dp_best(dp, m, D) > sq_dp_best(dp, n, D))
-            n = m;
-    if ((rc = sq_dp_tree(dp, n, D, &t, err))) {
-        sq_dp_free(dp);
-        return rc;
-    }
-    *size = n;
-    int W = c->width;
-    /* f(v) and g_k(v) = df(v)/dp_k along the tree (parents come before children). */
-    double *f = malloc((size_t)t->n * sizeof *f);
-    double *g = calloc((size_t)t->n * (size_t)W, sizeof *g);
-    if (!f || !g) {
-        free(f);
-        free(g);
-        sq_tree_free(t);
-        sq_dp_free(dp);
-        return sq_error_oom(err, "tree scores");
-    }
-    memset(grad, 0, (size_t)W * sizeof *grad);
-    *F = 0;
-    for (int v = 0; v < t->n; v++) {
-        double *gv = g + (size_t)v * (size_t)W;
-        if (t->parent[v] < 0) {
-            f[v] = 1.0;
-        } else {
-            int par = t->parent[v], r = t->rank[v];
-            double pr = r <= W ? c->p[r - 1] : 0.0;
-            const double *gp = g + (size_t)par * (size_t)W;
-            f[v] = f[par] * pr;
-            for (int k = 0; k < W; k++)
-                gv[k] = gp[k] * pr;
-            if (r <= W)
-                gv[r - 1] += f[par];
-        }
-        *F += f[v];
-        for (int k = 0; k < W; k++)
-            grad[k] += gv[k];
-    }
-    free(f);
-    free(g);
-    sq_tree_free(t);
-    sq_dp_free(dp);
-    return SQ_OK;
-}
-
 /* Var of F's estimate: g' Cov g, with Cov from the statistics when present, else from the
  * standard errors (diagonal), else 0. *how says which. */
 static double F_variance(const sq_curve *c, const char *file, int idx, const double *grad,
@@ -912,8 +851,8 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
         }
         int size_b, size_n;
         const char *how_b, *how_n;
-        if ((rc = optimal_F(cb, budget, depth, &Fb, gb, &size_b, &err)) ||
-            (rc = optimal_F(cn, budget, depth, &Fn, gn, &size_n, &err))) {
+        if ((rc = sq_accept_optimal_F(cb, budget, depth, &Fb, gb, &size_b, &err)) ||
+            (rc = sq_accept_optimal_F(cn, budget, depth, &Fn, gn, &size_n, &err))) {
             free(gb);
             free(gn);
             goto done;

@@ -695,3 +695,91 @@ Test(accept, corpus_results_do_not_depend_on_the_thread_count)
     free(path);
     free(dir);
 }
+
+/* ---- the optimal tree's F: gradient and delta-method error --------------------------------- */
+
+static double F_of(const double *p, int W, int budget, int depth, double *grad)
+{
+    sq_curve c;
+    sq_error err = {0};
+    cr_assert_eq(sq_curve_init(&c, "t", "stochastic", p, W, &err), SQ_OK, "%s", err.msg);
+    double F, g[16];
+    int size;
+    cr_assert_eq(sq_accept_optimal_F(&c, budget, depth, &F, grad ? grad : g, &size, &err), SQ_OK,
+                 "%s", err.msg);
+    sq_curve_clear(&c);
+    return F;
+}
+
+Test(accept, optimal_F_gradient_matches_finite_differences)
+{
+    const double p[5] = {0.62, 0.14, 0.07, 0.04, 0.02};
+    double g[5];
+    double F = F_of(p, 5, 24, 5, g);
+    cr_assert(F > 1);
+    for (int k = 0; k < 5; k++) {
+        double h = 1e-7, q[5];
+        memcpy(q, p, sizeof q);
+        q[k] = p[k] + h;
+        double up = F_of(q, 5, 24, 5, NULL);
+        q[k] = p[k] - h;
+        double down = F_of(q, 5, 24, 5, NULL);
+        double fd = (up - down) / (2 * h);
+        cr_assert(fabs(fd - g[k]) < 1e-5 * (1 + fabs(g[k])), "rank %d: fd %.8f vs %.8f", k + 1, fd,
+                  g[k]);
+    }
+}
+
+/* The delta-method standard error of F (gradient and sequence covariance) agrees with the spread
+ * of F over a bootstrap of whole sequences. */
+Test(accept, optimal_F_delta_method_matches_a_sequence_bootstrap)
+{
+    enum { U = 150, W = 4, B = 400 };
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng_set(rng, 42);
+    static double n[U], y[U][W];
+    sq_accept_stats *s = sq_accept_stats_new(W);
+    for (int u = 0; u < U; u++) {
+        n[u] = 5 + (double)gsl_rng_uniform_int(rng, 20);
+        double skill = 0.4 + 0.4 * gsl_rng_uniform(rng); /* sequences differ */
+        for (int k = 0; k < W; k++)
+            y[u][k] = 0;
+        for (int t = 0; t < (int)n[u]; t++) {
+            double left = 1;
+            for (int k = 0; k < W; k++) {
+                double a = left * skill * (0.6 + 0.4 * gsl_rng_uniform(rng)) * (k ? 0.5 : 1);
+                y[u][k] += a;
+                left -= a;
+            }
+        }
+        sq_accept_stats_add_unit(s, n[u], y[u]);
+    }
+    double p[W], cov[W * W], g[W];
+    sq_accept_stats_estimate(s, p, NULL);
+    sq_accept_stats_cov(s, cov);
+    F_of(p, W, 16, 4, g);
+    double var = 0;
+    for (int j = 0; j < W; j++)
+        for (int k = 0; k < W; k++)
+            var += g[j] * cov[j * W + k] * g[k];
+    double m1 = 0, m2 = 0;
+    for (int b = 0; b < B; b++) {
+        double sn = 0, sy[W] = {0}, pb[W];
+        for (int u = 0; u < U; u++) {
+            int pick = (int)gsl_rng_uniform_int(rng, U);
+            sn += n[pick];
+            for (int k = 0; k < W; k++)
+                sy[k] += y[pick][k];
+        }
+        for (int k = 0; k < W; k++)
+            pb[k] = sy[k] / sn;
+        double F = F_of(pb, W, 16, 4, NULL);
+        m1 += F;
+        m2 += F * F;
+    }
+    double sd = sqrt(m2 / B - (m1 / B) * (m1 / B));
+    cr_assert(fabs(sd / sqrt(var) - 1) < 0.15, "bootstrap sd of F %.5f vs delta method %.5f", sd,
+              sqrt(var));
+    sq_accept_stats_free(s);
+    gsl_rng_free(rng);
+}
