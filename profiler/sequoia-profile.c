@@ -26,7 +26,7 @@ static void usage(FILE *fp)
         "Usage: " PROG " --model DIR|config.json [--backend cpu|cuda] [--dtype f32|f16|bf16]\n"
         "                       [--tokens LIST | --max-tokens N] [--prefix L] [--warmup W]\n"
         "                       [--repeat R] [--threads T] [--no-refine] -o PROFILE.json\n"
-        "                       [--svg CURVE.svg] [--quiet]\n"
+        "                       [--svg CURVE.svg] [--offload] [--quiet]\n"
         "       " PROG " --import ENGINE.csv [--engine NAME] -o PROFILE.json [--svg CURVE.svg]\n"
         "\n"
         "Times the runtime's forward over n new tokens on top of a KV prefix of L tokens and\n"
@@ -47,6 +47,9 @@ static void usage(FILE *fp)
         "      --warmup W         untimed forwards per point (default 2)\n"
         "      --repeat R         timed forwards per point (default 10)\n"
         "      --threads T        CPU threads (default: all cores)\n"
+        "      --offload          CUDA: keep the weights in pinned host memory and stream them to\n"
+        "                         the GPU layer by layer (double-buffered), for models larger than\n"
+        "                         the GPU's memory; the profile's backend reads cuda-offload\n"
         "  -o, --output FILE      the profile (atomically)\n"
         "      --svg FILE         a picture of latency against tokens\n"
         "      --import CSV       turn another engine's measurements (header tokens,ms; or s, us)\n"
@@ -59,6 +62,7 @@ static void usage(FILE *fp)
         "  " PROG " --model data/models/target -o target.json --svg target.svg\n"
         "  " PROG " --model llama2-7b/config.json --backend cuda --dtype f16 --prefix 512 -o a100.json\n"
         "  " PROG " --model draft/ --tokens 1,2,4,8,16,32 --repeat 20 -o draft.json\n"
+        "  " PROG " --model llama2-70b/config.json --backend cuda --offload --repeat 3 -o l40.json\n"
         "  " PROG " --import vllm_latency.csv --engine vllm -o vllm.json\n"
         "\n"
         "Exit status: 0 success, 64 usage error, 65 invalid input data, 66 input missing,\n"
@@ -228,11 +232,13 @@ int main(int argc, char **argv)
         {"svg", required_argument, NULL, 'S'},     {"import", required_argument, NULL, 'I'},
         {"engine", required_argument, NULL, 'E'},  {"random", no_argument, NULL, 'r'},
         {"no-refine", no_argument, NULL, 'n'},     {"quiet", no_argument, NULL, 'q'},
+        {"offload", no_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     const char *model_path = NULL, *backend = "cpu", *dtype = NULL, *out_file = NULL;
     const char *svg_file = NULL, *import_file = NULL, *engine = NULL;
     int tokens[MAX_LIST], ntokens = 0, max_tokens = 1024, threads = 0, force_random = 0;
+    int offload = 0;
     progress_state ps = {.quiet = !isatty(2)};
     sq_measure_params mp = sq_measure_default_params();
     int c;
@@ -253,6 +259,7 @@ int main(int argc, char **argv)
         case 'I': import_file = optarg; break;
         case 'E': engine = optarg; break;
         case 'r': force_random = 1; break;
+        case 'O': offload = 1; break;
         case 'n': mp.refine = 0; break;
         case 'q': ps.quiet = 1; break;
         case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
@@ -318,6 +325,10 @@ int main(int argc, char **argv)
                 "weights are converted at load); use --dtype f32\n", dtype);
         return SQ_EUSAGE;
     }
+    if (offload && kind != SQ_BACKEND_CUDA) {
+        fprintf(stderr, PROG ": --offload streams weights to a GPU: it needs --backend cuda\n");
+        return SQ_EUSAGE;
+    }
     if (ntokens == 0) {
         for (int n = 1; n <= max_tokens && ntokens < MAX_LIST; n *= 2)
             tokens[ntokens++] = n;
@@ -365,6 +376,8 @@ int main(int argc, char **argv)
     sq_context_params cp = sq_context_default_params();
     cp.backend = kind;
     cp.threads = threads;
+    cp.offload = offload;
+    sq_weight_dtype_parse(dtype, &cp.dtype);   /* checked above */
     cp.max_context = mp.prefix > 0 ? mp.prefix : 1;
     cp.max_pending = biggest > 64 ? biggest : 64;
     sq_context *ctx = NULL;
@@ -373,6 +386,7 @@ int main(int argc, char **argv)
         goto fail_plain;
     }
     int nthreads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    char *device = kind == SQ_BACKEND_CPU ? cpu_name(nthreads) : strdup(sq_context_device_name(ctx));
 
     sq_profile_point *pts = NULL;
     int npts = 0;
@@ -381,13 +395,14 @@ int main(int argc, char **argv)
                                &npts, &err))) {
         sq_context_free(ctx);
         sq_model_free(model);
+        free(device);
         goto fail_plain;
     }
     sq_context_free(ctx);
 
     sq_profile prof = {0};
-    prof.device = kind == SQ_BACKEND_CPU ? cpu_name(nthreads) : strdup("CUDA device");
-    prof.backend = strdup(backend);
+    prof.device = device;
+    prof.backend = strdup(offload ? "cuda-offload" : backend);
     prof.dtype = strdup(dtype);
     prof.threads = kind == SQ_BACKEND_CPU ? nthreads : 0;
     prof.prefix = mp.prefix;

@@ -23,7 +23,14 @@
 #define REPORT_FORMAT "sequoia-run-report"
 #define REPORT_VERSION 1
 #define P_MIN 0.001            /* a goodness-of-fit test fails below this p-value          */
-#define ATTN_TOL 1e-4          /* tree vs path logits, max abs difference (F32 compute)    */
+/* tree vs path logits, max abs difference: F32 compute on the CPU, 16-bit GEMM inputs on CUDA */
+static int attn_tol_cuda;
+#define CUDA_OPTIONS_HELP                                                                        \
+    "      --backend NAME       cpu (default) or cuda (both models on the GPU)\n"                 \
+    "      --dtype NAME         CUDA weights: f16 (default) or bf16; the CPU computes in f32\n"   \
+    "      --offload            CUDA: weights stay in pinned host memory and are streamed to\n"   \
+    "                           the GPU layer by layer (models larger than the GPU's memory)\n"
+#define ATTN_TOL (attn_tol_cuda ? 2e-2 : 1e-4)
 #define ATTN_STEPS 3           /* steps whose tree attention --validate checks             */
 #define MAX_FIRST_BINS 32      /* first tokens whose successors the pair test resolves     */
 
@@ -35,6 +42,7 @@ static void usage(FILE *fp)
         "                   [--temperature T] [--top-p P] [--seed S] [-o OUT.txt]\n"
         "                   [--report REPORT.json] [--validate] [--validate-samples N]\n"
         "                   [--context L] [--threads N] [--no-baseline]\n"
+        "                   [--backend cpu|cuda] [--dtype f16|bf16] [--offload]\n"
         "       " PROG " dump --draft DIR --target DIR --tokens FILE -o CORPUS.h5\n"
         "                   [--top-k K] [--context L] [--half] [--threads N]\n"
         "\n"
@@ -66,6 +74,7 @@ static void usage(FILE *fp)
         "      --validate-samples N seeds for the distribution test (default 2000)\n"
         "      --context L          KV cache length (default: the models' max_position_embeddings)\n"
         "      --threads N          CPU threads (default: all cores)\n"
+        "%s"
         "      --no-baseline        skip target-only decoding (no measured speedup)\n"
         "  -h, --help               this text\n"
         "      --version            the version\n"
@@ -85,7 +94,7 @@ static void usage(FILE *fp)
         "Exit status: 0 success, 1 a --validate check failed, 64 usage error, 65 invalid input\n"
         "data (plan, model, prompt), 66 input file missing, 70 internal error, 73 cannot create\n"
         "output, 74 I/O error.\n",
-        ATTN_STEPS, P_MIN);
+        ATTN_STEPS, P_MIN, CUDA_OPTIONS_HELP);
 }
 
 static double now_ms(void)
@@ -222,6 +231,8 @@ typedef struct run_opts {
     const char *draft_dir, *target_dir, *plan_file, *prompt_file, *out_file, *report_file;
     int         max_new, validate, samples, context, threads, baseline;
     sq_specdec_params prm;
+    const char *backend, *dtype;
+    int         offload;
 } run_opts;
 
 typedef struct validation {
@@ -522,7 +533,10 @@ static int run_main(run_opts *o)
     sq_json_add(setup, "seed", cJSON_CreateNumber((double)o->prm.seed));
     sq_json_add(setup, "context", cJSON_CreateNumber(ctxlen));
     sq_json_add(setup, "vocab_size", cJSON_CreateNumber(tcfg->vocab_size));
-    sq_json_add(setup, "backend", cJSON_CreateString("cpu"));
+    sq_json_add(setup, "backend", cJSON_CreateString(o->prm.backend == SQ_BACKEND_CPU ? "cpu"
+                                                     : o->prm.offload ? "cuda-offload" : "cuda"));
+    sq_json_add(setup, "dtype", cJSON_CreateString(o->prm.dtype == SQ_DTYPE_AUTO
+        ? (o->prm.backend == SQ_BACKEND_CPU ? "f32" : "f16") : sq_weight_dtype_name(o->prm.dtype)));
     sq_json_add(rep, "setup", setup);
     cJSON *pj = cJSON_CreateObject();
     sq_json_add(pj, "size", cJSON_CreateNumber(plan->tree->n));
@@ -843,7 +857,7 @@ done:
 /* ---- command line ------------------------------------------------------------------------- */
 
 enum {
-    OPT_DRAFT = 1000, OPT_TARGET, OPT_PROMPT, OPT_TOP_P, OPT_VALIDATE, OPT_SAMPLES,
+    OPT_DRAFT = 1000, OPT_BACKEND, OPT_DTYPE, OPT_OFFLOAD, OPT_TARGET, OPT_PROMPT, OPT_TOP_P, OPT_VALIDATE, OPT_SAMPLES,
     OPT_CONTEXT, OPT_THREADS, OPT_NO_BASELINE, OPT_VERSION, OPT_TOKENS, OPT_TOPK, OPT_HALF,
 };
 
@@ -930,6 +944,9 @@ int main(int argc, char **argv)
         {"context", required_argument, NULL, OPT_CONTEXT},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"no-baseline", no_argument, NULL, OPT_NO_BASELINE},
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"offload", no_argument, NULL, OPT_OFFLOAD},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -970,6 +987,9 @@ int main(int argc, char **argv)
         case OPT_CONTEXT: if (parse_int("--context", optarg, 2, &o.context)) return SQ_EUSAGE; break;
         case OPT_THREADS: if (parse_int("--threads", optarg, 0, &o.threads)) return SQ_EUSAGE; break;
         case OPT_NO_BASELINE: o.baseline = 0; break;
+        case OPT_BACKEND: o.backend = optarg; break;
+        case OPT_DTYPE: o.dtype = optarg; break;
+        case OPT_OFFLOAD: o.offload = 1; break;
         case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
         case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return fclose(stdout) ? SQ_EIO : SQ_OK;
         default: return bad_option(c, argv);
@@ -1000,6 +1020,21 @@ int main(int argc, char **argv)
                 "drop --no-baseline\n");
         return SQ_EUSAGE;
     }
+    if (o.backend && strcmp(o.backend, "cpu") && strcmp(o.backend, "cuda")) {
+        fprintf(stderr, PROG ": --backend: unknown backend '%s' (cpu or cuda)\n", o.backend);
+        return SQ_EUSAGE;
+    }
+    o.prm.backend = o.backend && !strcmp(o.backend, "cuda") ? SQ_BACKEND_CUDA : SQ_BACKEND_CPU;
+    if (o.dtype && sq_weight_dtype_parse(o.dtype, &o.prm.dtype)) {
+        fprintf(stderr, PROG ": --dtype: unknown dtype '%s' (f32, f16 or bf16)\n", o.dtype);
+        return SQ_EUSAGE;
+    }
+    if (o.offload && o.prm.backend != SQ_BACKEND_CUDA) {
+        fprintf(stderr, PROG ": --offload streams weights to a GPU: it needs --backend cuda\n");
+        return SQ_EUSAGE;
+    }
+    o.prm.offload = o.offload;
+    attn_tol_cuda = o.prm.backend == SQ_BACKEND_CUDA;
     sq_out_install_signal_handlers();
     int rc = run_main(&o);
     if (fclose(stdout) != 0 && rc == SQ_OK) {
