@@ -877,6 +877,13 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
         if (drop)
             worst = SQ_EFAIL;
     }
+    for (int j = 0; j < n->n; j++) {
+        int found = 0;
+        for (int i = 0; i < b->n; i++)
+            found |= strcmp(b->curves[i].name, n->curves[j].name) == 0;
+        if (!found && (!only || strcmp(only, n->curves[j].name) == 0))
+            printf("curve %s: only in %s, not compared\n", n->curves[j].name, new_file);
+    }
     if (only && compared == 0) {
         rc = sq_error_set(&err, SQ_EUSAGE, "--curve: no curve named \"%s\" in both %s and %s", only,
                           base_file, new_file);
