@@ -218,16 +218,28 @@ static void write_choices(FILE *fp, const sq_tree *t, int tuple)
     fputc('\n', fp);
 }
 
+static void int_row(FILE *fp, const int *v, int n)
+{
+    fputc('[', fp);
+    for (int i = 0; i < n; i++)
+        fprintf(fp, i ? ", %d" : "%d", v[i]);
+    fputc(']', fp);
+}
+
+/* Written directly (the mask has n^2 entries), in the layout sq_json_print gives: two-space
+ * indents, arrays of numbers on one line. */
 static int write_growmap(FILE *fp, const sq_tree *t, sq_error *err)
 {
     int n = t->n, levels = sq_tree_depth(t);
     int *kids = calloc((size_t)n, sizeof *kids);
     int *first = malloc((size_t)n * sizeof *first);   /* first child of each node, or -1 */
-    int *row = malloc((size_t)n * sizeof *row);
-    if (!kids || !first || !row) {
+    int *start = malloc(((size_t)levels + 1) * sizeof *start);
+    char *mrow = malloc((size_t)n * 3 + 4);
+    if (!kids || !first || !start || !mrow) {
         free(kids);
         free(first);
-        free(row);
+        free(start);
+        free(mrow);
         return sq_error_oom(err, "growmap");
     }
     for (int v = 0; v < n; v++)
@@ -238,44 +250,59 @@ static int write_growmap(FILE *fp, const sq_tree *t, sq_error *err)
             first[p] = v;
         kids[p]++;
     }
-    cJSON *root = cJSON_CreateObject();
-    cJSON *roots = cJSON_CreateArray(), *branches = cJSON_CreateArray();
-    cJSON *succ = cJSON_CreateArray(), *mask = cJSON_CreateArray();
-    SQ_ASSERT(root && roots && branches && succ && mask);
-    /* roots[l]: the ids of level l (every level, the leaves' too, as tree_search.py writes
-     * them); branches[l][j]: the children of roots[l][j]. */
-    for (int l = 0, v = 0; l < levels; l++) {
-        int start = v;
+    /* level l holds the nodes [start[l], start[l+1]) (breadth-first order) */
+    for (int l = 0, v = 0; l <= levels; l++) {
+        start[l] = v;
         while (v < n && t->depth[v] == l)
             v++;
-        for (int j = start; j < v; j++)
-            row[j - start] = j;
-        cJSON_AddItemToArray(roots, sq_json_int_array(row, (size_t)(v - start)));
-        cJSON_AddItemToArray(branches, sq_json_int_array(kids + start, (size_t)(v - start)));
     }
+    /* roots[l]: the ids of level l (every level, the leaves' too, as tree_search.py writes
+     * them); branches[l][j]: the children of roots[l][j]. */
+    fputs("{\n  \"roots\": [\n", fp);
+    for (int l = 0; l < levels; l++) {
+        fputs("    [", fp);
+        for (int v = start[l]; v < start[l + 1]; v++)
+            fprintf(fp, v > start[l] ? ", %d" : "%d", v);
+        fputs(l + 1 < levels ? "],\n" : "]\n", fp);
+    }
+    fputs("  ],\n  \"branches\": [\n", fp);
+    for (int l = 0; l < levels; l++) {
+        fputs("    ", fp);
+        int_row(fp, kids + start[l], start[l + 1] - start[l]);
+        fputs(l + 1 < levels ? ",\n" : "\n", fp);
+    }
+    fputs("  ],\n  \"Successors\": [\n", fp);
     for (int v = 0; v < n; v++) {
+        fputs("    [", fp);
         for (int c = 0; c < kids[v]; c++)
-            row[c] = first[v] + c;
-        cJSON_AddItemToArray(succ, sq_json_int_array(row, (size_t)kids[v]));
+            fprintf(fp, c ? ", %d" : "%d", first[v] + c);
+        fputs(v + 1 < n ? "],\n" : "]\n", fp);
     }
-    /* mask[i][j] = 1 when j is i or an ancestor of i. */
+    /* mask[i][j] = 1 when j is i or an ancestor of i */
+    fputs("  ],\n  \"mask\": [\n", fp);
     for (int i = 0; i < n; i++) {
-        memset(row, 0, (size_t)n * sizeof *row);
+        char *m = mrow;
+        *m++ = '[';
+        for (int j = 0; j < n; j++) {
+            if (j) {
+                *m++ = ',';
+                *m++ = ' ';
+            }
+            *m++ = '0';
+        }
+        *m++ = ']';
+        *m = 0;
         for (int u = i; u >= 0; u = t->parent[u])
-            row[u] = 1;
-        cJSON_AddItemToArray(mask, sq_json_int_array(row, (size_t)n));
+            mrow[1 + 3 * u] = '1';
+        fprintf(fp, "    %s%s\n", mrow, i + 1 < n ? "," : "");
     }
-    sq_json_add(root, "roots", roots);
-    sq_json_add(root, "branches", branches);
-    sq_json_add(root, "Successors", succ);
-    sq_json_add(root, "mask", mask);
-    sq_json_add(root, "depth", sq_json_int_array(t->depth, (size_t)n));
-    sq_json_add(root, "size", cJSON_CreateNumber(n));
-    sq_json_print(fp, root);
-    cJSON_Delete(root);
+    fputs("  ],\n  \"depth\": ", fp);
+    int_row(fp, t->depth, n);
+    fprintf(fp, ",\n  \"size\": %d\n}\n", n);
     free(kids);
     free(first);
-    free(row);
+    free(start);
+    free(mrow);
     return SQ_OK;
 }
 
