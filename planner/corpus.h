@@ -94,4 +94,22 @@ int sq_corpus_writer_commit(sq_corpus_writer *w, sq_error *err);
 /* Drops the temporary file; frees w. NULL is allowed. */
 void sq_corpus_writer_abort(sq_corpus_writer *w);
 
+/* Resumable writing (sequoia-run dump --resume). The file is written under `partial`
+ * (PATH.partial by convention), which is not removed on a signal or by abort: every complete
+ * chunk of rows (and every sq_corpus_writer_checkpoint) records the rows that are durable, with
+ * the sequence boundaries so far. When `partial` exists it is reopened: it must have been
+ * started with the same `fingerprint` (a description of the inputs and options, at most
+ * SQ_CORPUS_MAX_FINGERPRINT bytes) and parameters; rows written after its last checkpoint are
+ * cut off, and *rows_done tells the caller where to go on (it must append exactly the rows it
+ * would have appended after that many, and end the sequences that were still open). Commit
+ * drops the resume state and renames `partial` to `path`, so the finished file is the same
+ * corpus an uninterrupted run writes. Errors: SQ_EDATA (a partial file of other inputs, or
+ * damaged: the message says to delete it), SQ_ECANTCREAT, SQ_EIO. */
+#define SQ_CORPUS_MAX_FINGERPRINT 4000
+int sq_corpus_writer_open_resumable(const char *path, const char *partial,
+                                    const sq_corpus_writer_params *params, const char *fingerprint,
+                                    int64_t *rows_done, sq_corpus_writer **out, sq_error *err);
+/* Makes every row appended so far durable in the partial file (no-op for other writers). */
+int sq_corpus_writer_checkpoint(sq_corpus_writer *w, sq_error *err);
+
 #endif

@@ -72,6 +72,23 @@ int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, s
 static char pending[SQ_MAX_PENDING][SQ_PATH_MAX];
 static volatile sig_atomic_t pending_used[SQ_MAX_PENDING];
 
+/* SIGINT, SIGTERM and SIGHUP blocked around the creation and registration of a temporary
+ * file, so that a signal never finds a file that exists but is not registered yet. */
+static void signals_block(sigset_t *old)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigprocmask(SIG_BLOCK, &set, old);
+}
+
+static void signals_restore(const sigset_t *old)
+{
+    sigprocmask(SIG_SETMASK, old, NULL);
+}
+
 static int pending_add(const char *tmp)
 {
     for (int i = 0; i < SQ_MAX_PENDING; i++) {
@@ -155,7 +172,12 @@ int sq_out_open(sq_out **outp, const char *path, sq_error *err)
     const char *slash = strrchr(path, '/');
     size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
     snprintf(o->tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, path + dirlen);
+    sigset_t old;
+    signals_block(&old);
     int fd = mkstemp(o->tmp);
+    if (fd >= 0)
+        o->slot = pending_add(o->tmp);
+    signals_restore(&old);
     if (fd < 0) {
         int e = errno;
         free(o->path);
@@ -164,7 +186,6 @@ int sq_out_open(sq_out **outp, const char *path, sq_error *err)
         return sq_error_set(err, SQ_ECANTCREAT, "%s: cannot create a temporary file beside it: %s",
                             path, strerror(e));
     }
-    o->slot = pending_add(o->tmp);
     o->fp = fdopen(fd, "w");
     if (!o->fp) {
         int e = errno;
@@ -267,7 +288,12 @@ int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
     const char *slash = strrchr(path, '/');
     size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
     snprintf(tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, path + dirlen);
+    sigset_t old;
+    signals_block(&old);
     int fd = mkstemp(tmp);
+    if (fd >= 0)
+        *slot = pending_add(tmp);
+    signals_restore(&old);
     if (fd < 0) {
         int e = errno;
         free(tmp);
@@ -275,7 +301,6 @@ int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
                             path, strerror(e));
     }
     close(fd);
-    *slot = pending_add(tmp);
     *tmpp = tmp;
     return SQ_OK;
 }

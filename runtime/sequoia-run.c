@@ -2,6 +2,7 @@
  * and validates it, and dumps draft/target corpora (§6.2). */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "planner/io.h"
 #include "planner/json.h"
 #include "planner/plan.h"
+#include "planner/sha256.h"
 #include "runtime/model.h"
 #include "runtime/specdec.h"
 #include "runtime/stats.h"
@@ -44,7 +46,7 @@ static void usage(FILE *fp)
         "                   [--context L] [--threads N] [--no-baseline]\n"
         "                   [--backend cpu|cuda] [--dtype f16|bf16] [--offload]\n"
         "       " PROG " dump --draft DIR --target DIR --tokens FILE -o CORPUS.h5\n"
-        "                   [--top-k K] [--context L] [--half] [--threads N]\n"
+        "                   [--top-k K] [--context L] [--half] [--threads N] [--resume]\n"
         "\n"
         "Runs tree speculative decoding (arXiv 2402.12374) exactly as the plan says: per step the\n"
         "draft grows the tree level by level (one draft forward per level), the target verifies\n"
@@ -83,7 +85,10 @@ static void usage(FILE *fp)
         "/seq_offsets separates sequences, which are cut into windows of --context tokens), written\n"
         "as a sequoia-corpus v1 HDF5 file: per position the target's and the draft's logits and\n"
         "the actual next token. --top-k K stores only the K largest logits per row (sparse);\n"
-        "--half stores dense logits as float16.\n"
+        "--half stores dense logits as float16. --resume writes CORPUS.h5.partial, which an\n"
+        "interruption (SIGINT, SIGTERM, a crash) leaves behind as of its last complete chunk of\n"
+        "rows; the same command with --resume goes on from there without redoing that work, and\n"
+        "the finished file is renamed to CORPUS.h5 (the same corpus as an uninterrupted dump).\n"
         "\n"
         "Examples:\n"
         "  " PROG " --draft d/ --target t/ --plan plan.json --prompt p.txt -n 256 --mode greedy\n"
@@ -718,10 +723,36 @@ done:
 
 typedef struct dump_opts {
     const char *draft_dir, *target_dir, *tokens_file, *out_file;
-    int         topk, context, half, threads;
+    int         topk, context, half, threads, resume;
 } dump_opts;
 
 #define DUMP_CHUNK 128
+
+/* --resume: SIGINT/SIGTERM only set this flag; the dump checkpoints OUT.partial after the chunk
+ * in progress and then dies of the signal. */
+static volatile sig_atomic_t dump_stop_signal;
+
+static void dump_on_signal(int sig)
+{
+    dump_stop_signal = sig;
+}
+
+/* What a partial dump must have been started with to be resumed: the token ids, the models'
+ * directories and shapes, and every option that changes the rows. */
+static void dump_fingerprint(const dump_opts *o, const sq_tokens *toks, int V, int ctxlen,
+                             char *out, size_t cap)
+{
+    sq_sha256 h;
+    uint8_t dg[SQ_SHA256_BYTES];
+    char hex[SQ_SHA256_HEX];
+    sq_sha256_init(&h);
+    sq_sha256_update(&h, toks->ids, (size_t)toks->n * sizeof *toks->ids);
+    sq_sha256_update(&h, toks->offsets, (size_t)(toks->sequences + 1) * sizeof *toks->offsets);
+    sq_sha256_final(&h, dg);
+    sq_sha256_hex(dg, hex);
+    snprintf(out, cap, "tokens sha256 %s; draft %.1000s; target %.1000s; V %d; top-k %d; half %d; "
+             "context %d", hex, o->draft_dir, o->target_dir, V, o->topk, o->half, ctxlen);
+}
 
 static int dump_main(const dump_opts *o)
 {
@@ -734,7 +765,8 @@ static int dump_main(const dump_opts *o)
     float *tl = NULL, *dl = NULL;
     uint8_t *mask = NULL;
     int32_t *pos = NULL, *keep = NULL, *next = NULL;
-    int64_t rows = 0;
+    int64_t rows = 0, done_rows = 0;
+    char *partial = NULL;
 
     if ((rc = sq_model_load(o->draft_dir, &draft, &err)) ||
         (rc = sq_model_load(o->target_dir, &target, &err)) ||
@@ -786,14 +818,53 @@ static int dump_main(const dump_opts *o)
     wp.half = o->half;
     wp.draft = o->draft_dir;
     wp.target = o->target_dir;
-    if ((rc = sq_corpus_writer_open(o->out_file, &wp, &w, &err)))
+    if (o->resume) {
+        size_t n = strlen(o->out_file) + sizeof ".partial";
+        char fp[SQ_CORPUS_MAX_FINGERPRINT + 1];
+        partial = malloc(n);
+        if (!partial) {
+            rc = sq_error_oom(&err, "partial path");
+            goto done;
+        }
+        snprintf(partial, n, "%s.partial", o->out_file);
+        dump_fingerprint(o, toks, V, ctxlen, fp, sizeof fp);
+        if ((rc = sq_corpus_writer_open_resumable(o->out_file, partial, &wp, fp, &done_rows, &w,
+                                                  &err)))
+            goto done;
+        if (done_rows > 0)
+            fprintf(stderr, PROG ": %s: resuming after %lld positions\n", partial,
+                    (long long)done_rows);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = dump_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+    } else if ((rc = sq_corpus_writer_open(o->out_file, &wp, &w, &err))) {
         goto done;
+    }
     for (int64_t s = 0; s < toks->sequences; s++) {
         int64_t b = toks->offsets[s], e = toks->offsets[s + 1];
         int64_t before = rows;
+        /* a resumed dump skips the sequences the partial file holds whole (their boundary is
+         * in it, or is exactly where it stopped) */
+        int64_t seq_rows = e - b > 1 ? e - b - 1 : 0;
+        if (rows + seq_rows <= done_rows) {
+            rows += seq_rows;
+            if (seq_rows > 0 && rows == done_rows &&
+                (rc = sq_corpus_writer_end_sequence(w, &err)))
+                goto done;
+            continue;
+        }
         /* windows of ctxlen tokens; a row for every position that has a next token */
         for (int64_t w0 = b; w0 < e - 1; w0 += ctxlen) {
             int64_t w1 = w0 + ctxlen < e ? w0 + ctxlen : e;
+            int64_t win_rows = (w1 < e ? w1 : e - 1) - w0;
+            if (rows + win_rows <= done_rows) {  /* whole window already in the file */
+                rows += win_rows;
+                continue;
+            }
             sq_context_reset(dctx);
             sq_context_reset(tctx);
             for (int64_t c0 = w0; c0 < w1; c0 += DUMP_CHUNK) {
@@ -815,9 +886,26 @@ static int dump_main(const dump_opts *o)
                     next[r] = toks->ids[c0 + r + 1];
                     r++;
                 }
-                if (r > 0 && (rc = sq_corpus_writer_append(w, tl, dl, next, r, &err)))
+                /* rows before done_rows are in the partial file: forward only (KV cache) */
+                int skip = rows >= done_rows ? 0 : (int)(done_rows - rows < r ? done_rows - rows : r);
+                if (r > skip &&
+                    (rc = sq_corpus_writer_append(w, tl + (size_t)skip * V, dl + (size_t)skip * V,
+                                                  next + skip, r - skip, &err)))
                     goto done;
                 rows += r;
+                if (dump_stop_signal) {
+                    int sig = dump_stop_signal;
+                    if ((rc = sq_corpus_writer_checkpoint(w, &err)))
+                        goto done;
+                    sq_corpus_writer_abort(w);  /* keeps the partial file */
+                    w = NULL;
+                    fprintf(stderr, PROG ": %s: interrupted after %lld positions; run the same "
+                            "command with --resume to go on\n", partial, (long long)rows);
+                    signal(sig, SIG_DFL);
+                    raise(sig);
+                    rc = SQ_EFAIL;  /* not reached unless the signal is blocked */
+                    goto done;
+                }
             }
         }
         if (rows > before && (rc = sq_corpus_writer_end_sequence(w, &err)))
@@ -842,6 +930,7 @@ done:
     free(pos);
     free(keep);
     free(next);
+    free(partial);
     sq_context_free(dctx);
     sq_context_free(tctx);
     sq_tokens_free(toks);
@@ -859,6 +948,7 @@ done:
 enum {
     OPT_DRAFT = 1000, OPT_BACKEND, OPT_DTYPE, OPT_OFFLOAD, OPT_TARGET, OPT_PROMPT, OPT_TOP_P, OPT_VALIDATE, OPT_SAMPLES,
     OPT_CONTEXT, OPT_THREADS, OPT_NO_BASELINE, OPT_VERSION, OPT_TOKENS, OPT_TOPK, OPT_HALF,
+    OPT_RESUME,
 };
 
 static int bad_option(int c, char **argv)
@@ -881,6 +971,7 @@ static int parse_dump(int argc, char **argv)
         {"context", required_argument, NULL, OPT_CONTEXT},
         {"half", no_argument, NULL, OPT_HALF},
         {"threads", required_argument, NULL, OPT_THREADS},
+        {"resume", no_argument, NULL, OPT_RESUME},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -898,6 +989,7 @@ static int parse_dump(int argc, char **argv)
         case OPT_CONTEXT: if (parse_int("--context", optarg, 2, &o.context)) return SQ_EUSAGE; break;
         case OPT_THREADS: if (parse_int("--threads", optarg, 0, &o.threads)) return SQ_EUSAGE; break;
         case OPT_HALF: o.half = 1; break;
+        case OPT_RESUME: o.resume = 1; break;
         case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
         default: return bad_option(c, argv);
         }

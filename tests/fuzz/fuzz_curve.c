@@ -2,6 +2,7 @@
  * Oracle: a file that loads must survive a round trip (to JSON, parse, load again) with the
  * same widths and vectors, and every accessor must stay in bounds. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 (void)sq_curve_rank_semantics(c);
             }
             cJSON *out = sq_curve_set_to_json(set);
-            char *s = out ? cJSON_PrintUnformatted(out) : NULL;
+            char *s = out ? sq_json_to_string(out, NULL) : NULL;
             if (!s)
                 abort();
             cJSON *back = NULL;
@@ -45,8 +46,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     set2->curves[i].depth_rows != set->curves[i].depth_rows)
                     abort();
                 for (int k = 0; k < set->curves[i].width; k++)
-                    if (set2->curves[i].p[k] != set->curves[i].p[k])
+                    if (set2->curves[i].p[k] != set->curves[i].p[k]) {
+                        fprintf(stderr, "fuzz-curve: curves[%d].p[%d]: %.17g written, %.17g read "
+                                "back from %s\n", i, k, set->curves[i].p[k], set2->curves[i].p[k], s);
                         abort();
+                    }
             }
             const sq_curve *pick = NULL;
             sq_error e4 = {0};

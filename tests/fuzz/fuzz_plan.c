@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (sq_tree_validate(plan->tree, "fuzz.json", &e3) != SQ_OK)
                 abort();
             cJSON *out = sq_plan_to_json(plan);
-            char *s = out ? cJSON_PrintUnformatted(out) : NULL;
+            char *s = out ? sq_json_to_string(out, NULL) : NULL;
             if (!s)
                 abort();
             cJSON *back = NULL;

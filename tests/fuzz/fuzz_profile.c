@@ -30,7 +30,7 @@ static void exercise(const sq_profile *p)
     int at;
     (void)sq_profile_max_spread(p, &at);
     cJSON *out = sq_profile_to_json(p);
-    char *s = out ? cJSON_PrintUnformatted(out) : NULL;
+    char *s = out ? sq_json_to_string(out, NULL) : NULL;
     if (!s)
         abort();
     cJSON *back = NULL;
