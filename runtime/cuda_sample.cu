@@ -379,3 +379,48 @@ extern "C" int sq_cuda_sample_with(sq_cuda_sampler *s, const double *q, uint64_t
                           cudaMemcpyDeviceToHost));
     return SQ_OK;
 }
+
+static int copy_bandwidth(void *a, void *b, cudaEvent_t e0, cudaEvent_t e1, size_t bytes,
+                          int reps, double *gb_per_s, sq_error *err)
+{
+    CUDA_CHECK(cudaMemset(a, 1, bytes));
+    CUDA_CHECK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));   /* warm-up */
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        CUDA_CHECK(cudaEventRecord(e0, 0));
+        CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
+        CUDA_CHECK(cudaEventRecord(e1, 0));
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        double bw = ms > 0.0f ? 2.0 * (double)bytes / (ms * 1e-3) / 1e9 : 0.0;
+        if (bw > best)
+            best = bw;
+    }
+    *gb_per_s = best;
+    return SQ_OK;
+}
+
+extern "C" int sq_cuda_copy_bandwidth(size_t bytes, int reps, double *gb_per_s, sq_error *err)
+{
+    *gb_per_s = 0.0;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    int rc = SQ_OK;
+    cudaError_t e;
+    if ((e = cudaMalloc(&a, bytes)) != cudaSuccess || (e = cudaMalloc(&b, bytes)) != cudaSuccess ||
+        (e = cudaEventCreate(&e0)) != cudaSuccess || (e = cudaEventCreate(&e1)) != cudaSuccess)
+        rc = sq_error_set(err, SQ_ESOFTWARE, "CUDA: %s:%d: copy buffers of %zu bytes: %s",
+                          __FILE__, __LINE__, bytes, cudaGetErrorString(e));
+    else
+        rc = copy_bandwidth(a, b, e0, e1, bytes, reps < 1 ? 1 : reps, gb_per_s, err);
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    if (a)
+        cudaFree(a);
+    if (b)
+        cudaFree(b);
+    return rc;
+}

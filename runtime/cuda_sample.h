@@ -11,6 +11,7 @@
 #ifndef SQ_RUNTIME_CUDA_SAMPLE_H
 #define SQ_RUNTIME_CUDA_SAMPLE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "planner/error.h"
@@ -44,6 +45,11 @@ int sq_cuda_sample_without(sq_cuda_sampler *s, const double *q, uint64_t seed, u
  * exceeds sq_k_uniform(seed, stream, j) * sum(q). */
 int sq_cuda_sample_with(sq_cuda_sampler *s, const double *q, uint64_t seed, uint64_t stream,
                         int k, int32_t *tokens, sq_error *err);
+
+/* The device's memory bandwidth as a device-to-device copy sees it: the best of `reps` copies
+ * of `bytes` bytes, counted as bytes read + bytes written per second (GB/s = 1e9 B/s). The
+ * reference against which the decode benchmarks report their weight streaming rate. */
+int sq_cuda_copy_bandwidth(size_t bytes, int reps, double *gb_per_s, sq_error *err);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,9 @@
  * plan's expected tokens under a curve measured in the run itself, ms/token speculative vs the
  * target alone, and the share of time spent in draft, target and verification.
  *
- *   bench-run [NEW]      (default 64) */
+ *   bench-run [NEW]      (default 64)
+ *
+ * SQ_BENCH_BACKEND=cuda in the environment runs both models on the CUDA backend. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,6 +93,9 @@ int main(int argc, char **argv)
             prm.temperature = modes[m] == SQ_MODE_GREEDY ? 0.0 : 1.0;
             prm.seed = 1;
             prm.max_context = 1024;
+            const char *be = getenv("SQ_BENCH_BACKEND");   /* cuda: tests/gpu/run.sh */
+            if (be && strcmp(be, "cuda") == 0)
+                prm.backend = SQ_BACKEND_CUDA;
             sq_specdec *sd;
             if (sq_specdec_new(draft, target, plan, &prm, "plan", &sd, &err))
                 die(&err);
