@@ -30,7 +30,7 @@ extern "C" {
 }
 #include "runtime/kernels.h"
 
-#define ATTN_WARPS 4
+#define ATTN_WARPS 8
 #define ATTN_MAX_PER_LANE 8          /* head_dim <= 256 */
 #define BLOCK_ALIGN 256
 
