@@ -447,6 +447,11 @@ static int offsets_read(sq_corpus *c, sq_error *err)
         return sq_error_set(err, SQ_EDATA, "%s: %s: has %llu entries; need at least 2 (0 and N = %lld)",
                             c->path, name, (unsigned long long)dims[0], (long long)n);
     }
+    if (dims[0] - 1 > (hsize_t)SQ_CORPUS_MAX_SEQUENCES) {
+        H5Dclose(ds);
+        return sq_error_set(err, SQ_EDATA, "%s: %s: %llu sequences exceed the limit of %lld", c->path,
+                            name, (unsigned long long)(dims[0] - 1), SQ_CORPUS_MAX_SEQUENCES);
+    }
     if (dims[0] - 1 > (hsize_t)n) {
         H5Dclose(ds);
         return sq_error_set(err, SQ_EDATA, "%s: %s: %llu sequences but only %lld rows", c->path, name,
@@ -504,9 +509,12 @@ static int corpus_check(sq_corpus *c, sq_error *err)
     long long vocab;
     if ((rc = attr_int(c, "vocab_size", &vocab, err)))
         return rc;
-    if (vocab < 1 || vocab > INT_MAX)
+    if (vocab < 1)
         return sq_error_set(err, SQ_EDATA, "%s: /: attribute 'vocab_size': %lld is out of range", c->path,
                             vocab);
+    if (vocab > SQ_CORPUS_MAX_VOCAB)
+        return sq_error_set(err, SQ_EDATA, "%s: /: attribute 'vocab_size': %lld exceeds the limit of "
+                            "%d tokens", c->path, vocab, SQ_CORPUS_MAX_VOCAB);
     c->info.vocab = (int)vocab;
     if ((rc = attr_string(c, "draft", c->info.draft, sizeof c->info.draft, err)) ||
         (rc = attr_string(c, "target", c->info.target, sizeof c->info.target, err)))

@@ -15,6 +15,10 @@
 
 #define SQ_CORPUS_FORMAT "sequoia-corpus"
 #define SQ_CORPUS_VERSION 1
+/* Documented caps (README "Limits"): a file claiming more is refused when it is opened, before
+ * any buffer is sized from it. One float32 row pair of the largest vocabulary is 128 MiB. */
+#define SQ_CORPUS_MAX_VOCAB (1 << 24)
+#define SQ_CORPUS_MAX_SEQUENCES (1LL << 24)
 
 typedef struct sq_corpus_info {
     int64_t rows;          /* N: positions                                              */

@@ -36,6 +36,40 @@ static const cJSON *find_duplicate(const cJSON *node)
     return NULL;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlongs, no surrogates, at
+ * most U+10FFFF), or 0. `n` bytes are readable. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    if (c < 0x80)
+        return 1;
+    size_t k;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+        k = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        k = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        k = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else {
+        return 0;
+    }
+    if (n < k || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < k; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return k;
+}
+
 int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, sq_error *err)
 {
     *out = NULL;
@@ -43,6 +77,17 @@ int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, s
         return sq_error_set(err, SQ_EDATA, "%s: empty file, expected JSON", file);
     if (strlen(text) != len)
         return sq_error_set(err, SQ_EDATA, "%s: contains a NUL byte, not a JSON text", file);
+    /* RFC 8259: JSON text is UTF-8. Names copied from it end up in other files. */
+    for (size_t i = 0; i < len;) {
+        size_t k = utf8_len((const unsigned char *)text + i, len - i);
+        if (k == 0) {
+            int line = 0, col = 0;
+            line_col(text, text + i, &line, &col);
+            return sq_error_set(err, SQ_EDATA, "%s:%d:%d: invalid UTF-8 (byte 0x%02x); a JSON text "
+                                "must be UTF-8", file, line, col, (unsigned char)text[i]);
+        }
+        i += k;
+    }
     const char *end = NULL;
     /* len + 1: cJSON checks that the NUL terminator follows the value. */
     cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
@@ -229,10 +274,21 @@ static void print_string(FILE *fp, const char *s)
         case '\b': fputs("\\b", fp); break;
         case '\f': fputs("\\f", fp); break;
         default:
-            if (*p < 0x20)
+            if (*p < 0x20) {
                 fprintf(fp, "\\u%04x", *p);
-            else
+            } else if (*p < 0x80) {
                 fputc(*p, fp);
+            } else {
+                /* Names from elsewhere (file names, HDF5 attributes) may not be UTF-8: an
+                 * invalid byte becomes U+FFFD, so that the output is always valid JSON. */
+                size_t k = utf8_len(p, strnlen((const char *)p, 4));
+                if (k == 0) {
+                    fputs("\xef\xbf\xbd", fp);
+                } else {
+                    fwrite(p, 1, k, fp);
+                    p += k - 1;
+                }
+            }
         }
     }
     fputc('"', fp);
