@@ -1,0 +1,90 @@
+/* The CUDA options of sequoia-profile and sequoia-run (--backend cuda, --dtype, --offload) on
+ * any machine: misuse is a usage error (exit 64) with a message naming the option, and nothing
+ * is written. Requests that need a device, on a machine without one (or a build without CUDA),
+ * also end in exit 64 with the reason. What the backend computes is the 'cuda' suite's. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/model.h"
+#include "tests/testutil.h"
+
+static const char *tool(const char *env)
+{
+    const char *p = getenv(env);
+    cr_assert(p, "%s is not set (run through meson test)", env);
+    return p;
+}
+
+static char *config_7b(void)
+{
+    return tu_source_path("examples/configs/llama2-7b.json");
+}
+
+static void expect_usage(char **argv, const char *out, const char *needle)
+{
+    char *so, *se;
+    int rc = tu_run(argv, &so, &se);
+    cr_assert_eq(rc, 64, "%s: exit %d: %s", argv[0], rc, se);
+    cr_assert(strstr(se, needle), "'%s' lacks '%s'", se, needle);
+    cr_assert(!tu_exists(out), "%s was written", out);
+    free(so);
+    free(se);
+}
+
+Test(cli_cuda, profile_offload_needs_the_cuda_backend)
+{
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "p.json"), *cfg = config_7b();
+    char *argv[] = {(char *)tool("SQ_PROFILE_BIN"), "--model", cfg, "--offload", "-o", out, NULL};
+    expect_usage(argv, out, "--offload");
+}
+
+Test(cli_cuda, profile_cpu_refuses_16_bit_dtypes)
+{
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "p.json"), *cfg = config_7b();
+    char *argv[] = {(char *)tool("SQ_PROFILE_BIN"), "--model", cfg, "--dtype", "bf16", "-o", out,
+                    NULL};
+    expect_usage(argv, out, "float32");
+}
+
+Test(cli_cuda, profile_on_cuda_without_a_device_says_why)
+{
+    if (sq_cuda_device_count(NULL) > 0)
+        cr_skip_test("a CUDA device is present: the 'cuda' suite covers it");
+    /* a small shape, so that the host can make its random weights before the device is asked */
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "p.json"), *cfg = tu_path(dir, "config.json");
+    tu_write(cfg, "{\"architectures\": [\"LlamaForCausalLM\"], \"hidden_size\": 64, "
+                  "\"intermediate_size\": 128, \"num_hidden_layers\": 2, "
+                  "\"num_attention_heads\": 4, \"vocab_size\": 100, "
+                  "\"max_position_embeddings\": 128}");
+    char *argv[] = {(char *)tool("SQ_PROFILE_BIN"), "--model", cfg, "--backend", "cuda",
+                    "--offload", "--tokens", "1,2", "--prefix", "4", "-o", out, NULL};
+    expect_usage(argv, out, "CUDA");
+}
+
+Test(cli_cuda, run_backend_dtype_and_offload_are_checked)
+{
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "out.txt");
+    const char *bin = tool("SQ_RUN_BIN");
+    struct {
+        const char *opt[3];
+        const char *needle;
+    } cases[] = {
+        {{"--backend", "tpu", NULL}, "unknown backend 'tpu'"},
+        {{"--dtype", "f8", NULL}, "unknown dtype 'f8'"},
+        {{"--offload", NULL, NULL}, "needs --backend cuda"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *argv[16];
+        int a = 0;
+        argv[a++] = (char *)bin;
+        const char *fixed[] = {"--draft", dir, "--target", dir, "--plan", "p.json", "--prompt",
+                               "x.txt", "-o", out};
+        for (int k = 0; k < 10; k++)
+            argv[a++] = (char *)fixed[k];
+        for (int k = 0; k < 3 && cases[i].opt[k]; k++)
+            argv[a++] = (char *)cases[i].opt[k];
+        argv[a] = NULL;
+        expect_usage(argv, out, cases[i].needle);
+    }
+}
