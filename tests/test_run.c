@@ -637,6 +637,14 @@ Test(run, cli_dump_writes_teacher_forced_logits)
     cr_assert(sq_corpus_get_info(c)->sparse);
     cr_assert_eq(sq_corpus_get_info(c)->rows, 11);
     sq_corpus_close(c);
+    /* dense float16 */
+    char *argv4[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
+                     "--tokens", toks, "-o", corpus, "--half", "--threads", "1", NULL};
+    cr_assert_eq(run_tool(argv4, NULL, &se), 0, "%s", se);
+    cr_assert_eq(sq_corpus_open(corpus, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_corpus_get_info(c)->rows, 11);
+    cr_assert_eq(sq_corpus_get_info(c)->sparse, 0);
+    sq_corpus_close(c);
     /* a missing token file, and nothing written */
     char *c2 = tu_path(f.dir, "c2.h5");
     char *argv3[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
