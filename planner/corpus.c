@@ -30,7 +30,11 @@ static const char *const model_names[2] = {"target", "draft"};
 
 static void h5_quiet(void)
 {
-    /* The library prints its error stack on stderr by default; we report our own messages. */
+    /* The library prints its error stack on stderr by default; we report our own messages.
+     * No exit handler either: after a failed write (a full disk) H5Fclose fails and leaves the
+     * file half closed, and the library's own clean-up at exit then crashes on it. Every file
+     * is closed explicitly, so there is nothing left for that handler to flush. */
+    H5dont_atexit();
     H5open();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
@@ -1094,8 +1098,11 @@ static int extend_and_write(sq_corpus_writer *w, hid_t ds, hid_t mem_type, int w
     if (fs >= 0)
         H5Sclose(fs);
     if (!ok) {
+        int e = errno;
         char d[256];
         h5_detail(d);
+        if (!*d || strstr(d, "write failed") || strstr(d, "file write failed"))
+            snprintf(d, sizeof d, "%s", strerror(e));
         w->failed = 1;
         return sq_error_set(err, SQ_EIO, "%s: %s: write error: %s", w->path, what, d);
     }

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -358,7 +359,8 @@ static int int_list(const cJSON *arr, long long lo, long long hi, int expect, in
     const cJSON *it;
     cJSON_ArrayForEach(it, arr) {
         double d = cJSON_IsNumber(it) ? it->valuedouble : -1e300;
-        if (!cJSON_IsNumber(it) || d != (double)(long long)d || d < (double)lo || d > (double)hi) {
+        /* range first: converting an out-of-range double to an integer is undefined */
+        if (!cJSON_IsNumber(it) || !(d >= (double)lo && d <= (double)hi) || d != floor(d)) {
             free(v);
             return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: expected an integer in [%lld, %lld]",
                                 file, ctx, i, lo, hi);

@@ -222,15 +222,15 @@ void sq_out_abort(sq_out *o)
     out_free(o);
 }
 
-int sq_out_commit(sq_out *o, sq_error *err)
+int sq_out_prepare(sq_out *o, sq_error *err)
 {
     if (o->is_stdout) {
-        int bad = ferror(stdout) || fflush(stdout) != 0;
-        out_free(o);
-        if (bad)
+        if (ferror(stdout) || fflush(stdout) != 0)
             return sq_error_set(err, SQ_EIO, "standard output: write error: %s", strerror(errno));
         return SQ_OK;
     }
+    if (!o->fp)
+        return SQ_OK; /* prepared already */
     int rc = SQ_OK;
     if (ferror(o->fp) || fflush(o->fp) != 0)
         rc = sq_error_set(err, SQ_EIO, "%s: write error: %s", o->path, strerror(errno));
@@ -246,6 +246,19 @@ int sq_out_commit(sq_out *o, sq_error *err)
     if (fclose(o->fp) != 0 && rc == SQ_OK)
         rc = sq_error_set(err, SQ_EIO, "%s: close: %s", o->path, strerror(errno));
     o->fp = NULL;
+    return rc;
+}
+
+int sq_out_commit(sq_out *o, sq_error *err)
+{
+    if (o->is_stdout) {
+        int bad = ferror(stdout) || fflush(stdout) != 0;
+        out_free(o);
+        if (bad)
+            return sq_error_set(err, SQ_EIO, "standard output: write error: %s", strerror(errno));
+        return SQ_OK;
+    }
+    int rc = sq_out_prepare(o, err);
     if (rc == SQ_OK && rename(o->tmp, o->path) != 0)
         rc = sq_error_set(err, SQ_ECANTCREAT, "%s: cannot rename the temporary file into place: %s",
                           o->path, strerror(errno));

@@ -30,6 +30,12 @@ FILE *sq_out_stream(sq_out *out);
  * On failure the temporary file is removed. Errors: SQ_EIO, SQ_ECANTCREAT. */
 int sq_out_commit(sq_out *out, sq_error *err);
 
+/* The first half of a commit: flushes, fsyncs and closes the temporary file, without the
+ * rename. A tool with several outputs prepares them all before committing any, so that a write
+ * error (a full disk) on one leaves every destination as it was. On failure, abort `out`.
+ * Errors: SQ_EIO. */
+int sq_out_prepare(sq_out *out, sq_error *err);
+
 /* Drops the temporary file and frees `out`. NULL is allowed. */
 void sq_out_abort(sq_out *out);
 

@@ -529,6 +529,12 @@ int main(int argc, char **argv)
         else
             rc = sq_svg_table_write(sq_out_stream(extra[2]), dp, params.curve, &err);
     }
+    /* Every output written out and synced before any is renamed: a write error on one (a full
+     * disk) leaves all the destinations as they were. */
+    sq_out *all[5] = {plan_out, table_out, extra[0], extra[1], extra[2]};
+    for (int i = 0; i < 5 && !rc; i++)
+        if (all[i])
+            rc = sq_out_prepare(all[i], &err);
     if (rc) {
         for (int i = 0; i < 3; i++)
             sq_out_abort(extra[i]);

@@ -213,7 +213,14 @@ static int write_outputs(const sq_profile *p, const char *out_file, const char *
     cJSON_Delete(j);
     if (s)
         sq_latency_svg_write(sq_out_stream(s), p, title, unstable);
-    rc = sq_out_commit(o, err);
+    /* both written out before either is renamed: a full disk leaves both as they were */
+    rc = sq_out_prepare(o, err);
+    if (!rc && s)
+        rc = sq_out_prepare(s, err);
+    if (!rc)
+        rc = sq_out_commit(o, err);
+    else
+        sq_out_abort(o);
     if (rc) {
         sq_out_abort(s);
         return rc;

@@ -659,6 +659,12 @@ static int run_main(run_opts *o)
     write_tokens(sq_out_stream(tok_out), gen, o->max_new);
     if (rep_out)
         sq_json_print(sq_out_stream(rep_out), rep);
+    /* both written out before either is renamed: a full disk leaves both as they were */
+    rc = sq_out_prepare(tok_out, &err);
+    if (!rc && rep_out)
+        rc = sq_out_prepare(rep_out, &err);
+    if (rc)
+        goto done;
     rc = sq_out_commit(tok_out, &err);
     tok_out = NULL;
     if (!rc && rep_out) {

@@ -1,0 +1,536 @@
+/* Suite 'badinput' (issue 9): the catalogue of bad inputs of README "## Bad inputs".
+ *
+ * Every row of the README table that no other suite covers is a case here, run through the
+ * real tool: the exit code, the words of the message (file, field, problem), and that the
+ * output given with -o is untouched and no temporary file is left. The cases share one scratch
+ * "world" of bad files built by make_world(). Row names (the `id` field) are the ones the README
+ * cites as badinput::ID. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+
+#include "planner/corpus.h"
+#include "runtime/st_writer.h"
+#include "tests/testutil.h"
+
+#define OLD_TEXT "previous output\n"
+
+/* ---- the world of bad files -------------------------------------------------------------- */
+
+#define CURVE(p) "{\"format\":\"sequoia-acceptance\",\"version\":1,\"curves\":[{\"name\":\"a\",\"p\":" p "}]}"
+#define PLAN_HEAD "{\"format\":\"sequoia-plan\",\"version\":1,"
+#define PLAN_BODY "\"depth\":3,\"expected_tokens\":2,\"rank_semantics\":\"draft-topk\",\"nodes\":" \
+                  "{\"parent\":[-1,0,0,1],\"rank\":[0,1,2,1],\"depth\":[0,1,1,2]}," \
+                  "\"acceptance\":{\"name\":\"t\",\"p\":[0.5,0.25]}}"
+#define PROF(pts) "{\"format\":\"sequoia-profile\",\"version\":1,\"points\":" pts "}"
+#define LLAMA "{\"model_type\":\"llama\",\"hidden_size\":64,\"intermediate_size\":96," \
+              "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"num_key_value_heads\":2," \
+              "\"vocab_size\":97,\"max_position_embeddings\":512"
+
+static void put(const char *dir, const char *name, const char *text)
+{
+    char *p = tu_path(dir, name);
+    tu_write(p, text);
+    free(p);
+}
+
+static void put_bytes(const char *dir, const char *name, const void *data, size_t n)
+{
+    char *p = tu_path(dir, name);
+    FILE *fp = fopen(p, "wb");
+    cr_assert_not_null(fp, "%s", p);
+    cr_assert_eq(fwrite(data, 1, n, fp), n);
+    cr_assert_eq(fclose(fp), 0);
+    free(p);
+}
+
+/* A small valid corpus. */
+static void good_corpus(const char *path)
+{
+    sq_corpus_writer_params p = sq_corpus_writer_default_params();
+    p.vocab = 8;
+    p.draft = "d";
+    p.target = "t";
+    sq_corpus_writer *w;
+    sq_error err = {0};
+    cr_assert_eq(sq_corpus_writer_open(path, &p, &w, &err), 0, "%s", err.msg);
+    float t[8], d[8];
+    for (int r = 0; r < 20; r++) {
+        for (int j = 0; j < 8; j++) {
+            t[j] = (float)((r * 7 + j * 3) % 11);
+            d[j] = (float)((r * 5 + j) % 7);
+        }
+        cr_assert_eq(sq_corpus_writer_append(w, t, d, NULL, 1, &err), 0, "%s", err.msg);
+    }
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), 0, "%s", err.msg);
+}
+
+/* A corpus whose attributes and dataset extents claim V columns (never written: chunked). */
+static void claiming_corpus(const char *path, long long V)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert(f >= 0);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    hid_t sc = H5Screate(H5S_SCALAR);
+    const char *vals[3] = {"sequoia-corpus", "d", "t"}, *names[3] = {"format", "draft", "target"};
+    for (int i = 0; i < 3; i++) {
+        hid_t a = H5Acreate2(f, names[i], t, sc, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, t, &vals[i]);
+        H5Aclose(a);
+    }
+    long long ints[2] = {1, V};
+    const char *inames[2] = {"version", "vocab_size"};
+    for (int i = 0; i < 2; i++) {
+        hid_t a = H5Acreate2(f, inames[i], H5T_STD_I64LE, sc, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, H5T_NATIVE_LLONG, &ints[i]);
+        H5Aclose(a);
+    }
+    hsize_t dims[2] = {4, (hsize_t)V}, chunk[2] = {1, 1024};
+    hid_t sp = H5Screate_simple(2, dims, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(dcpl, 2, chunk);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hid_t d1 = H5Dcreate2(f, "/target/logits", H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
+    hid_t d2 = H5Dcreate2(f, "/draft/logits", H5T_IEEE_F32LE, sp, lcpl, dcpl, H5P_DEFAULT);
+    cr_assert(d1 >= 0 && d2 >= 0);
+    H5Dclose(d1);
+    H5Dclose(d2);
+    H5Pclose(lcpl);
+    H5Pclose(dcpl);
+    H5Sclose(sp);
+    H5Sclose(sc);
+    H5Tclose(t);
+    H5Fclose(f);
+}
+
+/* A safetensors file of one F32 tensor with the given shape and data_offsets, and `pad` data
+ * bytes. */
+static void put_safetensors(const char *dir, const char *name, const char *shape, const char *offs,
+                            size_t pad)
+{
+    char hdr[512];
+    int n = snprintf(hdr, sizeof hdr, "{\"model.norm.weight\":{\"dtype\":\"F32\",\"shape\":%s,"
+                     "\"data_offsets\":%s}}", shape, offs);
+    size_t total = 8 + (size_t)n + pad;
+    unsigned char *buf = calloc(total, 1);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, hdr, (size_t)n);
+    put_bytes(dir, name, buf, total);
+    free(buf);
+}
+
+static void model_dir(const char *dir, const char *name, const char *config)
+{
+    char *p = tu_path(dir, name);
+    cr_assert_eq(mkdir(p, 0755), 0, "%s", p);
+    put(p, "config.json", config);
+    free(p);
+}
+
+static void make_world(const char *dir)
+{
+    put(dir, "curve.json", CURVE("[0.6,0.2]"));
+    put(dir, "empty.json", "");
+    put(dir, "trunc.json", "{\"format\":\"sequoia-acceptance\",\"version\":1,\"curves\":[{\"na");
+    put_bytes(dir, "png.json", "\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16);
+    put(dir, "nan.json", CURVE("[0.5,NaN]"));
+    put(dir, "inf.json", CURVE("[0.5,1e999]"));
+    put(dir, "neg.json", CURVE("[0.5,-0.25]"));
+    put(dir, "dup.json", "{\"format\":\"sequoia-acceptance\",\"version\":1,\"version\":1,\"curves\":[]}");
+    put(dir, "badutf8.json", "{\"format\":\"sequoia-acceptance\",\"version\":1,\"curves\":[{\"name\":"
+                             "\"caf\xe9\",\"p\":[0.5]}]}");
+    put(dir, "acc-\xff\xfe.json", CURVE("[0.6,0.2]"));
+    put(dir, "plan-huge.json", PLAN_HEAD "\"size\":1000000000," PLAN_BODY);
+    put(dir, "plan-neg.json", PLAN_HEAD "\"size\":-4," PLAN_BODY);
+    put(dir, "plan-dup.json", PLAN_HEAD "\"size\":4,\"size\":4," PLAN_BODY);
+    put(dir, "plan-nan.json", PLAN_HEAD "\"size\":4,\"depth\":3,\"expected_tokens\":1e999,"
+                              "\"rank_semantics\":\"draft-topk\",\"nodes\":{\"parent\":[-1,0,0,1],"
+                              "\"rank\":[0,1,2,1],\"depth\":[0,1,1,2]},\"acceptance\":{\"name\":\"t\","
+                              "\"p\":[0.5,0.25]}}");
+    put(dir, "prof-huge.json", PROF("[{\"tokens\":1099511627776,\"median_ms\":1}]"));
+    put(dir, "prof-neg.json", PROF("[{\"tokens\":-3,\"median_ms\":1}]"));
+    put(dir, "prof-inf.json", PROF("[{\"tokens\":1,\"median_ms\":1e999}]"));
+    put(dir, "prof-dup.json", "{\"format\":\"sequoia-profile\",\"version\":1,\"points\":[],\"points\":[]}");
+    put(dir, "prof-huge.csv", "tokens,ms\n1099511627776,1\n");
+    put(dir, "prof-nan.csv", "tokens,ms\n1,nan\n");
+    put(dir, "prof-inf.csv", "tokens,ms\n1,inf\n");
+    put(dir, "prof-neg.csv", "tokens,ms\n-2,1\n");
+    put(dir, "prof-empty.csv", "");
+    put(dir, "tokens.txt", "1 2 3 4 5 6\n");
+    char *p = tu_path(dir, "corpus.h5");
+    good_corpus(p);
+    size_t len;
+    char *bytes = tu_read(p, &len);
+    put_bytes(dir, "corpus-trunc.h5", bytes, len / 2);
+    free(bytes);
+    free(p);
+    put(dir, "corpus-empty.h5", "");
+    put(dir, "corpus-json.h5", CURVE("[0.5]"));
+    p = tu_path(dir, "corpus-v31.h5");
+    claiming_corpus(p, 1LL << 31);
+    free(p);
+    p = tu_path(dir, "corpus-v30.h5");
+    claiming_corpus(p, 1LL << 30);
+    free(p);
+    /* a directory, and symlinks to it where files are expected */
+    p = tu_path(dir, "adir");
+    cr_assert_eq(mkdir(p, 0755), 0);
+    const char *links[] = {"link.json", "link.h5", "link.csv", "link.txt"};
+    for (int i = 0; i < 4; i++) {
+        char *l = tu_path(dir, links[i]);
+        cr_assert_eq(symlink(p, l), 0, "%s", l);
+        free(l);
+    }
+    free(p);
+    /* models: one good, and bad config.json / model.safetensors next to its config */
+    p = tu_path(dir, "model");
+    sq_random_model_params rp = sq_random_model_default_params();
+    sq_error err = {0};
+    cr_assert_eq(sq_model_write_random(p, &rp, &err), 0, "%s", err.msg);
+    free(p);
+    model_dir(dir, "m-cfg-empty", "");
+    model_dir(dir, "m-cfg-nan", LLAMA ",\"rms_norm_eps\":NaN}");
+    model_dir(dir, "m-cfg-inf", LLAMA ",\"rope_theta\":1e999}");
+    model_dir(dir, "m-cfg-dup", LLAMA ",\"vocab_size\":97}");
+    model_dir(dir, "m-cfg-neg", "{\"model_type\":\"llama\",\"hidden_size\":-64,\"intermediate_size\":96,"
+                                "\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":97}");
+    model_dir(dir, "m-cfg-huge", "{\"model_type\":\"llama\",\"hidden_size\":1099511627776,"
+                                 "\"intermediate_size\":96,\"num_hidden_layers\":2,"
+                                 "\"num_attention_heads\":4,\"vocab_size\":97}");
+    model_dir(dir, "m-st-huge", LLAMA "}");
+    p = tu_path(dir, "m-st-huge");
+    put_safetensors(p, "model.safetensors", "[1000000,1000000]", "[0,4000000000000]", 64);
+    free(p);
+    model_dir(dir, "m-st-neg", LLAMA "}");
+    p = tu_path(dir, "m-st-neg");
+    put_safetensors(p, "model.safetensors", "[-64]", "[0,256]", 256);
+    free(p);
+    model_dir(dir, "m-st-empty", LLAMA "}");
+    p = tu_path(dir, "m-st-empty");
+    put(p, "model.safetensors", "");
+    free(p);
+    model_dir(dir, "m-st-link", LLAMA "}");
+    p = tu_path(dir, "m-st-link");
+    char *l = tu_path(p, "model.safetensors"), *target = tu_path(dir, "adir");
+    cr_assert_eq(symlink(target, l), 0);
+    free(l);
+    free(target);
+    free(p);
+}
+
+/* ---- cases ------------------------------------------------------------------------------- */
+
+enum { PLAN, ACCEPT, PROFILE, RUN };
+static const char *const tool_env[] = {"SQ_PLAN_BIN", "SQ_ACCEPT_BIN", "SQ_PROFILE_BIN", "SQ_RUN_BIN"};
+
+typedef struct {
+    const char *id;           /* the README cites badinput::<id>                              */
+    int         tool;
+    const char *args[14];     /* "@/x" is x in the scratch world; "@OUT" the output file       */
+    int         status;
+    const char *expect[3];    /* substrings of stderr                                         */
+} bad_case;
+
+#define OUT "@OUT"
+static const bad_case cases[] = {
+    /* empty, truncated, wrong type */
+    {"empty_curve", PLAN, {"--acceptance", "@/empty.json", "-o", OUT}, 65, {"empty.json", "empty file"}},
+    {"truncated_curve", PLAN, {"--acceptance", "@/trunc.json", "-o", OUT}, 65, {"trunc.json:1:", "malformed JSON"}},
+    {"binary_as_curve", PLAN, {"--acceptance", "@/png.json", "-o", OUT}, 65, {"png.json", "NUL byte"}},
+    {"plan_as_curve", PLAN, {"--acceptance", "@/plan-huge.json", "-o", OUT}, 65, {"plan-huge.json", "format", "sequoia-plan"}},
+    {"curve_as_plan", PLAN, {"--plan", "@/curve.json", "--export", "trtllm", "-o", OUT}, 65, {"curve.json", "format", "sequoia-acceptance"}},
+    {"empty_profile_csv", PROFILE, {"--import", "@/prof-empty.csv", "-o", OUT}, 65, {"prof-empty.csv"}},
+    {"empty_corpus", ACCEPT, {"@/corpus-empty.h5", "-q", "-o", OUT}, 65, {"corpus-empty.h5", "not an HDF5 file"}},
+    {"truncated_corpus", ACCEPT, {"@/corpus-trunc.h5", "-q", "-o", OUT}, 65, {"corpus-trunc.h5"}},
+    {"json_as_corpus", ACCEPT, {"@/corpus-json.h5", "-q", "-o", OUT}, 65, {"corpus-json.h5", "not an HDF5 file"}},
+    {"empty_config", RUN, {"dump", "--draft", "@/m-cfg-empty", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"config.json", "empty file"}},
+    {"empty_safetensors", RUN, {"dump", "--draft", "@/m-st-empty", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"model.safetensors"}},
+    {"curve_as_tokens", RUN, {"dump", "--draft", "@/model", "--target", "@/model", "--tokens", "@/curve.json", "-o", OUT}, 65, {"curve.json"}},
+    /* NaN and infinity */
+    {"nan_in_curve", PLAN, {"--acceptance", "@/nan.json", "-o", OUT}, 65, {"nan.json:1:", "malformed JSON"}},
+    {"inf_in_curve", PLAN, {"--acceptance", "@/inf.json", "-o", OUT}, 65, {"inf.json", "curves[0].p[1]", "not finite"}},
+    {"inf_in_plan", PLAN, {"--plan", "@/plan-nan.json", "--export", "trtllm", "-o", OUT}, 65, {"plan-nan.json", "expected_tokens"}},
+    {"inf_in_profile", PLAN, {"--target-profile", "@/prof-inf.json", "--draft-ms", "1", "-o", OUT}, 65, {"prof-inf.json", "points[0].median_ms"}},
+    {"nan_in_profile_csv", PROFILE, {"--import", "@/prof-nan.csv", "-o", OUT}, 65, {"prof-nan.csv:2"}},
+    {"inf_in_profile_csv", PROFILE, {"--import", "@/prof-inf.csv", "-o", OUT}, 65, {"prof-inf.csv:2"}},
+    {"nan_in_config", RUN, {"dump", "--draft", "@/m-cfg-nan", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"config.json:1:", "malformed JSON"}},
+    {"inf_in_config", RUN, {"dump", "--draft", "@/m-cfg-inf", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"config.json", "rope_theta"}},
+    /* negative sizes */
+    {"negative_probability", PLAN, {"--acceptance", "@/neg.json", "-o", OUT}, 65, {"neg.json", "curves[0].p[1]", "not a probability"}},
+    {"negative_plan_size", PLAN, {"--plan", "@/plan-neg.json", "--export", "trtllm", "-o", OUT}, 65, {"plan-neg.json", "size"}},
+    {"negative_profile_tokens", PLAN, {"--target-profile", "@/prof-neg.json", "--draft-ms", "1", "-o", OUT}, 65, {"prof-neg.json", "points[0].tokens"}},
+    {"negative_csv_tokens", PROFILE, {"--import", "@/prof-neg.csv", "-o", OUT}, 65, {"prof-neg.csv:2", "tokens"}},
+    {"negative_hidden_size", RUN, {"dump", "--draft", "@/m-cfg-neg", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"config.json", "hidden_size"}},
+    {"negative_tensor_shape", RUN, {"dump", "--draft", "@/m-st-neg", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"model.safetensors", "model.norm.weight"}},
+    {"negative_budget", PLAN, {"--budget", "-5", "-o", OUT}, 64, {"--budget"}},
+    /* huge sizes, refused up front with the cap in the message */
+    {"huge_budget_times_depth", PLAN, {"--budget", "1000000", "--depth", "1000", "-o", OUT}, 64, {"limit", "16777216"}},
+    {"plan_of_1e9_nodes", PLAN, {"--plan", "@/plan-huge.json", "--export", "trtllm", "-o", OUT}, 65, {"plan-huge.json", "size", "1048576"}},
+    {"profile_of_2e40_tokens", PLAN, {"--target-profile", "@/prof-huge.json", "--draft-ms", "1", "-o", OUT}, 65, {"prof-huge.json", "points[0].tokens", "16777216"}},
+    {"csv_of_2e40_tokens", PROFILE, {"--import", "@/prof-huge.csv", "-o", OUT}, 65, {"prof-huge.csv:2", "16777216"}},
+    {"corpus_of_v_2e31", ACCEPT, {"@/corpus-v31.h5", "-q", "-o", OUT}, 65, {"corpus-v31.h5", "vocab_size", "16777216"}},
+    {"corpus_of_v_2e30", ACCEPT, {"@/corpus-v30.h5", "-q", "-o", OUT}, 65, {"corpus-v30.h5", "vocab_size", "16777216"}},
+    {"tensor_of_1e12_elements", RUN, {"dump", "--draft", "@/m-st-huge", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"model.safetensors", "model.norm.weight"}},
+    {"config_hidden_2e40", RUN, {"dump", "--draft", "@/m-cfg-huge", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"config.json", "hidden_size"}},
+    /* duplicate JSON keys */
+    {"duplicate_key_curve", PLAN, {"--acceptance", "@/dup.json", "-o", OUT}, 65, {"dup.json", "\"version\" appears twice"}},
+    {"duplicate_key_plan", PLAN, {"--plan", "@/plan-dup.json", "--export", "trtllm", "-o", OUT}, 65, {"plan-dup.json", "\"size\" appears twice"}},
+    {"duplicate_key_profile", PLAN, {"--target-profile", "@/prof-dup.json", "--draft-ms", "1", "-o", OUT}, 65, {"prof-dup.json", "\"points\" appears twice"}},
+    {"duplicate_key_config", RUN, {"dump", "--draft", "@/m-cfg-dup", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"config.json", "\"vocab_size\" appears twice"}},
+    /* non-UTF-8 */
+    {"invalid_utf8_in_json", PLAN, {"--acceptance", "@/badutf8.json", "-o", OUT}, 65, {"badutf8.json:1:", "invalid UTF-8", "0xe9"}},
+    {"missing_non_utf8_name", PLAN, {"--acceptance", "@/nope-\xff.json", "-o", OUT}, 66, {"nope-\xff.json", "No such file"}},
+    /* a symlink to a directory where a file is expected */
+    {"dir_link_as_curve", PLAN, {"--acceptance", "@/link.json", "-o", OUT}, 65, {"link.json", "directory"}},
+    {"dir_link_as_plan", PLAN, {"--plan", "@/link.json", "--export", "dot", "-o", OUT}, 65, {"link.json", "directory"}},
+    {"dir_link_as_profile", PLAN, {"--target-profile", "@/link.json", "--draft-ms", "1", "-o", OUT}, 65, {"link.json", "directory"}},
+    {"dir_link_as_csv", PROFILE, {"--import", "@/link.csv", "-o", OUT}, 65, {"link.csv", "directory"}},
+    {"dir_link_as_corpus", ACCEPT, {"@/link.h5", "-q", "-o", OUT}, 65, {"link.h5", "directory"}},
+    {"dir_link_as_tokens", RUN, {"dump", "--draft", "@/model", "--target", "@/model", "--tokens", "@/link.txt", "-o", OUT}, 65, {"link.txt", "directory"}},
+    {"dir_link_as_safetensors", RUN, {"dump", "--draft", "@/m-st-link", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"model.safetensors", "not a regular file"}},
+    {"dir_link_as_output", PLAN, {"-o", "@/link.json"}, 73, {"link.json", "is a directory"}},
+};
+
+static char *subst(const char *arg, const char *dir, const char *out)
+{
+    char *r;
+    if (!strcmp(arg, OUT))
+        r = strdup(out);
+    else if (!strncmp(arg, "@/", 2))
+        r = tu_path(dir, arg + 2);
+    else
+        r = strdup(arg);
+    cr_assert_not_null(r);
+    return r;
+}
+
+static int count_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strstr(e->d_name, ".tmp-") != NULL;
+    closedir(d);
+    return n;
+}
+
+/* Runs case c in a fresh world; returns stderr (to free). */
+static void run_case(const bad_case *c)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *out = tu_path(dir, "out.file");
+    tu_write(out, OLD_TEXT);
+    const char *bin = getenv(tool_env[c->tool]);
+    cr_assert_not_null(bin, "%s is set by meson", tool_env[c->tool]);
+    char *argv[20];
+    int n = 0;
+    argv[n++] = (char *)bin;
+    for (int i = 0; c->args[i]; i++)
+        argv[n++] = subst(c->args[i], dir, out);
+    argv[n] = NULL;
+    char *se = NULL, *so = NULL;
+    int st = tu_run(argv, &so, &se);
+    cr_assert_eq(st, c->status, "%s: exit %d, expected %d; stderr: %s", c->id, st, c->status, se);
+    for (int i = 0; i < 3 && c->expect[i]; i++)
+        cr_assert(strstr(se, c->expect[i]), "%s: stderr lacks \"%s\": %s", c->id, c->expect[i], se);
+    /* one line, prefixed by the tool's name */
+    cr_assert(strncmp(se, "sequoia-", 8) == 0, "%s: %s", c->id, se);
+    size_t len;
+    char *now = tu_read(out, &len);
+    cr_assert(now && !strcmp(now, OLD_TEXT), "%s: the output was changed", c->id);
+    free(now);
+    cr_assert_eq(count_temps(dir), 0, "%s: a temporary file remains", c->id);
+    for (int i = 1; i < n; i++)
+        free(argv[i]);
+    free(so);
+    free(se);
+    free(out);
+    tu_rmtree(dir);
+}
+
+ParameterizedTestParameters(badinput, rejected_with_message_and_exit_code)
+{
+    static int idx[sizeof cases / sizeof *cases];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        idx[i] = (int)i;
+    return cr_make_param_array(int, idx, sizeof idx / sizeof *idx);
+}
+
+ParameterizedTest(int *i, badinput, rejected_with_message_and_exit_code, .timeout = 60)
+{
+    run_case(&cases[*i]);
+}
+
+/* ---- rows that need more than one command ----------------------------------------------- */
+
+Test(badinput, non_utf8_file_name_is_a_name_like_any_other)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *acc = tu_path(dir, "acc-\xff\xfe.json"), *out = tu_path(dir, "plan-\xff.json");
+    char *argv[] = {getenv("SQ_PLAN_BIN"), "-q", "--acceptance", acc, "--budget", "8", "-o", out, NULL};
+    char *se = NULL;
+    cr_assert_eq(tu_run(argv, NULL, &se), 0, "%s", se);
+    size_t len;
+    char *plan = tu_read(out, &len);
+    cr_assert_not_null(plan);
+    cr_assert(strstr(plan, "\"format\": \"sequoia-plan\""));
+    free(plan);
+    free(se);
+    tu_rmtree(dir);
+}
+
+Test(badinput, non_utf8_names_never_reach_json_outputs)
+{
+    /* a corpus whose model names are not UTF-8: the curve file written from it is valid JSON
+     * (invalid bytes become U+FFFD) and loads again */
+    char *dir = tu_tmpdir();
+    char *corpus = tu_path(dir, "c-\xff.h5"), *out = tu_path(dir, "curves.json");
+    sq_corpus_writer_params p = sq_corpus_writer_default_params();
+    p.vocab = 8;
+    p.draft = "draft-\xff\xfe";
+    p.target = "target-\xc3";
+    sq_corpus_writer *w;
+    sq_error err = {0};
+    cr_assert_eq(sq_corpus_writer_open(corpus, &p, &w, &err), 0, "%s", err.msg);
+    float t[8] = {1, 2, 3, 4, 5, 6, 7, 8}, d[8] = {8, 7, 6, 5, 4, 3, 2, 1};
+    for (int r = 0; r < 10; r++)
+        cr_assert_eq(sq_corpus_writer_append(w, t, d, NULL, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), 0, "%s", err.msg);
+    char *argv[] = {getenv("SQ_ACCEPT_BIN"), corpus, "--mode", "greedy", "--width", "4", "-q", "-o",
+                    out, NULL};
+    char *se = NULL;
+    cr_assert_eq(tu_run(argv, NULL, &se), 0, "%s", se);
+    free(se);
+    char *argv2[] = {getenv("SQ_PLAN_BIN"), "-q", "--acceptance", out, "--budget", "4", "-o",
+                     "/dev/null", NULL};
+    cr_assert_eq(tu_run(argv2, NULL, &se), 0, "the curve file reads back: %s", se);
+    size_t len;
+    char *text = tu_read(out, &len);
+    cr_assert(strstr(text, "\xef\xbf\xbd"), "U+FFFD replaces the invalid bytes: %s", text);
+    free(text);
+    free(se);
+    tu_rmtree(dir);
+}
+
+/* A directory nobody can create files in: a 0555 directory, or /sys when we are root (root
+ * ignores the mode). NULL when there is none. */
+static char *read_only_dir(const char *scratch)
+{
+    char *ro = tu_path(scratch, "ro");
+    cr_assert_eq(mkdir(ro, 0555), 0);
+    char *probe = tu_path(ro, "probe");
+    int fd = open(probe, O_WRONLY | O_CREAT, 0600);
+    if (fd < 0) {
+        free(probe);
+        return ro;
+    }
+    close(fd);
+    unlink(probe);
+    free(probe);
+    free(ro);
+    fd = open("/sys/sq-probe", O_WRONLY | O_CREAT, 0600);
+    if (fd >= 0) {
+        close(fd);
+        unlink("/sys/sq-probe");
+        return NULL;
+    }
+    return strdup("/sys");
+}
+
+Test(badinput, read_only_output_directory_is_exit_73)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *ro = read_only_dir(dir);
+    if (!ro)
+        cr_skip_test("no read-only directory available");
+    char *out = tu_path(ro, "plan.json"), *curves = tu_path(ro, "curves.json");
+    char *corpus = tu_path(dir, "corpus.h5"), *model = tu_path(dir, "model");
+    char *toks = tu_path(dir, "tokens.txt"), *dump = tu_path(ro, "c.h5"), *prof = tu_path(ro, "p.json");
+    char *csv = tu_path(dir, "p.csv");
+    tu_write(csv, "tokens,ms\n1,2\n4,3\n");
+    char *a1[] = {getenv("SQ_PLAN_BIN"), "-q", "-o", out, NULL};
+    char *a2[] = {getenv("SQ_ACCEPT_BIN"), corpus, "-q", "-o", curves, NULL};
+    char *a3[] = {getenv("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model, "--tokens", toks,
+                  "-o", dump, NULL};
+    char *a4[] = {getenv("SQ_PROFILE_BIN"), "--import", csv, "-o", prof, NULL};
+    char **cmds[] = {a1, a2, a3, a4};
+    for (int i = 0; i < 4; i++) {
+        char *se = NULL;
+        int st = tu_run(cmds[i], NULL, &se);
+        cr_assert_eq(st, 73, "%s: exit %d: %s", cmds[i][0], st, se);
+        cr_assert(strstr(se, ro) && (strstr(se, "cannot create") || strstr(se, "Permission") ||
+                                     strstr(se, "Read-only")), "%s", se);
+        free(se);
+    }
+    tu_rmtree(dir);
+}
+
+/* Runs argv under RLIMIT_FSIZE = limit bytes, with SIGXFSZ ignored so that write() fails with
+ * EFBIG as on a full disk. */
+static int run_limited(char *const argv[], rlim_t limit, char **se)
+{
+    struct rlimit old, rl = {limit, limit};
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+    int st = tu_run(argv, NULL, se);
+    setrlimit(RLIMIT_FSIZE, &old);
+    return st;
+}
+
+Test(badinput, full_disk_is_exit_74_and_keeps_the_old_output)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *table = tu_path(dir, "table.json"), *plan = tu_path(dir, "plan.json");
+    char *model = tu_path(dir, "model"), *toks = tu_path(dir, "long.txt"), *dump = tu_path(dir, "c.h5");
+    FILE *fp = fopen(toks, "w");
+    for (int i = 0; i < 3000; i++)
+        fprintf(fp, "%d ", (i * 37) % 97);
+    fclose(fp);
+    tu_write(table, OLD_TEXT);
+    tu_write(plan, OLD_TEXT);
+    tu_write(dump, OLD_TEXT);
+    char *a1[] = {getenv("SQ_PLAN_BIN"), "-q", "--budget", "512", "--depth", "64", "-o", plan,
+                  "--table", table, NULL};
+    char *a2[] = {getenv("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model, "--tokens", toks,
+                  "--context", "256", "-o", dump, NULL};
+    char **cmds[] = {a1, a2};
+    for (int i = 0; i < 2; i++) {
+        char *se = NULL;
+        int st = run_limited(cmds[i], 64 * 1024, &se);
+        cr_assert_eq(st, 74, "%s: exit %d: %s", cmds[i][0], st, se);
+        cr_assert(strstr(se, dir) && (strstr(se, "write") || strstr(se, "File too large")), "%s", se);
+        free(se);
+    }
+    const char *outs[] = {table, plan, dump};
+    for (int i = 0; i < 3; i++) {
+        char *now = tu_read(outs[i], NULL);
+        cr_assert(now && !strcmp(now, OLD_TEXT), "%s was changed", outs[i]);
+        free(now);
+    }
+    cr_assert_eq(count_temps(dir), 0, "no temporary file remains");
+    tu_rmtree(dir);
+}
