@@ -19,6 +19,7 @@
 #include "planner/io.h"
 #include "planner/json.h"
 #include "planner/sha256.h"
+#include "planner/svg.h"
 #include "planner/tree.h"
 
 #define PROG "sequoia-accept"
@@ -36,6 +37,7 @@ static void usage(FILE *fp)
         "       " PROG " --merge A.json B.json [...] -o ALL.json\n"
         "       " PROG " --compare BASELINE.json NEW.json [--budget N] [--depth D] [--sigma Z]\n"
         "                      [--curve NAME]\n"
+        "       " PROG " --plot CURVES.json [...] --svg PICTURE.svg\n"
         "\n"
         "Estimates the acceptance vector p_1..p_W (p_k: probability that the verifier accepts the\n"
         "k-th child it tries) from corpora of draft and target logits (format sequoia-corpus v1),\n"
@@ -68,6 +70,9 @@ static void usage(FILE *fp)
         "  -d, --depth D           tree depth for --compare (default 8)\n"
         "  -z, --sigma Z           significance for --compare, in standard errors (default 3)\n"
         "  -c, --curve NAME        --compare only this curve (default: every curve in both files)\n"
+        "      --svg FILE          also draw the curves written (p_k against rank, error bars,\n"
+        "                          curves overlaid) as a self-contained SVG\n"
+        "      --plot              draw curve files (with --svg) without estimating anything\n"
         "  -h, --help              this text\n"
         "      --version           the version\n"
         "\n"
@@ -79,6 +84,7 @@ static void usage(FILE *fp)
         "  " PROG " shard0.h5 -o a.json && " PROG " shard1.h5 -o b.json\n"
         "  " PROG " --merge a.json b.json -o all.json           # = one run over both shards\n"
         "  " PROG " --compare main.json branch.json --budget 64 --depth 8 --sigma 3\n"
+        "  " PROG " --plot main.json branch.json --svg curves.svg     # both overlaid\n"
         "\n"
         "Exit status: 0 success (--compare: no significant drop), 1 significant drop (--compare),\n"
         "64 usage error, 65 invalid input data, 66 input file missing, 70 internal error,\n"
@@ -204,6 +210,70 @@ static void show_progress(void *user, int64_t done, int64_t total)
             p->file, p->index + 1, p->count, (long long)done, (long long)total,
             100.0 * (double)done / (double)total, dt > 0 ? (double)done / dt : 0.0);
     fflush(stderr);
+}
+
+/* --svg FILE: a picture of the curves written (or plotted), or NULL. */
+static const char *svg_path;
+
+/* Draws the curves of `root` (a sequoia-acceptance tree) to svg_path, when one was asked for. */
+static int write_svg(const cJSON *root, sq_error *err)
+{
+    if (!svg_path)
+        return SQ_OK;
+    sq_curve_set *set;
+    int rc = sq_curve_set_from_json(root, "curves", &set, err);
+    if (rc)
+        return rc;
+    rc = sq_svg_curves(set, svg_path, err);
+    sq_curve_set_free(set);
+    return rc;
+}
+
+/* --plot A.json [B.json ...]: every curve of every file in one picture; with several files the
+ * curves are named FILE:NAME. */
+static int plot(char **files, int n_files)
+{
+    sq_error err = {0};
+    sq_curve_set all = {0};
+    sq_curve_set *set = NULL;
+    int rc = SQ_OK;
+    for (int f = 0; f < n_files && rc == SQ_OK; f++) {
+        if ((rc = sq_curve_set_load(files[f], &set, &err)))
+            break;
+        sq_curve *grown = realloc(all.curves, (size_t)(all.n + set->n) * sizeof *grown);
+        if (!grown) {
+            rc = sq_error_oom(&err, "curves");
+            break;
+        }
+        all.curves = grown;
+        for (int i = 0; i < set->n && rc == SQ_OK; i++) {
+            sq_curve *c = &all.curves[all.n];
+            if ((rc = sq_curve_copy(c, &set->curves[i], &err)))
+                break;
+            all.n++;
+            if (n_files > 1) {
+                size_t len = strlen(files[f]) + strlen(c->name) + 2;
+                char *name = malloc(len);
+                if (!name) {
+                    rc = sq_error_oom(&err, "curve name");
+                    break;
+                }
+                snprintf(name, len, "%s:%s", files[f], c->name);
+                free(c->name);
+                c->name = name;
+            }
+        }
+        sq_curve_set_free(set);
+        set = NULL;
+    }
+    if (rc == SQ_OK)
+        rc = sq_svg_curves(&all, svg_path, &err);
+    for (int i = 0; i < all.n; i++)
+        sq_curve_clear(&all.curves[i]);
+    free(all.curves);
+    if (rc)
+        fprintf(stderr, PROG ": %s\n", err.msg);
+    return rc;
 }
 
 /* Writes a curve set (cJSON tree) atomically to path ("-": stdout). */
@@ -466,7 +536,7 @@ static int estimate(char **files, int n_files, est_opts *o)
     sq_json_print(sq_out_stream(out), root);
     rc = sq_out_commit(out, &err);
     out = NULL;
-    if (rc)
+    if (rc || (rc = write_svg(root, &err)))
         goto done;
 
     if (!o->quiet) {
@@ -731,7 +801,7 @@ static int merge(char **files, int n_files, const char *out_file, int quiet)
     sq_json_add(src, "tool", cJSON_CreateString(PROG " " SQ_VERSION));
     merged.source = src;
     root = sq_curve_set_to_json(&merged);
-    if ((rc = write_json(out_file ? out_file : "-", root, &err)))
+    if ((rc = write_json(out_file ? out_file : "-", root, &err)) || (rc = write_svg(root, &err)))
         goto done;
     if (!quiet && out_file)
         printf("merged %d curve%s from %d files (%d corpus files)\n", merged.n,
@@ -905,7 +975,7 @@ done:
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
-enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION };
+enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT };
 
 int main(int argc, char **argv)
 {
@@ -920,6 +990,8 @@ int main(int argc, char **argv)
         {"output", required_argument, NULL, 'o'},
         {"quiet", no_argument, NULL, 'q'},
         {"merge", no_argument, NULL, OPT_MERGE},
+        {"svg", required_argument, NULL, OPT_SVG},
+        {"plot", no_argument, NULL, OPT_PLOT},
         {"compare", no_argument, NULL, OPT_COMPARE},
         {"budget", required_argument, NULL, 'n'},
         {"depth", required_argument, NULL, 'd'},
@@ -932,7 +1004,7 @@ int main(int argc, char **argv)
     gsl_set_error_handler_off();
     est_opts o = {.n_modes = 1, .modes = {SQ_ACCEPT_STOCHASTIC}, .n_temps = 1, .temps = {1.0},
                   .n_top_ps = 1, .top_ps = {1.0}, .params = sq_accept_default_params()};
-    int do_merge = 0, do_compare = 0, budget = 64, depth = 8, est_opt = 0, cmp_opt = 0;
+    int do_plot = 0, do_merge = 0, do_compare = 0, budget = 64, depth = 8, est_opt = 0, cmp_opt = 0;
     double sigma = 3.0;
     const char *curve = NULL;
     long long v;
@@ -997,6 +1069,8 @@ int main(int argc, char **argv)
         case 'o': o.out_file = optarg; break;
         case 'q': o.quiet = 1; break;
         case OPT_MERGE: do_merge = 1; break;
+        case OPT_SVG: svg_path = optarg; break;
+        case OPT_PLOT: do_plot = 1; break;
         case OPT_COMPARE: do_compare = 1; break;
         case 'n':
             if (parse_long("--budget", optarg, 1, SQ_DP_MAX_BUDGET, &v)) return SQ_EUSAGE;
@@ -1045,7 +1119,19 @@ int main(int argc, char **argv)
     }
     sq_out_install_signal_handlers();
     int rc;
-    if (do_compare) {
+    if (do_plot) {
+        if (!svg_path || n_files < 1 || do_merge || do_compare || o.out_file) {
+            fprintf(stderr, PROG ": --plot needs curve files and --svg FILE (and no -o, --merge "
+                    "or --compare)\n");
+            return SQ_EUSAGE;
+        }
+        rc = plot(files, n_files);
+    } else if (do_compare) {
+        if (svg_path) {
+            fprintf(stderr, PROG ": --compare prints its report; --svg does not apply (use --plot "
+                    "BASELINE.json NEW.json --svg FILE)\n");
+            return SQ_EUSAGE;
+        }
         if (n_files != 2) {
             fprintf(stderr, PROG ": --compare needs exactly two files, BASELINE.json NEW.json\n");
             return SQ_EUSAGE;

@@ -647,3 +647,34 @@ Test(cli_accept, h5py_written_corpus_reads_back_and_greedy_matches_numpy)
     free(o);
     free(script);
 }
+
+Test(cli_accept, svg_draws_the_curves_written_and_plot_overlays_files)
+{
+    char *corpus = good_corpus(), *out = P("c.json"), *svg = P("c.svg"), *svg2 = P("both.svg");
+    char *so, *se;
+    const char *a1[] = {corpus, "--mode", "greedy,stochastic", "--temperature", "0.6", "-o", out,
+                        "--svg", svg, "--quiet", NULL};
+    cr_assert_eq(run(&so, &se, a1), 0, "%s", se);
+    char *pic = tu_read(svg, NULL);
+    cr_assert(pic && strstr(pic, "<svg") && strstr(pic, "</svg>"));
+    cr_assert(strstr(pic, "greedy@T0") && strstr(pic, "stochastic@T0.6"), "both curves are named");
+    free(pic);
+    free(so);
+    free(se);
+    const char *a2[] = {"--plot", out, out, "--svg", svg2, NULL};
+    cr_assert_eq(run(&so, &se, a2), 0, "%s", se);
+    pic = tu_read(svg2, NULL);
+    cr_assert(pic && strstr(pic, "c.json:greedy@T0"), "curves of several files are FILE:NAME");
+    free(pic);
+    free(so);
+    free(se);
+    const char *a3[] = {"--plot", out, NULL};
+    cr_assert_eq(run(&so, &se, a3), 64);
+    cr_assert(strstr(se, "--svg"), "%s", se);
+    free(so);
+    free(se);
+    free(out);
+    free(svg);
+    free(svg2);
+    free(corpus);
+}
