@@ -504,9 +504,15 @@ static int run_main(run_opts *o)
     for (int k = 0; k < acc.W; k++)
         phat[k] = acc.offered[k] > 0 ? acc.hits[k] / acc.offered[k] : 0.0;
     double f_measured_acc = tree_f_with(plan->tree, phat, acc.W);
-    int within = plan->expected_tokens >= ci.lo && plan->expected_tokens <= ci.hi;
+    int have_ci = isfinite(ci.lo) && isfinite(ci.hi);
+    int within = have_ci && plan->expected_tokens >= ci.lo && plan->expected_tokens <= ci.hi;
     char expl[1024];
-    if (within)
+    if (!have_ci)
+        snprintf(expl, sizeof expl,
+                 "%d steps are too few for a confidence interval (at least 4 are needed): "
+                 "generate more tokens to compare with the plan's expected_tokens %.4f", steps,
+                 plan->expected_tokens);
+    else if (within)
         snprintf(expl, sizeof expl,
                  "the plan's expected_tokens %.4f lies within the 95%% CI of the measured mean",
                  plan->expected_tokens);
@@ -676,7 +682,8 @@ static int run_main(run_opts *o)
 
     fprintf(stderr, PROG ": %d tokens in %d steps: %.3f tokens/step (95%% CI %.3f .. %.3f), plan "
             "expects %.3f%s\n", o->max_new, steps, ci.mean, ci.lo, ci.hi, plan->expected_tokens,
-            within ? "" : " (outside the CI: see the report's prediction)");
+            within ? "" : have_ci ? " (outside the CI: see the report's prediction)"
+                                  : " (too few steps for a CI)");
     if (o->baseline)
         fprintf(stderr, PROG ": %.3f ms/token speculative, %.3f ms/token target alone: speedup "
                 "%.2fx\n", spec_ms / o->max_new, base_ms / o->max_new, base_ms / spec_ms);
