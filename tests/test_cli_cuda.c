@@ -37,6 +37,9 @@ Test(cli_cuda, profile_offload_needs_the_cuda_backend)
     char *dir = tu_tmpdir(), *out = tu_path(dir, "p.json"), *cfg = config_7b();
     char *argv[] = {(char *)tool("SQ_PROFILE_BIN"), "--model", cfg, "--offload", "-o", out, NULL};
     expect_usage(argv, out, "--offload");
+    free(dir);
+    free(out);
+    free(cfg);
 }
 
 Test(cli_cuda, profile_cpu_refuses_16_bit_dtypes)
@@ -45,6 +48,9 @@ Test(cli_cuda, profile_cpu_refuses_16_bit_dtypes)
     char *argv[] = {(char *)tool("SQ_PROFILE_BIN"), "--model", cfg, "--dtype", "bf16", "-o", out,
                     NULL};
     expect_usage(argv, out, "float32");
+    free(dir);
+    free(out);
+    free(cfg);
 }
 
 Test(cli_cuda, profile_on_cuda_without_a_device_says_why)
@@ -60,6 +66,9 @@ Test(cli_cuda, profile_on_cuda_without_a_device_says_why)
     char *argv[] = {(char *)tool("SQ_PROFILE_BIN"), "--model", cfg, "--backend", "cuda",
                     "--offload", "--tokens", "1,2", "--prefix", "4", "-o", out, NULL};
     expect_usage(argv, out, "CUDA");
+    free(dir);
+    free(out);
+    free(cfg);
 }
 
 Test(cli_cuda, run_backend_dtype_and_offload_are_checked)
@@ -87,4 +96,6 @@ Test(cli_cuda, run_backend_dtype_and_offload_are_checked)
         argv[a] = NULL;
         expect_usage(argv, out, cases[i].needle);
     }
+    free(dir);
+    free(out);
 }
