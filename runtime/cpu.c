@@ -19,8 +19,10 @@
 /* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). */
 void openblas_set_num_threads(int num_threads);
 
-/* Below this many multiply-adds, attention runs on the calling thread only. */
-#define ATTN_PARALLEL_MIN_WORK (1 << 18)
+/* Below this many softmax elements, the softmax runs on the calling thread only. */
+#define ATTN_PARALLEL_MIN_WORK (1 << 16)
+/* Attention handles at most this many (token, query head) rows of one KV head at a time. */
+#define ATTN_TILE 256
 /* Most attention threads per call. */
 #define ATTN_MAX_WORKERS 64
 
@@ -35,7 +37,9 @@ typedef struct cpu_state {
     float *att_out;      // (max_pending, q_dim)
     float *hb;           // (max_pending, hidden_dim)
     float *hb2;          // (max_pending, hidden_dim)
-    float *scores;       // (threads, slots)           attention weights per worker
+    float *scores;       // (ATTN_TILE, slots)         attention scores, then weights
+    float *qg;           // (ATTN_TILE, head_dim)      queries of one KV head, packed
+    float *og;           // (ATTN_TILE, head_dim)      their attention outputs
     float *rope_cos;     // (max_pending, head_dim/2)
     float *rope_sin;     // (max_pending, head_dim/2)
     float *inv_freq;     // (head_dim/2)
@@ -55,6 +59,8 @@ static void cpu_free(sq_context *ctx)
     free(s->hb);
     free(s->hb2);
     free(s->scores);
+    free(s->qg);
+    free(s->og);
     free(s->rope_cos);
     free(s->rope_sin);
     free(s->inv_freq);
@@ -102,7 +108,9 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     s->att_out = alloc_floats(mp, q_dim, 1, &ok);
     s->hb = alloc_floats(mp, (size_t)c->hidden_dim, 1, &ok);
     s->hb2 = alloc_floats(mp, (size_t)c->hidden_dim, 1, &ok);
-    s->scores = alloc_floats((size_t)s->threads, (size_t)s->slots, 1, &ok);
+    s->scores = alloc_floats(ATTN_TILE, (size_t)s->slots, 1, &ok);
+    s->qg = alloc_floats(ATTN_TILE, (size_t)c->head_dim, 1, &ok);
+    s->og = alloc_floats(ATTN_TILE, (size_t)c->head_dim, 1, &ok);
     s->rope_cos = alloc_floats(mp, (size_t)c->head_dim / 2, 1, &ok);
     s->rope_sin = alloc_floats(mp, (size_t)c->head_dim / 2, 1, &ok);
     s->inv_freq = alloc_floats((size_t)c->head_dim / 2, 1, 1, &ok);
@@ -156,97 +164,105 @@ static void rope(float *v, int n_heads, int head_dim, const float *cosv, const f
     }
 }
 
-typedef struct attn_job {
-    const sq_model_config *c;
-    cpu_state             *s;
-    int                    layer, n, C, P;
-    const uint8_t         *mask;
-    int                    worker, n_workers;
-} attn_job;
+/* Attention, per KV head g and tile of rows (token i, query head h of g's group):
+ *   scores = Q K^T / sqrt(hd) over every cached slot 0 .. C+P+n-1   (one sgemm)
+ *   mask: a pending slot C+j counts only when mask[i][j] != 0; softmax per row
+ *   out    = weights V                                               (one sgemm)
+ * Keys and values of slot t sit at row t of the layer's cache (stride kv_dim), so both products
+ * read the cache in place. Masked pending slots cost a few wasted multiply-adds (at most the
+ * pending share of the row) and no branch in the inner loops. */
+typedef struct softmax_job {
+    float         *sc;          /* (rows, ld) scores of the tile                          */
+    int            ld, rows, row0, group, C, width, total;
+    const uint8_t *mask;
+    int            worker, n_workers;
+} softmax_job;
 
-/* Token i, head h: softmax(q k^T / sqrt(hd)) over the committed slots and the pending slots its
- * mask row allows, times v. */
-static void attn_one(const attn_job *jb, float *sc, int i, int h)
+static void *softmax_worker(void *arg)
 {
-    const sq_model_config *c = jb->c;
-    const cpu_state *s = jb->s;
-    const int hd = c->head_dim, kv_dim = c->n_kv_heads * hd;
-    const int kvh = h / (c->n_heads / c->n_kv_heads);
-    const int width = jb->P + jb->n;
-    const float *q = s->q + (size_t)i * c->n_heads * hd + (size_t)h * hd;
-    const float *kc = s->key_cache + (size_t)jb->layer * s->slots * kv_dim + (size_t)kvh * hd;
-    const float *vc = s->value_cache + (size_t)jb->layer * s->slots * kv_dim + (size_t)kvh * hd;
-    const uint8_t *row = jb->mask + (size_t)i * width;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const int total = jb->C + width;
-    float mx = -INFINITY;
-    for (int t = 0; t < total; t++) {
-        if (t >= jb->C && !row[t - jb->C]) {
-            sc[t] = -INFINITY;
-            continue;
+    const softmax_job *jb = arg;
+    for (int r = jb->worker; r < jb->rows; r += jb->n_workers) {
+        const int i = (jb->row0 + r) / jb->group;
+        const uint8_t *mrow = jb->mask + (size_t)i * jb->width;
+        float *row = jb->sc + (size_t)r * jb->ld;
+        float mx = -INFINITY;
+        for (int t = 0; t < jb->total; t++) {
+            if (t >= jb->C && !mrow[t - jb->C])
+                row[t] = -INFINITY;
+            else if (row[t] > mx)
+                mx = row[t];
         }
-        const float *k = kc + (size_t)t * kv_dim;
-        float d = 0.0f;
-        for (int e = 0; e < hd; e++)
-            d += q[e] * k[e];
-        sc[t] = d * scale;
-        if (sc[t] > mx)
-            mx = sc[t];
+        float sum = 0.0f;
+        for (int t = 0; t < jb->total; t++) {
+            float e = sq_k_attn_exp(row[t], mx);
+            row[t] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / sum;   /* sum >= 1: the maximum contributes exp(0) */
+        for (int t = 0; t < jb->total; t++)
+            row[t] *= inv;
     }
-    float sum = 0.0f;
-    for (int t = 0; t < total; t++) {
-        float e = sq_k_attn_exp(sc[t], mx);
-        sc[t] = e;
-        sum += e;
-    }
-    float *o = s->att_out + (size_t)i * c->n_heads * hd + (size_t)h * hd;
-    memset(o, 0, (size_t)hd * sizeof *o);
-    for (int t = 0; t < total; t++) {
-        if (sc[t] == 0.0f)
-            continue;
-        const float w = sc[t] / sum;
-        const float *v = vc + (size_t)t * kv_dim;
-        for (int e = 0; e < hd; e++)
-            o[e] += w * v[e];
-    }
+    return NULL;
 }
 
-static void *attn_worker(void *arg)
+static void softmax_rows(cpu_state *s, int rows, int row0, int group, int C, int width,
+                         const uint8_t *mask)
 {
-    const attn_job *jb = arg;
-    float *sc = jb->s->scores + (size_t)jb->worker * jb->s->slots;
-    const int items = jb->n * jb->c->n_heads;
-    for (int it = jb->worker; it < items; it += jb->n_workers)
-        attn_one(jb, sc, it / jb->c->n_heads, it % jb->c->n_heads);
-    return NULL;
+    const int total = C + width;
+    int workers = s->threads;
+    if (workers > rows)
+        workers = rows;
+    if (workers > ATTN_MAX_WORKERS)
+        workers = ATTN_MAX_WORKERS;
+    if ((double)rows * total < ATTN_PARALLEL_MIN_WORK || workers < 1)
+        workers = 1;
+    softmax_job jobs[ATTN_MAX_WORKERS];
+    pthread_t tids[ATTN_MAX_WORKERS];
+    int started[ATTN_MAX_WORKERS];
+    for (int w = 0; w < workers; w++) {
+        jobs[w] = (softmax_job){s->scores, s->slots, rows, row0, group, C, width, total, mask, w,
+                                workers};
+        started[w] = 0;
+    }
+    for (int w = 1; w < workers; w++)
+        started[w] = pthread_create(&tids[w], NULL, softmax_worker, &jobs[w]) == 0;
+    softmax_worker(&jobs[0]);
+    for (int w = 1; w < workers; w++) {
+        if (started[w])
+            pthread_join(tids[w], NULL);
+        else
+            softmax_worker(&jobs[w]);   /* could not start a thread: do its share here */
+    }
 }
 
 static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, int C, int P,
                       const uint8_t *mask)
 {
-    double work = (double)n * c->n_heads * (double)(C + P + n) * c->head_dim;
-    int workers = s->threads;
-    if (workers > n * c->n_heads)
-        workers = n * c->n_heads;
-    if (workers > ATTN_MAX_WORKERS)
-        workers = ATTN_MAX_WORKERS;
-    if (work < ATTN_PARALLEL_MIN_WORK || workers < 1)
-        workers = 1;
-    attn_job jobs[ATTN_MAX_WORKERS];
-    pthread_t tids[ATTN_MAX_WORKERS];
-    int started[ATTN_MAX_WORKERS];
-    for (int w = 0; w < workers; w++) {
-        jobs[w] = (attn_job){c, s, layer, n, C, P, mask, w, workers};
-        started[w] = 0;
-    }
-    for (int w = 1; w < workers; w++)
-        started[w] = pthread_create(&tids[w], NULL, attn_worker, &jobs[w]) == 0;
-    attn_worker(&jobs[0]);
-    for (int w = 1; w < workers; w++) {
-        if (started[w])
-            pthread_join(tids[w], NULL);
-        else
-            attn_worker(&jobs[w]);   /* could not start a thread: do its share here */
+    const int hd = c->head_dim, kv_dim = c->n_kv_heads * hd, q_dim = c->n_heads * hd;
+    const int group = c->n_heads / c->n_kv_heads;
+    const int width = P + n, total = C + width, rows_all = n * group;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int g = 0; g < c->n_kv_heads; g++) {
+        const float *K = s->key_cache + (size_t)layer * s->slots * kv_dim + (size_t)g * hd;
+        const float *V = s->value_cache + (size_t)layer * s->slots * kv_dim + (size_t)g * hd;
+        for (int row0 = 0; row0 < rows_all; row0 += ATTN_TILE) {
+            const int rows = rows_all - row0 < ATTN_TILE ? rows_all - row0 : ATTN_TILE;
+            for (int r = 0; r < rows; r++) {
+                int i = (row0 + r) / group, h = g * group + (row0 + r) % group;
+                memcpy(s->qg + (size_t)r * hd, s->q + (size_t)i * q_dim + (size_t)h * hd,
+                       (size_t)hd * sizeof(float));
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, total, hd, scale, s->qg,
+                        hd, K, kv_dim, 0.0f, s->scores, s->slots);
+            softmax_rows(s, rows, row0, group, C, width, mask);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, total, 1.0f,
+                        s->scores, s->slots, V, kv_dim, 0.0f, s->og, hd);
+            for (int r = 0; r < rows; r++) {
+                int i = (row0 + r) / group, h = g * group + (row0 + r) % group;
+                memcpy(s->att_out + (size_t)i * q_dim + (size_t)h * hd, s->og + (size_t)r * hd,
+                       (size_t)hd * sizeof(float));
+            }
+        }
     }
 }
 

@@ -23,6 +23,28 @@
 
 /* ---- small utilities -------------------------------------------------------------------- */
 
+/* Paths from tu_path/tu_tmpdir are freed after each test (so that LeakSanitizer stays quiet). */
+static char *kept[256];
+static int n_kept;
+
+static char *keep_str(char *p)
+{
+    if (n_kept < 256)
+        kept[n_kept++] = p;
+    return p;
+}
+
+static void free_kept(void)
+{
+    while (n_kept > 0)
+        free(kept[--n_kept]);
+}
+
+TestSuite(model, .fini = free_kept);
+
+#define tu_path(dir, name) keep_str(tu_path(dir, name))
+#define tu_tmpdir() keep_str(tu_tmpdir())
+
 static uint64_t rng_state = 12345;
 
 static uint32_t rnd(void)
@@ -295,7 +317,6 @@ Test(model, safetensors_refuses_huge_or_past_the_end_header_lengths)
         char num[32];
         snprintf(num, sizeof num, "%llu", (unsigned long long)bad[i]);
         expect_st_fail(p, SQ_EDATA, "header length", num);
-        free(p);
     }
     char *p = make_st(dir, h, 4, 0);
     /* a zero length */
@@ -312,7 +333,7 @@ Test(model, safetensors_refuses_a_header_that_is_not_json_or_not_an_object)
     char *p = make_st(dir, "{\"a\": [1, 2", 16, 0);
     expect_st_fail(p, SQ_EDATA, "malformed JSON", NULL);
     p = make_st(dir, "\xff\xfe binary", 16, 0);
-    expect_st_fail(p, SQ_EDATA, "malformed JSON", NULL);
+    expect_st_fail(p, SQ_EDATA, "UTF-8", NULL);
     p = make_st(dir, "[1, 2]", 16, 0);
     expect_st_fail(p, SQ_EDATA, "expected a JSON object", NULL);
     p = make_st(dir, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
@@ -375,7 +396,6 @@ Test(model, safetensors_refuses_bad_entries_naming_the_tensor)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *p = make_st(dir, cases[i].header, cases[i].data, 0);
         expect_st_fail(p, SQ_EDATA, cases[i].n1, cases[i].n2);
-        free(p);
     }
     tu_rmtree(dir);
 }
@@ -765,7 +785,6 @@ static ref_model *ref_load(const char *dir)
     sq_error err = {0};
     char *cfg = tu_path(dir, "config.json");
     cr_assert_eq(sq_model_config_load(cfg, &r->c, &err), 0, "%s", err.msg);
-    free(cfg);
     sq_st_set *s;
     cr_assert_eq(sq_st_set_open(dir, &s, &err), 0, "%s", err.msg);
     const sq_model_config *c = &r->c;
