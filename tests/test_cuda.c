@@ -200,8 +200,11 @@ ParameterizedTest(backend_case *bc, cuda, tree_forward_equals_path_forward_and_c
         worst = fmax(worst, d);
         free(want);
     }
-    /* the same arithmetic in a different batch shape: far tighter than the dtype tolerance */
-    cr_assert(worst <= 5e-3 * scale, "%s: tree vs path: max diff %g, scale %g", bc->label, worst,
+    /* the same arithmetic in a different batch shape (other GEMM kernels and summation orders,
+     * so 16-bit roundings of intermediate values may differ by an ulp): a sixth of the
+     * tolerance against the CPU */
+    const double same_tol = bc->tol / 6;
+    cr_assert(worst <= same_tol * scale, "%s: tree vs path: max diff %g, scale %g", bc->label, worst,
               scale);
 
     /* commit the path 0 -> 1 -> 3 -> 6 -> 7, then feed one more token */
@@ -220,7 +223,7 @@ ParameterizedTest(backend_case *bc, cuda, tree_forward_equals_path_forward_and_c
     sq_context_reset(pc);
     causal(pc, seq, PL + 6, want);
     double d = max_diff(got, want + (size_t)(PL + 5) * V, V);
-    cr_assert(d <= 5e-3 * scale, "%s: after commit: max diff %g", bc->label, d);
+    cr_assert(d <= same_tol * scale, "%s: after commit: max diff %g", bc->label, d);
     free(want);
     free(pre);
     free(tl);
