@@ -160,7 +160,9 @@ __global__ void k_attention(uint16_t *out, const float *q, const float *kc, cons
     const float scale = 1.0f / sqrtf((float)head_dim);
     const float *qi = q + (size_t)i * n_heads * head_dim + (size_t)h * head_dim;
     const uint8_t *row = mask + (size_t)i * width;
+    /* loops over j are unrolled with a guard, so that qv and acc stay in registers */
     float qv[ATTN_MAX_PER_LANE], acc[ATTN_MAX_PER_LANE];
+#pragma unroll
     for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
         int e = lane + 32 * j;
         qv[j] = j < per && e < head_dim ? qi[e] : 0.0f;
@@ -173,18 +175,20 @@ __global__ void k_attention(uint16_t *out, const float *q, const float *kc, cons
             continue;
         const float *k = kc + (size_t)t * kv_dim + (size_t)kvh * head_dim;
         float d = 0.0f;
-        for (int j = 0; j < per; j++) {
+#pragma unroll
+        for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
             int e = lane + 32 * j;
-            if (e < head_dim)
+            if (j < per && e < head_dim)
                 d += qv[j] * k[e];
         }
         d = warp_sum(d) * scale;
         float alpha, beta;
         sq_k_online_push(&st, d, &alpha, &beta);
         const float *v = vc + (size_t)t * kv_dim + (size_t)kvh * head_dim;
-        for (int j = 0; j < per; j++) {
+#pragma unroll
+        for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
             int e = lane + 32 * j;
-            if (e < head_dim)
+            if (j < per && e < head_dim)
                 acc[j] = alpha * acc[j] + beta * v[e];
         }
     }
@@ -192,14 +196,17 @@ __global__ void k_attention(uint16_t *out, const float *q, const float *kc, cons
         s_m[warp] = st.m;
         s_l[warp] = st.l;
     }
-    for (int j = 0; j < per; j++)
-        s_acc[warp][lane + 32 * j] = acc[j];
+#pragma unroll
+    for (int j = 0; j < ATTN_MAX_PER_LANE; j++)
+        if (j < per)
+            s_acc[warp][lane + 32 * j] = acc[j];
     __syncthreads();
     if (warp != 0)
         return;
     sq_k_online tot = sq_k_online_init();
     float res[ATTN_MAX_PER_LANE];
-    for (int j = 0; j < per; j++)
+#pragma unroll
+    for (int j = 0; j < ATTN_MAX_PER_LANE; j++)
         res[j] = 0.0f;
     for (int w = 0; w < ATTN_WARPS; w++) {
         sq_k_online o;
@@ -207,14 +214,17 @@ __global__ void k_attention(uint16_t *out, const float *q, const float *kc, cons
         o.l = s_l[w];
         float alpha, beta;
         sq_k_online_merge(&tot, o, &alpha, &beta);
-        for (int j = 0; j < per; j++)
-            res[j] = alpha * res[j] + beta * s_acc[w][lane + 32 * j];
+#pragma unroll
+        for (int j = 0; j < ATTN_MAX_PER_LANE; j++)
+            if (j < per)
+                res[j] = alpha * res[j] + beta * s_acc[w][lane + 32 * j];
     }
     uint16_t *oi = out + (size_t)i * n_heads * head_dim + (size_t)h * head_dim;
     const float inv = tot.l > 0.0f ? 1.0f / tot.l : 0.0f;
-    for (int j = 0; j < per; j++) {
+#pragma unroll
+    for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
         int e = lane + 32 * j;
-        if (e < head_dim)
+        if (j < per && e < head_dim)
             oi[e] = store16<BF>(res[j] * inv);
     }
 }
