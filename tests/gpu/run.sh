@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared run on a lent GPU machine (issue 7). Finishes in under 8 minutes; every step has
 # its own timeout, a failed step is recorded and the next one still runs. Everything it makes
-# goes under $OUT (default ./gpu-out): logs, TAP, profiles, SVGs, bench JSON, summary.txt.
+# goes under $OUT (default ./build-gpu-out): logs, TAP, profiles, SVGs, bench JSON, summary.txt.
 #
 #   OUT=/some/dir tests/gpu/run.sh            from the repository root
 #
@@ -22,7 +22,7 @@
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${OUT:-$ROOT/gpu-out}
+OUT=${OUT:-$ROOT/build-gpu-out}   # build-*/ is git-ignored
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
 START=$(date +%s)
