@@ -353,6 +353,15 @@ static void run_case(const bad_case *c)
     cr_assert_eq(st, c->status, "%s: exit %d, expected %d; stderr: %s", c->id, st, c->status, se);
     for (int i = 0; i < 3 && c->expect[i]; i++)
         cr_assert(strstr(se, c->expect[i]), "%s: stderr lacks \"%s\": %s", c->id, c->expect[i], se);
+    /* SQ_BADINPUT_DUMP=FILE: append "id<TAB>exit<TAB>message" (to write the README table) */
+    const char *dump = getenv("SQ_BADINPUT_DUMP");
+    if (dump) {
+        FILE *fp = fopen(dump, "a");
+        if (fp) {
+            fprintf(fp, "%s\t%d\t%s", c->id, st, se);
+            fclose(fp);
+        }
+    }
     /* one line, prefixed by the tool's name */
     cr_assert(strncmp(se, "sequoia-", 8) == 0, "%s: %s", c->id, se);
     size_t len;
