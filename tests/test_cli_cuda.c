@@ -99,3 +99,65 @@ Test(cli_cuda, run_backend_dtype_and_offload_are_checked)
     free(dir);
     free(out);
 }
+
+/* The library side of the same checks (runtime/model.h). */
+Test(cli_cuda, context_params_dtype_and_offload_are_checked)
+{
+    sq_weight_dtype d;
+    cr_assert_eq(sq_weight_dtype_parse("f16", &d), 0);
+    cr_assert_eq(d, SQ_DTYPE_F16);
+    cr_assert_eq(sq_weight_dtype_parse("bf16", &d), 0);
+    cr_assert_eq(d, SQ_DTYPE_BF16);
+    cr_assert_eq(sq_weight_dtype_parse("f32", &d), 0);
+    cr_assert_eq(d, SQ_DTYPE_F32);
+    cr_assert_neq(sq_weight_dtype_parse("auto", &d), 0);
+    cr_assert_neq(sq_weight_dtype_parse("F16", &d), 0);
+    cr_assert_neq(sq_weight_dtype_parse(NULL, &d), 0);
+    cr_assert_str_eq(sq_weight_dtype_name(SQ_DTYPE_BF16), "bf16");
+    cr_assert_str_eq(sq_weight_dtype_name((sq_weight_dtype)9), "unknown");
+
+    sq_model_config c = {0};
+    c.dim = 32;
+    c.hidden_dim = 64;
+    c.n_layers = 1;
+    c.n_heads = 2;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = 50;
+    c.max_position = 64;
+    c.rope_theta = 10000.0f;
+    c.norm_eps = 1e-5f;
+    strcpy(c.dtype, "F32");
+    sq_model *m;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_new_random(&c, 3, &m, &err), 0, "%s", err.msg);
+    sq_context_params p = sq_context_default_params();
+    cr_assert_eq(p.dtype, SQ_DTYPE_AUTO);
+    cr_assert_eq(p.offload, 0);
+    sq_context *ctx = NULL;
+    /* the CPU computes in float32 and has nothing to offload to */
+    p.dtype = SQ_DTYPE_F16;
+    cr_assert_eq(sq_context_new(m, &p, &ctx, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "float32"), "%s", err.msg);
+    cr_assert_null(ctx);
+    err = (sq_error){0};
+    p.dtype = SQ_DTYPE_AUTO;
+    p.offload = 1;
+    cr_assert_eq(sq_context_new(m, &p, &ctx, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "offload"), "%s", err.msg);
+    err = (sq_error){0};
+    /* AUTO resolves to F32 on the CPU, and the device is the CPU */
+    p.offload = 0;
+    cr_assert_eq(sq_context_new(m, &p, &ctx, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_context_dtype(ctx), SQ_DTYPE_F32);
+    cr_assert_str_eq(sq_context_device_name(ctx), "CPU");
+    sq_context_free(ctx);
+    /* CUDA refuses f32 weights (or, without a device, says there is none) */
+    p.backend = SQ_BACKEND_CUDA;
+    p.dtype = SQ_DTYPE_F32;
+    ctx = NULL;
+    cr_assert_eq(sq_context_new(m, &p, &ctx, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "f16 or bf16") || strstr(err.msg, "CUDA"), "%s", err.msg);
+    cr_assert_null(ctx);
+    sq_model_free(m);
+}
