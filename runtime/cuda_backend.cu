@@ -133,12 +133,12 @@ __global__ void k_rmsnorm(uint16_t *out, const float *x, const float *w, int dim
 __global__ void k_rope(float *v, size_t stride, const int32_t *pos, const float *inv_freq,
                        int head_dim)
 {
-    const int half = head_dim / 2, k = threadIdx.x;
-    if (k >= half)
+    const int npair = head_dim / 2, k = threadIdx.x;
+    if (k >= npair)
         return;
     float *a = v + (size_t)blockIdx.x * stride + (size_t)blockIdx.y * head_dim;
     float angle = (float)pos[blockIdx.x] * inv_freq[k];
-    sq_k_rope_rotate(&a[k], &a[k + half], cosf(angle), sinf(angle));
+    sq_k_rope_rotate(&a[k], &a[k + npair], cosf(angle), sinf(angle));
 }
 
 /* Tree attention for token i = blockIdx.x, head h = blockIdx.y: online softmax over the C
@@ -474,12 +474,12 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
         return rc;
     DMALLOC(s->d_norm, dim * sizeof(float));
     CUDA_CHECK(cudaMemcpy(s->d_norm, w->norm, dim * sizeof(float), cudaMemcpyHostToDevice));
-    const int half = c->head_dim / 2;
+    const int npair = c->head_dim / 2;
     float inv_freq[ATTN_MAX_PER_LANE * 16];
-    for (int i = 0; i < half; i++)
+    for (int i = 0; i < npair; i++)
         inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
-    DMALLOC(s->d_inv_freq, (size_t)half * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(s->d_inv_freq, inv_freq, (size_t)half * sizeof(float),
+    DMALLOC(s->d_inv_freq, (size_t)npair * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(s->d_inv_freq, inv_freq, (size_t)npair * sizeof(float),
                           cudaMemcpyHostToDevice));
 
     /* KV cache and scratch */

@@ -204,8 +204,8 @@ SQ_HD static inline uint16_t sq_k_f32_to_f16(float f)
         uint32_t mant = (a & 0x7fffffu) | 0x800000u;
         uint32_t shift = 126u - e;             /* 14 .. 24 */
         uint32_t q = mant >> shift;
-        uint32_t rest = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rest > half || (rest == half && (q & 1u)))
+        uint32_t rest = mant & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
+        if (rest > mid || (rest == mid && (q & 1u)))
             q++;
         return (uint16_t)(sign | q);
     }
