@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #define PREFILL_CHUNK 128
@@ -146,6 +147,19 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     sd->dmaxp = n + D + 2 > PREFILL_CHUNK ? n + D + 2 : PREFILL_CHUNK;
     int mp = sd->tmaxp > sd->dmaxp ? sd->tmaxp : sd->dmaxp;
     size_t Vs = (size_t)V;
+    /* A huge plan (up to 2^20 nodes) times a large vocabulary is refused up front rather than
+     * swapped or OOM-killed: the logit buffers and the tree mask against physical memory. */
+    double need = ((double)n + sd->tmaxp + sd->dmaxp) * (double)Vs * sizeof(float) +
+                  (double)mp * (double)mp;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (have > 0 && need > 0.8 * have) {
+        sq_specdec_free(sd);
+        return sq_error_set(err, SQ_EUSAGE,
+                            "a plan of %d nodes with a vocabulary of %d needs %.1f GiB of logit "
+                            "buffers and tree mask, more than 80%% of this machine's %.1f GiB; use "
+                            "a smaller plan", n, V, need / (1 << 30), have / (1 << 30));
+    }
     sd->parent = malloc((size_t)n * sizeof(int));
     sd->depth = malloc((size_t)n * sizeof(int));
     sd->child_first = malloc((size_t)n * sizeof(int));

@@ -543,3 +543,40 @@ Test(badinput, full_disk_is_exit_74_and_keeps_the_old_output)
     cr_assert_eq(count_temps(dir), 0, "no temporary file remains");
     tu_rmtree(dir);
 }
+
+Test(badinput, huge_plan_is_refused_by_the_runtime_before_allocating, .timeout = 120)
+{
+    /* the complete 96-ary tree of 4 levels (894049 nodes; the vocabulary has 97 tokens): its
+     * tree mask alone would take 8e11 bytes */
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *plan = tu_path(dir, "tree.json"), *model = tu_path(dir, "model");
+    char *prompt = tu_path(dir, "tokens.txt"), *out = tu_path(dir, "out.txt");
+    int k = 96, n = 1 + k + k * k + k * k * k;
+    FILE *fp = fopen(plan, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "{\"format\":\"sequoia-plan\",\"version\":1,\"size\":%d,\"depth\":4,"
+            "\"expected_tokens\":1.875,\"rank_semantics\":\"draft-topk\",\"nodes\":{\"parent\":[-1",
+            n);
+    for (int i = 1; i < n; i++)
+        fprintf(fp, ",%d", (i - 1) / k);
+    fputs("],\"rank\":[0", fp);
+    for (int i = 1; i < n; i++)
+        fprintf(fp, ",%d", (i - 1) % k + 1);
+    fputs("],\"depth\":[0", fp);
+    for (int i = 1; i < n; i++)
+        fprintf(fp, ",%d", i <= k ? 1 : i <= k + k * k ? 2 : 3);
+    fputs("]},\"acceptance\":{\"name\":\"t\",\"mode\":\"greedy\",\"p\":[0.5]}}\n", fp);
+    cr_assert_eq(fclose(fp), 0);
+    tu_write(out, OLD_TEXT);
+    char *argv[] = {getenv("SQ_RUN_BIN"), "--draft", model, "--target", model, "--plan", plan,
+                    "--prompt", prompt, "--mode", "greedy", "-n", "4", "-o", out, NULL};
+    char *se = NULL;
+    int st = tu_run(argv, NULL, &se);
+    cr_assert(st == 64 && strstr(se, "894049 nodes") && strstr(se, "80%"), "exit %d: %s", st, se);
+    char *now = tu_read(out, NULL);
+    cr_assert(now && !strcmp(now, OLD_TEXT));
+    free(now);
+    free(se);
+    tu_rmtree(dir);
+}
