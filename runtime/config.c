@@ -1,5 +1,6 @@
 #include "runtime/config.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -114,8 +115,10 @@ int sq_model_config_parse(const char *file, const cJSON *root, sq_model_config *
     double eps = 1e-6, theta = 10000.0;
     if (!rc)
         rc = sq_json_get_number(root, "rms_norm_eps", 0, &eps, file, "", err);
-    if (!rc && !(eps > 0 && eps < 1))
-        rc = sq_error_set(err, SQ_EDATA, "%s: rms_norm_eps: %g is not in (0, 1)", file, eps);
+    /* the value is used as a float32: below FLT_MIN it would become 0 (or a subnormal) */
+    if (!rc && !(eps >= FLT_MIN && eps < 1))
+        rc = sq_error_set(err, SQ_EDATA, "%s: rms_norm_eps: %g is not in [%g, 1) (it is used as a "
+                          "normal float32)", file, eps, (double)FLT_MIN);
     if (!rc)
         rc = sq_json_get_number(root, "rope_theta", 0, &theta, file, "", err);
     if (!rc && !(theta > 1 && theta < 1e12))
