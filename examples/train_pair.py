@@ -57,20 +57,35 @@ SIZES = {
 # Text
 
 
+def fail(code, msg):
+    """Exit codes as the C tools: 64 usage, 65 data, 66 no input, 73 can't create."""
+    print("train_pair.py: " + msg, file=sys.stderr)
+    sys.exit(code)
+
+
 def load_text(path):
     """The KJV as bytes: from a file if given, else dumped with `bible` (package bible-kjv)."""
     if path:
-        with open(path, "rb") as f:
-            return f.read()
-    raw = subprocess.run(["bible", "-f", "Gen1:1-Rev22:21"], check=True,
-                         stdout=subprocess.PIPE).stdout
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            fail(66, "%s: cannot read: %s" % (path, e.strerror))
+    try:
+        raw = subprocess.run(["bible", "-f", "Gen1:1-Rev22:21"], check=True,
+                             stdout=subprocess.PIPE).stdout
+    except FileNotFoundError:
+        fail(66, "bible: not found; install Debian's bible-kjv (apt-get install bible-kjv) or "
+                 "pass --text FILE")
+    except subprocess.CalledProcessError as e:
+        fail(66, "bible: exited with status %d" % e.returncode)
     lines = []
     for line in raw.split(b"\n"):
         if not line:
             continue
         ref, sep, verse = line.partition(b" ")
         if not sep or b":" not in ref:
-            sys.exit("train_pair.py: bible output: unexpected line %r" % line[:60])
+            fail(65, "bible output: unexpected line %r" % line[:60])
         lines.append(verse)
     return b"\n".join(lines) + b"\n"
 
@@ -339,11 +354,20 @@ def main():
     ap.add_argument("--eval-window", type=int, default=256)
     ap.add_argument("--only", choices=["draft", "target"], help="train one model only")
     ap.add_argument("--log-every", type=int, default=50)
+    def usage_error(msg):
+        ap.print_usage(sys.stderr)
+        fail(64, msg)
+
+    ap.error = usage_error
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
-    os.makedirs(args.out, exist_ok=True)
+    for d in [args.out] + [os.path.join(args.out, n) for n in ("draft", "target")]:
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            fail(73, "%s: cannot create: %s" % (d, e.strerror))
 
     def log(msg):
         print(msg, flush=True)
@@ -392,7 +416,6 @@ def main():
         log("%s: %d parameters, %.0f s wall, %.0f s cpu, held-out %.4f bits/byte over %d bytes" % (
             name, nparams, secs, cpu, bpb, count))
         d = os.path.join(args.out, name)
-        os.makedirs(d, exist_ok=True)
         write_safetensors(os.path.join(d, "model.safetensors"), model.hf_tensors(), args.dtype,
                           {"format": "pt"})
         write_atomic(os.path.join(d, "config.json"),
