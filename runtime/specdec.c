@@ -392,19 +392,22 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
     int rc;
     double t0 = now_ms();
 
-    /* 1. the draft catches up: S[dc .. len-1], the root last */
+    /* 1. the draft catches up: S[dc .. len-1], the root last. A root-only plan is plain
+     * decoding with the target: the draft is never needed, so it is never run. */
     int dcom = sq_context_committed(sd->dctx);
-    int a = len - dcom;
-    SQ_ASSERT(a >= 1 && a + n <= sd->dmaxp);
+    int a = n > 1 ? len - dcom : 0;
+    SQ_ASSERT(n == 1 || (a >= 1 && a + n <= sd->dmaxp));
     for (int i = 0; i < a; i++) {
         sd->ftok[i] = sd->seq[dcom + i];
         sd->fpos[i] = dcom + i;
         for (int j = 0; j < a; j++)
             sd->mask[(size_t)i * a + j] = j <= i;
     }
-    if ((rc = sq_context_forward(sd->dctx, sd->ftok, sd->fpos, sd->mask, a, sd->dbuf, err)))
-        return rc;
-    memcpy(sd->dlog, sd->dbuf + (size_t)(a - 1) * Vs, Vs * sizeof(float));
+    if (a > 0) {
+        if ((rc = sq_context_forward(sd->dctx, sd->ftok, sd->fpos, sd->mask, a, sd->dbuf, err)))
+            return rc;
+        memcpy(sd->dlog, sd->dbuf + (size_t)(a - 1) * Vs, Vs * sizeof(float));
+    }
     for (int u = 0; u < n; u++)
         sd->dslot[u] = -1;
     sd->dslot[0] = a - 1;
