@@ -1445,9 +1445,9 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
         H5Sget_simple_extent_dims(sp, &n, NULL);
     if (sp >= 0)
         H5Sclose(sp);
-    if (n < 1 || n > (hsize_t)rows + 1)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: missing or %llu entries for %lld rows; delete "
-                            "it to start over", w->tmp, RESUME_OFFSETS, (unsigned long long)n, rows);
+    if (n < 1 || n > (hsize_t)SQ_CORPUS_MAX_SEQUENCES + 1)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: missing or %llu entries; delete it to start "
+                            "over", w->tmp, RESUME_OFFSETS, (unsigned long long)n);
     if (n > w->cap_offsets) {
         int64_t *o = realloc(w->offsets, (size_t)n * sizeof *o);
         if (!o)
@@ -1459,11 +1459,17 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
                 w->offsets) < 0)
         return sq_error_set(err, SQ_EIO, "%s: %s: read error: %s", w->tmp, RESUME_OFFSETS,
                             h5_detail(d));
+    /* A process killed inside a checkpoint may have written the new boundaries but not yet the
+     * new row count: the boundaries of the older checkpoint are the ones up to its row count
+     * (boundaries are only ever appended). */
     w->n_offsets = (size_t)n;
-    for (size_t i = 1; i < w->n_offsets; i++)
-        if (w->offsets[i] <= w->offsets[i - 1] || w->offsets[i] > rows)
+    for (size_t i = 1; i < (size_t)n; i++) {
+        if (w->offsets[i] <= w->offsets[i - 1])
             return sq_error_set(err, SQ_EDATA, "%s: %s[%zu]: %lld is out of order; delete it to "
                                 "start over", w->tmp, RESUME_OFFSETS, i, (long long)w->offsets[i]);
+        if (w->offsets[i] > rows && w->n_offsets == (size_t)n)
+            w->n_offsets = i;
+    }
     if (w->offsets[0] != 0)
         return sq_error_set(err, SQ_EDATA, "%s: %s[0]: must be 0", w->tmp, RESUME_OFFSETS);
     w->flushed = rows;

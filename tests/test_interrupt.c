@@ -361,7 +361,16 @@ static void resume_case(int sig, int kills, const char *topk)
     cr_assert(interrupted > 0, "the dump finished before any interruption");
     if (!finished) {
         err_text = NULL;
-        cr_assert_eq(tu_run(argv, NULL, &err_text), 0, "%s", err_text);
+        int st = tu_run(argv, NULL, &err_text);
+        if (sig == SIGKILL && st == 65 && strstr(err_text, "delete it to start over")) {
+            /* killed in the middle of an HDF5 metadata flush: the documented refusal; the
+             * partial file is deleted and the dump starts over */
+            cr_log_warn("partial file damaged by SIGKILL: %s", err_text);
+            free(err_text);
+            cr_assert_eq(unlink(partial), 0);
+            st = tu_run(argv, NULL, &err_text);
+        }
+        cr_assert_eq(st, 0, "%s", err_text);
     }
     if (sig == SIGTERM)
         cr_assert(strstr(err_text, "resuming after"), "a resumed dump skips done work: %s", err_text);
