@@ -343,7 +343,7 @@ def main():
     ap.add_argument("--seq-len", type=int, default=256, help="training window in bytes")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--draft-steps", type=int, default=650)
-    ap.add_argument("--target-steps", type=int, default=650)
+    ap.add_argument("--target-steps", type=int, default=1000)
     ap.add_argument("--draft-lr", type=float, default=3e-3)
     ap.add_argument("--target-lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
