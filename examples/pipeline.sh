@@ -93,7 +93,7 @@ run_setting() { # name plan mode temperature
         local extra=()
         [ "$i" -eq 0 ] && extra=(--validate --validate-samples 600)
         "$RUN" --draft "$DRAFT" --target "$TARGET" --plan "$plan" --prompt "$OUT/prompt$i.txt" \
-            -n "$NEW_TOKENS" --mode "$mode" --temperature "$temp" --seed $((i + 1)) \
+            -n "$NEW_TOKENS" --mode "$mode" --temperature "$temp" --seed $((1000 + i)) \
             --threads "$THREADS" -o "$OUT/out_${name}_$i.txt" --report "$OUT/report_${name}_$i.json" \
             "${extra[@]}" 2> "$OUT/run_${name}_$i.log" ||
             { echo "pipeline.sh: sequoia-run failed for $name prompt $i (see $OUT/run_${name}_$i.log)" >&2; exit 1; }
