@@ -42,6 +42,50 @@ const sq_curve *sq_curve_default(void)
     return &appe_curve;
 }
 
+static double kjv_p[16] = {
+    0.791820, 0.097569, 0.040462, 0.020836, 0.012813, 0.008837, 0.006260, 0.004276,
+    0.003320, 0.002491, 0.002284, 0.001563, 0.001316, 0.001230, 0.000795, 0.000842,
+};
+
+static sq_curve kjv_curve;
+
+const sq_curve *sq_curve_builtin(const char *name, const char **provenance)
+{
+    if (!strcmp(name, "paper-appE")) {
+        if (provenance)
+            *provenance = sq_curve_default_provenance;
+        return sq_curve_default();
+    }
+    if (!strcmp(name, "kjv-byte-pair")) {
+        if (!kjv_curve.p) {
+            double s = 0;
+            for (int i = 0; i < 16; i++)
+                s += kjv_p[i];
+            kjv_curve = (sq_curve){
+                .name = (char *)"kjv-byte-pair-stochastic@T0.6",
+                .mode = (char *)"stochastic",
+                .temperature = 0.6,
+                .top_p = 1.0,
+                .width = 16,
+                .p = kjv_p,
+                .reject = 1.0 - s,
+                .positions = 32640,
+                .sequences = 128,
+            };
+        }
+        if (provenance)
+            *provenance = "the shipped byte-level KJV pair's stochastic curve at T = 0.6 (data/models, "
+                          "estimated by examples/pipeline.sh over 32,640 held-out positions)";
+        return &kjv_curve;
+    }
+    return NULL;
+}
+
+const char *sq_curve_builtin_names(void)
+{
+    return "paper-appE, kjv-byte-pair";
+}
+
 /* ---- basics ------------------------------------------------------------------------------- */
 
 static const char *const modes[] = {"stochastic", "specinfer", "greedy", "topk"};

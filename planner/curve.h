@@ -84,4 +84,14 @@ int sq_curve_set_select(const sq_curve_set *set, const char *name, const char *f
 const sq_curve *sq_curve_default(void);
 extern const char *const sq_curve_default_provenance;
 
+/* Embedded curves that --acceptance can name instead of a file:
+ *   "paper-appE"     the default above;
+ *   "kjv-byte-pair"  stochastic@T0.6 of the shipped byte-level pair (data/models), estimated
+ *                    by examples/pipeline.sh (data/pipeline/curves.json).
+ * Returns NULL for another name; *provenance (may be NULL) gets a one-line description. */
+const sq_curve *sq_curve_builtin(const char *name, const char **provenance);
+
+/* "paper-appE, kjv-byte-pair", for messages. */
+const char *sq_curve_builtin_names(void);
+
 #endif

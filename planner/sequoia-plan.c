@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "planner/baseline.h"
 #include "planner/curve.h"
@@ -42,8 +43,10 @@ static void usage(FILE *fp)
         "The tree has exactly N nodes unless the depth and width bounds cannot hold that many.\n"
         "\n"
         "Options:\n"
-        "  -a, --acceptance FILE  acceptance curves (format sequoia-acceptance v1); without it the\n"
-        "                         paper's App. E vector is used (a notice says so on stderr)\n"
+        "  -a, --acceptance FILE  acceptance curves (format sequoia-acceptance v1), or the name of an\n"
+        "                         embedded curve: paper-appE (the default: the paper's App. E\n"
+        "                         vector, with a notice on stderr) or kjv-byte-pair (the shipped\n"
+        "                         byte-level pair's stochastic curve at T = 0.6)\n"
         "  -c, --curve NAME       the curve to use when FILE holds several\n"
         "  -n, --budget N         tree size, root included (default 128)\n"
         "  -d, --depth D          depth bound, root level included (default 10); D >= N is unbounded\n"
@@ -415,7 +418,19 @@ int main(int argc, char **argv)
         if ((rc = sq_plan_load(plan_file, &plan, &err)))
             goto done;
     } else {
-        if (acc_file) {
+        const char *builtin_note = NULL;
+        const sq_curve *builtin = NULL;
+        if (acc_file && access(acc_file, F_OK) != 0)
+            builtin = sq_curve_builtin(acc_file, &builtin_note);
+        if (builtin) {
+            if (curve_name) {
+                rc = sq_error_set(&err, SQ_EUSAGE, "--curve: the embedded curve \"%s\" is a single "
+                                  "curve", acc_file);
+                goto done;
+            }
+            params.curve = builtin;
+            fprintf(stderr, PROG ": using the embedded curve \"%s\": %s\n", acc_file, builtin_note);
+        } else if (acc_file) {
             if ((rc = sq_curve_set_load(acc_file, &set, &err)) ||
                 (rc = sq_curve_set_select(set, curve_name, acc_file, &params.curve, &err)))
                 goto done;

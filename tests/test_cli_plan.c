@@ -278,3 +278,27 @@ Test(cli_plan, bad_profiles_and_ranges_are_refused)
     free(prof);
     free(out);
 }
+
+Test(cli_plan, embedded_curves_can_be_named_and_match_the_shipped_file)
+{
+    char *out, *err;
+    char *argv[] = {(char *)bin(), "--acceptance", "kjv-byte-pair", "-n", "32", "-d", "6", NULL};
+    cr_assert_eq(tu_run(argv, &out, &err), 0, "%s", err);
+    cr_assert(strstr(err, "embedded curve \"kjv-byte-pair\""), "%s", err);
+    /* the embedded vector is the pipeline's stochastic@T0.6 curve, rounded to 6 decimals */
+    char *path = tu_source_path("data/pipeline/curves.json");
+    sq_curve_set *set;
+    sq_error e = {0};
+    cr_assert_eq(sq_curve_set_load(path, &set, &e), 0, "%s", e.msg);
+    const sq_curve *shipped, *emb = sq_curve_builtin("kjv-byte-pair", NULL);
+    cr_assert_eq(sq_curve_set_select(set, "stochastic@T0.6", path, &shipped, &e), 0, "%s", e.msg);
+    cr_assert_eq(emb->width, shipped->width);
+    for (int i = 0; i < emb->width; i++)
+        cr_assert(fabs(emb->p[i] - shipped->p[i]) <= 5e-7, "p[%d]", i);
+    cr_assert_null(sq_curve_builtin("nope", NULL));
+    cr_assert_eq(sq_curve_builtin("paper-appE", NULL), sq_curve_default());
+    sq_curve_set_free(set);
+    free(path);
+    free(out);
+    free(err);
+}
