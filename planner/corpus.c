@@ -885,7 +885,26 @@ static hid_t create_rows_dataset(sq_corpus_writer *w, const char *name, hid_t ty
         chunk[0] = (hsize_t)w->chunk_rows * 16; /* tokens are small: fewer, larger chunks */
     hid_t sp = H5Screate_simple(rank, dims, maxd);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    int ok = sp >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, rank, chunk) >= 0;
+    /* no modification times: the same data always gives the same bytes (and SHA-256) */
+    int ok = sp >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, rank, chunk) >= 0 &&
+             H5Pset_obj_track_times(dcpl, 0) >= 0;
+    /* the parent group ("/target" of "/target/logits"), also without times */
+    const char *slash = strrchr(name, '/');
+    if (ok && slash && slash != name) {
+        char parent[64];
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - name), name);
+        if (H5Lexists(w->file, parent, H5P_DEFAULT) <= 0) {
+            hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+            hid_t g = gcpl >= 0 && H5Pset_obj_track_times(gcpl, 0) >= 0
+                          ? H5Gcreate2(w->file, parent, H5P_DEFAULT, gcpl, H5P_DEFAULT)
+                          : H5I_INVALID_HID;
+            ok = g >= 0;
+            if (g >= 0)
+                H5Gclose(g);
+            if (gcpl >= 0)
+                H5Pclose(gcpl);
+        }
+    }
     if (ok && w->p.compression > 0)
         ok = H5Pset_shuffle(dcpl) >= 0 && H5Pset_deflate(dcpl, (unsigned)w->p.compression) >= 0;
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
@@ -1516,6 +1535,7 @@ int sq_corpus_writer_open_resumable(const char *path, const char *partial,
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     int ok = sp >= 0 && dcpl >= 0 && lcpl >= 0 && H5Pset_chunk(dcpl, 1, &ch) >= 0 &&
+             H5Pset_obj_track_times(dcpl, 0) >= 0 &&
              H5Pset_create_intermediate_group(lcpl, 1) >= 0;
     w->resume_offsets = ok ? H5Dcreate2(w->file, RESUME_OFFSETS, H5T_STD_I64LE, sp, lcpl, dcpl,
                                         H5P_DEFAULT)
@@ -1558,9 +1578,15 @@ int sq_corpus_writer_commit(sq_corpus_writer *w, sq_error *err)
     if (rc == SQ_OK) {
         hsize_t n = (hsize_t)w->n_offsets;
         hid_t sp = H5Screate_simple(1, &n, NULL);
-        hid_t ds = sp >= 0 ? H5Dcreate2(w->file, "/seq_offsets", H5T_STD_I64LE, sp, H5P_DEFAULT,
-                                        H5P_DEFAULT, H5P_DEFAULT)
-                           : H5I_INVALID_HID;
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        if (dcpl >= 0)
+            H5Pset_obj_track_times(dcpl, 0);
+        hid_t ds = sp >= 0 && dcpl >= 0
+                       ? H5Dcreate2(w->file, "/seq_offsets", H5T_STD_I64LE, sp, H5P_DEFAULT, dcpl,
+                                    H5P_DEFAULT)
+                       : H5I_INVALID_HID;
+        if (dcpl >= 0)
+            H5Pclose(dcpl);
         int ok = ds >= 0 && H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                                      w->offsets) >= 0;
         if (ds >= 0)
