@@ -9,7 +9,7 @@
  *
  * Refused, each with a message naming the key: another architecture or model_type, a
  * hidden_act other than silu, rope_scaling other than null or {"rope_type": "default"}
- * (linear, dynamic, yarn, llama3, ... are not implemented), attention_bias or mlp_bias true,
+ * (linear, dynamic, yarn, llama3, ... are refused: this runtime has only plain RoPE), attention_bias or mlp_bias true,
  * a head_dim other than hidden_size / num_attention_heads, num_attention_heads not a multiple
  * of num_key_value_heads, an odd head dimension (RoPE pairs), sizes out of range.
  * `dtype` is left empty: it describes the weights, which config.json does not decide. */
