@@ -503,13 +503,8 @@ cJSON *sq_curve_set_to_json(const sq_curve_set *set)
 int sq_curve_set_save(const char *file, const sq_curve_set *set, sq_error *err)
 {
     cJSON *o = sq_curve_set_to_json(set);
-    size_t len;
-    char *text = sq_json_to_string(o, &len);
+    int rc = sq_json_save(file, o, err);
     cJSON_Delete(o);
-    if (!text)
-        return sq_error_oom(err, file);
-    int rc = sq_file_write_atomic(file, text, len, err);
-    free(text);
     return rc;
 }
 

@@ -372,6 +372,16 @@ void sq_json_print(FILE *fp, const cJSON *item)
     fputc('\n', fp);
 }
 
+int sq_json_save(const char *file, const cJSON *item, sq_error *err)
+{
+    sq_out *out;
+    int rc = sq_out_open(&out, file, err);
+    if (rc)
+        return rc;
+    sq_json_print(sq_out_stream(out), item);
+    return sq_out_commit(out, err);
+}
+
 char *sq_json_to_string(const cJSON *item, size_t *len)
 {
     char *buf = NULL;

@@ -46,6 +46,9 @@ void sq_json_add(cJSON *obj, const char *key, cJSON *item);
  * the shortest of %.15g/%.17g that reads back exactly, so output is byte-stable. */
 void sq_json_print(FILE *fp, const cJSON *item);
 
+/* Writes `item` to `file` atomically (planner/io.h), pretty-printed; "-" is standard output. */
+int sq_json_save(const char *file, const cJSON *item, sq_error *err);
+
 /* Renders to a malloc'd string. */
 char *sq_json_to_string(const cJSON *item, size_t *len);
 

@@ -85,13 +85,8 @@ cJSON *sq_plan_to_json(const sq_plan *p)
 int sq_plan_save(const char *file, const sq_plan *p, sq_error *err)
 {
     cJSON *o = sq_plan_to_json(p);
-    size_t len;
-    char *text = sq_json_to_string(o, &len);
+    int rc = sq_json_save(file, o, err);
     cJSON_Delete(o);
-    if (!text)
-        return sq_error_oom(err, file);
-    int rc = sq_file_write_atomic(file, text, len, err);
-    free(text);
     return rc;
 }
 

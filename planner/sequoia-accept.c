@@ -276,16 +276,6 @@ static int plot(char **files, int n_files)
     return rc;
 }
 
-/* Writes a curve set (cJSON tree) atomically to path ("-": stdout). */
-static int write_json(const char *path, const cJSON *root, sq_error *err)
-{
-    sq_out *out;
-    int rc = sq_out_open(&out, path, err);
-    if (rc)
-        return rc;
-    sq_json_print(sq_out_stream(out), root);
-    return sq_out_commit(out, err);
-}
 
 static cJSON *string_array(const char *const *v, int n)
 {
@@ -801,7 +791,7 @@ static int merge(char **files, int n_files, const char *out_file, int quiet)
     sq_json_add(src, "tool", cJSON_CreateString(PROG " " SQ_VERSION));
     merged.source = src;
     root = sq_curve_set_to_json(&merged);
-    if ((rc = write_json(out_file ? out_file : "-", root, &err)) || (rc = write_svg(root, &err)))
+    if ((rc = sq_json_save(out_file ? out_file : "-", root, &err)) || (rc = write_svg(root, &err)))
         goto done;
     if (!quiet && out_file)
         printf("merged %d curve%s from %d files (%d corpus files)\n", merged.n,

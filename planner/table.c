@@ -36,12 +36,7 @@ cJSON *sq_table_to_json(const sq_dp *dp, const sq_curve *curve)
 int sq_table_save(const char *file, const sq_dp *dp, const sq_curve *curve, sq_error *err)
 {
     cJSON *o = sq_table_to_json(dp, curve);
-    size_t len;
-    char *text = sq_json_to_string(o, &len);
+    int rc = sq_json_save(file, o, err);
     cJSON_Delete(o);
-    if (!text)
-        return sq_error_oom(err, file);
-    int rc = sq_file_write_atomic(file, text, len, err);
-    free(text);
     return rc;
 }
