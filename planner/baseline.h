@@ -4,7 +4,7 @@
 #ifndef SQ_PLANNER_BASELINE_H
 #define SQ_PLANNER_BASELINE_H
 
-#include "planner/curve.h"
+#include "libsequoia/format/curve.h"
 
 /* F of the longest chain that fits: min(budget, depth) nodes, root included. *nodes gets its
  * size. */

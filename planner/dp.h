@@ -19,9 +19,9 @@
 #ifndef SQ_PLANNER_DP_H
 #define SQ_PLANNER_DP_H
 
-#include "planner/curve.h"
-#include "planner/error.h"
-#include "planner/tree.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/error.h"
+#include "libsequoia/format/tree.h"
 
 /* Documented limits. A request past them is refused at once (SQ_EUSAGE). */
 #define SQ_DP_MAX_CELLS (1LL << 24)   /* (N+1)·(D+1)·(B+1) after clamping: 64 MiB of back-pointers */

@@ -19,10 +19,10 @@
 #ifndef SQ_PLANNER_ENGINE_H
 #define SQ_PLANNER_ENGINE_H
 
-#include "planner/curve.h"
-#include "planner/error.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/error.h"
 #include "planner/export.h"
-#include "planner/tree.h"
+#include "libsequoia/format/tree.h"
 
 #define SQ_UNIFORM_MAX_CELLS (1LL << 24)   /* D N^2 memo entries (8 bytes each) */
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 #include "planner/svg.h"
 
 static const char *const format_names[SQ_EXPORT_COUNT] = {

@@ -20,9 +20,9 @@
 
 #include <stdio.h>
 
-#include "planner/error.h"
-#include "planner/plan.h"
-#include "planner/tree.h"
+#include "libsequoia/base/error.h"
+#include "libsequoia/format/plan.h"
+#include "libsequoia/format/tree.h"
 
 typedef enum sq_export_format {
     SQ_EXPORT_TRTLLM,

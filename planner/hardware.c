@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 
 sq_hw_params sq_hw_default_params(void)
 {

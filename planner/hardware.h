@@ -22,7 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "planner/dp.h"
-#include "planner/profile.h"
+#include "libsequoia/format/profile.h"
 
 typedef struct sq_hw_params {
     const sq_profile *target;     /* required                                              */

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/io.h"
-#include "planner/json.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
 
 #define MAX_RANK0 (1 << 20)
 

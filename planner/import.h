@@ -16,10 +16,10 @@
 #ifndef SQ_PLANNER_IMPORT_H
 #define SQ_PLANNER_IMPORT_H
 
-#include "planner/curve.h"
-#include "planner/error.h"
-#include "planner/plan.h"
-#include "planner/tree.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/error.h"
+#include "libsequoia/format/plan.h"
+#include "libsequoia/format/tree.h"
 
 #define SQ_IMPORT_MAX_NODES 16384   /* engine trees hold at most a few hundred nodes */
 #define SQ_IMPORT_MAX_BYTES (64u << 20)

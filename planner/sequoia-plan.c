@@ -10,15 +10,15 @@
 #include <unistd.h>
 
 #include "planner/baseline.h"
-#include "planner/curve.h"
+#include "libsequoia/format/curve.h"
 #include "planner/dp.h"
 #include "planner/hardware.h"
 #include "planner/engine.h"
 #include "planner/export.h"
 #include "planner/import.h"
-#include "planner/io.h"
-#include "planner/json.h"
-#include "planner/plan.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 #include "planner/svg.h"
 #include "planner/table.h"
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "planner/baseline.h"
-#include "planner/io.h"
+#include "libsequoia/base/io.h"
 
 static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                       "#9467bd", "#8c564b", "#e377c2", "#17becf"};

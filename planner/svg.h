@@ -7,16 +7,16 @@
  *    several curves overlaid;
  *  - the expected-tokens table: F (best expected tokens per step) against tree size for
  *    several depth bounds, with the chain and best k x L baselines.
- * Every function writes atomically (planner/io.h) when given a path. */
+ * Every function writes atomically (libsequoia/base/io.h) when given a path. */
 #ifndef SQ_PLANNER_SVG_H
 #define SQ_PLANNER_SVG_H
 
 #include <stdio.h>
 
-#include "planner/curve.h"
+#include "libsequoia/format/curve.h"
 #include "planner/dp.h"
-#include "planner/error.h"
-#include "planner/plan.h"
+#include "libsequoia/base/error.h"
+#include "libsequoia/format/plan.h"
 
 #define SQ_SVG_LABEL_MAX 256     /* nodes up to which every node carries text labels */
 #define SQ_SVG_MAX_RANKS 64      /* ranks drawn per curve                              */

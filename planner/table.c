@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "planner/io.h"
-#include "planner/json.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
 
 cJSON *sq_table_to_json(const sq_dp *dp, const sq_curve *curve)
 {

@@ -2,7 +2,7 @@
 
 #include <math.h>
 
-#include "planner/io.h"
+#include "libsequoia/base/io.h"
 
 #define W 720.0
 #define H 420.0

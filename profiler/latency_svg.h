@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "planner/profile.h"
+#include "libsequoia/format/profile.h"
 
 void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, double unstable);
 int sq_latency_svg(const sq_profile *p, const char *title, double unstable, const char *path,

@@ -7,7 +7,7 @@
 #ifndef SQ_PROFILER_MEASURE_H
 #define SQ_PROFILER_MEASURE_H
 
-#include "planner/profile.h"
+#include "libsequoia/format/profile.h"
 #include "runtime/model.h"
 
 typedef struct sq_measure_params {

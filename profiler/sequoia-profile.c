@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "planner/io.h"
-#include "planner/json.h"
-#include "planner/profile.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/profile.h"
 #include "profiler/latency_svg.h"
 #include "profiler/measure.h"
 #include "runtime/config.h"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 
 static int get_bool(const cJSON *root, const char *key, int *out, const char *file,
                     sq_error *err)

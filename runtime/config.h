@@ -18,7 +18,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 #include "runtime/model.h"
 
 /* Limits that keep every size product well inside 64 bits. */

@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 }
 
 #define CUDA_CHECK(call)                                                                    \

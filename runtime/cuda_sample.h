@@ -1,6 +1,6 @@
 /* Sampling arithmetic on a CUDA device (runtime/cuda_sample.cu): softmax with temperature and
  * top-p, argmax, the residual update and draws with and without replacement, on one vocabulary
- * row. They compute what runtime/verify.c computes on the host (the same per-element formulas,
+ * row. They compute what libsequoia/verify/verify.c computes on the host (the same per-element formulas,
  * runtime/kernels.h), so a verifier can keep its decisions on the host while the O(V) work runs
  * next to the logits. Vectors are host arrays here (copied in and out), which is what the tests
  * compare against verify.c; random draws are counter-based (sq_k_uniform), so the host can
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 typedef struct sq_model_config {
     int   dim;              /* hidden_size                                   */

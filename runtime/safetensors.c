@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 
 static const struct {
     const char *name;

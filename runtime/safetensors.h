@@ -27,7 +27,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 /* Largest header this reader accepts (the reference implementation's limit is 100 MB). */
 #define SQ_ST_MAX_HEADER (100u << 20)

@@ -10,16 +10,16 @@
 #include <string.h>
 #include <time.h>
 
-#include "planner/corpus.h"
-#include "planner/io.h"
-#include "planner/json.h"
-#include "planner/plan.h"
-#include "planner/sha256.h"
+#include "libsequoia/format/corpus.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
+#include "libsequoia/base/sha256.h"
 #include "runtime/model.h"
 #include "runtime/specdec.h"
-#include "runtime/stats.h"
+#include "libsequoia/base/stats.h"
 #include "runtime/tokens.h"
-#include "runtime/verify.h"
+#include "libsequoia/verify/verify.h"
 
 #define PROG "sequoia-run"
 #define REPORT_FORMAT "sequoia-run-report"

@@ -11,7 +11,7 @@
  *      over the nodes of level l+1 that have children (tree mask over the pending tokens)
  *      yields their Q; leaves are never fed to the draft;
  *   3. the target reads all n tree nodes in one forward with the tree mask;
- *   4. the verifier walks from the root (runtime/verify.h);
+ *   4. the verifier walks from the root (libsequoia/verify/verify.h);
  *   5. both contexts commit only the accepted path (KV compaction); the bonus token becomes the
  *      next root.
  * A step produces between 1 and depth tokens. */
@@ -20,10 +20,10 @@
 
 #include <stdint.h>
 
-#include "planner/error.h"
-#include "planner/plan.h"
+#include "libsequoia/base/error.h"
+#include "libsequoia/format/plan.h"
 #include "runtime/model.h"
-#include "runtime/verify.h"
+#include "libsequoia/verify/verify.h"
 
 typedef struct sq_specdec_params {
     sq_mode         mode;

@@ -9,8 +9,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "planner/io.h"
-#include "planner/json.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
 #include "runtime/config.h"
 
 typedef struct wtensor {

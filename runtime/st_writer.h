@@ -6,7 +6,7 @@
  * tensor's dtype: F32, F16 or BF16, rounding to nearest even) or sq_st_writer_put_raw (bytes,
  * any dtype), in as many pieces as convenient, and sq_st_writer_finish. Tensors are laid out
  * back to back in declaration order; the header is padded with spaces to a multiple of 8
- * bytes. The file is written atomically (planner/io.h): nothing appears at `path` unless
+ * bytes. The file is written atomically (libsequoia/base/io.h): nothing appears at `path` unless
  * finish succeeds. Memory stays bounded whatever the file size.
  *
  *     sq_st_writer *w = sq_st_writer_new();
@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
 

@@ -8,7 +8,7 @@
 
 #include <hdf5.h>
 
-#include "planner/io.h"
+#include "libsequoia/base/io.h"
 
 #define TEXT_MAX_BYTES (4ull << 30)
 

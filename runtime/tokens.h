@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 #define SQ_TOKENS_MAX (1LL << 31)   /* tokens in one file */
 

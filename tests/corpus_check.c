@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "planner/corpus.h"
+#include "libsequoia/format/corpus.h"
 
 static void row_stats(const float *v, int V, int *arg, double *sum)
 {

@@ -1,4 +1,4 @@
-/* Suite 'accept': the estimation maths of planner/accept.c (DESIGN.md §4, §5).
+/* Suite 'accept': the estimation maths of planner/accept/accept.c (DESIGN.md §4, §5).
  *
  * The oracle enumerates the verification process itself (every candidate drawn at every step,
  * with its probability, and the accept/reject coin), independently of the Rao-Blackwellised
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/accept.h"
-#include "planner/corpus.h"
-#include "planner/sha256.h"
+#include "planner/accept/accept.h"
+#include "libsequoia/format/corpus.h"
+#include "libsequoia/base/sha256.h"
 #include "tests/testutil.h"
 
 #define MAXV 6

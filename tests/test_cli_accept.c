@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "planner/corpus.h"
-#include "planner/curve.h"
-#include "planner/json.h"
+#include "libsequoia/format/corpus.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/json.h"
 #include "tests/testutil.h"
 
 static const char *bin(void)

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/json.h"
-#include "planner/plan.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 #include "tests/testutil.h"
 
 static const char *bin(void)

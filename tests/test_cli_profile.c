@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/profile.h"
+#include "libsequoia/format/profile.h"
 #include "tests/testutil.h"
 
 #define TINY_CONFIG "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64," \

@@ -12,8 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "planner/corpus.h"
-#include "planner/io.h"
+#include "libsequoia/format/corpus.h"
+#include "libsequoia/base/io.h"
 #include "tests/testutil.h"
 
 /* ---- deterministic data ------------------------------------------------------------------ */

@@ -1,5 +1,5 @@
 /* The CUDA backend against the CPU backend on tiny random Llama models, and the device sampling
- * kernels against runtime/verify.c. Every test needs a CUDA device: without one (a build
+ * kernels against libsequoia/verify/verify.c. Every test needs a CUDA device: without one (a build
  * without the backend, no driver, no GPU) each test reports itself SKIPPED, never passed.
  * The arithmetic these kernels run per element is tested on the CPU by the 'kernels' suite. */
 #include <criterion/criterion.h>
@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/curve.h"
-#include "planner/plan.h"
-#include "planner/tree.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/format/plan.h"
+#include "libsequoia/format/tree.h"
 #include "runtime/cuda_sample.h"
 #include "runtime/kernels.h"
 #include "runtime/model.h"
 #include "runtime/specdec.h"
-#include "runtime/verify.h"
+#include "libsequoia/verify/verify.h"
 
 #define V 97
 
@@ -314,7 +314,7 @@ ParameterizedTest(backend_case *bc, cuda, greedy_speculative_decoding_equals_tar
     sq_model_free(target);
 }
 
-/* ---- sampling kernels against runtime/verify.c ----------------------------------------------- */
+/* ---- sampling kernels against libsequoia/verify/verify.c ----------------------------------------------- */
 
 static sq_cuda_sampler *new_sampler(int vocab)
 {

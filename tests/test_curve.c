@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/curve.h"
-#include "planner/json.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/json.h"
 #include "tests/testutil.h"
 
 static int load_text(const char *text, sq_curve_set **set, sq_error *err)

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "planner/baseline.h"
-#include "planner/curve.h"
+#include "libsequoia/format/curve.h"
 #include "planner/dp.h"
-#include "planner/json.h"
-#include "planner/plan.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 #include "tests/testutil.h"
 
 #define MAXN 10

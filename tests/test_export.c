@@ -8,15 +8,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "planner/curve.h"
+#include "libsequoia/format/curve.h"
 #include "planner/dp.h"
 #include "planner/engine.h"
 #include "planner/export.h"
 #include "planner/import.h"
-#include "planner/json.h"
-#include "planner/plan.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 #include "planner/svg.h"
-#include "planner/tree.h"
+#include "libsequoia/format/tree.h"
 #include "tests/testutil.h"
 
 /* ---- helpers ----------------------------------------------------------------------------- */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "planner/hardware.h"
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 #include "tests/testutil.h"
 
 static sq_profile *make_profile(const int *tokens, const double *ms, int n)

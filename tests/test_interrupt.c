@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "planner/corpus.h"
+#include "libsequoia/format/corpus.h"
 #include "runtime/st_writer.h"
 #include "tests/testutil.h"
 
@@ -34,7 +34,7 @@ static const char *bin(const char *var)
     return b;
 }
 
-/* Number of entries of dir whose name holds ".tmp-" (the temporary files of planner/io.h). */
+/* Number of entries of dir whose name holds ".tmp-" (the temporary files of libsequoia/base/io.h). */
 static int count_temps(const char *dir)
 {
     DIR *d = opendir(dir);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "runtime/kernels.h"
-#include "runtime/verify.h"
+#include "libsequoia/verify/verify.h"
 
 /* IEEE binary16 of the compiler (GCC >= 12 on x86-64), the oracle for the f16 conversions. */
 __extension__ typedef _Float16 half_t;

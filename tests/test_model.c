@@ -14,7 +14,7 @@
 #include <criterion/criterion.h>
 #include <gsl/gsl_cblas.h>
 
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 #include "runtime/config.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"

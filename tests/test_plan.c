@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "planner/dp.h"
-#include "planner/json.h"
-#include "planner/plan.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 #include "tests/testutil.h"
 
 static sq_plan *optimal_plan(int n, int d)

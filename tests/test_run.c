@@ -11,15 +11,15 @@
 
 #include <hdf5.h>
 
-#include "planner/accept.h"
-#include "planner/corpus.h"
+#include "planner/accept/accept.h"
+#include "libsequoia/format/corpus.h"
 #include "planner/dp.h"
-#include "planner/json.h"
-#include "planner/plan.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 #include "runtime/model.h"
 #include "runtime/specdec.h"
 #include "runtime/st_writer.h"
-#include "runtime/stats.h"
+#include "libsequoia/base/stats.h"
 #include "runtime/tokens.h"
 #include "tests/testutil.h"
 
@@ -658,7 +658,7 @@ Test(run, cli_dump_writes_teacher_forced_logits)
 
 /* The chain of issue 4, proof 4, on a model pair whose draft is the target's first layer (same
  * seed: shared embeddings, layer 0 and head): the target samples text; `sequoia-run dump` turns
- * it into a corpus; the stochastic@T1 curve is estimated from it (planner/accept.h); the DP
+ * it into a corpus; the stochastic@T1 curve is estimated from it (planner/accept/accept.h); the DP
  * plans a tree with that curve; speculative decoding of fresh prompts must deliver the plan's
  * expected tokens per step within the 95% confidence interval of the measured mean. */
 static void sample_text(sq_specdec *sd, int seqs, int len, uint64_t seed0, const char *path)

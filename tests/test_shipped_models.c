@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 #include "runtime/model.h"
 #include "tests/testutil.h"
 

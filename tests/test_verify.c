@@ -14,8 +14,8 @@
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
 
-#include "runtime/stats.h"
-#include "runtime/verify.h"
+#include "libsequoia/base/stats.h"
+#include "libsequoia/verify/verify.h"
 
 #define V 6
 #define P_MIN 0.001   /* fail a goodness-of-fit test below this p-value */

@@ -20,8 +20,8 @@
 #include <gsl/gsl_randist.h>
 #include <gsl/gsl_rng.h>
 
-#include "planner/accept.h"
-#include "planner/corpus.h"
+#include "planner/accept/accept.h"
+#include "libsequoia/format/corpus.h"
 
 #define V 32000
 #define W 16

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "planner/corpus.h"
+#include "libsequoia/format/corpus.h"
 
 #define V 32000
 

@@ -13,7 +13,7 @@
 #include "planner/engine.h"
 #include "planner/export.h"
 #include "planner/import.h"
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 #include "planner/svg.h"
 
 #define REPS 7

@@ -17,10 +17,10 @@
 #include <time.h>
 
 #include "planner/dp.h"
-#include "planner/plan.h"
+#include "libsequoia/format/plan.h"
 #include "runtime/specdec.h"
 #include "runtime/st_writer.h"
-#include "runtime/stats.h"
+#include "libsequoia/base/stats.h"
 #include "tests/testutil.h"
 
 static double now_ms(void)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 #include "runtime/config.h"
 #include "tests/fuzz/fuzz_util.h"
 

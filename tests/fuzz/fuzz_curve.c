@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/curve.h"
-#include "planner/json.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/json.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

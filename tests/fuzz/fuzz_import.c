@@ -8,7 +8,7 @@
 
 #include "planner/export.h"
 #include "planner/import.h"
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 #include "tests/fuzz/fuzz_util.h"
 
 static void check_tree(sq_tree *t)

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "planner/export.h"
-#include "planner/json.h"
-#include "planner/plan.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/json.h"
-#include "planner/profile.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/profile.h"
 #include "tests/fuzz/fuzz_util.h"
 
 static void exercise(const sq_profile *p)

@@ -1,11 +1,11 @@
-#include "planner/plan.h"
+#include "libsequoia/format/plan.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/io.h"
-#include "planner/json.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
 
 int sq_plan_new(sq_tree *tree, const sq_curve *curve, int budget, int depth_limit, int width,
                 sq_plan **out, sq_error *err)

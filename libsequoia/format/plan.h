@@ -2,14 +2,14 @@
  * exporters load. A plan holds the tree, its expected tokens per step, the acceptance curve it
  * was scored with (copied in), the solver's bounds and, once hardware-aware planning ran, the
  * hardware section. */
-#ifndef SQ_PLANNER_PLAN_H
-#define SQ_PLANNER_PLAN_H
+#ifndef SQ_FORMAT_PLAN_H
+#define SQ_FORMAT_PLAN_H
 
 #include <cjson/cJSON.h>
 
-#include "planner/curve.h"
-#include "planner/error.h"
-#include "planner/tree.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/error.h"
+#include "libsequoia/format/tree.h"
 
 #define SQ_PLAN_FORMAT "sequoia-plan"
 #define SQ_PLAN_VERSION 1

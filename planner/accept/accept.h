@@ -27,8 +27,8 @@
  * hash of (seed, corpus key, row, mode, temperature, top-p), so a result depends neither on the
  * number of threads, nor on the other configurations computed in the same run, nor on the other
  * corpora: a run over shards A and B equals the merge of a run over A and a run over B. */
-#ifndef SQ_PLANNER_ACCEPT_H
-#define SQ_PLANNER_ACCEPT_H
+#ifndef SQ_ACCEPT_ACCEPT_H
+#define SQ_ACCEPT_ACCEPT_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -36,9 +36,9 @@
 #include <cjson/cJSON.h>
 #include <gsl/gsl_rng.h>
 
-#include "planner/corpus.h"
-#include "planner/curve.h"
-#include "planner/error.h"
+#include "libsequoia/format/corpus.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/error.h"
 
 #define SQ_ACCEPT_MAX_WIDTH 256        /* W: the covariance statistics hold W² numbers  */
 #define SQ_ACCEPT_MAX_SAMPLES 1000000  /* draws per position                            */

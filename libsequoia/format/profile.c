@@ -1,12 +1,12 @@
-#include "planner/profile.h"
+#include "libsequoia/format/profile.h"
 
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/io.h"
-#include "planner/json.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
 
 int sq_extrapolate_parse(const char *s)
 {

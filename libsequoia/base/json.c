@@ -1,10 +1,10 @@
-#include "planner/json.h"
+#include "libsequoia/base/json.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/io.h"
+#include "libsequoia/base/io.h"
 
 static void line_col(const char *text, const char *at, int *line, int *col)
 {

@@ -4,12 +4,12 @@
  * child (in the verifier's order) of an accepted node is the accepted one. A curve may also
  * carry a depth-dependent matrix (§3.3) whose row r holds the vector for children at depth r+1;
  * deeper levels reuse the last row. */
-#ifndef SQ_PLANNER_CURVE_H
-#define SQ_PLANNER_CURVE_H
+#ifndef SQ_FORMAT_CURVE_H
+#define SQ_FORMAT_CURVE_H
 
 #include <cjson/cJSON.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 #define SQ_CURVE_FORMAT "sequoia-acceptance"
 #define SQ_CURVE_VERSION 1

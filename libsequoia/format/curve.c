@@ -1,11 +1,11 @@
-#include "planner/curve.h"
+#include "libsequoia/format/curve.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "planner/io.h"
-#include "planner/json.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
 
 /* ---- the embedded default ----------------------------------------------------------------- */
 

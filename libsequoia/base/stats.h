@@ -1,7 +1,7 @@
 /* Statistics for validating a run: a chi-square goodness-of-fit test against exact
  * probabilities, and a mean with a confidence interval for correlated series. */
-#ifndef SQ_RUNTIME_STATS_H
-#define SQ_RUNTIME_STATS_H
+#ifndef SQ_BASE_STATS_H
+#define SQ_BASE_STATS_H
 
 typedef struct sq_chisq {
     double stat;      /* Pearson's X^2                                            */

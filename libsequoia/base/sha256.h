@@ -1,11 +1,11 @@
 /* SHA-256 (FIPS 180-4), for naming the exact corpus behind an acceptance curve. */
-#ifndef SQ_PLANNER_SHA256_H
-#define SQ_PLANNER_SHA256_H
+#ifndef SQ_BASE_SHA256_H
+#define SQ_BASE_SHA256_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 #define SQ_SHA256_BYTES 32
 #define SQ_SHA256_HEX (2 * SQ_SHA256_BYTES + 1)

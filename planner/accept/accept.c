@@ -1,4 +1,4 @@
-#include "planner/accept.h"
+#include "planner/accept/accept.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "planner/dp.h"
-#include "planner/json.h"
-#include "planner/tree.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/tree.h"
 
 /* ---- modes and configurations --------------------------------------------------------------- */
 

@@ -1,4 +1,4 @@
-#include "planner/sha256.h"
+#include "libsequoia/base/sha256.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,12 +6,12 @@
  *   /target/logits, /draft/logits          float16|float32 [N, V] (chunked by rows, compressed)
  *   or /target/topk_ids int32 [N, K] + /target/topk_logits float [N, K] (same for /draft)
  *   /tokens int32 [N] (optional), /seq_offsets int64 [S+1] (optional; absent = one sequence). */
-#ifndef SQ_PLANNER_CORPUS_H
-#define SQ_PLANNER_CORPUS_H
+#ifndef SQ_FORMAT_CORPUS_H
+#define SQ_FORMAT_CORPUS_H
 
 #include <stdint.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 #define SQ_CORPUS_FORMAT "sequoia-corpus"
 #define SQ_CORPUS_VERSION 1

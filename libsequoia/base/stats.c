@@ -1,4 +1,4 @@
-#include "runtime/stats.h"
+#include "libsequoia/base/stats.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 #include <gsl/gsl_cdf.h>
 #include <gsl/gsl_errno.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 sq_chisq sq_chisq_gof(const double *counts, const double *probs, int nbins, double min_expected)
 {

@@ -1,5 +1,5 @@
 /* Verification algorithms of DESIGN.md §4 on probability vectors. */
-#include "runtime/verify.h"
+#include "libsequoia/verify/verify.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include <gsl/gsl_errno.h>
 #include <gsl/gsl_rng.h>
 
-#include "runtime/kernels.h"
+#include "libsequoia/verify/formulas.h"
 
 typedef struct sq_pair {
     double v;

@@ -12,15 +12,15 @@
 
 #include <gsl/gsl_errno.h>
 
-#include "planner/accept.h"
-#include "planner/corpus.h"
-#include "planner/curve.h"
+#include "planner/accept/accept.h"
+#include "libsequoia/format/corpus.h"
+#include "libsequoia/format/curve.h"
 #include "planner/dp.h"
-#include "planner/io.h"
-#include "planner/json.h"
-#include "planner/sha256.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/base/sha256.h"
 #include "planner/svg.h"
-#include "planner/tree.h"
+#include "libsequoia/format/tree.h"
 
 #define PROG "sequoia-accept"
 #define MAX_LIST 64

@@ -1,14 +1,14 @@
 /* JSON helpers on top of cJSON: parsing with line/column errors and duplicate-key rejection,
  * typed field access whose errors name the file and the field path, and a printer that keeps
  * numeric arrays on one line so that plans and curves stay readable. */
-#ifndef SQ_PLANNER_JSON_H
-#define SQ_PLANNER_JSON_H
+#ifndef SQ_BASE_JSON_H
+#define SQ_BASE_JSON_H
 
 #include <stdio.h>
 
 #include <cjson/cJSON.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 /* Largest JSON file any tool reads (curves, plans, profiles, tables). */
 #define SQ_JSON_MAX_BYTES (256u << 20)
@@ -46,7 +46,7 @@ void sq_json_add(cJSON *obj, const char *key, cJSON *item);
  * the shortest of %.15g/%.17g that reads back exactly, so output is byte-stable. */
 void sq_json_print(FILE *fp, const cJSON *item);
 
-/* Writes `item` to `file` atomically (planner/io.h), pretty-printed; "-" is standard output. */
+/* Writes `item` to `file` atomically (libsequoia/base/io.h), pretty-printed; "-" is standard output. */
 int sq_json_save(const char *file, const cJSON *item, sq_error *err);
 
 /* Renders to a malloc'd string. */

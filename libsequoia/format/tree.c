@@ -1,4 +1,4 @@
-#include "planner/tree.h"
+#include "libsequoia/format/tree.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,11 +3,11 @@
  * Nodes are stored in breadth-first order with the children of one parent contiguous and in
  * rank order, which is the same as sorting rank paths by (length, lexicographic). Node 0 is the
  * root: parent -1, rank 0, depth 0. Size counts the root; depth counts levels including it. */
-#ifndef SQ_PLANNER_TREE_H
-#define SQ_PLANNER_TREE_H
+#ifndef SQ_FORMAT_TREE_H
+#define SQ_FORMAT_TREE_H
 
-#include "planner/curve.h"
-#include "planner/error.h"
+#include "libsequoia/format/curve.h"
+#include "libsequoia/base/error.h"
 
 typedef struct sq_tree {
     int  n;        /* nodes, root included                                */

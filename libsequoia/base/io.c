@@ -1,4 +1,4 @@
-#include "planner/io.h"
+#include "libsequoia/base/io.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -17,12 +17,12 @@
  *
  * Ties in argmax and top-k go to the lower token id. Every random draw comes from one GSL
  * generator (mt19937) seeded explicitly, so a run is reproducible from its seed. */
-#ifndef SQ_RUNTIME_VERIFY_H
-#define SQ_RUNTIME_VERIFY_H
+#ifndef SQ_VERIFY_VERIFY_H
+#define SQ_VERIFY_VERIFY_H
 
 #include <stdint.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 typedef enum sq_mode {
     SQ_MODE_STOCHASTIC = 0,

@@ -10,12 +10,12 @@
  * `points` is strictly increasing in `tokens`. Times between two measured token counts are
  * interpolated linearly (which preserves monotonicity and never overshoots); times outside the
  * measured range are an error unless an extrapolation mode is chosen. */
-#ifndef SQ_PLANNER_PROFILE_H
-#define SQ_PLANNER_PROFILE_H
+#ifndef SQ_FORMAT_PROFILE_H
+#define SQ_FORMAT_PROFILE_H
 
 #include <cjson/cJSON.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 #define SQ_PROFILE_FORMAT "sequoia-profile"
 #define SQ_PROFILE_VERSION 1

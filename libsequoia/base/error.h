@@ -8,8 +8,8 @@
  *               Only a tool's main() prints it (prefixed by the tool's name) and exits.
  *
  * The status values are the process exit codes, borrowed from sysexits.h. */
-#ifndef SQ_PLANNER_ERROR_H
-#define SQ_PLANNER_ERROR_H
+#ifndef SQ_BASE_ERROR_H
+#define SQ_BASE_ERROR_H
 
 #include <stdio.h>
 #include <stdlib.h>

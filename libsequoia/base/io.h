@@ -4,13 +4,13 @@
  * temporary file in the destination's directory, flushed, fsynced and renamed over the
  * destination. On any failure, and on SIGINT/SIGTERM once sq_out_install_signal_handlers() has
  * run, the temporary file is unlinked and the old destination stays as it was. */
-#ifndef SQ_PLANNER_IO_H
-#define SQ_PLANNER_IO_H
+#ifndef SQ_BASE_IO_H
+#define SQ_BASE_IO_H
 
 #include <stddef.h>
 #include <stdio.h>
 
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 /* Reads a whole regular file into a NUL-terminated buffer (*data, to free()). Refuses
  * directories and files larger than max_bytes. Errors: SQ_ENOINPUT, SQ_EDATA (too large, not a

@@ -1,6 +1,6 @@
 /* Draft/target corpora in HDF5 (DESIGN.md §6.2): a checking, streaming reader and an atomic
  * writer. Only hyperslabs of row blocks are ever read, so memory does not grow with N. */
-#include "planner/corpus.h"
+#include "libsequoia/format/corpus.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -12,7 +12,7 @@
 
 #include <hdf5.h>
 
-#include "planner/io.h"
+#include "libsequoia/base/io.h"
 
 /* Per-dataset chunk cache of the reader: enough for two row stripes of chunks, within limits. */
 #define CACHE_MIN_BYTES ((size_t)1 << 20)

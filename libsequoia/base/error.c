@@ -1,4 +1,4 @@
-#include "planner/error.h"
+#include "libsequoia/base/error.h"
 
 #include <stdarg.h>
 #include <string.h>
