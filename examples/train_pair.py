@@ -50,7 +50,12 @@ SIZES = {
                   num_attention_heads=3, num_key_value_heads=3, tie_word_embeddings=True),
     "target": dict(hidden_size=256, intermediate_size=640, num_hidden_layers=3,
                    num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False),
+    # The CPU-speedup target: ~18M parameters, 72 MB as float32 at run time, well past a
+    # 32 MB L3 cache, so that its one-token decode is bound by memory bandwidth.
+    "large": dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=6,
+                  num_attention_heads=8, num_key_value_heads=4, tie_word_embeddings=False),
 }
+SEED_OFFSET = {"draft": (0, 7), "target": (1, 11), "large": (2, 13)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,12 +299,25 @@ def lr_at(step, steps, lr, warmup):
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def save_checkpoint(path, state):
+    """torch.save to a temporary file in the same folder, then rename: a kill loses nothing."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".ckpt-")
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def train(name, cfg, train_ids, args, log):
-    torch.manual_seed(args.seed + (0 if name == "draft" else 1))
-    gen = torch.Generator().manual_seed(args.seed * 1000 + (7 if name == "draft" else 11))
+    torch.manual_seed(args.seed + SEED_OFFSET[name][0])
+    gen = torch.Generator().manual_seed(args.seed * 1000 + SEED_OFFSET[name][1])
     model = Llama(cfg)
-    steps = args.draft_steps if name == "draft" else args.target_steps
-    lr = args.draft_lr if name == "draft" else args.target_lr
+    steps = getattr(args, name + "_steps")
+    lr = getattr(args, name + "_lr")
     decay = [p for p in model.parameters() if p.dim() == 2]
     keep = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
@@ -309,7 +327,20 @@ def train(name, cfg, train_ids, args, log):
     n = train_ids.numel() - T - 1
     t0, c0 = time.time(), time.process_time()
     ema = None
-    for step in range(steps):
+    first = 0
+    ckpt = os.path.join(args.checkpoint, name + ".pt") if args.checkpoint else None
+    if ckpt and os.path.exists(ckpt):
+        st = torch.load(ckpt)
+        if st["steps"] != steps or st["cfg"] != cfg:
+            fail(65, "%s: checkpoint of another run (steps or model shape differ)" % ckpt)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        gen.set_state(st["gen"])
+        first, ema = st["step"], st["ema"]
+        t0 -= st["wall"]
+        c0 -= st["cpu"]
+        log("%s: resumed from %s at step %d" % (name, ckpt, first))
+    for step in range(first, steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, args.warmup)
         starts = torch.randint(0, n, (args.batch,), generator=gen)
@@ -322,6 +353,11 @@ def train(name, cfg, train_ids, args, log):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         ema = loss.item() if ema is None else 0.95 * ema + 0.05 * loss.item()
+        if ckpt and ((step + 1) % args.checkpoint_every == 0 or step == steps - 1):
+            save_checkpoint(ckpt, {"steps": steps, "cfg": cfg, "step": step + 1, "ema": ema,
+                                   "model": model.state_dict(), "opt": opt.state_dict(),
+                                   "gen": gen.get_state(), "wall": time.time() - t0,
+                                   "cpu": time.process_time() - c0})
         if step % args.log_every == 0 or step == steps - 1:
             log("%s step %d/%d loss %.4f (%.3f bits/byte) lr %.2e %.0fs wall %.0fs cpu" % (
                 name, step, steps, ema, ema / math.log(2), opt.param_groups[0]["lr"],
@@ -346,13 +382,19 @@ def main():
     ap.add_argument("--target-steps", type=int, default=1000)
     ap.add_argument("--draft-lr", type=float, default=3e-3)
     ap.add_argument("--target-lr", type=float, default=2e-3)
+    ap.add_argument("--large-steps", type=int, default=1200)
+    ap.add_argument("--large-lr", type=float, default=1e-3)
+    ap.add_argument("--checkpoint", metavar="DIR",
+                    help="save <DIR>/<model>.pt every --checkpoint-every steps and resume from it")
+    ap.add_argument("--checkpoint-every", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F16")
     ap.add_argument("--max-position", type=int, default=1024,
                     help="max_position_embeddings written to config.json")
     ap.add_argument("--eval-bytes", type=int, default=16384)
     ap.add_argument("--eval-window", type=int, default=256)
-    ap.add_argument("--only", choices=["draft", "target"], help="train one model only")
+    ap.add_argument("--only", choices=["draft", "target", "large"],
+                    help="train one model only (large: only when named here)")
     ap.add_argument("--log-every", type=int, default=50)
     def usage_error(msg):
         ap.print_usage(sys.stderr)
@@ -363,7 +405,9 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True)
-    for d in [args.out] + [os.path.join(args.out, n) for n in ("draft", "target")]:
+    names = [args.only] if args.only else ["draft", "target"]
+    for d in [args.out] + [os.path.join(args.out, n) for n in names] + (
+            [args.checkpoint] if args.checkpoint else []):
         try:
             os.makedirs(d, exist_ok=True)
         except OSError as e:
@@ -401,9 +445,7 @@ def main():
     })
     metrics.setdefault("models", {})
 
-    for name in ("draft", "target"):
-        if args.only and args.only != name:
-            continue
+    for name in names:
         cfg = dict(SIZES[name], rms_norm_eps=1e-5, rope_theta=10000.0, vocab_size=VOCAB,
                    max_position_embeddings=args.max_position)
         model, secs, cpu = train(name, cfg, train_ids, args, log)
@@ -426,9 +468,10 @@ def main():
         metrics["models"][name] = {
             "parameters": nparams, "dtype": args.dtype, "train_seconds": round(secs, 1),
             "train_cpu_seconds": round(cpu, 1),
-            "threads": args.threads, "steps": args.draft_steps if name == "draft"
-            else args.target_steps, "batch": args.batch, "seq_len": args.seq_len,
-            "seed": args.seed, "heldout_bits_per_byte": round(bpb, 6),
+            "threads": args.threads, "steps": getattr(args, name + "_steps"),
+            "lr": getattr(args, name + "_lr"), "batch": args.batch, "seq_len": args.seq_len,
+            "seed": args.seed, "command": "python3 examples/train_pair.py " + " ".join(sys.argv[1:]),
+            "heldout_bits_per_byte": round(bpb, 6),
             "heldout_predicted_bytes": count}
         write_atomic(mpath, [(json.dumps(metrics, indent=2) + "\n").encode()])
 
