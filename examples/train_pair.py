@@ -302,7 +302,7 @@ def lr_at(step, steps, lr, warmup):
 def save_checkpoint(path, state):
     """torch.save to a temporary file in the same folder, then rename: a kill loses nothing."""
     d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".ckpt-")
+    fd, tmp = tempfile.mkstemp(dir=d, prefix="tmp-", suffix=".pt")
     os.close(fd)
     try:
         torch.save(state, tmp)
