@@ -152,11 +152,11 @@ class Llama(torch.nn.Module):
         """tokens: (B, T) int64, positions 0..T-1. Returns logits (B, T, vocab)."""
         B, T = tokens.shape
         x = self.embed[tokens]
-        pos = torch.arange(T, dtype=torch.float32)
+        pos = torch.arange(T, dtype=torch.float32, device=tokens.device)
         freqs = torch.outer(pos, self.inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos(), emb.sin()                                # (T, hd)
-        mask = torch.full((T, T), float("-inf")).triu(1)
+        mask = torch.full((T, T), float("-inf"), device=tokens.device).triu(1)
         rep = self.n_heads // self.n_kv
         for L in self.layers:
             a = self.rmsnorm(x, L.norm_attn)
@@ -315,7 +315,7 @@ def save_checkpoint(path, state):
 def train(name, cfg, train_ids, args, log):
     torch.manual_seed(args.seed + SEED_OFFSET[name][0])
     gen = torch.Generator().manual_seed(args.seed * 1000 + SEED_OFFSET[name][1])
-    model = Llama(cfg)
+    model = Llama(cfg).to(args.device)
     steps = getattr(args, name + "_steps")
     lr = getattr(args, name + "_lr")
     decay = [p for p in model.parameters() if p.dim() == 2]
@@ -330,12 +330,12 @@ def train(name, cfg, train_ids, args, log):
     first = 0
     ckpt = os.path.join(args.checkpoint, name + ".pt") if args.checkpoint else None
     if ckpt and os.path.exists(ckpt):
-        st = torch.load(ckpt)
+        st = torch.load(ckpt, map_location=args.device)
         if st["steps"] != steps or st["cfg"] != cfg:
             fail(65, "%s: checkpoint of another run (steps or model shape differ)" % ckpt)
         model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        gen.set_state(st["gen"])
+        opt.load_state_dict(st["opt"])  # map_location below keeps tensors on args.device
+        gen.set_state(st["gen"].cpu())
         first, ema = st["step"], st["ema"]
         t0 -= st["wall"]
         c0 -= st["cpu"]
@@ -345,7 +345,7 @@ def train(name, cfg, train_ids, args, log):
             g["lr"] = lr_at(step, steps, lr, args.warmup)
         starts = torch.randint(0, n, (args.batch,), generator=gen)
         idx = starts[:, None] + torch.arange(T + 1)[None, :]
-        batch = train_ids[idx]
+        batch = train_ids[idx].to(args.device)
         logits = model(batch[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -396,6 +396,9 @@ def main():
     ap.add_argument("--only", choices=["draft", "target", "large"],
                     help="train one model only (large: only when named here)")
     ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--device", default="cpu",
+                    help="torch device to train on (default cpu; 'cuda' where a GPU is lent: "
+                         "same script and data order, but not bit-identical to a CPU run)")
     def usage_error(msg):
         ap.print_usage(sys.stderr)
         fail(64, msg)
@@ -404,6 +407,9 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    if args.device.startswith("cuda"):
+        # deterministic cuBLAS needs a fixed workspace (PyTorch's reproducibility notes)
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     names = [args.only] if args.only else ["draft", "target"]
     for d in [args.out] + [os.path.join(args.out, n) for n in names] + (
@@ -449,6 +455,7 @@ def main():
         cfg = dict(SIZES[name], rms_norm_eps=1e-5, rope_theta=10000.0, vocab_size=VOCAB,
                    max_position_embeddings=args.max_position)
         model, secs, cpu = train(name, cfg, train_ids, args, log)
+        model = model.cpu()   # evaluation and writing happen on the CPU, whatever trained
         # Evaluate what a reader of the file gets: weights rounded to the stored dtype.
         with torch.no_grad():
             for p in model.parameters():
@@ -470,7 +477,7 @@ def main():
             "train_cpu_seconds": round(cpu, 1),
             "threads": args.threads, "steps": getattr(args, name + "_steps"),
             "lr": getattr(args, name + "_lr"), "batch": args.batch, "seq_len": args.seq_len,
-            "seed": args.seed, "command": "python3 examples/train_pair.py " + " ".join(sys.argv[1:]),
+            "seed": args.seed, "device": args.device, "command": "python3 examples/train_pair.py " + " ".join(sys.argv[1:]),
             "heldout_bits_per_byte": round(bpb, 6),
             "heldout_predicted_bytes": count}
         write_atomic(mpath, [(json.dumps(metrics, indent=2) + "\n").encode()])
