@@ -410,7 +410,7 @@ def main():
     if args.device.startswith("cuda"):
         # deterministic cuBLAS needs a fixed workspace (PyTorch's reproducibility notes)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=args.device != "cpu")
     names = [args.only] if args.only else ["draft", "target"]
     for d in [args.out] + [os.path.join(args.out, n) for n in names] + (
             [args.checkpoint] if args.checkpoint else []):
