@@ -377,7 +377,10 @@ int main(int argc, char **argv)
         sq_model_free(model);
         return SQ_EUSAGE;
     }
-    if (random && (rc = sq_model_new_random(&cfg, 1234, &model, &err)))
+    /* random weights: on a CUDA device they are made there, in the target dtype (no float32
+     * copy on the host, whose memory is then not the limit) */
+    if (random && (rc = kind == SQ_BACKEND_CUDA ? sq_model_new_random_device(&cfg, 1234, &model, &err)
+                                                : sq_model_new_random(&cfg, 1234, &model, &err)))
         goto fail_plain;
 
     sq_context_params cp = sq_context_default_params();

@@ -46,6 +46,9 @@ struct sq_model {
     float         **owned;       /* (n_owned) conversion buffers                           */
     int             n_owned;
     size_t          owned_bytes; /* their total size                                       */
+    int             device_random; /* sq_model_new_random_device: no host weights (w.* NULL);
+                                      the CUDA backend makes them from random_seed           */
+    uint64_t        random_seed;
 };
 
 typedef struct sq_backend_ops {

@@ -66,6 +66,10 @@ int sq_context_new(const sq_model *m, const sq_context_params *params, sq_contex
         if (params->offload)
             return sq_error_set(err, SQ_EUSAGE, "context: offload streams weights to a GPU; "
                                 "it needs the CUDA backend");
+        if (m->device_random)
+            return sq_error_set(err, SQ_EUSAGE, "context: this model's random weights are made "
+                                "on a CUDA device (sq_model_new_random_device); the CPU backend "
+                                "needs sq_model_new_random");
         break;
     case SQ_BACKEND_CUDA:
 #ifdef SQ_HAVE_CUDA

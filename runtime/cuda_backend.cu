@@ -229,6 +229,26 @@ __global__ void k_attention(uint16_t *out, const float *q, const float *kc, cons
     }
 }
 
+/* Random filler weights made on the device (sq_model_new_random_device): dst[i] = offset +
+ * scale * (2u - 1) with u = sq_k_uniform(seed, stream, i), in the context's 16-bit type.
+ * Grid-stride over n elements. */
+template <int BF>
+__global__ void k_fill_random16(uint16_t *dst, size_t n, unsigned long long seed,
+                                unsigned long long stream, float scale)
+{
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        dst[i] = store16<BF>(scale * (float)(2.0 * sq_k_uniform(seed, stream, i) - 1.0));
+}
+
+/* dst[i] = v (the float32 norm weights of a random model). */
+__global__ void k_fill_f32(float *dst, size_t n, float v)
+{
+    const size_t step = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step)
+        dst[i] = v;
+}
+
 /* hb[i][k] = silu(gu[i][k]) * gu[i][hidden + k], to 16 bits. */
 template <int BF>
 __global__ void k_swiglu(uint16_t *hb, const float *gu, int n, int hidden)
@@ -338,6 +358,121 @@ static int upload16(uint16_t **dst, const float *src, size_t n, int bf16, uint16
     return SQ_OK;
 }
 
+/* Uploads the model's float32 weights, converted to 16 bits on the host: layer blocks (to the
+ * device, or to the pinned host blocks in offload mode), the embedding, the LM head and the
+ * final norm. */
+static int upload_weights(cuda_state *s, const sq_model_config *c, const sq_weights *w,
+                          sq_error *err)
+{
+    const size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, V = (size_t)c->vocab_size;
+    if (s->offload) {
+        for (size_t l = 0; l < L; l++)
+            fill_block(s, c, &w->layers[l], s->h_blocks + l * s->block_bytes);
+    } else {
+        uint8_t *staging = NULL;
+        CUDA_CHECK(cudaMallocHost((void **)&staging, s->block_bytes));
+        for (size_t l = 0; l < L; l++) {
+            fill_block(s, c, &w->layers[l], staging);
+            cudaError_t e = cudaMemcpy(s->d_blocks + l * s->block_bytes, staging, s->block_bytes,
+                                       cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) {
+                cudaFreeHost(staging);
+                CUDA_CHECK(e);
+            }
+        }
+        CUDA_CHECK(cudaFreeHost(staging));
+    }
+    size_t st_elems = (size_t)1 << 24;
+    uint16_t *st16 = (uint16_t *)malloc(st_elems * sizeof *st16);
+    if (!st16)
+        return sq_error_oom(err, "the CUDA upload buffer");
+    int rc = upload16(&s->d_embed, w->embed, V * dim, s->bf16, st16, st_elems, err);
+    if (!rc && w->lm_head == w->embed)
+        s->d_lm_head = s->d_embed;
+    else if (!rc)
+        rc = upload16(&s->d_lm_head, w->lm_head, V * dim, s->bf16, st16, st_elems, err);
+    free(st16);
+    if (rc)
+        return rc;
+    CUDA_CHECK(cudaMalloc((void **)&s->d_norm, dim * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(s->d_norm, w->norm, dim * sizeof(float), cudaMemcpyHostToDevice));
+    return SQ_OK;
+}
+
+static int fill16(cuda_state *s, uint16_t *dst, size_t n, uint64_t seed, uint64_t stream,
+                  float scale, sq_error *err)
+{
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 8192)
+        blocks = 8192;
+    if (blocks < 1)
+        return SQ_OK;
+    if (s->bf16)
+        k_fill_random16<1><<<(unsigned)blocks, 256, 0, s->stream>>>(dst, n, seed, stream, scale);
+    else
+        k_fill_random16<0><<<(unsigned)blocks, 256, 0, s->stream>>>(dst, n, seed, stream, scale);
+    CUDA_CHECK_LAUNCH();
+    return SQ_OK;
+}
+
+static int fill32(cuda_state *s, float *dst, size_t n, float v, sq_error *err)
+{
+    size_t blocks = (n + 255) / 256;
+    k_fill_f32<<<(unsigned)(blocks > 1024 ? 1024 : blocks), 256, 0, s->stream>>>(dst, n, v);
+    CUDA_CHECK_LAUNCH();
+    return SQ_OK;
+}
+
+/* The weights of a model made by sq_model_new_random_device, generated on the device in the
+ * context's 16-bit type (no float32 copy anywhere): sq_model_new_random's distribution, norms
+ * 1, matrices uniform in +-1/dim (down: +-1/hidden_dim), the embedding in +-1. Each tensor is
+ * its own counter stream, so every element is computed independently. Offload mode generates
+ * each layer in device buffer 0 and copies it to its pinned host block. */
+static int random_weights(cuda_state *s, const sq_model_config *c, uint64_t seed, sq_error *err)
+{
+    const size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, V = (size_t)c->vocab_size;
+    const size_t hid = (size_t)c->hidden_dim;
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    const float sd = 1.0f / (float)dim, sh = 1.0f / (float)hid;
+    int rc;
+    for (size_t l = 0; l < L; l++) {
+        uint8_t *blk = s->d_blocks + (s->offload ? 0 : l * s->block_bytes);
+        const struct { int t; size_t n; float scale; } mats[] = {
+            {T_WQ, q_dim * dim, sd},  {T_WK, kv_dim * dim, sd},   {T_WV, kv_dim * dim, sd},
+            {T_WO, dim * q_dim, sd},  {T_GATE, 2 * hid * dim, sd}, {T_DOWN, dim * hid, sh},
+        };
+        if ((rc = fill32(s, (float *)(blk + s->off[T_ATTN_NORM]), dim, 1.0f, err)) ||
+            (rc = fill32(s, (float *)(blk + s->off[T_FFN_NORM]), dim, 1.0f, err)))
+            return rc;
+        for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++)
+            if ((rc = fill16(s, (uint16_t *)(blk + s->off[mats[k].t]), mats[k].n, seed,
+                             l * T_COUNT + (size_t)mats[k].t, mats[k].scale, err)))
+                return rc;
+        if (s->offload) {
+            CUDA_CHECK(cudaMemcpyAsync(s->h_blocks + l * s->block_bytes, blk, s->block_bytes,
+                                       cudaMemcpyDeviceToHost, s->stream));
+            CUDA_CHECK(cudaStreamSynchronize(s->stream));
+        }
+    }
+    const uint64_t top = L * T_COUNT;
+    CUDA_CHECK(cudaMalloc((void **)&s->d_embed, V * dim * sizeof(uint16_t)));
+    if ((rc = fill16(s, s->d_embed, V * dim, seed, top, 1.0f, err)))
+        return rc;
+    if (c->tied_embeddings) {
+        s->d_lm_head = s->d_embed;
+    } else {
+        CUDA_CHECK(cudaMalloc((void **)&s->d_lm_head, V * dim * sizeof(uint16_t)));
+        if ((rc = fill16(s, s->d_lm_head, V * dim, seed, top + 1, sd, err)))
+            return rc;
+    }
+    CUDA_CHECK(cudaMalloc((void **)&s->d_norm, dim * sizeof(float)));
+    if ((rc = fill32(s, s->d_norm, dim, 1.0f, err)))
+        return rc;
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    return SQ_OK;
+}
+
 static void cuda_free(sq_context *ctx)
 {
     cuda_state *s = (cuda_state *)ctx->impl;
@@ -413,8 +548,9 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     /* refuse early, with the numbers, when the device cannot hold it */
     size_t kv_bytes = 2 * L * (size_t)s->slots * kv_dim * sizeof(float);
     size_t act_bytes = mp * (dim * 6 + q_dim * 6 + hid * 10 + V * 4 + kv_dim * 4 + mp + 12);
-    size_t w_bytes = (s->offload ? 2 : L) * s->block_bytes + V * dim * 2 *
-                     (w->lm_head == w->embed ? 1 : 2) + dim * 4;
+    const int tied = ctx->model->device_random ? c->tied_embeddings : w->lm_head == w->embed;
+    size_t w_bytes = (s->offload ? 2 : L) * s->block_bytes + V * dim * 2 * (tied ? 1 : 2) +
+                     dim * 4;
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (kv_bytes + act_bytes + w_bytes > free_b)
@@ -441,39 +577,16 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
 
     /* weights */
     DMALLOC(s->d_blocks, (s->offload ? 2 : L) * s->block_bytes);
-    uint8_t *staging = NULL;
-    if (s->offload) {
+    if (s->offload)
         CUDA_CHECK(cudaHostAlloc((void **)&s->h_blocks, L * s->block_bytes, cudaHostAllocDefault));
-        for (size_t l = 0; l < L; l++)
-            fill_block(s, c, &w->layers[l], s->h_blocks + l * s->block_bytes);
+    int rc;
+    if (ctx->model->device_random) {
+        rc = random_weights(s, c, ctx->model->random_seed, err);
     } else {
-        CUDA_CHECK(cudaMallocHost((void **)&staging, s->block_bytes));
-        for (size_t l = 0; l < L; l++) {
-            fill_block(s, c, &w->layers[l], staging);
-            cudaError_t e = cudaMemcpy(s->d_blocks + l * s->block_bytes, staging, s->block_bytes,
-                                       cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) {
-                cudaFreeHost(staging);
-                CUDA_CHECK(e);
-            }
-        }
-        CUDA_CHECK(cudaFreeHost(staging));
-        staging = NULL;
+        rc = upload_weights(s, c, w, err);
     }
-    size_t st_elems = (size_t)1 << 24;
-    uint16_t *st16 = (uint16_t *)malloc(st_elems * sizeof *st16);
-    if (!st16)
-        return sq_error_oom(err, "the CUDA upload buffer");
-    int rc = upload16(&s->d_embed, w->embed, V * dim, s->bf16, st16, st_elems, err);
-    if (!rc && w->lm_head == w->embed)
-        s->d_lm_head = s->d_embed;
-    else if (!rc)
-        rc = upload16(&s->d_lm_head, w->lm_head, V * dim, s->bf16, st16, st_elems, err);
-    free(st16);
     if (rc)
         return rc;
-    DMALLOC(s->d_norm, dim * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(s->d_norm, w->norm, dim * sizeof(float), cudaMemcpyHostToDevice));
     const int npair = c->head_dim / 2;
     float inv_freq[ATTN_MAX_PER_LANE * 16];
     for (int i = 0; i < npair; i++)
@@ -481,6 +594,12 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     DMALLOC(s->d_inv_freq, (size_t)npair * sizeof(float));
     CUDA_CHECK(cudaMemcpy(s->d_inv_freq, inv_freq, (size_t)npair * sizeof(float),
                           cudaMemcpyHostToDevice));
+    /* Every upload above went through the legacy default stream, and a cudaMemcpy from
+     * pageable memory may return before its data lands (the CUDA runtime API's "API
+     * synchronization behavior"); the compute stream is non-blocking, so nothing orders the
+     * first forward after those copies. Wait for all of them here. (tests/cuda-emu lands such
+     * copies as late as the rules allow; the 'cuda-emu' suite fails without this line.) */
+    CUDA_CHECK(cudaDeviceSynchronize());
 
     /* KV cache and scratch */
     DMALLOC(s->k_cache, kv_bytes / 2);

@@ -295,8 +295,13 @@ extern "C" int sq_cuda_sampler_new(int vocab, sq_cuda_sampler **out, sq_error *e
     *out = NULL;
     if (vocab < 1)
         return sq_error_set(err, SQ_EUSAGE, "CUDA sampler: vocabulary of %d tokens", vocab);
+    /* no driver or no device is a usage error (64, as runtime/cuda_sample.h documents), not a
+     * failing device (70) */
     int n = 0;
-    CUDA_CHECK(cudaGetDeviceCount(&n));
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+        return sq_error_set(err, SQ_EUSAGE, "CUDA sampler: no usable CUDA device: "
+                            "cudaGetDeviceCount: %s", cudaGetErrorString(e));
     if (n < 1)
         return sq_error_set(err, SQ_EUSAGE, "CUDA sampler: no CUDA device");
     sq_cuda_sampler *s = (sq_cuda_sampler *)calloc(1, sizeof *s);

@@ -50,6 +50,13 @@ const sq_model_config *sq_model_get_config(const sq_model *m);
  * of the machine's memory. */
 int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **out, sq_error *err);
 
+/* The same shape and distribution, but the weights are made on the GPU at context creation,
+ * in the context's 16-bit type and in parallel (runtime/cuda_backend.cu): the host holds none,
+ * so a 7B or 70B shape needs no host memory for weights (offload mode: the pinned 16-bit
+ * copy only). Only the CUDA backend accepts such a model; the CPU backend refuses it. */
+int sq_model_new_random_device(const sq_model_config *cfg, uint64_t seed, sq_model **out,
+                               sq_error *err);
+
 /* Parameters of a model of this shape. */
 size_t sq_model_config_params(const sq_model_config *cfg);
 

@@ -108,3 +108,24 @@ int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **ou
     *out = m;
     return SQ_OK;
 }
+
+int sq_model_new_random_device(const sq_model_config *cfg, uint64_t seed, sq_model **out,
+                               sq_error *err)
+{
+    *out = NULL;
+    sq_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return sq_error_oom(err, "model");
+    m->config = *cfg;
+    snprintf(m->config.dtype, sizeof m->config.dtype, "F32");
+    m->dir = strdup("(random weights, made on the device)");
+    m->w.layers = calloc((size_t)(cfg->n_layers > 0 ? cfg->n_layers : 1), sizeof *m->w.layers);
+    if (!m->dir || !m->w.layers) {
+        sq_model_free(m);
+        return sq_error_oom(err, "model");
+    }
+    m->device_random = 1;
+    m->random_seed = seed;
+    *out = m;
+    return SQ_OK;
+}

@@ -11,6 +11,7 @@
 #include "libsequoia/format/curve.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/tree.h"
+#include "runtime/backend.h"
 #include "runtime/cuda_sample.h"
 #include "runtime/kernels.h"
 #include "runtime/model.h"
@@ -24,6 +25,32 @@ static void need_device(void)
     sq_error err = {0};
     if (sq_cuda_device_count(&err) < 1)
         cr_skip_test("no CUDA device (%s)", err.msg);
+}
+
+static void scale_weights(const float *w, size_t n, float by)
+{
+    float *x = (float *)w;   /* sq_model_new_random's own malloc'd buffers */
+    for (size_t i = 0; i < n; i++)
+        x[i] *= by;
+}
+
+/* Sharp attention: the query and key weights x16 and the value and output weights x8. A random
+ * model's attention is otherwise nearly uniform over the context, and then a mask that is
+ * ignored, a wrong KV head for GQA, a commit that ignores keep[] or RoPE pairing (k, k+1)
+ * change the logits by less than a 16-bit tolerance (tests/cuda-emu/mutate.sh shows that
+ * each of them fails these tests once the attention is sharp). */
+static void sharpen(sq_model *m)
+{
+    const sq_model_config *c = &m->config;
+    const size_t dim = (size_t)c->dim, q = (size_t)c->n_heads * c->head_dim;
+    const size_t kv = (size_t)c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        const sq_layer_weights *w = &m->w.layers[l];
+        scale_weights(w->wq, q * dim, 16.0f);
+        scale_weights(w->wk, kv * dim, 16.0f);
+        scale_weights(w->wv, kv * dim, 8.0f);
+        scale_weights(w->wo, dim * q, 8.0f);
+    }
 }
 
 static sq_model *tiny_model(uint64_t seed, int layers)
@@ -43,6 +70,7 @@ static sq_model *tiny_model(uint64_t seed, int layers)
     sq_model *m;
     sq_error err = {0};
     cr_assert_eq(sq_model_new_random(&c, seed, &m, &err), 0, "%s", err.msg);
+    sharpen(m);
     return m;
 }
 
@@ -50,7 +78,10 @@ typedef struct backend_case {
     sq_backend_kind backend;
     sq_weight_dtype dtype;
     int             offload;
-    double          tol;      /* max |logit diff| against the CPU, relative to max |logit| */
+    double          tol;      /* max |logit diff| against the CPU, relative to max |logit|:
+                                 1e-2 for f16 and 3e-2 for bf16 weights (correct kernels stay
+                                 under 3e-3 on sharp attention; each seeded attention bug
+                                 exceeds them) */
     const char     *label;
 } backend_case;
 
@@ -103,10 +134,10 @@ static double max_diff(const float *a, const float *b, size_t n)
 }
 
 static backend_case cuda_cases[] = {
-    {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 0, 0.03, "f16"},
-    {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 0, 0.12, "bf16"},
-    {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 1, 0.03, "f16 offload"},
-    {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 1, 0.12, "bf16 offload"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 0, 1e-2, "f16"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 0, 3e-2, "bf16"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 1, 1e-2, "f16 offload"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 1, 3e-2, "bf16 offload"},
 };
 
 ParameterizedTestParameters(cuda, logits_agree_with_the_cpu_within_the_dtype_tolerance)
@@ -201,9 +232,9 @@ ParameterizedTest(backend_case *bc, cuda, tree_forward_equals_path_forward_and_c
         free(want);
     }
     /* the same arithmetic in a different batch shape (other GEMM kernels and summation orders,
-     * so 16-bit roundings of intermediate values may differ by an ulp): a sixth of the
-     * tolerance against the CPU */
-    const double same_tol = bc->tol / 6;
+     * so 16-bit roundings of intermediate values may differ by an ulp): half the tolerance
+     * against the CPU */
+    const double same_tol = bc->tol / 2;
     cr_assert(worst <= same_tol * scale, "%s: tree vs path: max diff %g, scale %g", bc->label, worst,
               scale);
 
@@ -305,9 +336,49 @@ ParameterizedTest(backend_case *bc, cuda, greedy_speculative_decoding_equals_tar
     cr_assert_eq(sq_specdec_generate(sd, prompt, 4, NEW, spec, st, &steps, NULL, &err), 0, "%s",
                  err.msg);
     cr_assert_eq(sq_specdec_autoregressive(sd, prompt, 4, NEW, 0, ar, &err), 0, "%s", err.msg);
-    for (int i = 0; i < NEW; i++)
-        cr_assert_eq(spec[i], ar[i], "%s: token %d: speculative %d, target %d", bc->label, i,
-                     spec[i], ar[i]);
+    /* The rule: speculative greedy output equals the target's greedy output token for token,
+     * except where the target's two best logits at that point are within the dtype tolerance
+     * of each other (bc->tol x max |logit|): cuBLAS may pick other GEMM kernels for 1 and for
+     * 10 rows, and the argmax of a near tie may then flip without any bug. The first such
+     * mismatch is reported (criterion's log) and ends the comparison, since the two texts
+     * diverge from there; any other mismatch fails. */
+    int first = -1;
+    for (int i = 0; i < NEW && first < 0; i++)
+        if (spec[i] != ar[i])
+            first = i;
+    if (first >= 0) {
+        backend_case one = *bc;
+        sq_context *tc = new_ctx(target, &one, 256, 64);
+        int32_t seq[4 + NEW];
+        memcpy(seq, prompt, sizeof prompt);
+        memcpy(seq + 4, ar, (size_t)first * sizeof *ar);
+        const int len = 4 + first;
+        float *lg = malloc((size_t)len * V * sizeof *lg);
+        causal(tc, seq, len, lg);
+        const float *row = lg + (size_t)(len - 1) * V;
+        double top1 = -INFINITY, top2 = -INFINITY;
+        for (int t = 0; t < V; t++) {
+            if (row[t] > top1) {
+                top2 = top1;
+                top1 = row[t];
+            } else if (row[t] > top2) {
+                top2 = row[t];
+            }
+        }
+        const double gap = top1 - top2, allowed = bc->tol * max_abs(row, V);
+        cr_log_warn("%s: token %d: speculative %d, target %d; the target's top-2 logits are "
+                    "%.6g apart (allowed for a near tie: %.6g)", bc->label, first, spec[first],
+                    ar[first], gap, allowed);
+        cr_assert(gap <= allowed, "%s: token %d: speculative %d, target %d, and the target's "
+                  "top-2 logits are %.6g apart (> %.6g): not a near tie", bc->label, first,
+                  spec[first], ar[first], gap, allowed);
+        cr_assert(row[spec[first]] >= top1 - allowed && row[ar[first]] >= top1 - allowed,
+                  "%s: token %d: the two tokens' logits %.6g and %.6g are not both within %.6g "
+                  "of the best %.6g", bc->label, first, row[spec[first]], row[ar[first]], allowed,
+                  top1);
+        free(lg);
+        sq_context_free(tc);
+    }
     sq_specdec_free(sd);
     sq_plan_free(plan);
     sq_model_free(draft);

@@ -123,7 +123,7 @@ int main(int argc, char **argv)
 
     double t0 = now_s();
     sq_model *m;
-    if (sq_model_new_random(&cfg, 1, &m, &err))
+    if (sq_model_new_random_device(&cfg, 1, &m, &err))   /* weights made on the device */
         return fail("random model", &err);
     sq_context_params p = sq_context_default_params();
     p.backend = SQ_BACKEND_CUDA;
