@@ -1,9 +1,10 @@
 /* bench-cuda: the CUDA backend's two targets of issue 7, measured in one run.
  *
  *   bench-cuda [--config config.json] [--dtype f16|bf16] [--offload] [--prefix L] [--tree N]
- *              [--reps R] [--json OUT.json]
+ *              [--reps R] [--copy-mb MB] [--json OUT.json]
  *
- *   1. the device's memory bandwidth: the best of several device-to-device copies of 2 GiB,
+ *   1. the device's memory bandwidth: the best of several device-to-device copies of 2 GiB
+ *      (--copy-mb),
  *      counted as bytes read + bytes written per second;
  *   2. one-token decoding of a random model of the config's shape (default: the public
  *      Llama-2-7B shape) in 16-bit weights after an L-token prefix (default 512): the median
@@ -80,10 +81,11 @@ int main(int argc, char **argv)
         {"config", required_argument, NULL, 'c'}, {"dtype", required_argument, NULL, 'd'},
         {"offload", no_argument, NULL, 'O'},      {"prefix", required_argument, NULL, 'p'},
         {"tree", required_argument, NULL, 't'},   {"reps", required_argument, NULL, 'r'},
-        {"json", required_argument, NULL, 'j'},   {NULL, 0, NULL, 0},
+        {"json", required_argument, NULL, 'j'},   {"copy-mb", required_argument, NULL, 'm'},
+        {NULL, 0, NULL, 0},
     };
     const char *config = NULL, *json = NULL, *dtype = "f16";
-    int offload = 0, prefix = 512, tree = 128, reps = 20, c;
+    int offload = 0, prefix = 512, tree = 128, reps = 20, copy_mb = 2048, c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'c': config = optarg; break;
@@ -93,14 +95,15 @@ int main(int argc, char **argv)
         case 't': tree = atoi(optarg); break;
         case 'r': reps = atoi(optarg); break;
         case 'j': json = optarg; break;
+        case 'm': copy_mb = atoi(optarg); break;
         default:
             fprintf(stderr, "usage: bench-cuda [--config config.json] [--dtype f16|bf16] "
-                    "[--offload] [--prefix L] [--tree N] [--reps R] [--json OUT]\n");
+                    "[--offload] [--prefix L] [--tree N] [--reps R] [--copy-mb MB] [--json OUT]\n");
             return 64;
         }
     }
-    if (prefix < 1 || tree < 2 || reps < 1) {
-        fprintf(stderr, "bench-cuda: --prefix >= 1, --tree >= 2, --reps >= 1\n");
+    if (prefix < 1 || tree < 2 || reps < 1 || copy_mb < 1) {
+        fprintf(stderr, "bench-cuda: --prefix >= 1, --tree >= 2, --reps >= 1, --copy-mb >= 1\n");
         return 64;
     }
     sq_error err = {0};
@@ -117,7 +120,7 @@ int main(int argc, char **argv)
     }
 
     double copy_gbs = 0.0;
-    if (sq_cuda_copy_bandwidth((size_t)2 << 30, 10, &copy_gbs, &err))
+    if (sq_cuda_copy_bandwidth((size_t)copy_mb << 20, 10, &copy_gbs, &err))
         return fail("device-to-device copy", &err);
     printf("device-to-device copy: %.1f GB/s (read + write)\n", copy_gbs);
 
