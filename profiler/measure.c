@@ -102,6 +102,7 @@ int sq_measure_point(sq_context *ctx, int vocab, int n, const sq_measure_params 
         if (r >= prm->warmup)
             t[r - prm->warmup] = dt;
     }
+    out->batch = 1;
     out->tokens = n;
     out->samples = prm->repeat;
     out->p10_ms = sq_quantile(t, prm->repeat, 0.10);

@@ -21,7 +21,8 @@ static sq_profile *make_profile(const int *tokens, const double *ms, int n)
     p->n = n;
     p->points = calloc((size_t)n, sizeof *p->points);
     for (int i = 0; i < n; i++)
-        p->points[i] = (sq_profile_point){tokens[i], ms[i], NAN, NAN, 1};
+        p->points[i] = (sq_profile_point){.batch = 1, .tokens = tokens[i], .median_ms = ms[i],
+                                            .p10_ms = NAN, .p90_ms = NAN, .samples = 1};
     sq_error err = {0};
     cr_assert_eq(sq_profile_validate(p, "test", &err), 0, "%s", err.msg);
     return p;

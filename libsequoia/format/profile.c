@@ -37,10 +37,16 @@ int sq_profile_validate(const sq_profile *p, const char *file, sq_error *err)
         return sq_error_set(err, SQ_EDATA, "%s: points: empty, the profile has no measurement", file);
     for (int i = 0; i < p->n; i++) {
         const sq_profile_point *q = &p->points[i];
+        if (q->batch < 1 || q->batch > SQ_PROFILE_MAX_BATCH)
+            return sq_error_set(err, SQ_EDATA, "%s: points[%d].batch: %d is outside [1, %d]", file,
+                                i, q->batch, SQ_PROFILE_MAX_BATCH);
+        if (i > 0 && q->batch < p->points[i - 1].batch)
+            return sq_error_set(err, SQ_EDATA, "%s: points[%d].batch: %d after %d, points must be "
+                                "ordered by batch size", file, i, q->batch, p->points[i - 1].batch);
         if (q->tokens < 1 || q->tokens > SQ_PROFILE_MAX_TOKENS)
             return sq_error_set(err, SQ_EDATA, "%s: points[%d].tokens: %d is outside [1, %d]", file,
                                 i, q->tokens, SQ_PROFILE_MAX_TOKENS);
-        if (i > 0 && q->tokens <= p->points[i - 1].tokens)
+        if (i > 0 && q->batch == p->points[i - 1].batch && q->tokens <= p->points[i - 1].tokens)
             return sq_error_set(err, SQ_EDATA, "%s: points[%d].tokens: %d after %d, token counts "
                                 "must increase strictly", file, i, q->tokens, p->points[i - 1].tokens);
         if (!isfinite(q->median_ms) || q->median_ms <= 0)
@@ -78,9 +84,9 @@ int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, 
                             SQ_PROFILE_FORMAT);
     if ((rc = sq_json_get_int(root, "version", 1, 0, 1LL << 31, &version, file, "", err)))
         return rc;
-    if (version != SQ_PROFILE_VERSION)
+    if (version < 1 || version > SQ_PROFILE_VERSION)
         return sq_error_set(err, SQ_EDATA, "%s: version: %lld is not supported (this build reads "
-                            "version %d)", file, version, SQ_PROFILE_VERSION);
+                            "versions 1 to %d)", file, version, SQ_PROFILE_VERSION);
     if ((rc = sq_json_get_string(root, "device", 0, &device, file, "", err)) ||
         (rc = sq_json_get_string(root, "backend", 0, &backend, file, "", err)) ||
         (rc = sq_json_get_string(root, "dtype", 0, &dtype, file, "", err)) ||
@@ -115,18 +121,21 @@ int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, 
         char ctx[48];
         snprintf(ctx, sizeof ctx, "points[%d]", i);
         sq_profile_point *q = &p->points[i];
-        long long tokens = 0, samples = 0;
+        long long tokens = 0, samples = 0, batch = 1;
         q->p10_ms = q->p90_ms = NAN;
         if (!cJSON_IsObject(e)) {
             rc = sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
             goto fail;
         }
-        if ((rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||
+        if ((version >= 2 &&
+             (rc = sq_json_get_int(e, "batch", 0, 1, SQ_PROFILE_MAX_BATCH, &batch, file, ctx, err))) ||
+            (rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||
             (rc = sq_json_get_number(e, "median_ms", 1, &q->median_ms, file, ctx, err)) ||
             (rc = sq_json_get_number(e, "p10_ms", 0, &q->p10_ms, file, ctx, err)) ||
             (rc = sq_json_get_number(e, "p90_ms", 0, &q->p90_ms, file, ctx, err)) ||
             (rc = sq_json_get_int(e, "samples", 0, 0, 1LL << 40, &samples, file, ctx, err)))
             goto fail;
+        q->batch = (int)batch;
         q->tokens = (int)tokens;
         q->samples = (int)(samples > (1 << 30) ? (1 << 30) : samples);
         p->n = i + 1;
@@ -159,10 +168,13 @@ static cJSON *num_or_null(double x)
 
 cJSON *sq_profile_to_json(const sq_profile *p)
 {
+    int batched = 0;
+    for (int i = 0; i < p->n; i++)
+        batched |= p->points[i].batch > 1;
     cJSON *o = cJSON_CreateObject();
     SQ_ASSERT(o);
     sq_json_add(o, "format", cJSON_CreateString(SQ_PROFILE_FORMAT));
-    sq_json_add(o, "version", cJSON_CreateNumber(SQ_PROFILE_VERSION));
+    sq_json_add(o, "version", cJSON_CreateNumber(batched ? 2 : 1));
     sq_json_add(o, "device", cJSON_CreateString(p->device ? p->device : "unknown"));
     sq_json_add(o, "backend", cJSON_CreateString(p->backend ? p->backend : "unknown"));
     sq_json_add(o, "threads", cJSON_CreateNumber(p->threads));
@@ -175,6 +187,8 @@ cJSON *sq_profile_to_json(const sq_profile *p)
         const sq_profile_point *q = &p->points[i];
         cJSON *e = cJSON_CreateObject();
         SQ_ASSERT(e);
+        if (batched)
+            sq_json_add(e, "batch", cJSON_CreateNumber(q->batch));
         sq_json_add(e, "tokens", cJSON_CreateNumber(q->tokens));
         sq_json_add(e, "median_ms", cJSON_CreateNumber(q->median_ms));
         sq_json_add(e, "p10_ms", num_or_null(q->p10_ms));
@@ -288,7 +302,7 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
             }
             raw = r;
         }
-        raw[nraw++] = (sq_profile_point){.tokens = (int)tok, .median_ms = t * scale,
+        raw[nraw++] = (sq_profile_point){.batch = 1, .tokens = (int)tok, .median_ms = t * scale,
                                          .p10_ms = NAN, .p90_ms = NAN, .samples = 1};
     }
     if (!header) {
@@ -317,6 +331,7 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
             j++;
         size_t k = j - i;
         sq_profile_point *q = &p->points[p->n++];
+        q->batch = 1;
         q->tokens = raw[i].tokens;
         q->median_ms = k % 2 ? raw[i + k / 2].median_ms
                              : 0.5 * (raw[i + k / 2 - 1].median_ms + raw[i + k / 2].median_ms);
@@ -349,11 +364,10 @@ static double lerp(const sq_profile_point *a, const sq_profile_point *b, double 
     return a->median_ms + t * (b->median_ms - a->median_ms);
 }
 
-int sq_profile_ms(const sq_profile *p, double x, sq_extrapolate mode, double *ms, sq_error *err)
+/* Interpolation over one batch size's run of points pt[0 .. n). */
+static int run_ms(const sq_profile_point *pt, int n, double x, sq_extrapolate mode, double *ms,
+                  sq_error *err)
 {
-    const sq_profile_point *pt = p->points;
-    int n = p->n;
-    SQ_ASSERT(n >= 1);
     if (x >= pt[0].tokens && x <= pt[n - 1].tokens) {
         int lo = 0, hi = n - 1; /* largest lo with tokens <= x */
         while (lo < hi) {
@@ -378,6 +392,72 @@ int sq_profile_ms(const sq_profile *p, double x, sq_extrapolate mode, double *ms
     double v = below ? lerp(&pt[0], &pt[1], x) : lerp(&pt[n - 2], &pt[n - 1], x);
     /* a steep first segment could extrapolate to a time <= 0: hold the measured one instead */
     *ms = v > 0 ? v : (below ? pt[0].median_ms : pt[n - 1].median_ms);
+    return SQ_OK;
+}
+
+/* The run of points of batch size `batch`: *first and the count; 0 when there is none. */
+static int batch_run(const sq_profile *p, int batch, int *first)
+{
+    int i = 0;
+    while (i < p->n && p->points[i].batch != batch)
+        i++;
+    int j = i;
+    while (j < p->n && p->points[j].batch == batch)
+        j++;
+    *first = i;
+    return j - i;
+}
+
+int sq_profile_ms(const sq_profile *p, double x, sq_extrapolate mode, double *ms, sq_error *err)
+{
+    SQ_ASSERT(p->n >= 1);
+    return sq_profile_ms_batch(p, p->points[0].batch, x, mode, ms, err);
+}
+
+int sq_profile_ms_batch(const sq_profile *p, int batch, double x, sq_extrapolate mode, double *ms,
+                        sq_error *err)
+{
+    int first, n = batch_run(p, batch, &first);
+    if (n == 0)
+        return sq_error_set(err, SQ_EUSAGE, "batch size %d is not measured in the profile", batch);
+    return run_ms(p->points + first, n, x, mode, ms, err);
+}
+
+int sq_profile_batches(const sq_profile *p, int *out, int cap)
+{
+    int count = 0;
+    for (int i = 0; i < p->n; i++)
+        if (i == 0 || p->points[i].batch != p->points[i - 1].batch) {
+            if (count < cap)
+                out[count] = p->points[i].batch;
+            count++;
+        }
+    return count;
+}
+
+int sq_profile_slice(const sq_profile *p, int batch, sq_profile **out, sq_error *err)
+{
+    *out = NULL;
+    int first, n = batch_run(p, batch, &first);
+    if (n == 0)
+        return sq_error_set(err, SQ_EUSAGE, "batch size %d is not measured in the profile", batch);
+    sq_profile *s = calloc(1, sizeof *s);
+    if (!s)
+        return sq_error_oom(err, "profile slice");
+    s->device = strdup(p->device ? p->device : "unknown");
+    s->backend = strdup(p->backend ? p->backend : "unknown");
+    s->dtype = strdup(p->dtype ? p->dtype : "unknown");
+    s->threads = p->threads;
+    s->prefix = p->prefix;
+    s->model = p->model ? cJSON_Duplicate(p->model, 1) : NULL;
+    s->points = malloc((size_t)n * sizeof *s->points);
+    if (!s->device || !s->backend || !s->dtype || !s->points || (p->model && !s->model)) {
+        sq_profile_free(s);
+        return sq_error_oom(err, "profile slice");
+    }
+    memcpy(s->points, p->points + first, (size_t)n * sizeof *s->points);
+    s->n = n;
+    *out = s;
     return SQ_OK;
 }
 

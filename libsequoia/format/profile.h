@@ -7,7 +7,13 @@
  *     "points": [ { "tokens": 1, "median_ms": 10.1, "p10_ms": 9.9, "p90_ms": 10.4,
  *                   "samples": 20 }, ... ] }
  *
- * `points` is strictly increasing in `tokens`. Times between two measured token counts are
+ * Version 2 adds a batch dimension: every point may carry "batch": b, the number of
+ * independent sequences in the forward (each with n new tokens on its own prefix). Points are
+ * ordered by batch, then strictly increasing `tokens` within a batch. A version 1 file is all
+ * batch 1; the writer emits version 1 whenever every point is batch 1, so such profiles stay
+ * readable by older builds.
+ *
+ * Within one batch size `points` is strictly increasing in `tokens`. Times between two measured token counts are
  * interpolated linearly (which preserves monotonicity and never overshoots); times outside the
  * measured range are an error unless an extrapolation mode is chosen. */
 #ifndef SQ_FORMAT_PROFILE_H
@@ -18,13 +24,15 @@
 #include "libsequoia/base/error.h"
 
 #define SQ_PROFILE_FORMAT "sequoia-profile"
-#define SQ_PROFILE_VERSION 1
+#define SQ_PROFILE_VERSION 2          /* the newest version read and written */
+#define SQ_PROFILE_MAX_BATCH 65536
 #define SQ_PROFILE_MAX_POINTS 100000
 #define SQ_PROFILE_MAX_TOKENS (1 << 24)
 #define SQ_PROFILE_MAX_CSV_BYTES (64u << 20)
 
 typedef struct sq_profile_point {
-    int    tokens;     /* new tokens in one forward                    */
+    int    batch;      /* sequences in the forward (>= 1)              */
+    int    tokens;     /* new tokens per sequence in one forward       */
     double median_ms;
     double p10_ms;     /* NAN when unknown (imported profiles)         */
     double p90_ms;
@@ -67,10 +75,22 @@ int sq_profile_save(const char *file, const sq_profile *p, sq_error *err);
  * columns are refused. Repeated token counts are combined into their median. */
 int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, sq_error *err);
 
-/* Forward time for x new tokens (x may be fractional, e.g. the mean accepted length).
+/* Forward time for x new tokens (x may be fractional, e.g. the mean accepted length), at the
+ * profile's smallest batch size (batch 1 for every version 1 profile).
  * Errors: SQ_EUSAGE when x is outside the measured range and mode is NONE (the message names
  * the range and the --extrapolate option). */
 int sq_profile_ms(const sq_profile *p, double x, sq_extrapolate mode, double *ms, sq_error *err);
+
+/* The same at batch size `batch`: SQ_EUSAGE when the profile has no point of that batch. */
+int sq_profile_ms_batch(const sq_profile *p, int batch, double x, sq_extrapolate mode, double *ms,
+                        sq_error *err);
+
+/* The distinct batch sizes, ascending, into out[0 .. cap); returns how many there are. */
+int sq_profile_batches(const sq_profile *p, int *out, int cap);
+
+/* A copy holding only the points of one batch size (NULL-free strings and model copied).
+ * SQ_EUSAGE when there are none. */
+int sq_profile_slice(const sq_profile *p, int batch, sq_profile **out, sq_error *err);
 
 /* The largest relative spread (p90 - p10) / median over the points, and the point with it. */
 double sq_profile_max_spread(const sq_profile *p, int *at);

@@ -1,0 +1,423 @@
+/* The batch-size ladder (planner/ladder.h; docs/planning.md, "Ladder"). */
+#include "planner/ladder.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/json.h"
+#include "planner/baseline.h"
+#include "planner/hardware.h"
+
+int sq_objective_parse(const char *s)
+{
+    if (!strcmp(s, "latency"))
+        return SQ_OBJECTIVE_LATENCY;
+    if (!strcmp(s, "throughput"))
+        return SQ_OBJECTIVE_THROUGHPUT;
+    return -1;
+}
+
+const char *sq_objective_name(sq_objective o)
+{
+    return o == SQ_OBJECTIVE_THROUGHPUT ? "throughput" : "latency";
+}
+
+void sq_ladder_free(sq_ladder *l)
+{
+    if (!l)
+        return;
+    for (int i = 0; i < l->n; i++)
+        sq_plan_free(l->rungs[i].plan);
+    free(l->rungs);
+    free(l);
+}
+
+/* The rung being solved: the sliced profiles, the cost model and the plain-decoding
+ * throughput at every profiled batch size (for the throughput objective's baseline). */
+typedef struct rung_ctx {
+    sq_hw_params  hw;
+    int           batch;
+    double        t1;
+    const int    *batches;
+    const double *plain;      /* tokens/s of plain decoding at batches[i] */
+    int           nb;
+    sq_objective  objective;
+} rung_ctx;
+
+/* Best plain-decoding throughput over profiled batch sizes in [b, b·n]. */
+static double plain_best(const rung_ctx *c, int n)
+{
+    double best = 0;
+    long long hi = (long long)c->batch * n;
+    for (int i = 0; i < c->nb; i++)
+        if (c->batches[i] >= c->batch && c->batches[i] <= hi && c->plain[i] > best)
+            best = c->plain[i];
+    return best;
+}
+
+/* Scores one tree of value F under the rung's model into *ch. */
+static int score(const rung_ctx *c, const sq_tree *t, double F, sq_ladder_choice *ch, sq_error *err)
+{
+    double step;
+    int rc = sq_hw_step_ms(&c->hw, t, F, &step, err);
+    if (rc)
+        return rc;
+    ch->size = t->n;
+    ch->depth = sq_tree_depth(t);
+    ch->expected_tokens = F;
+    ch->step_ms = step;
+    ch->speedup = F * c->t1 / step;
+    ch->tokens_per_s = 1e3 * c->batch * F / step;
+    ch->gain = c->objective == SQ_OBJECTIVE_LATENCY ? ch->speedup
+                                                     : ch->tokens_per_s / plain_best(c, t->n);
+    return SQ_OK;
+}
+
+/* Strictly better under the objective; ties keep the smaller tree (scanned first). */
+static int better(const sq_ladder_choice *a, const sq_ladder_choice *b)
+{
+    return b->size == 0 || a->gain > b->gain;
+}
+
+static sq_tree *chain_tree(int n)
+{
+    sq_tree *t = sq_tree_new(n);
+    if (!t)
+        return NULL;
+    for (int v = 0; v < n; v++) {
+        t->parent[v] = v - 1;
+        t->rank[v] = v ? 1 : 0;
+        t->depth[v] = v;
+    }
+    return t;
+}
+
+/* k chains of L nodes under the root, breadth-first: level l holds the l-th node of every
+ * chain, in chain order. */
+static sq_tree *kxl_tree(int k, int L)
+{
+    sq_tree *t = sq_tree_new(1 + k * L);
+    if (!t)
+        return NULL;
+    t->parent[0] = -1;
+    t->rank[0] = 0;
+    t->depth[0] = 0;
+    for (int l = 1; l <= L; l++)
+        for (int j = 0; j < k; j++) {
+            int v = 1 + (l - 1) * k + j;
+            t->parent[v] = l == 1 ? 0 : v - k;
+            t->rank[v] = l == 1 ? j + 1 : 1;
+            t->depth[v] = l;
+        }
+    return t;
+}
+
+static int best_chain(const rung_ctx *c, const sq_curve *curve, int N, int D, sq_ladder_choice *out,
+                      sq_error *err)
+{
+    memset(out, 0, sizeof *out);
+    for (int n = 1; n <= N && n <= D; n++) {
+        int nodes;
+        double F = sq_baseline_chain(curve, n, n, &nodes);
+        sq_tree *t = chain_tree(nodes);
+        if (!t)
+            return sq_error_oom(err, "chain");
+        sq_ladder_choice ch = {0};
+        int rc = score(c, t, F, &ch, err);
+        sq_tree_free(t);
+        if (rc)
+            return rc;
+        if (better(&ch, out))
+            *out = ch;
+    }
+    return SQ_OK;
+}
+
+static int best_kxl(const rung_ctx *c, const sq_curve *curve, int N, int D, int B,
+                    sq_ladder_choice *out, sq_error *err)
+{
+    memset(out, 0, sizeof *out);
+    sq_tree *root = chain_tree(1);
+    if (!root)
+        return sq_error_oom(err, "k x L tree");
+    int rc = score(c, root, 1.0, out, err);
+    sq_tree_free(root);
+    if (rc)
+        return rc;
+    for (int L = 1; L + 1 <= D; L++)
+        for (int k = 1; k <= B && 1 + k * L <= N; k++) {
+            double F = sq_baseline_kxl_value(curve, k, L);
+            sq_tree *t = kxl_tree(k, L);
+            if (!t)
+                return sq_error_oom(err, "k x L tree");
+            sq_ladder_choice ch = {0};
+            rc = score(c, t, F, &ch, err);
+            sq_tree_free(t);
+            if (rc)
+                return rc;
+            ch.k = k;
+            ch.L = L;
+            if (better(&ch, out) || (ch.gain == out->gain && ch.size < out->size))
+                *out = ch;
+        }
+    return SQ_OK;
+}
+
+/* The optimal tree under the objective: every (n, d) the DP offers. */
+static int best_tree(const rung_ctx *c, sq_dp *dp, sq_ladder_choice *out, int *out_d,
+                     sq_error *err)
+{
+    memset(out, 0, sizeof *out);
+    int N = sq_dp_budget(dp), D = sq_dp_depth(dp);
+    for (int d = 1; d <= D; d++)
+        for (int n = 1; n <= N; n++) {
+            double F = sq_dp_best(dp, n, d);
+            if (!isfinite(F))
+                continue;
+            /* depth d only when it beats every shallower bound: the same tree otherwise */
+            if (d > 1 && F <= sq_dp_best(dp, n, d - 1))
+                continue;
+            sq_tree *t;
+            int rc = sq_dp_tree(dp, n, d, &t, err);
+            if (rc)
+                return rc;
+            sq_ladder_choice ch = {0};
+            rc = score(c, t, F, &ch, err);
+            sq_tree_free(t);
+            if (rc)
+                return rc;
+            if (better(&ch, out)) {
+                *out = ch;
+                *out_d = d;
+            }
+        }
+    return SQ_OK;
+}
+
+static int slice_or_explain(const sq_profile *p, int b, const char *file, const char *what,
+                            sq_profile **out, sq_error *err)
+{
+    sq_error e = {0};
+    if (sq_profile_slice(p, b, out, &e) == SQ_OK)
+        return SQ_OK;
+    return sq_error_set(err, SQ_EUSAGE, "%s: the %s profile does not measure batch size %d, "
+                        "which the target profile has", file ? file : what, what, b);
+}
+
+int sq_ladder_solve(sq_dp *dp, const sq_curve *curve, const sq_ladder_params *prm,
+                    sq_ladder **out, sq_error *err)
+{
+    *out = NULL;
+    int batches[SQ_LADDER_MAX_RUNGS];
+    int nb = sq_profile_batches(prm->target, batches, SQ_LADDER_MAX_RUNGS);
+    if (nb > SQ_LADDER_MAX_RUNGS)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %d batch sizes, more than the ladder's limit of %d",
+                            prm->target_file ? prm->target_file : "target profile", nb,
+                            SQ_LADDER_MAX_RUNGS);
+    sq_ladder *l = calloc(1, sizeof *l);
+    double plain[SQ_LADDER_MAX_RUNGS];
+    sq_profile *ts[SQ_LADDER_MAX_RUNGS] = {0}, *ds[SQ_LADDER_MAX_RUNGS] = {0};
+    int rc = SQ_OK;
+    if (!l || !(l->rungs = calloc((size_t)nb, sizeof *l->rungs))) {
+        free(l);
+        return sq_error_oom(err, "ladder");
+    }
+    l->objective = prm->objective;
+    l->budget = sq_dp_budget(dp);
+    l->depth = sq_dp_depth(dp);
+    l->width = sq_dp_width(dp);
+    /* slices and plain decoding at every batch size first: the throughput objective compares
+     * against larger batch sizes */
+    for (int i = 0; i < nb; i++) {
+        if ((rc = slice_or_explain(prm->target, batches[i], prm->target_file, "target", &ts[i], err)))
+            goto done;
+        if (prm->draft &&
+            (rc = slice_or_explain(prm->draft, batches[i], prm->draft_file, "draft", &ds[i], err)))
+            goto done;
+        double t1;
+        if ((rc = sq_profile_ms(ts[i], 1, prm->extrapolate, &t1, err)))
+            goto done;
+        plain[i] = 1e3 * batches[i] / t1;
+    }
+    for (int i = 0; i < nb; i++) {
+        sq_ladder_rung *r = &l->rungs[i];
+        rung_ctx c = {.batch = batches[i], .batches = batches, .plain = plain, .nb = nb,
+                      .objective = prm->objective};
+        c.hw = sq_hw_default_params();
+        c.hw.target = ts[i];
+        c.hw.draft = ds[i];
+        c.hw.draft_ms = prm->draft_ms;
+        c.hw.extrapolate = prm->extrapolate;
+        c.hw.target_file = prm->target_file;
+        c.hw.draft_file = prm->draft_file;
+        c.t1 = 1e3 * batches[i] / plain[i];
+        r->batch = batches[i];
+        r->target1_ms = c.t1;
+        r->plain_tokens_per_s = plain[i];
+        int d = 1;
+        if ((rc = best_tree(&c, dp, &r->best, &d, err)) ||
+            (rc = best_chain(&c, curve, l->budget, l->depth, &r->chain, err)) ||
+            (rc = best_kxl(&c, curve, l->budget, l->depth, l->width, &r->kxl, err)))
+            goto done;
+        r->pays = r->best.size > 1 && r->best.gain > 1.0;
+        sq_tree *t;
+        if ((rc = sq_dp_tree(dp, r->best.size, d, &t, err)) ||
+            (rc = sq_plan_new(t, curve, l->budget, l->depth, l->width, &r->plan, err)))
+            goto done;
+        l->n = i + 1;
+    }
+    l->crossover = 0;
+    for (int i = nb - 1; i >= 0 && !l->rungs[i].pays; i--)
+        l->crossover = l->rungs[i].batch;
+done:
+    for (int i = 0; i < nb; i++) {
+        sq_profile_free(ts[i]);
+        sq_profile_free(ds[i]);
+    }
+    if (rc) {
+        sq_ladder_free(l);
+        return rc;
+    }
+    *out = l;
+    return SQ_OK;
+}
+
+static cJSON *choice_json(const sq_ladder_choice *ch, int with_kl)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    sq_json_add(o, "size", cJSON_CreateNumber(ch->size));
+    sq_json_add(o, "depth", cJSON_CreateNumber(ch->depth));
+    if (with_kl) {
+        sq_json_add(o, "k", cJSON_CreateNumber(ch->k));
+        sq_json_add(o, "L", cJSON_CreateNumber(ch->L));
+    }
+    sq_json_add(o, "expected_tokens", cJSON_CreateNumber(ch->expected_tokens));
+    sq_json_add(o, "time_per_step_ms", cJSON_CreateNumber(ch->step_ms));
+    sq_json_add(o, "speedup", cJSON_CreateNumber(ch->speedup));
+    sq_json_add(o, "tokens_per_second", cJSON_CreateNumber(ch->tokens_per_s));
+    sq_json_add(o, "gain", cJSON_CreateNumber(ch->gain));
+    return o;
+}
+
+cJSON *sq_ladder_to_json(const sq_ladder *l, const sq_ladder_params *prm)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *rungs = cJSON_CreateArray();
+    if (!o || !rungs) {
+        cJSON_Delete(o);
+        cJSON_Delete(rungs);
+        return NULL;
+    }
+    sq_json_add(o, "format", cJSON_CreateString(SQ_LADDER_FORMAT));
+    sq_json_add(o, "version", cJSON_CreateNumber(SQ_LADDER_VERSION));
+    sq_json_add(o, "objective", cJSON_CreateString(sq_objective_name(l->objective)));
+    sq_json_add(o, "target_profile", prm->target_file ? cJSON_CreateString(prm->target_file)
+                                                      : cJSON_CreateNull());
+    sq_json_add(o, "draft_profile", prm->draft && prm->draft_file
+                                        ? cJSON_CreateString(prm->draft_file) : cJSON_CreateNull());
+    sq_json_add(o, "draft_ms", prm->draft ? cJSON_CreateNull() : cJSON_CreateNumber(prm->draft_ms));
+    sq_json_add(o, "budget", cJSON_CreateNumber(l->budget));
+    sq_json_add(o, "depth", cJSON_CreateNumber(l->depth));
+    sq_json_add(o, "width", cJSON_CreateNumber(l->width));
+    sq_json_add(o, "crossover_batch", l->crossover ? cJSON_CreateNumber(l->crossover)
+                                                   : cJSON_CreateNull());
+    for (int i = 0; i < l->n; i++) {
+        const sq_ladder_rung *r = &l->rungs[i];
+        cJSON *e = cJSON_CreateObject();
+        if (!e) {
+            cJSON_Delete(o);
+            cJSON_Delete(rungs);
+            return NULL;
+        }
+        sq_json_add(e, "batch", cJSON_CreateNumber(r->batch));
+        sq_json_add(e, "target_ms_1", cJSON_CreateNumber(r->target1_ms));
+        sq_json_add(e, "plain_tokens_per_second", cJSON_CreateNumber(r->plain_tokens_per_s));
+        sq_json_add(e, "speculation_pays", cJSON_CreateBool(r->pays));
+        sq_json_add(e, "tree", choice_json(&r->best, 0));
+        sq_json_add(e, "chain", choice_json(&r->chain, 0));
+        sq_json_add(e, "kxl", choice_json(&r->kxl, 1));
+        sq_json_add(e, "plan", sq_plan_to_json(r->plan));
+        cJSON_AddItemToArray(rungs, e);
+    }
+    sq_json_add(o, "rungs", rungs);
+    return o;
+}
+
+int sq_ladder_save(const char *file, const sq_ladder *l, const sq_ladder_params *prm, sq_error *err)
+{
+    cJSON *o = sq_ladder_to_json(l, prm);
+    if (!o)
+        return sq_error_oom(err, "ladder JSON");
+    int rc = sq_json_save(file, o, err);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* Speculated tokens of the rung's best chain; 0 where no chain pays. */
+static int chain_len(const sq_ladder_rung *r)
+{
+    return r->chain.gain > 1.0 ? r->chain.size - 1 : 0;
+}
+
+int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error *err)
+{
+    if (!strcmp(engine, "trtllm-schedule")) {
+        /* TensorRT-LLM DecodingBaseConfig.draft_len_schedule (tensorrt_llm/llmapi/llm_args.py,
+         * 2026): keys are batch-size thresholds (batch >= key uses the value), the value is
+         * the draft length in speculated tokens, 0 disables speculation, and the entry for
+         * batch 1 must equal max_draft_len. Our chain of `size` nodes speculates size - 1. */
+        int first = l->n > 0 ? chain_len(&l->rungs[0]) : 0, prev = first;
+        fprintf(fp, "{\"max_draft_len\": %d, \"draft_len_schedule\": {\"1\": %d", first, first);
+        for (int i = 1; i < l->n; i++) {
+            int len = chain_len(&l->rungs[i]);
+            if (len != prev)
+                fprintf(fp, ", \"%d\": %d", l->rungs[i].batch, len);
+            prev = len;
+        }
+        fprintf(fp, "}}\n");
+        return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the export failed") : SQ_OK;
+    }
+    if (!strcmp(engine, "sglang")) {
+        /* SGLang's envelope flags (python/sglang/srt/server_args.py): steps = levels below the
+         * root, topk = the widest node's children, draft tokens = nodes including the root
+         * (the verified token count SGLang allocates per request). */
+        fprintf(fp, "{\"engine\": \"sglang\", \"per_batch\": [");
+        for (int i = 0; i < l->n; i++) {
+            const sq_ladder_rung *r = &l->rungs[i];
+            int maxc = sq_tree_max_children(r->plan->tree);
+            fprintf(fp, "%s\n  {\"batch\": %d, \"speculate\": %s, \"speculative_num_steps\": %d, "
+                    "\"speculative_eagle_topk\": %d, \"speculative_num_draft_tokens\": %d}",
+                    i ? "," : "", r->batch, r->pays ? "true" : "false",
+                    r->pays ? r->best.depth - 1 : 0, r->pays ? (maxc > 0 ? maxc : 1) : 0,
+                    r->pays ? r->best.size : 0);
+        }
+        fprintf(fp, "\n]}\n");
+        return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the export failed") : SQ_OK;
+    }
+    return sq_error_set(err, SQ_EUSAGE, "ladder export \"%s\": unknown (known: trtllm-schedule, "
+                        "sglang)", engine);
+}
+
+void sq_ladder_print(FILE *fp, const sq_ladder *l)
+{
+    fprintf(fp, "ladder (objective %s, budget %d, depth %d):\n", sq_objective_name(l->objective),
+            l->budget, l->depth);
+    fprintf(fp, "%6s %10s %12s %9s %9s %9s %12s\n", "batch", "tree", "tokens/step", "speedup",
+            "chain", "k x L", "tokens/s");
+    for (int i = 0; i < l->n; i++) {
+        const sq_ladder_rung *r = &l->rungs[i];
+        char tree[32];
+        snprintf(tree, sizeof tree, "%d/%d", r->best.size, r->best.depth);
+        fprintf(fp, "%6d %10s %12.3f %8.3fx %8.3fx %8.3fx %12.1f%s\n", r->batch, tree,
+                r->best.expected_tokens, r->best.speedup, r->chain.speedup, r->kxl.speedup,
+                r->best.tokens_per_s, r->pays ? "" : "  (plain decoding)");
+    }
+    if (l->crossover)
+        fprintf(fp, "speculation stops paying at batch size %d: from there on, no tree beats plain "
+                "decoding\n", l->crossover);
+    else
+        fprintf(fp, "speculation pays at every profiled batch size\n");
+}

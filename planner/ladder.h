@@ -1,0 +1,104 @@
+/* Plans for serving: one tree per batch size (docs/planning.md, "Ladder").
+ *
+ * A batched forward runs b independent sequences with n new tokens each; the weight GEMMs see
+ * b·n rows, the attention is per sequence. A batch profile (format version 2) gives
+ * t_target(b, n) and t_draft(b, n). At each profiled batch size b the ladder applies the
+ * hardware-aware choice (planner/hardware.h) to the profiles sliced at b:
+ *
+ *   rate_b(T) = F(T) / t_step_b(T)           tokens per millisecond per sequence
+ *   speedup_b(T) = rate_b(T) · t_target(b, 1)  against plain decoding at the same batch size
+ *   throughput_b(T) = 1000 · b · rate_b(T)    tokens per second over the batch
+ *
+ * Objectives:
+ *   latency (default)  the tree maximising speedup_b; speculation pays at b when that tree has
+ *                      more than the root (speedup > 1).
+ *   throughput         the tree maximising gain_b(T) = throughput_b(T) / plain*(b, n), where
+ *                      plain*(b, n) is the best plain-decoding throughput over the profiled
+ *                      batch sizes b' with b <= b' <= b·n: the same forward rows could instead
+ *                      serve more sequences when requests are queued. It pays when gain > 1.
+ *
+ * The crossover is the smallest profiled batch size from which on no tree pays (0 when
+ * speculation pays at every profiled batch size). The best chain and the best k×L tree of the
+ * same budget are evaluated under the same model for comparison. */
+#ifndef SQ_PLANNER_LADDER_H
+#define SQ_PLANNER_LADDER_H
+
+#include <cjson/cJSON.h>
+
+#include "libsequoia/format/plan.h"
+#include "libsequoia/format/profile.h"
+#include "planner/dp.h"
+
+#define SQ_LADDER_FORMAT "sequoia-ladder"
+#define SQ_LADDER_VERSION 1
+#define SQ_LADDER_MAX_RUNGS 64
+
+typedef enum sq_objective { SQ_OBJECTIVE_LATENCY = 0, SQ_OBJECTIVE_THROUGHPUT } sq_objective;
+
+/* "latency" or "throughput"; -1 on anything else. */
+int sq_objective_parse(const char *s);
+const char *sq_objective_name(sq_objective o);
+
+typedef struct sq_ladder_params {
+    const sq_profile *target;     /* required; batch sizes come from it                   */
+    const sq_profile *draft;      /* per-level model when set (must cover the same batches) */
+    double            draft_ms;   /* fixed cost per level when draft is NULL              */
+    sq_extrapolate    extrapolate;
+    sq_objective      objective;
+    const char       *target_file;
+    const char       *draft_file;
+} sq_ladder_params;
+
+/* One candidate shape at one batch size. */
+typedef struct sq_ladder_choice {
+    int    size, depth;      /* nodes (root included) and levels                          */
+    int    k, L;             /* k×L shape only; 0 otherwise                               */
+    double expected_tokens;  /* F                                                         */
+    double step_ms;          /* t_step_b                                                  */
+    double speedup;          /* against plain decoding at the same batch size             */
+    double tokens_per_s;     /* over the batch                                            */
+    double gain;             /* the objective's ratio (speedup for latency)               */
+} sq_ladder_choice;
+
+typedef struct sq_ladder_rung {
+    int              batch;
+    double           target1_ms;    /* t_target(b, 1)                                      */
+    double           plain_tokens_per_s;
+    int              pays;          /* the best tree beats plain decoding                   */
+    sq_ladder_choice best, chain, kxl;
+    sq_plan         *plan;          /* the best tree, with its hardware section             */
+} sq_ladder_rung;
+
+typedef struct sq_ladder {
+    sq_objective    objective;
+    int             budget, depth, width;
+    int             crossover;      /* smallest batch from which on nothing pays; 0: none   */
+    int             n;
+    sq_ladder_rung *rungs;          /* ascending batch sizes                                */
+} sq_ladder;
+
+/* Solves the ladder on a solved DP (its curve scores every tree). Errors: SQ_EUSAGE when the
+ * target profile has a single batch size and asks for a ladder of one rung is still fine;
+ * when a batch size of the target is missing from the draft profile; when a needed time is
+ * outside a profile's range and extrapolation is off. */
+int sq_ladder_solve(sq_dp *dp, const sq_curve *curve, const sq_ladder_params *params,
+                    sq_ladder **out, sq_error *err);
+void sq_ladder_free(sq_ladder *l);
+
+/* The ladder file (format sequoia-ladder, version 1): objective, bounds, crossover, and per
+ * rung the batch size, the predictions of the best tree, chain and k×L, and the plan. */
+cJSON *sq_ladder_to_json(const sq_ladder *l, const sq_ladder_params *params);
+int sq_ladder_save(const char *file, const sq_ladder *l, const sq_ladder_params *params,
+                   sq_error *err);
+
+/* Engine exports of a ladder:
+ *   trtllm-schedule  TensorRT-LLM's draft_len_schedule for chains ({batch: draft_len}, batch
+ *                    thresholds, draft_len 0 where no chain pays; the first key is 1)
+ *   sglang           one SGLang envelope line per batch size (steps, topk, draft tokens)
+ * Written as JSON to fp. */
+int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error *err);
+
+/* Human summary, one line per rung plus the crossover sentence. */
+void sq_ladder_print(FILE *fp, const sq_ladder *l);
+
+#endif
