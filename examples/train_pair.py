@@ -340,7 +340,13 @@ def train(name, cfg, train_ids, args, log):
         t0 -= st["wall"]
         c0 -= st["cpu"]
         log("%s: resumed from %s at step %d" % (name, ckpt, first))
+    done = steps
     for step in range(first, steps):
+        if args.max_seconds and time.time() - t0 > args.max_seconds:
+            done = step
+            log("%s: --max-seconds %g reached after %d of %d steps; stopping here" % (
+                name, args.max_seconds, step, steps))
+            break
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, args.warmup)
         starts = torch.randint(0, n, (args.batch,), generator=gen)
@@ -362,6 +368,7 @@ def train(name, cfg, train_ids, args, log):
             log("%s step %d/%d loss %.4f (%.3f bits/byte) lr %.2e %.0fs wall %.0fs cpu" % (
                 name, step, steps, ema, ema / math.log(2), opt.param_groups[0]["lr"],
                 time.time() - t0, time.process_time() - c0))
+    args.steps_done[name] = done
     return model, time.time() - t0, time.process_time() - c0
 
 
@@ -387,6 +394,9 @@ def main():
     ap.add_argument("--checkpoint", metavar="DIR",
                     help="save <DIR>/<model>.pt every --checkpoint-every steps and resume from it")
     ap.add_argument("--checkpoint-every", type=int, default=20)
+    ap.add_argument("--max-seconds", type=float, default=0,
+                    help="stop training after this much wall time (0: no limit) and write the "
+                         "model of the steps done; metrics record them")
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F16")
     ap.add_argument("--max-position", type=int, default=1024,
@@ -405,6 +415,7 @@ def main():
 
     ap.error = usage_error
     args = ap.parse_args()
+    args.steps_done = {}
 
     torch.set_num_threads(args.threads)
     if args.device.startswith("cuda"):
@@ -475,7 +486,8 @@ def main():
         metrics["models"][name] = {
             "parameters": nparams, "dtype": args.dtype, "train_seconds": round(secs, 1),
             "train_cpu_seconds": round(cpu, 1),
-            "threads": args.threads, "steps": getattr(args, name + "_steps"),
+            "threads": args.threads, "steps": args.steps_done.get(name, getattr(args, name + "_steps")),
+            "planned_steps": getattr(args, name + "_steps"),
             "lr": getattr(args, name + "_lr"), "batch": args.batch, "seq_len": args.seq_len,
             "seed": args.seed, "device": args.device, "command": "python3 examples/train_pair.py " + " ".join(sys.argv[1:]),
             "heldout_bits_per_byte": round(bpb, 6),
