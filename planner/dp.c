@@ -184,6 +184,7 @@ int sq_dp_solve(const sq_dp_params *params, sq_dp **out, sq_error *err)
 int sq_dp_budget(const sq_dp *dp) { return dp->N; }
 int sq_dp_depth(const sq_dp *dp) { return dp->D; }
 int sq_dp_width(const sq_dp *dp) { return dp->B; }
+const sq_curve *sq_dp_curve(const sq_dp *dp) { return dp->curve; }
 
 double sq_dp_best(const sq_dp *dp, int n, int d)
 {
@@ -192,6 +193,15 @@ double sq_dp_best(const sq_dp *dp, int n, int d)
     if (d > dp->D)
         d = dp->D;
     return dp->table[AT(dp, d, n)];
+}
+
+int sq_dp_best_size(const sq_dp *dp, int d)
+{
+    int size = 1;
+    for (int n = 2; n <= dp->N; n++)
+        if (sq_dp_best(dp, n, d) > sq_dp_best(dp, size, d))
+            size = n;
+    return size;
 }
 
 int sq_dp_tree(sq_dp *dp, int n, int d, sq_tree **out, sq_error *err)

@@ -50,11 +50,18 @@ void sq_dp_free(sq_dp *dp);
 int sq_dp_budget(const sq_dp *dp);
 int sq_dp_depth(const sq_dp *dp);
 int sq_dp_width(const sq_dp *dp);
+/* The curve it was solved with. */
+const sq_curve *sq_dp_curve(const sq_dp *dp);
 
 /* Best[n][d]: the best expected tokens per step of a tree of size n and depth <= d, or
  * -INFINITY when no such tree exists (n = 0, d = 0, or too many nodes for the width). d beyond
  * the effective depth is clamped to it. */
 double sq_dp_best(const sq_dp *dp, int n, int d);
+
+/* The smallest size n <= budget whose Best[n][d] is the largest at depth bound d: the budget
+ * is an upper bound, and this is the budget itself unless the depth and width bounds cannot
+ * hold that many nodes. 1 when no larger tree does better. */
+int sq_dp_best_size(const sq_dp *dp, int d);
 
 /* The optimal tree of size n and depth <= d (the one the tie-breaking rule picks).
  * Not thread-safe on one sq_dp (a depth-dependent solve may re-run a pass). */

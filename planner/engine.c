@@ -292,16 +292,23 @@ int sq_engine_plan(const sq_engine_plan_params *p, sq_engine_plan_result *out, s
     if (lim.max_path && dp_params.depth > lim.max_path + 1)
         dp_params.depth = lim.max_path + 1;
     sq_dp *dp = NULL;
-    if ((rc = sq_dp_check(&dp_params, err)) || (rc = sq_dp_solve(&dp_params, &dp, err)))
+    if ((rc = sq_dp_check(&dp_params, err)))
         return rc;
-    int N = sq_dp_budget(dp), D = sq_dp_depth(dp), size = 1;
-    for (int n = 2; n <= N; n++)
-        if (sq_dp_best(dp, n, D) > sq_dp_best(dp, size, D))
-            size = n;
+    /* The caller's unconstrained solve serves when the engine leaves its width bound: the
+     * table holds every depth bound up to its own, so a tighter depth is a column of it. */
+    int N = dp_params.budget, D = dp_params.depth < N ? dp_params.depth : N;
+    int B = W < (N > 1 ? N - 1 : 1) ? W : (N > 1 ? N - 1 : 1);
+    sq_dp *use = p->solved;
+    if (!use || sq_dp_budget(use) != N || sq_dp_width(use) != B || sq_dp_depth(use) < D ||
+        sq_dp_curve(use) != c) {
+        if ((rc = sq_dp_solve(&dp_params, &dp, err)))
+            return rc;
+        use = dp;
+    }
     sq_tree *t = NULL;
-    rc = sq_dp_tree(dp, size, D, &t, err);
+    rc = sq_dp_tree(use, sq_dp_best_size(use, D), D, &t, err);
     out->depth = D;
-    out->width = sq_dp_width(dp);
+    out->width = B;
     sq_dp_free(dp);
     if (rc)
         return rc;
@@ -322,11 +329,7 @@ int sq_engine_plan(const sq_engine_plan_params *p, sq_engine_plan_result *out, s
                 dp_params.width = w;
                 if ((rc = sq_dp_solve(&dp_params, &dw, err)))
                     break;
-                int sz = 1;
-                for (int n = 2; n <= N; n++)
-                    if (sq_dp_best(dw, n, D) > sq_dp_best(dw, sz, D))
-                        sz = n;
-                rc = sq_dp_tree(dw, sz, D, &cand, err);
+                rc = sq_dp_tree(dw, sq_dp_best_size(dw, D), D, &cand, err);
                 sq_dp_free(dw);
                 if (rc)
                     break;

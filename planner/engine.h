@@ -21,6 +21,7 @@
 
 #include "libsequoia/format/curve.h"
 #include "libsequoia/base/error.h"
+#include "planner/dp.h"
 #include "planner/export.h"
 #include "libsequoia/format/tree.h"
 
@@ -33,6 +34,10 @@ typedef struct sq_engine_plan_params {
     int             width;           /* B: children per node; 0 = the curve's width  */
     int             max_non_leaves;  /* trtllm only; 0 = no limit                    */
     const sq_curve *curve;
+    /* Optional: an unconstrained solve of the same budget and curve (sq_dp_solve), reused for
+     * trtllm and medusa when the engine's width limit does not bind, so that a caller that
+     * also reports the unconstrained optimum solves the DP once. NULL: solve here. */
+    sq_dp          *solved;
 } sq_engine_plan_params;
 
 /* vllm, budget 128, depth 10, width 0, no non-leaf limit, the embedded default curve. */

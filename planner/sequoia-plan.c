@@ -16,6 +16,7 @@
 #include "planner/engine.h"
 #include "planner/export.h"
 #include "planner/import.h"
+#include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/plan.h"
@@ -111,26 +112,6 @@ static void usage(FILE *fp)
         SQ_DP_MAX_CELLS, SQ_DP_MAX_WORK);
 }
 
-static int parse_int(const char *opt, const char *s, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < INT_MIN || v > INT_MAX) {
-        fprintf(stderr, PROG ": %s: '%s' is not an integer\n", opt, s);
-        return SQ_EUSAGE;
-    }
-    *out = (int)v;
-    return SQ_OK;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 static void print_summary(FILE *fp, const sq_curve *curve, const sq_dp *dp, const sq_plan *plan,
                           double solve_ms, const char *what)
 {
@@ -213,30 +194,83 @@ static void print_plan_summary(FILE *fp, const sq_plan *plan, int max_non_leaves
     print_engine_status(fp, t, max_non_leaves);
 }
 
-int main(int argc, char **argv)
+/* ---- command line --------------------------------------------------------------------------- */
+
+typedef struct plan_opts {
+    const char *acc_file, *curve_name, *out_file, *table_file, *plan_file, *import_file;
+    const char *save_plan, *svg_file, *svg_table, *target_profile, *draft_profile;
+    int quiet, width_given, export_fmt, import_fmt, max_non_leaves, engine, planning_opts;
+    int draft_ms_given;
+    sq_hw_params hwp;
+    sq_dp_params params;
+} plan_opts;
+
+enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
+       OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
+       OPT_SIZES };
+
+#define PARSE_RUN (-1)   /* parse_options: go on and run */
+
+/* The options with a value to check beyond a number. */
+static int parse_choice(int c, const char *arg, plan_opts *o)
 {
-    enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
-           OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
-           OPT_SIZES };
+    switch (c) {
+    case 'e':
+        if ((o->export_fmt = sq_export_format_parse(arg)) >= 0)
+            return SQ_OK;
+        fprintf(stderr, PROG ": --export: unknown format '%s' (one of: %s)\n", arg,
+                sq_export_format_list());
+        return SQ_EUSAGE;
+    case OPT_ENGINE:
+        if ((o->engine = sq_engine_parse(arg)) >= 0)
+            return SQ_OK;
+        fprintf(stderr, PROG ": --engine: unknown engine '%s' (one of: vllm, trtllm, medusa)\n", arg);
+        return SQ_EUSAGE;
+    case OPT_IMPORT:
+        if ((o->import_fmt = sq_import_format_parse(arg)) >= 0)
+            return SQ_OK;
+        fprintf(stderr, PROG ": --import: unknown format '%s' (choices or growmap)\n", arg);
+        return SQ_EUSAGE;
+    case OPT_DRAFT_MS: {
+        char *end;
+        o->hwp.draft_ms = strtod(arg, &end);
+        o->draft_ms_given = 1;
+        if (end != arg && !*end && isfinite(o->hwp.draft_ms) && o->hwp.draft_ms >= 0)
+            return SQ_OK;
+        fprintf(stderr, PROG ": --draft-ms: '%s' is not a time >= 0 in milliseconds\n", arg);
+        return SQ_EUSAGE;
+    }
+    case OPT_EXTRAPOLATE: {
+        int m = sq_extrapolate_parse(arg);
+        o->hwp.extrapolate = (sq_extrapolate)(m < 0 ? 0 : m);
+        if (m >= 0)
+            return SQ_OK;
+        fprintf(stderr, PROG ": --extrapolate: unknown mode '%s' (none, linear or constant)\n", arg);
+        return SQ_EUSAGE;
+    }
+    default: /* OPT_SIZES */
+        o->hwp.measured_sizes_only = !strcmp(arg, "measured");
+        if (!strcmp(arg, "all") || !strcmp(arg, "measured"))
+            return SQ_OK;
+        fprintf(stderr, PROG ": --sizes: unknown value '%s' (all or measured)\n", arg);
+        return SQ_EUSAGE;
+    }
+}
+
+/* Fills *o from argv. Returns PARSE_RUN, or the exit status (--help, --version, errors). */
+static int parse_options(int argc, char **argv, plan_opts *o)
+{
     static const struct option opts[] = {
-        {"acceptance", required_argument, NULL, 'a'},
-        {"curve", required_argument, NULL, 'c'},
-        {"budget", required_argument, NULL, 'n'},
-        {"depth", required_argument, NULL, 'd'},
-        {"width", required_argument, NULL, 'w'},
-        {"output", required_argument, NULL, 'o'},
-        {"table", required_argument, NULL, 't'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {"export", required_argument, NULL, 'e'},
-        {"engine", required_argument, NULL, OPT_ENGINE},
+        {"acceptance", required_argument, NULL, 'a'}, {"curve", required_argument, NULL, 'c'},
+        {"budget", required_argument, NULL, 'n'},     {"depth", required_argument, NULL, 'd'},
+        {"width", required_argument, NULL, 'w'},      {"output", required_argument, NULL, 'o'},
+        {"table", required_argument, NULL, 't'},      {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
+        {"export", required_argument, NULL, 'e'},     {"engine", required_argument, NULL, OPT_ENGINE},
         {"max-non-leaves", required_argument, NULL, OPT_MAX_NON_LEAVES},
-        {"plan", required_argument, NULL, OPT_PLAN},
-        {"import", required_argument, NULL, OPT_IMPORT},
+        {"plan", required_argument, NULL, OPT_PLAN},  {"import", required_argument, NULL, OPT_IMPORT},
         {"save-plan", required_argument, NULL, OPT_SAVE_PLAN},
-        {"svg", required_argument, NULL, OPT_SVG},
-        {"svg-table", required_argument, NULL, OPT_SVG_TABLE},
+        {"svg", required_argument, NULL, OPT_SVG},    {"svg-table", required_argument, NULL, OPT_SVG_TABLE},
         {"target-profile", required_argument, NULL, OPT_TARGET_PROFILE},
         {"draft-profile", required_argument, NULL, OPT_DRAFT_PROFILE},
         {"draft-ms", required_argument, NULL, OPT_DRAFT_MS},
@@ -244,394 +278,309 @@ int main(int argc, char **argv)
         {"sizes", required_argument, NULL, OPT_SIZES},
         {NULL, 0, NULL, 0},
     };
-    const char *acc_file = NULL, *curve_name = NULL, *out_file = NULL, *table_file = NULL;
-    const char *plan_file = NULL, *import_file = NULL, *save_plan = NULL, *svg_file = NULL;
-    const char *svg_table = NULL;
-    int quiet = 0, width_given = 0, export_fmt = -1, import_fmt = -1, max_non_leaves = 0;
-    int engine = SQ_ENGINE_NONE, planning_opts = 0;
-    const char *target_profile = NULL, *draft_profile = NULL;
-    sq_hw_params hwp = sq_hw_default_params();
-    int draft_ms_given = 0;
-    sq_dp_params params = sq_dp_default_params();
+    *o = (plan_opts){.export_fmt = -1, .import_fmt = -1, .engine = SQ_ENGINE_NONE,
+                     .hwp = sq_hw_default_params(), .params = sq_dp_default_params()};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":a:c:n:d:w:o:t:e:qh", opts, NULL)) != -1) {
+        int *num = c == 'n' ? &o->params.budget : c == 'd' ? &o->params.depth
+                 : c == 'w' ? &o->params.width : NULL;
         switch (c) {
-        case 'a': acc_file = optarg; break;
-        case 'c': curve_name = optarg; break;
-        case 'n': if (parse_int("--budget", optarg, &params.budget)) return SQ_EUSAGE; planning_opts = 1; break;
-        case 'd': if (parse_int("--depth", optarg, &params.depth)) return SQ_EUSAGE; planning_opts = 1; break;
-        case 'w':
-            if (parse_int("--width", optarg, &params.width)) return SQ_EUSAGE;
-            width_given = 1;
-            planning_opts = 1;
-            break;
-        case 'o': out_file = optarg; break;
-        case 't': table_file = optarg; break;
-        case 'q': quiet = 1; break;
-        case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
-        case 'V': printf(PROG " %s\n", SQ_VERSION); return fclose(stdout) ? SQ_EIO : SQ_OK;
-        case 'e':
-            if ((export_fmt = sq_export_format_parse(optarg)) < 0) {
-                fprintf(stderr, PROG ": --export: unknown format '%s' (one of: %s)\n", optarg,
-                        sq_export_format_list());
+        case 'a': o->acc_file = optarg; break;
+        case 'c': o->curve_name = optarg; break;
+        case 'n': case 'd': case 'w':
+            if (sq_cli_int(PROG, c == 'n' ? "--budget" : c == 'd' ? "--depth" : "--width", optarg,
+                           INT_MIN, INT_MAX, num))
                 return SQ_EUSAGE;
-            }
+            o->planning_opts = 1;
+            o->width_given |= c == 'w';
             break;
-        case OPT_ENGINE:
-            if ((engine = sq_engine_parse(optarg)) < 0) {
-                fprintf(stderr, PROG ": --engine: unknown engine '%s' (one of: vllm, trtllm, "
-                        "medusa)\n", optarg);
-                return SQ_EUSAGE;
-            }
-            break;
+        case 'o': o->out_file = optarg; break;
+        case 't': o->table_file = optarg; break;
+        case 'q': o->quiet = 1; break;
+        case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
+        case 'V': printf(PROG " %s\n", SQ_VERSION); return sq_cli_finish(PROG, SQ_OK);
         case OPT_MAX_NON_LEAVES:
-            if (parse_int("--max-non-leaves", optarg, &max_non_leaves)) return SQ_EUSAGE;
-            if (max_non_leaves < 1) {
-                fprintf(stderr, PROG ": --max-non-leaves: %d, must be at least 1\n", max_non_leaves);
+            if (sq_cli_int(PROG, "--max-non-leaves", optarg, 1, INT_MAX, &o->max_non_leaves))
                 return SQ_EUSAGE;
-            }
             break;
-        case OPT_PLAN: plan_file = optarg; break;
         case OPT_IMPORT:
-            if ((import_fmt = sq_import_format_parse(optarg)) < 0) {
-                fprintf(stderr, PROG ": --import: unknown format '%s' (choices or growmap)\n", optarg);
+            if (parse_choice(c, optarg, o))
                 return SQ_EUSAGE;
-            }
             if (optind >= argc) {
                 fprintf(stderr, PROG ": --import %s needs a FILE (see --help)\n", optarg);
                 return SQ_EUSAGE;
             }
-            import_file = argv[optind++];
+            o->import_file = argv[optind++];
             break;
-        case OPT_SAVE_PLAN: save_plan = optarg; break;
-        case OPT_SVG: svg_file = optarg; break;
-        case OPT_SVG_TABLE: svg_table = optarg; break;
-        case OPT_TARGET_PROFILE: target_profile = optarg; break;
-        case OPT_DRAFT_PROFILE: draft_profile = optarg; break;
-        case OPT_DRAFT_MS: {
-            char *end;
-            hwp.draft_ms = strtod(optarg, &end);
-            if (end == optarg || *end || !isfinite(hwp.draft_ms) || hwp.draft_ms < 0) {
-                fprintf(stderr, PROG ": --draft-ms: '%s' is not a time >= 0 in milliseconds\n",
-                        optarg);
+        case 'e': case OPT_ENGINE: case OPT_DRAFT_MS: case OPT_EXTRAPOLATE: case OPT_SIZES:
+            if (parse_choice(c, optarg, o))
                 return SQ_EUSAGE;
-            }
-            draft_ms_given = 1;
             break;
-        }
-        case OPT_EXTRAPOLATE: {
-            int m = sq_extrapolate_parse(optarg);
-            if (m < 0) {
-                fprintf(stderr, PROG ": --extrapolate: unknown mode '%s' (none, linear or "
-                        "constant)\n", optarg);
-                return SQ_EUSAGE;
-            }
-            hwp.extrapolate = (sq_extrapolate)m;
-            break;
-        }
-        case OPT_SIZES:
-            if (!strcmp(optarg, "all") || !strcmp(optarg, "measured")) {
-                hwp.measured_sizes_only = !strcmp(optarg, "measured");
-            } else {
-                fprintf(stderr, PROG ": --sizes: unknown value '%s' (all or measured)\n", optarg);
-                return SQ_EUSAGE;
-            }
-            break;
-        case ':':
-            fprintf(stderr, PROG ": option '%s' needs a value (see --help)\n", argv[optind - 1]);
-            return SQ_EUSAGE;
-        default:
-            fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", argv[optind - 1]);
-            return SQ_EUSAGE;
+        case OPT_PLAN: o->plan_file = optarg; break;
+        case OPT_SAVE_PLAN: o->save_plan = optarg; break;
+        case OPT_SVG: o->svg_file = optarg; break;
+        case OPT_SVG_TABLE: o->svg_table = optarg; break;
+        case OPT_TARGET_PROFILE: o->target_profile = optarg; break;
+        case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
+        default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
     if (optind < argc) {
         fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n", argv[optind]);
         return SQ_EUSAGE;
     }
-    if (width_given && params.width < 1) {
-        fprintf(stderr, PROG ": --width: %d, must be at least 1\n", params.width);
-        return SQ_EUSAGE;
-    }
-    if (curve_name && !acc_file) {
-        fprintf(stderr, PROG ": --curve needs --acceptance FILE\n");
-        return SQ_EUSAGE;
-    }
-    if ((draft_profile || draft_ms_given) && !target_profile) {
-        fprintf(stderr, PROG ": --draft-profile/--draft-ms need --target-profile FILE\n");
-        return SQ_EUSAGE;
-    }
-    if (target_profile && !!draft_profile == draft_ms_given) {
-        fprintf(stderr, PROG ": --target-profile needs exactly one of --draft-profile FILE (per-level "
-                "draft cost) and --draft-ms X (one fixed cost per level)\n");
-        return SQ_EUSAGE;
-    }
-    if (target_profile && (plan_file || import_file || engine != SQ_ENGINE_NONE)) {
-        fprintf(stderr, PROG ": --target-profile chooses a new tree; it does not go with --plan, "
-                "--import or --engine\n");
-        return SQ_EUSAGE;
-    }
-    if (plan_file && import_file) {
-        fprintf(stderr, PROG ": --plan and --import exclude each other\n");
-        return SQ_EUSAGE;
-    }
-    if (plan_file || import_file) {
-        const char *mode = plan_file ? "--plan" : "--import";
-        const char *bad = planning_opts ? "--budget/--depth/--width" : engine ? "--engine"
-                        : table_file ? "--table" : svg_table ? "--svg-table" : NULL;
-        if (bad) {
-            fprintf(stderr, PROG ": %s does not go with %s (they shape a new plan)\n", bad, mode);
-            return SQ_EUSAGE;
-        }
-        if (plan_file && (acc_file || curve_name)) {
-            fprintf(stderr, PROG ": --plan: the plan carries its own curve; drop --acceptance\n");
-            return SQ_EUSAGE;
-        }
-        if (plan_file && export_fmt < 0 && !svg_file) {
-            fprintf(stderr, PROG ": --plan needs --export FORMAT or --svg FILE\n");
-            return SQ_EUSAGE;
-        }
-    }
-    if (save_plan && export_fmt < 0) {
-        fprintf(stderr, PROG ": --save-plan goes with --export (without it -o is the plan)\n");
-        return SQ_EUSAGE;
-    }
-    sq_out_install_signal_handlers();
+    return PARSE_RUN;
+}
 
-    sq_error err = {0};
-    sq_curve_set *set = NULL;
-    sq_dp *dp = NULL;
-    sq_plan *plan = NULL;
-    sq_out *plan_out = NULL, *table_out = NULL;
-    sq_tree *tree = NULL;
-    const char *plan_name = plan_file ? plan_file : import_file ? import_file : "plan";
-    const char *main_out = out_file ? out_file : "-";
-    FILE *sfp = out_file ? stdout : stderr;
+/* The options that do not go together; 0 or SQ_EUSAGE (with the message printed). */
+static int check_options(const plan_opts *o)
+{
+    const char *why = NULL;
+    char buf[160];
+    if (o->width_given && o->params.width < 1)
+        snprintf(buf, sizeof buf, "--width: %d, must be at least 1", o->params.width), why = buf;
+    else if (o->curve_name && !o->acc_file)
+        why = "--curve needs --acceptance FILE";
+    else if ((o->draft_profile || o->draft_ms_given) && !o->target_profile)
+        why = "--draft-profile/--draft-ms need --target-profile FILE";
+    else if (o->target_profile && !!o->draft_profile == o->draft_ms_given)
+        why = "--target-profile needs exactly one of --draft-profile FILE (per-level draft cost) "
+              "and --draft-ms X (one fixed cost per level)";
+    else if (o->target_profile && (o->plan_file || o->import_file || o->engine != SQ_ENGINE_NONE))
+        why = "--target-profile chooses a new tree; it does not go with --plan, --import or "
+              "--engine";
+    else if (o->plan_file && o->import_file)
+        why = "--plan and --import exclude each other";
+    else if (o->save_plan && o->export_fmt < 0)
+        why = "--save-plan goes with --export (without it -o is the plan)";
+    if (!why && (o->plan_file || o->import_file)) {
+        const char *mode = o->plan_file ? "--plan" : "--import";
+        const char *bad = o->planning_opts ? "--budget/--depth/--width"
+                        : o->engine ? "--engine" : o->table_file ? "--table"
+                        : o->svg_table ? "--svg-table" : NULL;
+        if (bad)
+            snprintf(buf, sizeof buf, "%s does not go with %s (they shape a new plan)", bad, mode),
+                why = buf;
+        else if (o->plan_file && (o->acc_file || o->curve_name))
+            why = "--plan: the plan carries its own curve; drop --acceptance";
+        else if (o->plan_file && o->export_fmt < 0 && !o->svg_file)
+            why = "--plan needs --export FORMAT or --svg FILE";
+    }
+    if (!why)
+        return SQ_OK;
+    fprintf(stderr, PROG ": %s\n", why);
+    return SQ_EUSAGE;
+}
+
+/* ---- one run -------------------------------------------------------------------------------- */
+
+typedef struct plan_state {
+    sq_curve_set *set;
+    sq_dp *dp;                /* the unconstrained solve (NULL with --plan, --import)        */
+    sq_plan *plan;
+    sq_engine_plan_result ep;
+    sq_profile *tprof, *dprof;
+    sq_hw_result *hw;
+    double solve_ms, unconstrained;
+} plan_state;
+
+static void state_free(plan_state *st)
+{
+    sq_tree_free(st->ep.tree);
+    sq_plan_free(st->plan);
+    sq_dp_free(st->dp);
+    sq_curve_set_free(st->set);
+    sq_hw_result_free(st->hw);
+    sq_profile_free(st->tprof);
+    sq_profile_free(st->dprof);
+}
+
+/* The curve (a file, an embedded one, or the default), the plan of --plan, the profiles. */
+static int load_inputs(plan_opts *o, plan_state *st, sq_error *err)
+{
     int rc;
-    double solve_ms = 0, unconstrained = 0;
-    sq_engine_plan_result ep = {0};
-    sq_profile *tprof = NULL, *dprof = NULL;
-    sq_hw_result *hw = NULL;
-
-    if (plan_file) {
-        if ((rc = sq_plan_load(plan_file, &plan, &err)))
-            goto done;
+    if (o->plan_file)
+        return sq_plan_load(o->plan_file, &st->plan, err);
+    const char *builtin_note = NULL;
+    const sq_curve *builtin = NULL;
+    if (o->acc_file && access(o->acc_file, F_OK) != 0)
+        builtin = sq_curve_builtin(o->acc_file, &builtin_note);
+    if (builtin) {
+        if (o->curve_name)
+            return sq_error_set(err, SQ_EUSAGE, "--curve: the embedded curve \"%s\" is a single "
+                                "curve", o->acc_file);
+        o->params.curve = builtin;
+        fprintf(stderr, PROG ": using the embedded curve \"%s\": %s\n", o->acc_file, builtin_note);
+    } else if (o->acc_file) {
+        if ((rc = sq_curve_set_load(o->acc_file, &st->set, err)) ||
+            (rc = sq_curve_set_select(st->set, o->curve_name, o->acc_file, &o->params.curve, err)))
+            return rc;
     } else {
-        const char *builtin_note = NULL;
-        const sq_curve *builtin = NULL;
-        if (acc_file && access(acc_file, F_OK) != 0)
-            builtin = sq_curve_builtin(acc_file, &builtin_note);
-        if (builtin) {
-            if (curve_name) {
-                rc = sq_error_set(&err, SQ_EUSAGE, "--curve: the embedded curve \"%s\" is a single "
-                                  "curve", acc_file);
-                goto done;
-            }
-            params.curve = builtin;
-            fprintf(stderr, PROG ": using the embedded curve \"%s\": %s\n", acc_file, builtin_note);
-        } else if (acc_file) {
-            if ((rc = sq_curve_set_load(acc_file, &set, &err)) ||
-                (rc = sq_curve_set_select(set, curve_name, acc_file, &params.curve, &err)))
-                goto done;
-        } else {
-            fprintf(stderr, PROG ": no --acceptance given; using %s\n", sq_curve_default_provenance);
-        }
+        fprintf(stderr, PROG ": no --acceptance given; using %s\n", sq_curve_default_provenance);
     }
-    if (import_file) {
-        if ((rc = sq_import_plan(import_file, (sq_import_format)import_fmt, params.curve, &plan,
-                                 &err)))
-            goto done;
+    if (o->import_file)
+        return sq_import_plan(o->import_file, (sq_import_format)o->import_fmt, o->params.curve,
+                              &st->plan, err);
+    if (o->target_profile) {
+        if ((rc = sq_profile_load(o->target_profile, &st->tprof, err)) ||
+            (o->draft_profile && (rc = sq_profile_load(o->draft_profile, &st->dprof, err))))
+            return rc;
+        o->hwp.target = st->tprof;
+        o->hwp.draft = st->dprof;
+        o->hwp.target_file = o->target_profile;
+        o->hwp.draft_file = o->draft_profile;
     }
-    if (target_profile) {
-        if ((rc = sq_profile_load(target_profile, &tprof, &err)) ||
-            (draft_profile && (rc = sq_profile_load(draft_profile, &dprof, &err))))
-            goto done;
-        hwp.target = tprof;
-        hwp.draft = dprof;
-        hwp.target_file = target_profile;
-        hwp.draft_file = draft_profile;
-    }
-    if (!plan) {
-        if ((rc = sq_dp_check(&params, &err)))
-            goto done;
-        double t0 = now_ms();
-        if ((rc = sq_dp_solve(&params, &dp, &err)))
-            goto done;
-        solve_ms = now_ms() - t0;
-        /* The budget is an upper bound: take the smallest size that reaches the best value (it
-         * is N itself unless the depth and width bounds cannot hold N nodes). */
-        int N = sq_dp_budget(dp), D = sq_dp_depth(dp), size = 1;
-        for (int n = 2; n <= N; n++)
-            if (sq_dp_best(dp, n, D) > sq_dp_best(dp, size, D))
-                size = n;
-        unconstrained = sq_dp_best(dp, size, D);
-        if (engine != SQ_ENGINE_NONE) {
-            sq_engine_plan_params epp = {.engine = (sq_engine)engine, .budget = params.budget,
-                                         .depth = params.depth, .width = params.width,
-                                         .max_non_leaves = max_non_leaves, .curve = params.curve};
-            if ((rc = sq_engine_plan(&epp, &ep, &err)))
-                goto done;
-            tree = ep.tree;
-            ep.tree = NULL;
-            rc = sq_plan_new(tree, params.curve, N, ep.depth, ep.width, &plan, &err);
-        } else if (target_profile) {
-            /* hardware-aware: the (size, depth) with the most tokens per second */
-            if ((rc = sq_hw_select(dp, &hwp, &hw, &err)) ||
-                (rc = sq_dp_tree(dp, hw->n, hw->d, &tree, &err)))
-                goto done;
-            rc = sq_plan_new(tree, params.curve, N, D, sq_dp_width(dp), &plan, &err);
-            if (!rc)
-                plan->hardware = sq_hw_to_json(hw, &hwp, target_profile, draft_profile);
-        } else {
-            if ((rc = sq_dp_tree(dp, size, D, &tree, &err)))
-                goto done;
-            rc = sq_plan_new(tree, params.curve, N, D, sq_dp_width(dp), &plan, &err);
-        }
-        tree = NULL;
-        if (rc)
-            goto done;
-    }
+    return SQ_OK;
+}
 
+/* Solves the DP once and makes the plan: the optimal tree, the engine's, or the fastest. */
+static int make_plan(const plan_opts *o, plan_state *st, sq_error *err)
+{
+    int rc;
+    if (st->plan)
+        return SQ_OK;
+    const sq_dp_params *prm = &o->params;
+    double t0 = sq_now_ms();
+    if ((rc = sq_dp_check(prm, err)) || (rc = sq_dp_solve(prm, &st->dp, err)))
+        return rc;
+    st->solve_ms = sq_now_ms() - t0;
+    sq_dp *dp = st->dp;
+    int N = sq_dp_budget(dp), D = sq_dp_depth(dp), size = sq_dp_best_size(dp, D);
+    st->unconstrained = sq_dp_best(dp, size, D);
+    sq_tree *tree = NULL;
+    if (o->engine != SQ_ENGINE_NONE) {
+        sq_engine_plan_params epp = {.engine = (sq_engine)o->engine, .budget = prm->budget,
+                                     .depth = prm->depth, .width = prm->width,
+                                     .max_non_leaves = o->max_non_leaves, .curve = prm->curve,
+                                     .solved = dp};
+        if ((rc = sq_engine_plan(&epp, &st->ep, err)))
+            return rc;
+        tree = st->ep.tree;
+        st->ep.tree = NULL;
+        rc = sq_plan_new(tree, prm->curve, N, st->ep.depth, st->ep.width, &st->plan, err);
+    } else if (o->target_profile) {
+        /* hardware-aware: the (size, depth) with the most tokens per second */
+        if ((rc = sq_hw_select(dp, &o->hwp, &st->hw, err)) ||
+            (rc = sq_dp_tree(dp, st->hw->n, st->hw->d, &tree, err)))
+            return rc;
+        rc = sq_plan_new(tree, prm->curve, N, D, sq_dp_width(dp), &st->plan, err);
+        if (!rc && !(st->plan->hardware = sq_hw_to_json(st->hw, &o->hwp, o->target_profile,
+                                                        o->draft_profile)))
+            rc = sq_error_oom(err, "hardware report");
+    } else {
+        if ((rc = sq_dp_tree(dp, size, D, &tree, err)))
+            return rc;
+        rc = sq_plan_new(tree, prm->curve, N, D, sq_dp_width(dp), &st->plan, err);
+    }
+    return rc;   /* sq_plan_new owns the tree, also on failure */
+}
+
+/* `j` (NULL: out of memory) pretty-printed to fp, then freed. */
+static int print_json(FILE *fp, cJSON *j, const char *what, sq_error *err)
+{
+    if (!j)
+        return sq_error_oom(err, what);
+    sq_json_print(fp, j);
+    cJSON_Delete(j);
+    return SQ_OK;
+}
+
+/* Every output opened before any is written, and all committed together (sq_cli_commit). */
+static int write_outputs(const plan_opts *o, const plan_state *st, sq_error *err)
+{
+    const sq_plan *plan = st->plan;
+    const char *plan_name = o->plan_file ? o->plan_file : o->import_file ? o->import_file : "plan";
+    sq_export_format fmt = (sq_export_format)o->export_fmt;
+    int rc;
     /* Check the export before opening anything, so that a refusal leaves no file behind. */
-    if (export_fmt >= 0 && sq_export_engine((sq_export_format)export_fmt) != SQ_ENGINE_NONE &&
-        (rc = sq_engine_check(plan->tree, sq_export_engine((sq_export_format)export_fmt),
-                              max_non_leaves, plan_name, &err)))
-        goto done;
+    if (o->export_fmt >= 0 && sq_export_engine(fmt) != SQ_ENGINE_NONE &&
+        (rc = sq_engine_check(plan->tree, sq_export_engine(fmt), o->max_non_leaves, plan_name,
+                              err)))
+        return rc;
+    if (o->svg_table && !st->dp)
+        return sq_error_set(err, SQ_EUSAGE, "--svg-table needs a planning run");
+    enum { MAIN, TABLE, SAVE, SVG, SVG_TABLE, N_OUT };
+    const char *path[N_OUT] = {!o->plan_file || o->export_fmt >= 0
+                                   ? (o->out_file ? o->out_file : "-") : NULL,
+                               o->table_file, o->save_plan, o->svg_file, o->svg_table};
+    sq_out *out[N_OUT] = {0};
+    for (int i = 0; i < N_OUT; i++)
+        if (path[i] && (rc = sq_out_open(&out[i], path[i], err)))
+            goto fail;
+    if (out[MAIN] && o->export_fmt >= 0) {
+        sq_export_params xp = sq_export_default_params();
+        xp.max_non_leaves = o->max_non_leaves;
+        if ((rc = sq_export_write(sq_out_stream(out[MAIN]), plan, fmt, &xp, plan_name, err)))
+            goto fail;
+    } else if (out[MAIN] && (rc = print_json(sq_out_stream(out[MAIN]), sq_plan_to_json(plan), "plan",
+                                         err))) {
+        goto fail;
+    }
+    if ((out[TABLE] && (rc = print_json(sq_out_stream(out[TABLE]),
+                                      sq_table_to_json(st->dp, o->params.curve), "table", err))) ||
+        (out[SAVE] && (rc = print_json(sq_out_stream(out[SAVE]), sq_plan_to_json(plan), "plan", err))) ||
+        (out[SVG] && (rc = sq_svg_plan_write(sq_out_stream(out[SVG]), plan, err))) ||
+        (out[SVG_TABLE] && (rc = sq_svg_table_write(sq_out_stream(out[SVG_TABLE]), st->dp,
+                                                    o->params.curve, err))))
+        goto fail;
+    return sq_cli_commit(out, N_OUT, err);
+fail:
+    for (int i = 0; i < N_OUT; i++)
+        sq_out_abort(out[i]);
+    return rc;
+}
 
-    /* Open every output before writing any, so that an unwritable path leaves nothing behind. */
-    if (!plan_file || export_fmt >= 0) {
-        if ((rc = sq_out_open(&plan_out, main_out, &err)))
-            goto done;
-    }
-    if (table_file && (rc = sq_out_open(&table_out, table_file, &err)))
-        goto done;
-    sq_out *extra[3] = {NULL, NULL, NULL};
-    const char *extra_path[3] = {save_plan, svg_file, svg_table};
-    for (int i = 0; i < 3; i++)
-        if (extra_path[i] && (rc = sq_out_open(&extra[i], extra_path[i], &err))) {
-            for (int j = 0; j < i; j++)
-                sq_out_abort(extra[j]);
-            goto done;
+static void print_report(const plan_opts *o, const plan_state *st)
+{
+    FILE *fp = o->out_file || (o->plan_file && o->export_fmt < 0) ? stdout : stderr;
+    const sq_plan *plan = st->plan;
+    const sq_hw_result *hw = st->hw;
+    if (!st->dp) {
+        print_plan_summary(fp, plan, o->max_non_leaves);
+    } else if (o->engine == SQ_ENGINE_NONE) {
+        print_summary(fp, o->params.curve, st->dp, plan, st->solve_ms,
+                      hw ? "fastest tree" : "optimal tree");
+        if (hw) {
+            fprintf(fp, "hardware:       target %s (%s); draft %s\n", st->tprof->device,
+                    o->target_profile, st->dprof ? o->draft_profile : "fixed cost per level");
+            fprintf(fp, "                size %d, depth bound %d (%d levels): %.4g ms/step, "
+                    "%.4g ms/token, predicted speedup %.3fx over the target alone "
+                    "(%.4g ms/token)\n", hw->n, hw->d, hw->levels, hw->step_ms,
+                    hw->step_ms / hw->expected_tokens, hw->speedup, hw->target1_ms);
+            sq_hw_print_table(fp, hw);
         }
-    if (plan_out) {
-        if (export_fmt >= 0) {
-            sq_export_params xp = sq_export_default_params();
-            xp.max_non_leaves = max_non_leaves;
-            rc = sq_export_write(sq_out_stream(plan_out), plan, (sq_export_format)export_fmt, &xp,
-                                 plan_name, &err);
-        } else {
-            cJSON *pj = sq_plan_to_json(plan);
-            sq_json_print(sq_out_stream(plan_out), pj);
-            cJSON_Delete(pj);
-        }
+        if (o->export_fmt >= 0 || o->svg_file)
+            print_engine_status(fp, plan->tree, o->max_non_leaves);
+    } else {
+        print_summary(fp, o->params.curve, st->dp, plan, st->solve_ms, "engine tree");
+        fprintf(fp, "engine:         %s, %s: %.4f tokens/step, %+.2f%% against the "
+                "unconstrained optimum %.4f\n", sq_engine_name((sq_engine)o->engine),
+                st->ep.exact ? "optimal under its limits" : "non-leaf limit repaired greedily "
+                "(not proven optimal)", plan->expected_tokens,
+                100.0 * (plan->expected_tokens / st->unconstrained - 1.0), st->unconstrained);
+        print_engine_status(fp, plan->tree, o->max_non_leaves);
     }
-    if (!rc && table_out) {
-        cJSON *tj = sq_table_to_json(dp, params.curve);
-        sq_json_print(sq_out_stream(table_out), tj);
-        cJSON_Delete(tj);
-    }
-    if (!rc && extra[0]) {
-        cJSON *pj = sq_plan_to_json(plan);
-        sq_json_print(sq_out_stream(extra[0]), pj);
-        cJSON_Delete(pj);
-    }
-    if (!rc && extra[1])
-        rc = sq_svg_plan_write(sq_out_stream(extra[1]), plan, &err);
-    if (!rc && extra[2]) {
-        if (!dp)
-            rc = sq_error_set(&err, SQ_EUSAGE, "--svg-table needs a planning run");
-        else
-            rc = sq_svg_table_write(sq_out_stream(extra[2]), dp, params.curve, &err);
-    }
-    /* Every output written out and synced before any is renamed: a write error on one (a full
-     * disk) leaves all the destinations as they were. */
-    sq_out *all[5] = {plan_out, table_out, extra[0], extra[1], extra[2]};
-    for (int i = 0; i < 5 && !rc; i++)
-        if (all[i])
-            rc = sq_out_prepare(all[i], &err);
-    if (rc) {
-        for (int i = 0; i < 3; i++)
-            sq_out_abort(extra[i]);
-        goto done;
-    }
-    if (plan_out) {
-        rc = sq_out_commit(plan_out, &err);
-        plan_out = NULL;
-        if (rc) {
-            for (int i = 0; i < 3; i++)
-                sq_out_abort(extra[i]);
-            goto done;
-        }
-    }
-    if (table_out) {
-        rc = sq_out_commit(table_out, &err);
-        table_out = NULL;
-        if (rc) {
-            for (int i = 0; i < 3; i++)
-                sq_out_abort(extra[i]);
-            goto done;
-        }
-    }
-    for (int i = 0; i < 3; i++) {
-        if (!extra[i])
-            continue;
-        int r = sq_out_commit(extra[i], &err);
-        extra[i] = NULL;
-        if (r && !rc)
-            rc = r;
-    }
-    if (rc) {
-        goto done;
-    }
-    if (!quiet) {
-        if (!plan_out && plan_file && export_fmt < 0)
-            sfp = stdout;
-        if (dp && engine == SQ_ENGINE_NONE) {
-            print_summary(sfp, params.curve, dp, plan, solve_ms,
-                          hw ? "fastest tree" : "optimal tree");
-            if (hw) {
-                fprintf(sfp, "hardware:       target %s (%s); draft %s\n", tprof->device,
-                        target_profile, dprof ? draft_profile : "fixed cost per level");
-                fprintf(sfp, "                size %d, depth bound %d (%d levels): %.4g ms/step, "
-                        "%.4g ms/token, predicted speedup %.3fx over the target alone "
-                        "(%.4g ms/token)\n", hw->n, hw->d, hw->levels, hw->step_ms,
-                        hw->step_ms / hw->expected_tokens, hw->speedup, hw->target1_ms);
-                sq_hw_print_table(sfp, hw);
-            }
-            if (export_fmt >= 0 || svg_file)
-                print_engine_status(sfp, plan->tree, max_non_leaves);
-        } else if (dp) {
-            print_summary(sfp, params.curve, dp, plan, solve_ms, "engine tree");
-            fprintf(sfp, "engine:         %s, %s: %.4f tokens/step, %+.2f%% against the "
-                    "unconstrained optimum %.4f\n", sq_engine_name((sq_engine)engine),
-                    ep.exact ? "optimal under its limits" : "non-leaf limit repaired greedily "
-                    "(not proven optimal)", plan->expected_tokens,
-                    100.0 * (plan->expected_tokens / unconstrained - 1.0), unconstrained);
-            print_engine_status(sfp, plan->tree, max_non_leaves);
-        } else {
-            print_plan_summary(sfp, plan, max_non_leaves);
-        }
-    }
+}
 
-done:
-    sq_out_abort(plan_out);
-    sq_out_abort(table_out);
-    sq_tree_free(tree);
-    sq_tree_free(ep.tree);
-    sq_plan_free(plan);
-    sq_dp_free(dp);
-    sq_curve_set_free(set);
-    sq_hw_result_free(hw);
-    sq_profile_free(tprof);
-    sq_profile_free(dprof);
+int main(int argc, char **argv)
+{
+    plan_opts o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc != PARSE_RUN)
+        return rc;
+    if ((rc = check_options(&o)))
+        return rc;
+    sq_out_install_signal_handlers();
+    sq_error err = {0};
+    plan_state st = {0};
+    if (!(rc = load_inputs(&o, &st, &err)) && !(rc = make_plan(&o, &st, &err)) &&
+        !(rc = write_outputs(&o, &st, &err)) && !o.quiet)
+        print_report(&o, &st);
+    state_free(&st);
     if (rc) {
         fprintf(stderr, PROG ": %s\n", err.msg);
         return rc;
     }
-    if (fclose(stdout) != 0) {
-        fprintf(stderr, PROG ": standard output: %s\n", strerror(errno));
-        return SQ_EIO;
-    }
-    return SQ_OK;
+    return sq_cli_finish(PROG, SQ_OK);
 }

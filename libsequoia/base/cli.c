@@ -1,0 +1,105 @@
+/* Shared command-line helpers (see cli.h). */
+#include "libsequoia/base/cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int sq_cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < INT_MIN || v > INT_MAX) {
+        fprintf(stderr, "%s: %s: '%s' is not an integer\n", prog, opt, s);
+        return SQ_EUSAGE;
+    }
+    if (v < lo || v > hi) {
+        if (hi == INT_MAX)
+            fprintf(stderr, "%s: %s: %lld, must be at least %d\n", prog, opt, v, lo);
+        else if (lo == INT_MIN)
+            fprintf(stderr, "%s: %s: %lld, must be at most %d\n", prog, opt, v, hi);
+        else
+            fprintf(stderr, "%s: %s: %lld, must be between %d and %d\n", prog, opt, v, lo, hi);
+        return SQ_EUSAGE;
+    }
+    *out = (int)v;
+    return SQ_OK;
+}
+
+int sq_cli_u64(const char *prog, const char *opt, const char *s, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[strspn(s, " \t")] == '-') {
+        fprintf(stderr, "%s: %s: '%s' is not a non-negative integer\n", prog, opt, s);
+        return SQ_EUSAGE;
+    }
+    if (v > max) {
+        fprintf(stderr, "%s: %s: %llu, must be at most %llu\n", prog, opt, v,
+                (unsigned long long)max);
+        return SQ_EUSAGE;
+    }
+    *out = (uint64_t)v;
+    return SQ_OK;
+}
+
+int sq_cli_double(const char *prog, const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "%s: %s: '%s' is not a finite number\n", prog, opt, s);
+        return SQ_EUSAGE;
+    }
+    *out = v;
+    return SQ_OK;
+}
+
+int sq_cli_bad_option(const char *prog, int c, char **argv, int optind_now)
+{
+    if (c == ':')
+        fprintf(stderr, "%s: option '%s' needs a value (see --help)\n", prog, argv[optind_now - 1]);
+    else
+        fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind_now - 1]);
+    return SQ_EUSAGE;
+}
+
+double sq_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+int sq_cli_commit(sq_out **outs, int n, sq_error *err)
+{
+    int rc = SQ_OK;
+    for (int i = 0; i < n && !rc; i++)
+        if (outs[i])
+            rc = sq_out_prepare(outs[i], err);
+    for (int i = 0; i < n; i++) {
+        if (!outs[i])
+            continue;
+        if (rc)
+            sq_out_abort(outs[i]);
+        else
+            rc = sq_out_commit(outs[i], err);
+        outs[i] = NULL;
+    }
+    return rc;
+}
+
+int sq_cli_finish(const char *prog, int rc)
+{
+    if (fclose(stdout) != 0 && rc == SQ_OK) {
+        fprintf(stderr, "%s: standard output: %s\n", prog, strerror(errno));
+        return SQ_EIO;
+    }
+    return rc;
+}
