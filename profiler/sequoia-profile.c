@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/profile.h"
@@ -67,19 +68,6 @@ static void usage(FILE *fp)
         "\n"
         "Exit status: 0 success, 64 usage error, 65 invalid input data, 66 input missing,\n"
         "70 internal error, 73 cannot create output, 74 I/O error.\n");
-}
-
-static int parse_int(const char *opt, const char *s, int lo, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT_MAX) {
-        fprintf(stderr, PROG ": %s: '%s' is not an integer >= %d\n", opt, s, lo);
-        return SQ_EUSAGE;
-    }
-    *out = (int)v;
-    return SQ_OK;
 }
 
 static int parse_list(const char *s, int *v, int *n)
@@ -214,21 +202,22 @@ static int write_outputs(const sq_profile *p, const char *out_file, const char *
     if (s)
         sq_latency_svg_write(sq_out_stream(s), p, title, unstable);
     /* both written out before either is renamed: a full disk leaves both as they were */
-    rc = sq_out_prepare(o, err);
-    if (!rc && s)
-        rc = sq_out_prepare(s, err);
-    if (!rc)
-        rc = sq_out_commit(o, err);
-    else
-        sq_out_abort(o);
-    if (rc) {
-        sq_out_abort(s);
-        return rc;
-    }
-    return s ? sq_out_commit(s, err) : SQ_OK;
+    sq_out *outs[2] = {o, s};
+    return sq_cli_commit(outs, 2, err);
 }
 
-int main(int argc, char **argv)
+typedef struct profile_opts {
+    const char *model_path, *backend, *dtype, *out_file, *svg_file, *import_file, *engine;
+    int tokens[MAX_LIST], ntokens, max_tokens, threads, force_random, offload;
+    sq_backend_kind kind;
+    progress_state ps;
+    sq_measure_params mp;
+} profile_opts;
+
+#define PARSE_RUN (-1)   /* parse_options: go on and run */
+
+/* Fills *o from argv. Returns PARSE_RUN, or the exit status (--help, errors). */
+static int parse_options(int argc, char **argv, profile_opts *o)
 {
     static const struct option opts[] = {
         {"model", required_argument, NULL, 'm'},   {"backend", required_argument, NULL, 'b'},
@@ -242,221 +231,250 @@ int main(int argc, char **argv)
         {"offload", no_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    const char *model_path = NULL, *backend = "cpu", *dtype = NULL, *out_file = NULL;
-    const char *svg_file = NULL, *import_file = NULL, *engine = NULL;
-    int tokens[MAX_LIST], ntokens = 0, max_tokens = 1024, threads = 0, force_random = 0;
-    int offload = 0;
-    progress_state ps = {.quiet = !isatty(2)};
-    sq_measure_params mp = sq_measure_default_params();
+    *o = (profile_opts){.backend = "cpu", .max_tokens = 1024, .ps = {.quiet = !isatty(2)},
+                        .mp = sq_measure_default_params()};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:b:o:t:qh", opts, NULL)) != -1) {
+        int lo = c == 'M' || c == 'R' ? 1 : 0;
+        int *num = c == 'M' ? &o->max_tokens : c == 'P' ? &o->mp.prefix : c == 'W' ? &o->mp.warmup
+                 : c == 'R' ? &o->mp.repeat : &o->threads;
+        const char *name = c == 'M' ? "--max-tokens" : c == 'P' ? "--prefix" : c == 'W'
+                         ? "--warmup" : c == 'R' ? "--repeat" : "--threads";
         switch (c) {
-        case 'm': model_path = optarg; break;
-        case 'b': backend = optarg; break;
-        case 'D': dtype = optarg; break;
-        case 'T': if (parse_list(optarg, tokens, &ntokens)) return SQ_EUSAGE; break;
-        case 'M': if (parse_int("--max-tokens", optarg, 1, &max_tokens)) return SQ_EUSAGE; break;
-        case 'P': if (parse_int("--prefix", optarg, 0, &mp.prefix)) return SQ_EUSAGE; break;
-        case 'W': if (parse_int("--warmup", optarg, 0, &mp.warmup)) return SQ_EUSAGE; break;
-        case 'R': if (parse_int("--repeat", optarg, 1, &mp.repeat)) return SQ_EUSAGE; break;
-        case 't': if (parse_int("--threads", optarg, 0, &threads)) return SQ_EUSAGE; break;
-        case 'o': out_file = optarg; break;
-        case 'S': svg_file = optarg; break;
-        case 'I': import_file = optarg; break;
-        case 'E': engine = optarg; break;
-        case 'r': force_random = 1; break;
-        case 'O': offload = 1; break;
-        case 'n': mp.refine = 0; break;
-        case 'q': ps.quiet = 1; break;
-        case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
-        case ':':
-            fprintf(stderr, PROG ": option '%s' needs a value (see --help)\n", argv[optind - 1]);
-            return SQ_EUSAGE;
-        default:
-            fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", argv[optind - 1]);
-            return SQ_EUSAGE;
+        case 'm': o->model_path = optarg; break;
+        case 'b': o->backend = optarg; break;
+        case 'D': o->dtype = optarg; break;
+        case 'T': if (parse_list(optarg, o->tokens, &o->ntokens)) return SQ_EUSAGE; break;
+        case 'M': case 'P': case 'W': case 'R': case 't':
+            if (sq_cli_int(PROG, name, optarg, lo, INT_MAX, num))
+                return SQ_EUSAGE;
+            break;
+        case 'o': o->out_file = optarg; break;
+        case 'S': o->svg_file = optarg; break;
+        case 'I': o->import_file = optarg; break;
+        case 'E': o->engine = optarg; break;
+        case 'r': o->force_random = 1; break;
+        case 'O': o->offload = 1; break;
+        case 'n': o->mp.refine = 0; break;
+        case 'q': o->ps.quiet = 1; break;
+        case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
+        default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
     if (optind < argc) {
         fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n", argv[optind]);
         return SQ_EUSAGE;
     }
-    if (!out_file) {
-        fprintf(stderr, PROG ": -o PROFILE.json is required (see --help)\n");
-        return SQ_EUSAGE;
+    return PARSE_RUN;
+}
+
+/* Checks the options that depend on each other, settles the backend, dtype and token counts;
+ * NULL when they fit, else the message. */
+static const char *misfit(profile_opts *o)
+{
+    static char buf[300];
+    if (!o->out_file)
+        return "-o PROFILE.json is required (see --help)";
+    if (!!o->model_path == !!o->import_file)
+        return "give exactly one of --model and --import (see --help)";
+    if (o->max_tokens > SQ_PROFILE_MAX_TOKENS) {
+        snprintf(buf, sizeof buf, "--max-tokens: %d exceeds the limit of %d", o->max_tokens,
+                 SQ_PROFILE_MAX_TOKENS);
+        return buf;
     }
-    if (!!model_path == !!import_file) {
-        fprintf(stderr, PROG ": give exactly one of --model and --import (see --help)\n");
-        return SQ_EUSAGE;
+    if (o->import_file)
+        return NULL;
+    if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) {
+        snprintf(buf, sizeof buf, "--backend: unknown backend '%.100s' (cpu or cuda)", o->backend);
+        return buf;
     }
-    if (max_tokens > SQ_PROFILE_MAX_TOKENS) {
-        fprintf(stderr, PROG ": --max-tokens: %d exceeds the limit of %d\n", max_tokens,
-                SQ_PROFILE_MAX_TOKENS);
+    o->kind = !strcmp(o->backend, "cpu") ? SQ_BACKEND_CPU : SQ_BACKEND_CUDA;
+    if (!o->dtype)
+        o->dtype = o->kind == SQ_BACKEND_CPU ? "f32" : "f16";
+    if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16")) {
+        snprintf(buf, sizeof buf, "--dtype: unknown dtype '%.100s' (f32, f16 or bf16)", o->dtype);
+        return buf;
+    }
+    if (o->kind == SQ_BACKEND_CPU && strcmp(o->dtype, "f32")) {
+        snprintf(buf, sizeof buf, "--dtype %s: the CPU backend computes in float32 (f16 and bf16 "
+                 "weights are converted at load); use --dtype f32", o->dtype);
+        return buf;
+    }
+    if (o->offload && o->kind != SQ_BACKEND_CUDA)
+        return "--offload streams weights to a GPU: it needs --backend cuda";
+    if (o->ntokens == 0) {
+        for (int n = 1; n <= o->max_tokens && o->ntokens < MAX_LIST; n *= 2)
+            o->tokens[o->ntokens++] = n;
+        if (o->tokens[o->ntokens - 1] != o->max_tokens)
+            o->tokens[o->ntokens++] = o->max_tokens;
+    } else {
+        o->mp.refine = 0; /* an explicit list is measured as given */
+    }
+    return NULL;
+}
+
+/* --import CSV: another engine's measurements as a profile. */
+static int import_profile(const profile_opts *o, sq_error *err)
+{
+    sq_profile *p;
+    int rc = sq_profile_from_csv(o->import_file, o->engine, &p, err);
+    if (rc)
+        return rc;
+    char title[512];
+    snprintf(title, sizeof title, "%s latency (imported from %s)", p->backend, o->import_file);
+    rc = write_outputs(p, o->out_file, o->svg_file, title, o->mp.unstable, NULL, 0, err);
+    sq_profile_free(p);
+    return rc;
+}
+
+/* The model: a checkpoint directory, or a shape (config.json) with random weights. */
+static int load_model(const profile_opts *o, sq_model **model, sq_model_config *cfg,
+                      int *random, sq_error *err)
+{
+    int rc;
+    *model = NULL;
+    *random = o->force_random;
+    if (is_dir(o->model_path)) {
+        if (!file_exists(o->model_path, "model.safetensors") &&
+            !file_exists(o->model_path, "model.safetensors.index.json"))
+            *random = 1;
+        if (*random) {
+            char cpath[4096];
+            snprintf(cpath, sizeof cpath, "%s/config.json", o->model_path);
+            if ((rc = sq_model_config_load(cpath, cfg, err)))
+                return rc;
+        }
+    } else {
+        *random = 1;
+        if ((rc = sq_model_config_load(o->model_path, cfg, err)))
+            return rc;
+    }
+    if (!*random) {
+        if ((rc = sq_model_load(o->model_path, model, err)))
+            return rc;
+        *cfg = *sq_model_get_config(*model);
+    }
+    int biggest = o->tokens[o->ntokens - 1];
+    if ((long long)o->mp.prefix + biggest > cfg->max_position) {
+        sq_model_free(*model);
+        *model = NULL;
+        return sq_error_set(err, SQ_EUSAGE, "--prefix %d + %d tokens = %lld positions, past the "
+                            "model's context of %d (max_position_embeddings in config.json)",
+                            o->mp.prefix, biggest, (long long)o->mp.prefix + biggest,
+                            cfg->max_position);
+    }
+    if (!*random)
+        return SQ_OK;
+    /* random weights: on a CUDA device they are made there, in the target dtype (no float32
+     * copy on the host, whose memory is then not the limit) */
+    return o->kind == SQ_BACKEND_CUDA ? sq_model_new_random_device(cfg, 1234, model, err)
+                                      : sq_model_new_random(cfg, 1234, model, err);
+}
+
+/* Times the sweep; fills prof (its strings and points to free). */
+static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
+{
+    sq_model *model = NULL;
+    sq_model_config cfg;
+    int random, rc;
+    if ((rc = load_model(o, &model, &cfg, &random, err)))
+        return rc;
+    int biggest = o->tokens[o->ntokens - 1];
+    sq_context_params cp = sq_context_default_params();
+    cp.backend = o->kind;
+    cp.threads = o->threads;
+    cp.offload = o->offload;
+    sq_weight_dtype_parse(o->dtype, &cp.dtype);   /* checked in misfit() */
+    cp.max_context = o->mp.prefix > 0 ? o->mp.prefix : 1;
+    cp.max_pending = biggest > 64 ? biggest : 64;
+    sq_context *ctx = NULL;
+    if ((rc = sq_context_new(model, &cp, &ctx, err))) {
+        sq_model_free(model);
+        return rc;
+    }
+    int nthreads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    prof->device = o->kind == SQ_BACKEND_CPU ? cpu_name(nthreads)
+                                             : strdup(sq_context_device_name(ctx));
+    prof->backend = strdup(o->offload ? "cuda-offload" : o->backend);
+    prof->dtype = strdup(o->dtype);
+    prof->threads = o->kind == SQ_BACKEND_CPU ? nthreads : 0;
+    prof->prefix = o->mp.prefix;
+    prof->model = model_json(o->model_path, &cfg, random);
+    if (!prof->device || !prof->backend || !prof->dtype || !prof->model)
+        rc = sq_error_oom(err, "profile");
+    if (!rc && !(rc = sq_measure_prefill(ctx, cfg.vocab_size, &o->mp, err)))
+        rc = sq_measure_sweep(ctx, cfg.vocab_size, o->tokens, o->ntokens, &o->mp, on_progress,
+                              &o->ps, &prof->points, &prof->n, err);
+    sq_context_free(ctx);
+    sq_model_free(model);
+    return rc;
+}
+
+/* The points whose spread is too wide, with a warning; the table of points on stdout. */
+static int unstable_points(const sq_profile *prof, double unstable, int *at)
+{
+    int n = 0;
+    for (int i = 0; i < prof->n && n < MAX_LIST + 64; i++) {
+        const sq_profile_point *p = &prof->points[i];
+        if ((p->p90_ms - p->p10_ms) / p->median_ms > unstable)
+            at[n++] = p->tokens;
+    }
+    if (n > 0) {
+        fprintf(stderr, PROG ": warning: %d of %d points are unstable (p10-p90 spread over %.0f%% "
+                "of the median) at tokens", n, prof->n, 100 * unstable);
+        for (int i = 0; i < n; i++)
+            fprintf(stderr, "%s%d", i ? ", " : " ", at[i]);
+        fprintf(stderr, "; the machine is noisy: rerun when it is idle, or raise --repeat\n");
+    }
+    return n;
+}
+
+static void print_points(const sq_profile *prof, double unstable)
+{
+    printf("%8s %12s %12s %12s\n", "tokens", "median ms", "p10 ms", "p90 ms");
+    for (int i = 0; i < prof->n; i++) {
+        const sq_profile_point *p = &prof->points[i];
+        printf("%8d %12.4f %12.4f %12.4f%s\n", p->tokens, p->median_ms, p->p10_ms, p->p90_ms,
+               (p->p90_ms - p->p10_ms) / p->median_ms > unstable ? "  unstable" : "");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    profile_opts o;
+    int rc = parse_options(argc, argv, &o);
+    if (rc != PARSE_RUN)
+        return rc;
+    const char *why = misfit(&o);
+    if (why) {
+        fprintf(stderr, PROG ": %s\n", why);
         return SQ_EUSAGE;
     }
     sq_out_install_signal_handlers();
     sq_error err = {0};
-    int rc;
-
-    if (import_file) {
-        sq_profile *p;
-        if ((rc = sq_profile_from_csv(import_file, engine, &p, &err)))
-            goto fail_plain;
-        char title[512];
-        snprintf(title, sizeof title, "%s latency (imported from %s)", p->backend, import_file);
-        rc = write_outputs(p, out_file, svg_file, title, mp.unstable, NULL, 0, &err);
-        sq_profile_free(p);
-        if (rc)
-            goto fail_plain;
-        return fclose(stdout) ? SQ_EIO : SQ_OK;
-    }
-
-    sq_backend_kind kind;
-    if (!strcmp(backend, "cpu"))
-        kind = SQ_BACKEND_CPU;
-    else if (!strcmp(backend, "cuda"))
-        kind = SQ_BACKEND_CUDA;
-    else {
-        fprintf(stderr, PROG ": --backend: unknown backend '%s' (cpu or cuda)\n", backend);
-        return SQ_EUSAGE;
-    }
-    if (!dtype)
-        dtype = kind == SQ_BACKEND_CPU ? "f32" : "f16";
-    if (strcmp(dtype, "f32") && strcmp(dtype, "f16") && strcmp(dtype, "bf16")) {
-        fprintf(stderr, PROG ": --dtype: unknown dtype '%s' (f32, f16 or bf16)\n", dtype);
-        return SQ_EUSAGE;
-    }
-    if (kind == SQ_BACKEND_CPU && strcmp(dtype, "f32")) {
-        fprintf(stderr, PROG ": --dtype %s: the CPU backend computes in float32 (f16 and bf16 "
-                "weights are converted at load); use --dtype f32\n", dtype);
-        return SQ_EUSAGE;
-    }
-    if (offload && kind != SQ_BACKEND_CUDA) {
-        fprintf(stderr, PROG ": --offload streams weights to a GPU: it needs --backend cuda\n");
-        return SQ_EUSAGE;
-    }
-    if (ntokens == 0) {
-        for (int n = 1; n <= max_tokens && ntokens < MAX_LIST; n *= 2)
-            tokens[ntokens++] = n;
-        if (tokens[ntokens - 1] != max_tokens)
-            tokens[ntokens++] = max_tokens;
-    } else {
-        mp.refine = 0; /* an explicit list is measured as given */
-    }
-
-    /* the model: a checkpoint directory, or a shape (config.json) with random weights */
-    sq_model *model = NULL;
-    sq_model_config cfg;
-    int random = force_random;
-    if (is_dir(model_path)) {
-        if (!file_exists(model_path, "model.safetensors") &&
-            !file_exists(model_path, "model.safetensors.index.json"))
-            random = 1;
-        if (random) {
-            char cpath[4096];
-            snprintf(cpath, sizeof cpath, "%s/config.json", model_path);
-            if ((rc = sq_model_config_load(cpath, &cfg, &err)))
-                goto fail_plain;
-        }
-    } else {
-        random = 1;
-        if ((rc = sq_model_config_load(model_path, &cfg, &err)))
-            goto fail_plain;
-    }
-    if (!random) {
-        if ((rc = sq_model_load(model_path, &model, &err)))
-            goto fail_plain;
-        cfg = *sq_model_get_config(model);
-    }
-    int biggest = tokens[ntokens - 1];
-    if ((long long)mp.prefix + biggest > cfg.max_position) {
-        fprintf(stderr, PROG ": --prefix %d + %d tokens = %lld positions, past the model's "
-                "context of %d (max_position_embeddings in config.json)\n", mp.prefix, biggest,
-                (long long)mp.prefix + biggest, cfg.max_position);
-        sq_model_free(model);
-        return SQ_EUSAGE;
-    }
-    /* random weights: on a CUDA device they are made there, in the target dtype (no float32
-     * copy on the host, whose memory is then not the limit) */
-    if (random && (rc = kind == SQ_BACKEND_CUDA ? sq_model_new_random_device(&cfg, 1234, &model, &err)
-                                                : sq_model_new_random(&cfg, 1234, &model, &err)))
-        goto fail_plain;
-
-    sq_context_params cp = sq_context_default_params();
-    cp.backend = kind;
-    cp.threads = threads;
-    cp.offload = offload;
-    sq_weight_dtype_parse(dtype, &cp.dtype);   /* checked above */
-    cp.max_context = mp.prefix > 0 ? mp.prefix : 1;
-    cp.max_pending = biggest > 64 ? biggest : 64;
-    sq_context *ctx = NULL;
-    if ((rc = sq_context_new(model, &cp, &ctx, &err))) {
-        sq_model_free(model);
-        goto fail_plain;
-    }
-    int nthreads = threads > 0 ? threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    char *device = kind == SQ_BACKEND_CPU ? cpu_name(nthreads) : strdup(sq_context_device_name(ctx));
-
-    sq_profile_point *pts = NULL;
-    int npts = 0;
-    if ((rc = sq_measure_prefill(ctx, cfg.vocab_size, &mp, &err)) ||
-        (rc = sq_measure_sweep(ctx, cfg.vocab_size, tokens, ntokens, &mp, on_progress, &ps, &pts,
-                               &npts, &err))) {
-        sq_context_free(ctx);
-        sq_model_free(model);
-        free(device);
-        goto fail_plain;
-    }
-    sq_context_free(ctx);
-
     sq_profile prof = {0};
-    prof.device = device;
-    prof.backend = strdup(offload ? "cuda-offload" : backend);
-    prof.dtype = strdup(dtype);
-    prof.threads = kind == SQ_BACKEND_CPU ? nthreads : 0;
-    prof.prefix = mp.prefix;
-    prof.model = model_json(model_path, &cfg, random);
-    prof.n = npts;
-    prof.points = pts;
-    sq_model_free(model);
-
-    int unstable_at[MAX_LIST + 64], n_unstable = 0;
-    for (int i = 0; i < npts && n_unstable < MAX_LIST + 64; i++)
-        if ((pts[i].p90_ms - pts[i].p10_ms) / pts[i].median_ms > mp.unstable)
-            unstable_at[n_unstable++] = pts[i].tokens;
-    if (n_unstable > 0) {
-        fprintf(stderr, PROG ": warning: %d of %d points are unstable (p10-p90 spread over %.0f%% "
-                "of the median) at tokens", n_unstable, npts, 100 * mp.unstable);
-        for (int i = 0; i < n_unstable; i++)
-            fprintf(stderr, "%s%d", i ? ", " : " ", unstable_at[i]);
-        fprintf(stderr, "; the machine is noisy: rerun when it is idle, or raise --repeat\n");
-    }
-    char title[600];
-    snprintf(title, sizeof title, "%s on %s (%s, prefix %d)", model_path, prof.device, dtype,
-             mp.prefix);
-    rc = write_outputs(&prof, out_file, svg_file, title, mp.unstable, unstable_at, n_unstable, &err);
-    if (rc == SQ_OK) {
-        printf("%8s %12s %12s %12s\n", "tokens", "median ms", "p10 ms", "p90 ms");
-        for (int i = 0; i < npts; i++)
-            printf("%8d %12.4f %12.4f %12.4f%s\n", pts[i].tokens, pts[i].median_ms, pts[i].p10_ms,
-                   pts[i].p90_ms,
-                   (pts[i].p90_ms - pts[i].p10_ms) / pts[i].median_ms > mp.unstable ? "  unstable" : "");
+    if (o.import_file) {
+        rc = import_profile(&o, &err);
+    } else if (!(rc = measure(&o, &prof, &err))) {
+        int at[MAX_LIST + 64];
+        int n_unstable = unstable_points(&prof, o.mp.unstable, at);
+        char title[600];
+        snprintf(title, sizeof title, "%s on %s (%s, prefix %d)", o.model_path, prof.device,
+                 o.dtype, o.mp.prefix);
+        rc = write_outputs(&prof, o.out_file, o.svg_file, title, o.mp.unstable, at, n_unstable,
+                           &err);
+        if (!rc)
+            print_points(&prof, o.mp.unstable);
     }
     free(prof.device);
     free(prof.backend);
     free(prof.dtype);
     cJSON_Delete(prof.model);
-    free(pts);
-    if (rc)
-        goto fail_plain;
-    if (fclose(stdout) != 0) {
-        fprintf(stderr, PROG ": standard output: %s\n", strerror(errno));
-        return SQ_EIO;
+    free(prof.points);
+    if (rc) {
+        fprintf(stderr, PROG ": %s\n", err.msg);
+        return rc;
     }
-    return SQ_OK;
-
-fail_plain:
-    fprintf(stderr, PROG ": %s\n", err.msg);
-    return rc;
+    return sq_cli_finish(PROG, SQ_OK);
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "libsequoia/format/corpus.h"
+#include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/plan.h"
@@ -102,52 +103,6 @@ static void usage(FILE *fp)
         ATTN_STEPS, P_MIN, CUDA_OPTIONS_HELP);
 }
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int parse_int(const char *opt, const char *s, int lo, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > INT_MAX) {
-        fprintf(stderr, PROG ": %s: '%s' is not an integer >= %d\n", opt, s, lo);
-        return SQ_EUSAGE;
-    }
-    *out = (int)v;
-    return SQ_OK;
-}
-
-static int parse_u64(const char *opt, const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') {
-        fprintf(stderr, PROG ": %s: '%s' is not a non-negative integer\n", opt, s);
-        return SQ_EUSAGE;
-    }
-    *out = (uint64_t)v;
-    return SQ_OK;
-}
-
-static int parse_double(const char *opt, const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) {
-        fprintf(stderr, PROG ": %s: '%s' is not a number\n", opt, s);
-        return SQ_EUSAGE;
-    }
-    *out = v;
-    return SQ_OK;
-}
-
 static void write_tokens(FILE *fp, const int32_t *t, int n)
 {
     for (int i = 0; i < n; i++)
@@ -237,7 +192,7 @@ typedef struct run_opts {
     int         max_new, validate, samples, context, threads, baseline;
     sq_specdec_params prm;
     const char *backend, *dtype;
-    int         offload;
+    int         offload, temp_given;
 } run_opts;
 
 typedef struct validation {
@@ -454,11 +409,11 @@ static int run_main(run_opts *o)
         goto done;
     }
     sq_specdec_seed(sd, o->prm.seed);
-    double t0 = now_ms();
+    double t0 = sq_now_ms();
     if ((rc = sq_specdec_generate(sd, prompt->ids, L, o->max_new, gen, step_tokens, &steps, infos,
                                   &err)))
         goto done;
-    double spec_ms = now_ms() - t0;
+    double spec_ms = sq_now_ms() - t0;
     double draft_ms = 0, target_ms = 0, verify_ms = 0;
     for (int s = 0; s < steps; s++) {
         stepv[s] = step_tokens[s];
@@ -472,11 +427,11 @@ static int run_main(run_opts *o)
     /* the target alone */
     double base_ms = NAN;
     if (o->baseline) {
-        t0 = now_ms();
+        t0 = sq_now_ms();
         if ((rc = sq_specdec_autoregressive(sd, prompt->ids, L, o->max_new, o->prm.seed, base,
                                             &err)))
             goto done;
-        base_ms = now_ms() - t0;
+        base_ms = sq_now_ms() - t0;
     }
 
     if (o->validate) {
@@ -964,15 +919,6 @@ enum {
     OPT_RESUME,
 };
 
-static int bad_option(int c, char **argv)
-{
-    if (c == ':')
-        fprintf(stderr, PROG ": option '%s' needs a value (see --help)\n", argv[optind - 1]);
-    else
-        fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", argv[optind - 1]);
-    return SQ_EUSAGE;
-}
-
 static int parse_dump(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -998,13 +944,19 @@ static int parse_dump(int argc, char **argv)
         case OPT_TARGET: o.target_dir = optarg; break;
         case OPT_TOKENS: o.tokens_file = optarg; break;
         case 'o': o.out_file = optarg; break;
-        case OPT_TOPK: if (parse_int("--top-k", optarg, 1, &o.topk)) return SQ_EUSAGE; break;
-        case OPT_CONTEXT: if (parse_int("--context", optarg, 2, &o.context)) return SQ_EUSAGE; break;
-        case OPT_THREADS: if (parse_int("--threads", optarg, 0, &o.threads)) return SQ_EUSAGE; break;
+        case OPT_TOPK:
+            if (sq_cli_int(PROG, "--top-k", optarg, 1, INT_MAX, &o.topk)) return SQ_EUSAGE;
+            break;
+        case OPT_CONTEXT:
+            if (sq_cli_int(PROG, "--context", optarg, 2, INT_MAX, &o.context)) return SQ_EUSAGE;
+            break;
+        case OPT_THREADS:
+            if (sq_cli_int(PROG, "--threads", optarg, 0, INT_MAX, &o.threads)) return SQ_EUSAGE;
+            break;
         case OPT_HALF: o.half = 1; break;
         case OPT_RESUME: o.resume = 1; break;
-        case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
-        default: return bad_option(c, argv);
+        case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
+        default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
     if (optind < argc) {
@@ -1020,18 +972,14 @@ static int parse_dump(int argc, char **argv)
         return SQ_EUSAGE;
     }
     sq_out_install_signal_handlers();
-    int rc = dump_main(&o);
-    if (!rc && fclose(stdout) != 0) {
-        fprintf(stderr, PROG ": standard output: %s\n", strerror(errno));
-        return SQ_EIO;
-    }
-    return rc;
+    return sq_cli_finish(PROG, dump_main(&o));
 }
 
-int main(int argc, char **argv)
+#define PARSE_RUN (-1)   /* parse_run: go on and run */
+
+/* Fills *o from argv. Returns PARSE_RUN, or the exit status (--help, --version, errors). */
+static int parse_run(int argc, char **argv, run_opts *o)
 {
-    if (argc > 1 && strcmp(argv[1], "dump") == 0)
-        return parse_dump(argc - 1, argv + 1);
     static const struct option opts[] = {
         {"draft", required_argument, NULL, OPT_DRAFT},
         {"target", required_argument, NULL, OPT_TARGET},
@@ -1056,95 +1004,121 @@ int main(int argc, char **argv)
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
-    run_opts o = {0};
-    o.prm = sq_specdec_default_params();
-    o.max_new = 128;
-    o.samples = 2000;
-    o.baseline = 1;
-    int c, temp_given = 0;
+    *o = (run_opts){.prm = sq_specdec_default_params(), .max_new = 128, .samples = 2000,
+                    .baseline = 1};
+    int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":p:n:m:t:s:o:r:h", opts, NULL)) != -1) {
         switch (c) {
-        case OPT_DRAFT: o.draft_dir = optarg; break;
-        case OPT_TARGET: o.target_dir = optarg; break;
-        case 'p': o.plan_file = optarg; break;
-        case OPT_PROMPT: o.prompt_file = optarg; break;
-        case 'n': if (parse_int("--max-new-tokens", optarg, 1, &o.max_new)) return SQ_EUSAGE; break;
+        case OPT_DRAFT: o->draft_dir = optarg; break;
+        case OPT_TARGET: o->target_dir = optarg; break;
+        case 'p': o->plan_file = optarg; break;
+        case OPT_PROMPT: o->prompt_file = optarg; break;
+        case 'n':
+            if (sq_cli_int(PROG, "--max-new-tokens", optarg, 1, INT_MAX, &o->max_new))
+                return SQ_EUSAGE;
+            break;
         case 'm':
-            if (sq_mode_parse(optarg, &o.prm.mode)) {
+            if (sq_mode_parse(optarg, &o->prm.mode)) {
                 fprintf(stderr, PROG ": --mode: '%s' is not one of stochastic, specinfer, greedy, "
                         "topk\n", optarg);
                 return SQ_EUSAGE;
             }
             break;
         case 't':
-            if (parse_double("--temperature", optarg, &o.prm.temperature)) return SQ_EUSAGE;
-            temp_given = 1;
+            if (sq_cli_double(PROG, "--temperature", optarg, &o->prm.temperature))
+                return SQ_EUSAGE;
+            o->temp_given = 1;
             break;
-        case OPT_TOP_P: if (parse_double("--top-p", optarg, &o.prm.top_p)) return SQ_EUSAGE; break;
-        case 's': if (parse_u64("--seed", optarg, &o.prm.seed)) return SQ_EUSAGE; break;
-        case 'o': o.out_file = optarg; break;
-        case 'r': o.report_file = optarg; break;
-        case OPT_VALIDATE: o.validate = 1; break;
+        case OPT_TOP_P:
+            if (sq_cli_double(PROG, "--top-p", optarg, &o->prm.top_p))
+                return SQ_EUSAGE;
+            break;
+        case 's':
+            if (sq_cli_u64(PROG, "--seed", optarg, UINT64_MAX, &o->prm.seed))
+                return SQ_EUSAGE;
+            break;
+        case 'o': o->out_file = optarg; break;
+        case 'r': o->report_file = optarg; break;
+        case OPT_VALIDATE: o->validate = 1; break;
         case OPT_SAMPLES:
-            if (parse_int("--validate-samples", optarg, 10, &o.samples)) return SQ_EUSAGE;
+            if (sq_cli_int(PROG, "--validate-samples", optarg, 10, INT_MAX, &o->samples))
+                return SQ_EUSAGE;
             break;
-        case OPT_CONTEXT: if (parse_int("--context", optarg, 2, &o.context)) return SQ_EUSAGE; break;
-        case OPT_THREADS: if (parse_int("--threads", optarg, 0, &o.threads)) return SQ_EUSAGE; break;
-        case OPT_NO_BASELINE: o.baseline = 0; break;
-        case OPT_BACKEND: o.backend = optarg; break;
-        case OPT_DTYPE: o.dtype = optarg; break;
-        case OPT_OFFLOAD: o.offload = 1; break;
-        case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
-        case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return fclose(stdout) ? SQ_EIO : SQ_OK;
-        default: return bad_option(c, argv);
+        case OPT_CONTEXT:
+            if (sq_cli_int(PROG, "--context", optarg, 2, INT_MAX, &o->context))
+                return SQ_EUSAGE;
+            break;
+        case OPT_THREADS:
+            if (sq_cli_int(PROG, "--threads", optarg, 0, INT_MAX, &o->threads))
+                return SQ_EUSAGE;
+            break;
+        case OPT_NO_BASELINE: o->baseline = 0; break;
+        case OPT_BACKEND: o->backend = optarg; break;
+        case OPT_DTYPE: o->dtype = optarg; break;
+        case OPT_OFFLOAD: o->offload = 1; break;
+        case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
+        case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return sq_cli_finish(PROG, SQ_OK);
+        default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
     if (optind < argc) {
         fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n", argv[optind]);
         return SQ_EUSAGE;
     }
-    if (!o.draft_dir || !o.target_dir || !o.plan_file || !o.prompt_file) {
-        fprintf(stderr, PROG ": --draft, --target, --plan and --prompt are required (see --help)\n");
+    return PARSE_RUN;
+}
+
+/* Checks the options that depend on each other and settles the backend; NULL when they fit,
+ * else the message. */
+static const char *run_misfit(run_opts *o)
+{
+    static char buf[256];
+    if (!o->draft_dir || !o->target_dir || !o->plan_file || !o->prompt_file)
+        return "--draft, --target, --plan and --prompt are required (see --help)";
+    if (o->prm.mode == SQ_MODE_GREEDY) {
+        o->prm.temperature = 0.0;
+    } else if (!(o->prm.temperature > 0.0)) {
+        snprintf(buf, sizeof buf, "--temperature: %s must be > 0 for --mode %s (use --mode greedy "
+                 "for argmax decoding)", o->temp_given ? "the value" : "it",
+                 sq_mode_name(o->prm.mode));
+        return buf;
+    }
+    if (!(o->prm.top_p > 0.0 && o->prm.top_p <= 1.0)) {
+        snprintf(buf, sizeof buf, "--top-p: %g is not in (0, 1]", o->prm.top_p);
+        return buf;
+    }
+    if (o->validate && o->prm.mode == SQ_MODE_GREEDY && !o->baseline)
+        return "--validate in greedy mode compares with target-only decoding: drop --no-baseline";
+    if (o->backend && strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) {
+        snprintf(buf, sizeof buf, "--backend: unknown backend '%.100s' (cpu or cuda)", o->backend);
+        return buf;
+    }
+    o->prm.backend = o->backend && !strcmp(o->backend, "cuda") ? SQ_BACKEND_CUDA : SQ_BACKEND_CPU;
+    if (o->dtype && sq_weight_dtype_parse(o->dtype, &o->prm.dtype)) {
+        snprintf(buf, sizeof buf, "--dtype: unknown dtype '%.100s' (f32, f16 or bf16)", o->dtype);
+        return buf;
+    }
+    if (o->offload && o->prm.backend != SQ_BACKEND_CUDA)
+        return "--offload streams weights to a GPU: it needs --backend cuda";
+    o->prm.offload = o->offload;
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "dump") == 0)
+        return parse_dump(argc - 1, argv + 1);
+    run_opts o;
+    int rc = parse_run(argc, argv, &o);
+    if (rc != PARSE_RUN)
+        return rc;
+    const char *why = run_misfit(&o);
+    if (why) {
+        fprintf(stderr, PROG ": %s\n", why);
         return SQ_EUSAGE;
     }
-    if (o.prm.mode == SQ_MODE_GREEDY) {
-        o.prm.temperature = 0.0;
-    } else if (!(o.prm.temperature > 0.0)) {
-        fprintf(stderr, PROG ": --temperature: %s must be > 0 for --mode %s (use --mode greedy "
-                "for argmax decoding)\n", temp_given ? "the value" : "it",
-                sq_mode_name(o.prm.mode));
-        return SQ_EUSAGE;
-    }
-    if (!(o.prm.top_p > 0.0 && o.prm.top_p <= 1.0)) {
-        fprintf(stderr, PROG ": --top-p: %g is not in (0, 1]\n", o.prm.top_p);
-        return SQ_EUSAGE;
-    }
-    if (o.validate && o.prm.mode == SQ_MODE_GREEDY && !o.baseline) {
-        fprintf(stderr, PROG ": --validate in greedy mode compares with target-only decoding: "
-                "drop --no-baseline\n");
-        return SQ_EUSAGE;
-    }
-    if (o.backend && strcmp(o.backend, "cpu") && strcmp(o.backend, "cuda")) {
-        fprintf(stderr, PROG ": --backend: unknown backend '%s' (cpu or cuda)\n", o.backend);
-        return SQ_EUSAGE;
-    }
-    o.prm.backend = o.backend && !strcmp(o.backend, "cuda") ? SQ_BACKEND_CUDA : SQ_BACKEND_CPU;
-    if (o.dtype && sq_weight_dtype_parse(o.dtype, &o.prm.dtype)) {
-        fprintf(stderr, PROG ": --dtype: unknown dtype '%s' (f32, f16 or bf16)\n", o.dtype);
-        return SQ_EUSAGE;
-    }
-    if (o.offload && o.prm.backend != SQ_BACKEND_CUDA) {
-        fprintf(stderr, PROG ": --offload streams weights to a GPU: it needs --backend cuda\n");
-        return SQ_EUSAGE;
-    }
-    o.prm.offload = o.offload;
     attn_tol_cuda = o.prm.backend == SQ_BACKEND_CUDA;
     sq_out_install_signal_handlers();
-    int rc = run_main(&o);
-    if (fclose(stdout) != 0 && rc == SQ_OK) {
-        fprintf(stderr, PROG ": standard output: %s\n", strerror(errno));
-        return SQ_EIO;
-    }
-    return rc;
+    return sq_cli_finish(PROG, run_main(&o));
 }

@@ -16,6 +16,7 @@
 #include "libsequoia/format/corpus.h"
 #include "libsequoia/format/curve.h"
 #include "planner/dp.h"
+#include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/base/sha256.h"
@@ -94,36 +95,6 @@ static void usage(FILE *fp)
 
 /* ---- option parsing ----------------------------------------------------------------------- */
 
-static int parse_long(const char *opt, const char *s, long long lo, long long hi, long long *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) {
-        fprintf(stderr, PROG ": %s: '%s' is not an integer\n", opt, s);
-        return SQ_EUSAGE;
-    }
-    if (v < lo || v > hi) {
-        fprintf(stderr, PROG ": %s: %lld, must be between %lld and %lld\n", opt, v, lo, hi);
-        return SQ_EUSAGE;
-    }
-    *out = v;
-    return SQ_OK;
-}
-
-static int parse_double(const char *opt, const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) {
-        fprintf(stderr, PROG ": %s: '%s' is not a finite number\n", opt, s);
-        return SQ_EUSAGE;
-    }
-    *out = v;
-    return SQ_OK;
-}
-
 /* Comma-separated numbers. */
 static int parse_list(const char *opt, const char *s, double *v, int *n)
 {
@@ -140,7 +111,7 @@ static int parse_list(const char *opt, const char *s, double *v, int *n)
             fprintf(stderr, PROG ": %s: at most %d values\n", opt, MAX_LIST);
             return SQ_EUSAGE;
         }
-        if (parse_double(opt, tok, &v[*n]))
+        if (sq_cli_double(PROG, opt, tok, &v[*n]))
             return SQ_EUSAGE;
         (*n)++;
     }
@@ -191,9 +162,7 @@ static const char *base_name(const char *path)
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    return sq_now_ms() / 1e3;
 }
 
 typedef struct progress_state {
@@ -967,186 +936,176 @@ done:
 
 enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT };
 
-int main(int argc, char **argv)
+typedef struct accept_opts {
+    est_opts est;
+    int do_plot, do_merge, do_compare, budget, depth, est_opt, cmp_opt;
+    double sigma;
+    const char *curve;
+} accept_opts;
+
+#define PARSE_RUN (-1)   /* parse_options: go on and run */
+
+/* The estimation options: 0, or SQ_EUSAGE with the message printed. */
+static int parse_estimation(int c, const char *arg, est_opts *o)
+{
+    int v;
+    uint64_t seed;
+    switch (c) {
+    case 'm':
+        return parse_modes(arg, o->modes, &o->n_modes);
+    case 'T':
+        if (parse_list("--temperature", arg, o->temps, &o->n_temps))
+            return SQ_EUSAGE;
+        for (int i = 0; i < o->n_temps; i++)
+            if (o->temps[i] < 0) {
+                fprintf(stderr, PROG ": --temperature: %g, must be >= 0\n", o->temps[i]);
+                return SQ_EUSAGE;
+            }
+        o->temps_given = 1;
+        return SQ_OK;
+    case 'p':
+        if (parse_list("--top-p", arg, o->top_ps, &o->n_top_ps))
+            return SQ_EUSAGE;
+        for (int i = 0; i < o->n_top_ps; i++)
+            if (!(o->top_ps[i] > 0) || o->top_ps[i] > 1) {
+                fprintf(stderr, PROG ": --top-p: %g, must be in (0, 1]\n", o->top_ps[i]);
+                return SQ_EUSAGE;
+            }
+        return SQ_OK;
+    case 'w':
+        if (sq_cli_int(PROG, "--width", arg, 1, SQ_ACCEPT_MAX_WIDTH, &v))
+            return SQ_EUSAGE;
+        o->params.width = v;
+        return SQ_OK;
+    case 'k':
+        if (sq_cli_int(PROG, "--samples", arg, 1, SQ_ACCEPT_MAX_SAMPLES, &v))
+            return SQ_EUSAGE;
+        o->params.samples = v;
+        return SQ_OK;
+    case 's': /* stored in JSON as a number: at most 2^53 */
+        if (sq_cli_u64(PROG, "--seed", arg, 1ULL << 53, &seed))
+            return SQ_EUSAGE;
+        o->params.seed = seed;
+        return SQ_OK;
+    default: /* 'j' */
+        if (sq_cli_int(PROG, "--threads", arg, 1, 256, &v))
+            return SQ_EUSAGE;
+        o->params.threads = v;
+        return SQ_OK;
+    }
+}
+
+/* Fills *a from argv. Returns PARSE_RUN, or the exit status (--help, --version, errors). */
+static int parse_options(int argc, char **argv, accept_opts *a)
 {
     static const struct option opts[] = {
-        {"mode", required_argument, NULL, 'm'},
-        {"temperature", required_argument, NULL, 'T'},
-        {"top-p", required_argument, NULL, 'p'},
-        {"width", required_argument, NULL, 'w'},
-        {"samples", required_argument, NULL, 'k'},
-        {"seed", required_argument, NULL, 's'},
-        {"threads", required_argument, NULL, 'j'},
-        {"output", required_argument, NULL, 'o'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"merge", no_argument, NULL, OPT_MERGE},
-        {"svg", required_argument, NULL, OPT_SVG},
-        {"plot", no_argument, NULL, OPT_PLOT},
+        {"mode", required_argument, NULL, 'm'},     {"temperature", required_argument, NULL, 'T'},
+        {"top-p", required_argument, NULL, 'p'},    {"width", required_argument, NULL, 'w'},
+        {"samples", required_argument, NULL, 'k'},  {"seed", required_argument, NULL, 's'},
+        {"threads", required_argument, NULL, 'j'},  {"output", required_argument, NULL, 'o'},
+        {"quiet", no_argument, NULL, 'q'},          {"merge", no_argument, NULL, OPT_MERGE},
+        {"svg", required_argument, NULL, OPT_SVG},  {"plot", no_argument, NULL, OPT_PLOT},
         {"compare", no_argument, NULL, OPT_COMPARE},
-        {"budget", required_argument, NULL, 'n'},
-        {"depth", required_argument, NULL, 'd'},
-        {"sigma", required_argument, NULL, 'z'},
-        {"curve", required_argument, NULL, 'c'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, OPT_VERSION},
+        {"budget", required_argument, NULL, 'n'},   {"depth", required_argument, NULL, 'd'},
+        {"sigma", required_argument, NULL, 'z'},    {"curve", required_argument, NULL, 'c'},
+        {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
-    gsl_set_error_handler_off();
-    est_opts o = {.n_modes = 1, .modes = {SQ_ACCEPT_STOCHASTIC}, .n_temps = 1, .temps = {1.0},
-                  .n_top_ps = 1, .top_ps = {1.0}, .params = sq_accept_default_params()};
-    int do_plot = 0, do_merge = 0, do_compare = 0, budget = 64, depth = 8, est_opt = 0, cmp_opt = 0;
-    double sigma = 3.0;
-    const char *curve = NULL;
-    long long v;
+    *a = (accept_opts){.est = {.n_modes = 1, .modes = {SQ_ACCEPT_STOCHASTIC}, .n_temps = 1,
+                               .temps = {1.0}, .n_top_ps = 1, .top_ps = {1.0},
+                               .params = sq_accept_default_params()},
+                       .budget = 64, .depth = 8, .sigma = 3.0};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:T:p:w:k:s:j:o:qn:d:z:c:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm':
-            if (parse_modes(optarg, o.modes, &o.n_modes)) return SQ_EUSAGE;
-            est_opt = 1;
-            break;
-        case 'T':
-            if (parse_list("--temperature", optarg, o.temps, &o.n_temps)) return SQ_EUSAGE;
-            for (int i = 0; i < o.n_temps; i++)
-                if (o.temps[i] < 0) {
-                    fprintf(stderr, PROG ": --temperature: %g, must be >= 0\n", o.temps[i]);
-                    return SQ_EUSAGE;
-                }
-            o.temps_given = 1;
-            est_opt = 1;
-            break;
-        case 'p':
-            if (parse_list("--top-p", optarg, o.top_ps, &o.n_top_ps)) return SQ_EUSAGE;
-            for (int i = 0; i < o.n_top_ps; i++)
-                if (!(o.top_ps[i] > 0) || o.top_ps[i] > 1) {
-                    fprintf(stderr, PROG ": --top-p: %g, must be in (0, 1]\n", o.top_ps[i]);
-                    return SQ_EUSAGE;
-                }
-            est_opt = 1;
-            break;
-        case 'w':
-            if (parse_long("--width", optarg, 1, SQ_ACCEPT_MAX_WIDTH, &v)) return SQ_EUSAGE;
-            o.params.width = (int)v;
-            est_opt = 1;
-            break;
-        case 'k':
-            if (parse_long("--samples", optarg, 1, SQ_ACCEPT_MAX_SAMPLES, &v)) return SQ_EUSAGE;
-            o.params.samples = (int)v;
-            est_opt = 1;
-            break;
-        case 's': {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-') {
-                fprintf(stderr, PROG ": --seed: '%s' is not a non-negative integer\n", optarg);
+        case 'm': case 'T': case 'p': case 'w': case 'k': case 's': case 'j':
+            if (parse_estimation(c, optarg, &a->est))
                 return SQ_EUSAGE;
-            }
-            if (s > (1ULL << 53)) {
-                fprintf(stderr, PROG ": --seed: %llu, must be at most 2^53 (it is stored in JSON)\n", s);
-                return SQ_EUSAGE;
-            }
-            o.params.seed = s;
-            est_opt = 1;
+            a->est_opt = 1;
             break;
-        }
-        case 'j':
-            if (parse_long("--threads", optarg, 1, 256, &v)) return SQ_EUSAGE;
-            o.params.threads = (int)v;
-            est_opt = 1;
-            break;
-        case 'o': o.out_file = optarg; break;
-        case 'q': o.quiet = 1; break;
-        case OPT_MERGE: do_merge = 1; break;
+        case 'o': a->est.out_file = optarg; break;
+        case 'q': a->est.quiet = 1; break;
+        case OPT_MERGE: a->do_merge = 1; break;
         case OPT_SVG: svg_path = optarg; break;
-        case OPT_PLOT: do_plot = 1; break;
-        case OPT_COMPARE: do_compare = 1; break;
-        case 'n':
-            if (parse_long("--budget", optarg, 1, SQ_DP_MAX_BUDGET, &v)) return SQ_EUSAGE;
-            budget = (int)v;
-            cmp_opt = 1;
-            break;
-        case 'd':
-            if (parse_long("--depth", optarg, 1, SQ_DP_MAX_BUDGET, &v)) return SQ_EUSAGE;
-            depth = (int)v;
-            cmp_opt = 1;
+        case OPT_PLOT: a->do_plot = 1; break;
+        case OPT_COMPARE: a->do_compare = 1; break;
+        case 'n': case 'd':
+            if (sq_cli_int(PROG, c == 'n' ? "--budget" : "--depth", optarg, 1, SQ_DP_MAX_BUDGET,
+                           c == 'n' ? &a->budget : &a->depth))
+                return SQ_EUSAGE;
+            a->cmp_opt = 1;
             break;
         case 'z':
-            if (parse_double("--sigma", optarg, &sigma)) return SQ_EUSAGE;
-            if (sigma < 0) {
-                fprintf(stderr, PROG ": --sigma: %g, must be >= 0\n", sigma);
+            if (sq_cli_double(PROG, "--sigma", optarg, &a->sigma))
+                return SQ_EUSAGE;
+            if (a->sigma < 0) {
+                fprintf(stderr, PROG ": --sigma: %g, must be >= 0\n", a->sigma);
                 return SQ_EUSAGE;
             }
-            cmp_opt = 1;
+            a->cmp_opt = 1;
             break;
-        case 'c': curve = optarg; cmp_opt = 1; break;
-        case 'h': usage(stdout); return fclose(stdout) ? SQ_EIO : SQ_OK;
-        case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return fclose(stdout) ? SQ_EIO : SQ_OK;
-        case ':':
-            fprintf(stderr, PROG ": option '%s' needs a value (see --help)\n", argv[optind - 1]);
-            return SQ_EUSAGE;
-        default:
-            fprintf(stderr, PROG ": unknown option '%s' (see --help)\n", argv[optind - 1]);
-            return SQ_EUSAGE;
+        case 'c': a->curve = optarg; a->cmp_opt = 1; break;
+        case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
+        case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return sq_cli_finish(PROG, SQ_OK);
+        default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
+    return PARSE_RUN;
+}
+
+/* The options that do not go together, given n_files operands; NULL when they fit. */
+static const char *misfit(const accept_opts *a, int n_files)
+{
+    if (a->do_merge && a->do_compare)
+        return "--merge and --compare cannot be combined";
+    if ((a->do_merge || a->do_compare) && a->est_opt)
+        return a->do_merge ? "estimation options (--mode, --temperature, --top-p, --width, "
+                             "--samples, --seed, --threads) do not apply to --merge"
+                           : "estimation options (--mode, --temperature, --top-p, --width, "
+                             "--samples, --seed, --threads) do not apply to --compare";
+    if (!a->do_compare && a->cmp_opt)
+        return "--budget, --depth, --sigma and --curve apply to --compare only";
+    if (a->do_plot && (!svg_path || n_files < 1 || a->do_merge || a->do_compare || a->est.out_file))
+        return "--plot needs curve files and --svg FILE (and no -o, --merge or --compare)";
+    if (a->do_plot)
+        return NULL;
+    if (a->do_compare && svg_path)
+        return "--compare prints its report; --svg does not apply (use --plot BASELINE.json "
+               "NEW.json --svg FILE)";
+    if (a->do_compare && n_files != 2)
+        return "--compare needs exactly two files, BASELINE.json NEW.json";
+    if (a->do_compare && a->est.out_file)
+        return "--compare prints its report; -o does not apply";
+    if (a->do_merge && n_files < 2)
+        return "--merge needs at least two curve files";
+    if (!a->do_compare && !a->do_merge && n_files < 1)
+        return "no corpus given (see --help)";
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    gsl_set_error_handler_off();
+    accept_opts a;
+    int rc = parse_options(argc, argv, &a);
+    if (rc != PARSE_RUN)
+        return rc;
     char **files = argv + optind;
     int n_files = argc - optind;
-    if (do_merge && do_compare) {
-        fprintf(stderr, PROG ": --merge and --compare cannot be combined\n");
-        return SQ_EUSAGE;
-    }
-    if ((do_merge || do_compare) && est_opt) {
-        fprintf(stderr, PROG ": estimation options (--mode, --temperature, --top-p, --width, "
-                "--samples, --seed, --threads) do not apply to --%s\n",
-                do_merge ? "merge" : "compare");
-        return SQ_EUSAGE;
-    }
-    if (!do_compare && cmp_opt) {
-        fprintf(stderr, PROG ": --budget, --depth, --sigma and --curve apply to --compare only\n");
+    const char *why = misfit(&a, n_files);
+    if (why) {
+        fprintf(stderr, PROG ": %s\n", why);
         return SQ_EUSAGE;
     }
     sq_out_install_signal_handlers();
-    int rc;
-    if (do_plot) {
-        if (!svg_path || n_files < 1 || do_merge || do_compare || o.out_file) {
-            fprintf(stderr, PROG ": --plot needs curve files and --svg FILE (and no -o, --merge "
-                    "or --compare)\n");
-            return SQ_EUSAGE;
-        }
+    if (a.do_plot)
         rc = plot(files, n_files);
-    } else if (do_compare) {
-        if (svg_path) {
-            fprintf(stderr, PROG ": --compare prints its report; --svg does not apply (use --plot "
-                    "BASELINE.json NEW.json --svg FILE)\n");
-            return SQ_EUSAGE;
-        }
-        if (n_files != 2) {
-            fprintf(stderr, PROG ": --compare needs exactly two files, BASELINE.json NEW.json\n");
-            return SQ_EUSAGE;
-        }
-        if (o.out_file) {
-            fprintf(stderr, PROG ": --compare prints its report; -o does not apply\n");
-            return SQ_EUSAGE;
-        }
-        rc = compare(files[0], files[1], budget, depth, sigma, curve);
-    } else if (do_merge) {
-        if (n_files < 2) {
-            fprintf(stderr, PROG ": --merge needs at least two curve files\n");
-            return SQ_EUSAGE;
-        }
-        rc = merge(files, n_files, o.out_file, o.quiet);
-    } else {
-        if (n_files < 1) {
-            fprintf(stderr, PROG ": no corpus given (see --help)\n");
-            return SQ_EUSAGE;
-        }
-        rc = estimate(files, n_files, &o);
-    }
-    if (fclose(stdout) != 0 && rc == SQ_OK) {
-        fprintf(stderr, PROG ": standard output: %s\n", strerror(errno));
-        return SQ_EIO;
-    }
-    return rc;
+    else if (a.do_compare)
+        rc = compare(files[0], files[1], a.budget, a.depth, a.sigma, a.curve);
+    else if (a.do_merge)
+        rc = merge(files, n_files, a.est.out_file, a.est.quiet);
+    else
+        rc = estimate(files, n_files, &a.est);
+    return sq_cli_finish(PROG, rc);
 }
