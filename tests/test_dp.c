@@ -388,3 +388,41 @@ Test(dp, ties_go_to_better_ranked_children)
     sq_dp_free(dp);
     sq_curve_clear(&c);
 }
+
+/* sq_dp_best_size against the definition: the smallest n whose Best[n][d] is the maximum over
+ * n <= budget, for random curves, depths and widths (small widths make the budget unreachable). */
+Test(dp, best_size_is_the_smallest_size_reaching_the_best_value)
+{
+    srand(12);
+    for (int trial = 0; trial < 60; trial++) {
+        double p[6];
+        int W = 1 + rand() % 6;
+        double sum = 0;
+        for (int k = 0; k < W; k++)
+            sum += p[k] = (k ? p[k - 1] : 1.0) * (0.1 + 0.8 * rand() / (double)RAND_MAX);
+        for (int k = 0; k < W; k++)   /* a verifier accepts at most one child: sum <= 1 */
+            p[k] /= sum * (1.0 + rand() / (double)RAND_MAX);
+        sq_curve c;
+        sq_error err = {0};
+        cr_assert_eq(sq_curve_init(&c, "r", "stochastic", p, W, &err), 0, "%s", err.msg);
+        sq_dp_params prm = sq_dp_default_params();
+        prm.curve = &c;
+        prm.budget = 1 + rand() % 40;
+        prm.depth = 1 + rand() % 6;
+        prm.width = 1 + rand() % 3;
+        sq_dp *dp;
+        cr_assert_eq(sq_dp_solve(&prm, &dp, &err), 0, "%s", err.msg);
+        for (int d = 1; d <= sq_dp_depth(dp); d++) {
+            double best = -INFINITY;
+            for (int n = 1; n <= prm.budget; n++)
+                best = fmax(best, sq_dp_best(dp, n, d));
+            int expect = 1;
+            while (sq_dp_best(dp, expect, d) != best)
+                expect++;
+            cr_assert_eq(sq_dp_best_size(dp, d), expect, "budget %d depth %d width %d, d %d",
+                         prm.budget, prm.depth, prm.width, d);
+        }
+        sq_dp_free(dp);
+        sq_curve_clear(&c);
+    }
+}

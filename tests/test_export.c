@@ -988,3 +988,38 @@ ParameterizedTest(cli_bad *cc, export, cli_bad_imports_and_refused_exports_leave
     tu_rmtree(dir);
     free(dir), free(in), free(outp);
 }
+
+/* --engine solves the DP once: a caller's unconstrained solve, handed over in .solved, gives the
+ * same tree as the engine's own solve, whether it is reused (the engine's width limit does not
+ * bind) or not (it does, or the budget differs). */
+Test(export, engine_plan_with_the_callers_solve_gives_the_same_tree)
+{
+    sq_engine engines[] = {SQ_ENGINE_TRTLLM, SQ_ENGINE_MEDUSA};
+    int widths[] = {0, 4, 12, 20};
+    for (int e = 0; e < 2; e++)
+        for (int wi = 0; wi < 4; wi++)
+            for (int depth = 3; depth <= 24; depth += 7) {
+                sq_engine_plan_params p = sq_engine_plan_default_params();
+                p.engine = engines[e];
+                p.budget = 48;
+                p.depth = depth;
+                p.width = widths[wi];
+                sq_engine_plan_result own, reused;
+                sq_error err = {0};
+                cr_assert_eq(sq_engine_plan(&p, &own, &err), 0, "%s", err.msg);
+                p.solved = solve(p.budget, p.depth, p.width, NULL);
+                cr_assert_eq(sq_engine_plan(&p, &reused, &err), 0, "%s", err.msg);
+                cr_assert_eq(own.tree->n, reused.tree->n);
+                for (int v = 0; v < own.tree->n; v++)
+                    cr_assert(own.tree->parent[v] == reused.tree->parent[v] &&
+                              own.tree->rank[v] == reused.tree->rank[v],
+                              "engine %d width %d depth %d: node %d differs", e, widths[wi],
+                              depth, v);
+                cr_assert_eq(own.depth, reused.depth);
+                cr_assert_eq(own.width, reused.width);
+                cr_assert_eq(own.expected_tokens, reused.expected_tokens);
+                sq_dp_free(p.solved);
+                sq_tree_free(own.tree);
+                sq_tree_free(reused.tree);
+            }
+}
