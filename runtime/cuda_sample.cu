@@ -1,5 +1,6 @@
 /* Sampling kernels (runtime/cuda_sample.h): one vocabulary row per call, one thread block of
- * THREADS threads, reductions in shared memory. Per-element formulas from runtime/kernels.h. */
+ * THREADS threads, reductions in shared memory. The per-element formulas are the verification
+ * rule's (libsequoia/verify/formulas.h, through runtime/kernels.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,18 +98,24 @@ __device__ double bitsd(unsigned long long u)
     return d;
 }
 
+/* The verification rule's distribution (libsequoia/verify/rule.h, sq_probs_from_logits) with
+ * the same per-element formulas: softmax at T, the no-usable-logit and +inf cases through
+ * sq_k_softmax_temp, and the nucleus: every token of probability >= tau, tau the largest value
+ * whose tokens >= tau reach top_p (sq_k_nucleus_reaches), so that ties at the cut are all
+ * kept. */
 __global__ void k_probs(const float *logits, int V, double temperature, double top_p,
                         double *p)
 {
     __shared__ double shv[THREADS];
     __shared__ int shi[THREADS];
-    int best = block_argmax_logits(logits, V, shv, shi);
-    if (best < 0 || !(temperature > 0.0)) {
+    const int best = block_argmax_logits(logits, V, shv, shi);
+    const int b = best < 0 ? 0 : best;
+    if (!(temperature > 0.0)) {
         for (int i = threadIdx.x; i < V; i += THREADS)
-            p[i] = i == (best < 0 ? 0 : best) ? 1.0 : 0.0;
+            p[i] = i == b ? 1.0 : 0.0;
         return;
     }
-    const float mx = logits[best];
+    const float mx = best < 0 ? NAN : logits[best];   /* NaN: no usable logit, uniform */
     double s = 0.0;
     for (int i = threadIdx.x; i < V; i += THREADS) {
         p[i] = sq_k_softmax_temp(logits[i], mx, temperature);
@@ -120,10 +127,10 @@ __global__ void k_probs(const float *logits, int V, double temperature, double t
     if (!(top_p < 1.0))
         return;
     __syncthreads();
-    /* the largest threshold tau whose mass(p >= tau) still reaches top_p, by bisection on the
-     * bit patterns of non-negative doubles (monotone in the value) */
-    double pmax = p[best];
-    unsigned long long lo = 0, hi = dbits(pmax) + 1;
+    /* tau by bisection on the bit patterns of non-negative doubles (monotone in the value):
+     * the tokens >= bitsd(lo) reach top_p, those >= bitsd(hi) do not (none is above p[b], the
+     * largest) */
+    unsigned long long lo = 0, hi = dbits(p[b]) + 1;
     while (hi - lo > 1) {
         unsigned long long mid = lo + (hi - lo) / 2;
         double tau = bitsd(mid), m = 0.0;
@@ -131,46 +138,21 @@ __global__ void k_probs(const float *logits, int V, double temperature, double t
             if (p[i] >= tau)
                 m += p[i];
         m = block_sum(m, shv);
-        if (m >= top_p)
+        if (sq_k_nucleus_reaches(m, top_p))
             lo = mid;
         else
             hi = mid;
     }
     const double tau = bitsd(lo);
-    double gt = 0.0, cnt = 0.0;
-    for (int i = threadIdx.x; i < V; i += THREADS)
-        if (p[i] > tau) {
-            gt += p[i];
-            cnt += 1.0;
-        }
-    gt = block_sum(gt, shv);
-    cnt = block_sum(cnt, shv);
-    /* every token above tau is kept; ties at tau in id order until the mass reaches top_p
-     * (at least one token in all) */
-    if (threadIdx.x == 0) {
-        double cum = gt;
-        int kept = (int)cnt;
-        for (int i = 0; i < V; i++)
-            if (p[i] == tau) {
-                if (kept == 0 || cum < top_p) {
-                    cum += p[i];
-                    kept++;
-                } else {
-                    p[i] = -1.0;   /* dropped tie */
-                }
-            }
-    }
-    __syncthreads();
-    double s2 = 0.0;
+    double kept = 0.0;
     for (int i = threadIdx.x; i < V; i += THREADS) {
         if (p[i] < tau)
             p[i] = 0.0;
-        s2 += p[i];
+        kept += p[i];
     }
-    s2 = block_sum(s2, shv);
-    if (s2 > 0.0)
-        for (int i = threadIdx.x; i < V; i += THREADS)
-            p[i] /= s2;
+    kept = block_sum(kept, shv);
+    for (int i = threadIdx.x; i < V; i += THREADS)
+        p[i] /= kept;
 }
 
 __global__ void k_residual(double *r, const double *q, int V)

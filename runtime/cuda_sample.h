@@ -1,8 +1,8 @@
 /* Sampling arithmetic on a CUDA device (runtime/cuda_sample.cu): softmax with temperature and
  * top-p, argmax, the residual update and draws with and without replacement, on one vocabulary
- * row. They compute what libsequoia/verify/verify.c computes on the host (the same per-element formulas,
- * runtime/kernels.h), so a verifier can keep its decisions on the host while the O(V) work runs
- * next to the logits. Vectors are host arrays here (copied in and out), which is what the tests
+ * row. They compute what libsequoia/verify/ computes on the host (the same per-element
+ * formulas, libsequoia/verify/formulas.h), so a verifier can keep its decisions on the host while
+ * the O(V) work runs next to the logits. Vectors are host arrays here (copied in and out), which is what the tests
  * compare against verify.c; random draws are counter-based (sq_k_uniform), so the host can
  * reproduce them exactly.
  *
@@ -25,12 +25,14 @@ typedef struct sq_cuda_sampler sq_cuda_sampler;
 int sq_cuda_sampler_new(int vocab, sq_cuda_sampler **out, sq_error *err);
 void sq_cuda_sampler_free(sq_cuda_sampler *s);
 
-/* probs (V) = softmax(logits / T), truncated to the smallest most-likely set reaching top_p and
- * renormalised; T = 0 gives one-hot argmax. As sq_verifier_probs. */
+/* probs (V) = the verification rule's distribution (sq_probs_from_logits, libsequoia/verify/
+ * rule.h): softmax(logits / T) over the nucleus of mass top_p, ties at the cut kept; T = 0 gives
+ * the one-hot argmax. */
 int sq_cuda_probs(sq_cuda_sampler *s, const float *logits, double temperature, double top_p,
                   double *probs, sq_error *err);
 
-/* Index of the largest finite logit, lowest on ties (0 when none is finite). */
+/* Index of the largest usable logit (not NaN, not -inf), lowest on ties; 0 when none is. As
+ * sq_argmax_f. */
 int sq_cuda_argmax(sq_cuda_sampler *s, const float *logits, int *out, sq_error *err);
 
 /* r <- norm(max(r - q, 0)) in place; r unchanged when nothing remains. */

@@ -318,13 +318,13 @@ int sq_specdec_start(sq_specdec *sd, const int32_t *prompt, int n, sq_error *err
 
 static double target_temperature(const sq_specdec *sd)
 {
-    return sd->prm.mode == SQ_MODE_GREEDY ? 0.0 : sd->prm.temperature;
+    return sq_mode_target_temperature(sd->prm.mode, sd->prm.temperature);
 }
 
 /* The draft's distribution at node u (used by the sampled proposal modes). */
 static const double *draft_q(sq_specdec *sd, int u)
 {
-    if (sd->prm.mode == SQ_MODE_GREEDY || sd->prm.mode == SQ_MODE_TOPK)
+    if (!sq_mode_is_sampled(sd->prm.mode))
         return NULL;
     sq_verifier_probs(sd->ver, sd->dlog + (size_t)u * sd->V, sd->prm.temperature, sd->prm.top_p,
                       sd->q);

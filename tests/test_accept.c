@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "planner/accept/accept.h"
+#include "planner/regress.h"
+#include "libsequoia/verify/formulas.h"
 #include "libsequoia/format/corpus.h"
 #include "libsequoia/base/sha256.h"
 #include "tests/testutil.h"
@@ -199,7 +201,7 @@ Test(accept, sampled_estimates_fall_within_four_standard_errors)
     for (int c = 0; c < NCASES; c++)
         for (int with = 0; with <= 1; with++) {
             const pq_case *pc = &cases[c];
-            sq_accept_config cfg = {with ? SQ_ACCEPT_SPECINFER : SQ_ACCEPT_STOCHASTIC, 1.0, 1.0};
+            sq_accept_config cfg = {with ? SQ_MODE_SPECINFER : SQ_MODE_STOCHASTIC, 1.0, 1.0};
             oracle o;
             run_oracle(&o, pc->P, pc->Q, pc->V, pc->W, with);
             double s1[MAXW] = {0}, s2[MAXW] = {0}, a[MAXW];
@@ -274,10 +276,10 @@ Test(accept, acceptance_sums_to_at_most_one_and_is_lossless_per_draw)
         normalise(P, V);
         normalise(Q, V);
         for (int m = 0; m < 4; m++) {
-            sq_accept_config cfg = {(sq_accept_mode)(m % 2 ? SQ_ACCEPT_SPECINFER : SQ_ACCEPT_STOCHASTIC),
+            sq_accept_config cfg = {(sq_mode)(m % 2 ? SQ_MODE_SPECINFER : SQ_MODE_STOCHASTIC),
                                     1, 1};
             if (m == 3)
-                cfg.mode = SQ_ACCEPT_TOPK;
+                cfg.mode = SQ_MODE_TOPK;
             float draft[50];
             for (int i = 0; i < V; i++)
                 draft[i] = Q[i] > 0 ? (float)log(Q[i]) : -INFINITY;
@@ -299,26 +301,32 @@ Test(accept, acceptance_sums_to_at_most_one_and_is_lossless_per_draw)
 
 Test(accept, greedy_hand_computed)
 {
-    sq_accept_ws *ws = sq_accept_ws_new(5, 4);
+    sq_accept_ws *ws = sq_accept_ws_new(5, 5);
     const float target[5] = {1, 3, 2, 0, -INFINITY};
     const float draft[5] = {0, 2, 3, 1, 5};
-    double a[4];
-    /* draft top-4 of finite logits: 4 (5), 2 (3), 1 (2), 3 (1); target argmax = 1 -> rank 3 */
+    double a[5];
+    /* draft top-4: 4 (5), 2 (3), 1 (2), 3 (1); target argmax = 1 -> rank 3 */
     sq_accept_greedy(target, draft, 5, 4, a, ws);
     cr_assert(a[0] == 0 && a[1] == 0 && a[2] == 1 && a[3] == 0);
     /* W = 2: token 1 is not among the draft's top 2 -> nothing accepted */
     sq_accept_greedy(target, draft, 5, 2, a, ws);
     cr_assert(a[0] == 0 && a[1] == 0);
-    /* ties: equal draft logits rank by lower index */
-    const float flat[5] = {1, 1, 1, 1, 1};
-    int idx[4];
-    cr_assert_eq(sq_accept_top_w(flat, 5, 4, idx, ws), 4);
-    for (int k = 0; k < 4; k++)
-        cr_assert_eq(idx[k], k);
-    /* sparse: fewer finite logits than W */
-    const float sparse[5] = {-INFINITY, 0.5f, -INFINITY, 2, -INFINITY};
-    cr_assert_eq(sq_accept_top_w(sparse, 5, 4, idx, ws), 2);
-    cr_assert(idx[0] == 3 && idx[1] == 1);
+    /* The rule's draft order (libsequoia/verify/rule.h): -inf and NaN draft logits rank last,
+     * in token order, so the verifier proposes them when W exceeds the usable logits: here the
+     * target's argmax 1 is the draft's rank 3 (draft top-5: 3, 0, 1, 2, 4). */
+    const float sparse[5] = {0.5f, -INFINITY, NAN, 2, -INFINITY};
+    sq_accept_greedy(target, sparse, 5, 5, a, ws);
+    cr_assert(a[0] == 0 && a[1] == 0 && a[2] == 1 && a[3] == 0 && a[4] == 0);
+    /* a target with no usable logit: argmax token 0 */
+    const float none[5] = {-INFINITY, NAN, -INFINITY, -INFINITY, NAN};
+    sq_accept_greedy(none, draft, 5, 5, a, ws);
+    cr_assert(a[4] == 1, "token 0 is the draft's 5th");
+    /* W beyond V: ranks past V are 0 */
+    sq_accept_ws *ws7 = sq_accept_ws_new(5, 7);
+    double a7[7];
+    sq_accept_greedy(target, draft, 5, 7, a7, ws7);
+    cr_assert(a7[2] == 1 && a7[5] == 0 && a7[6] == 0);
+    sq_accept_ws_free(ws7);
     sq_accept_ws_free(ws);
 }
 
@@ -330,7 +338,7 @@ Test(accept, topk_hand_computed)
     for (int i = 0; i < 4; i++)
         target[i] = (float)log(Pv[i]);
     double P[4], a[3];
-    cr_assert_eq(sq_accept_softmax(target, 4, 1.0, 1.0, P, ws), 4);
+    cr_assert_eq(sq_accept_probs(target, 4, 1.0, 1.0, P, ws), 4);
     sq_accept_topk(P, draft, 4, 3, a, ws);
     /* draft order 2, 1, 3 */
     cr_assert(fabs(a[0] - 0.3) < 1e-6 && fabs(a[1] - 0.5) < 1e-6 && fabs(a[2] - 0.1) < 1e-6);
@@ -346,28 +354,38 @@ Test(accept, softmax_temperature_and_top_p_hand_computed)
         l[i] = (float)log(Pv[i]);
     double P[4];
     /* T = 0.5 squares the probabilities */
-    sq_accept_softmax(l, 4, 0.5, 1.0, P, ws);
+    sq_accept_probs(l, 4, 0.5, 1.0, P, ws);
     const double sq[4] = {0.01 / 0.36, 0.25 / 0.36, 0.09 / 0.36, 0.01 / 0.36};
     for (int i = 0; i < 4; i++)
         cr_assert(fabs(P[i] - sq[i]) < 1e-6, "P[%d] = %g", i, P[i]);
     /* top-p 0.7: {0.5, 0.3} reaches 0.8 */
-    cr_assert_eq(sq_accept_softmax(l, 4, 1.0, 0.7, P, ws), 2);
+    cr_assert_eq(sq_accept_probs(l, 4, 1.0, 0.7, P, ws), 2);
     cr_assert(P[0] == 0 && P[3] == 0 && fabs(P[1] - 0.625) < 1e-6 && fabs(P[2] - 0.375) < 1e-6);
     /* top-p 0.5: the top token alone */
-    cr_assert_eq(sq_accept_softmax(l, 4, 1.0, 0.5, P, ws), 1);
+    cr_assert_eq(sq_accept_probs(l, 4, 1.0, 0.5, P, ws), 1);
     cr_assert(fabs(P[1] - 1) < 1e-12);
-    /* top-p 0.85: the two tied 0.1 tokens are both kept */
-    cr_assert_eq(sq_accept_softmax(l, 4, 1.0, 0.85, P, ws), 4);
+    /* top-p 0.85: the two tied 0.1 tokens are both kept (one of them reaches 0.85 already) */
+    cr_assert_eq(sq_accept_probs(l, 4, 1.0, 0.85, P, ws), 4);
+    /* issue 12's row: {2,1,1,1,1,0,0,0}, T = 1, top-p 0.5: 2 and one 1 reach 0.475 + 0.128;
+     * every token tied with the last one taken is kept: 5 tokens */
+    sq_accept_ws *ws8 = sq_accept_ws_new(8, 1);
+    const float issue[8] = {2, 1, 1, 1, 1, 0, 0, 0};
+    double P8[8];
+    cr_assert_eq(sq_accept_probs(issue, 8, 1.0, 0.5, P8, ws8), 5);
+    cr_assert(fabs(P8[0] - exp(1) / (exp(1) + 4)) < 1e-12 && P8[1] == P8[4] && P8[5] == 0);
+    sq_accept_ws_free(ws8);
     /* T = 0: one-hot argmax, lowest index among ties */
     const float tie[4] = {1, 3, 3, 0};
-    cr_assert_eq(sq_accept_softmax(tie, 4, 0.0, 1.0, P, ws), 1);
+    cr_assert_eq(sq_accept_probs(tie, 4, 0.0, 1.0, P, ws), 1);
     cr_assert(P[1] == 1 && P[2] == 0);
-    /* -inf logits have probability 0; all -inf: nothing */
+    /* -inf logits have probability 0; no usable logit at all: uniform (the rule treats the row
+     * as if every logit were equal) */
     const float ninf[4] = {-INFINITY, 0, -INFINITY, 0};
-    cr_assert_eq(sq_accept_softmax(ninf, 4, 1.0, 1.0, P, ws), 2);
+    cr_assert_eq(sq_accept_probs(ninf, 4, 1.0, 1.0, P, ws), 2);
     cr_assert(P[0] == 0 && fabs(P[1] - 0.5) < 1e-12);
-    const float none[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
-    cr_assert_eq(sq_accept_softmax(none, 4, 1.0, 1.0, P, ws), 0);
+    const float none[4] = {-INFINITY, NAN, -INFINITY, -INFINITY};
+    cr_assert_eq(sq_accept_probs(none, 4, 1.0, 0.5, P, ws), 4);
+    cr_assert(P[0] == 0.25 && P[1] == 0.25 && P[3] == 0.25);
     sq_accept_ws_free(ws);
 }
 
@@ -384,7 +402,7 @@ Test(accept, top_p_matches_a_sorted_brute_force)
         for (int i = 0; i < V; i++)
             l[i] = (float)(gsl_rng_uniform_int(rng, 8) * 0.5); /* many ties */
         double top_p = 0.05 + 0.95 * gsl_rng_uniform(rng);
-        sq_accept_softmax(l, V, 1.0, 1.0, full, ws);
+        sq_accept_probs(l, V, 1.0, 1.0, full, ws);
         memcpy(sorted, full, (size_t)V * sizeof *sorted);
         for (int i = 1; i < V; i++) /* descending insertion sort */
             for (int j = i; j > 0 && sorted[j] > sorted[j - 1]; j--) {
@@ -395,7 +413,7 @@ Test(accept, top_p_matches_a_sorted_brute_force)
         double cum = 0, tau = sorted[V - 1];
         for (int i = 0; i < V; i++) {
             cum += sorted[i];
-            if (cum >= top_p) {
+            if (cum >= top_p - SQ_TOP_P_SLACK) {
                 tau = sorted[i];
                 break;
             }
@@ -403,7 +421,7 @@ Test(accept, top_p_matches_a_sorted_brute_force)
         int kept = 0;
         for (int i = 0; i < V; i++)
             kept += full[i] >= tau;
-        cr_assert_eq(sq_accept_softmax(l, V, 1.0, top_p, P, ws), kept, "trial %d", trial);
+        cr_assert_eq(sq_accept_probs(l, V, 1.0, top_p, P, ws), kept, "trial %d", trial);
         double s = 0;
         for (int i = 0; i < V; i++) {
             cr_assert((P[i] > 0) == (full[i] >= tau));
@@ -418,12 +436,12 @@ Test(accept, top_p_matches_a_sorted_brute_force)
 Test(accept, config_rules)
 {
     sq_error err = {0};
-    sq_accept_config c = {SQ_ACCEPT_STOCHASTIC, 0.0, 1.0};
+    sq_accept_config c = {SQ_MODE_STOCHASTIC, 0.0, 1.0};
     cr_assert_eq(sq_accept_config_check(&c, &err), SQ_EUSAGE);
     cr_assert(strstr(err.msg, "greedy"), "%s", err.msg);
-    c.mode = SQ_ACCEPT_GREEDY;
+    c.mode = SQ_MODE_GREEDY;
     cr_assert_eq(sq_accept_config_check(&c, NULL), SQ_OK);
-    c.mode = SQ_ACCEPT_TOPK;
+    c.mode = SQ_MODE_TOPK;
     c.temperature = -0.1;
     cr_assert_eq(sq_accept_config_check(&c, NULL), SQ_EUSAGE);
     c.temperature = 0.7;
@@ -436,7 +454,7 @@ Test(accept, config_rules)
     char name[64];
     sq_accept_config_name(&c, name, sizeof name);
     cr_assert_str_eq(name, "topk@T0.7@p0.9");
-    c.mode = SQ_ACCEPT_STOCHASTIC;
+    c.mode = SQ_MODE_STOCHASTIC;
     c.top_p = 1;
     sq_accept_config_name(&c, name, sizeof name);
     cr_assert_str_eq(name, "stochastic@T0.7");
@@ -625,7 +643,7 @@ static char *write_pq_corpus(const char *dir, const pq_case *pc, int S, int L)
     return path;
 }
 
-static void run_corpus(const char *path, sq_accept_mode mode, int W, int samples, int threads,
+static void run_corpus(const char *path, sq_mode mode, int W, int samples, int threads,
                        double *p, double *se)
 {
     sq_error err = {0};
@@ -656,7 +674,7 @@ Test(accept, corpus_estimates_are_unbiased_and_errors_shrink_as_one_over_root_sa
         for (int with = 0; with <= 1; with++) {
             oracle o;
             run_oracle(&o, pc->P, pc->Q, pc->V, pc->W, with);
-            sq_accept_mode mode = with ? SQ_ACCEPT_SPECINFER : SQ_ACCEPT_STOCHASTIC;
+            sq_mode mode = with ? SQ_MODE_SPECINFER : SQ_MODE_STOCHASTIC;
             double p4[MAXW], se4[MAXW], p64[MAXW], se64[MAXW];
             run_corpus(path, mode, pc->W, 4, 2, p4, se4);
             run_corpus(path, mode, pc->W, 64, 2, p64, se64);
@@ -688,8 +706,8 @@ Test(accept, corpus_results_do_not_depend_on_the_thread_count)
     char *dir = tu_tmpdir();
     char *path = write_pq_corpus(dir, &cases[3], 7, 9);
     double p1[MAXW], s1[MAXW], p3[MAXW], s3[MAXW];
-    run_corpus(path, SQ_ACCEPT_STOCHASTIC, 4, 2, 1, p1, s1);
-    run_corpus(path, SQ_ACCEPT_STOCHASTIC, 4, 2, 3, p3, s3);
+    run_corpus(path, SQ_MODE_STOCHASTIC, 4, 2, 1, p1, s1);
+    run_corpus(path, SQ_MODE_STOCHASTIC, 4, 2, 3, p3, s3);
     cr_assert(memcmp(p1, p3, sizeof p1) == 0 && memcmp(s1, s3, sizeof s1) == 0);
     tu_rmtree(dir);
     free(path);

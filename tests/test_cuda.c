@@ -436,6 +436,54 @@ Test(cuda, softmax_with_temperature_and_top_p_equals_the_verifier)
     sq_cuda_sampler_free(s);
 }
 
+/* The verification rule's edge cases on the device (libsequoia/verify/rule.h): ties at the
+ * nucleus cut (all kept), rows with no usable logit (uniform; token 0 at T = 0), +inf logits. */
+Test(cuda, probs_follow_the_rule_at_ties_and_non_finite_logits)
+{
+    need_device();
+    const int n = 4096;
+    sq_cuda_sampler *s = new_sampler(n);
+    sq_verifier *v = sq_verifier_new(n, SQ_MODE_STOCHASTIC, 1);
+    float *l = malloc((size_t)n * sizeof *l);
+    double *want = malloc((size_t)n * sizeof *want), *got = malloc((size_t)n * sizeof *got);
+    const double temps[] = {0.0, 0.5, 1.0};
+    const double tops[] = {1.0, 0.9, 0.5, 0.1};
+    sq_error err = {0};
+    for (int kind = 0; kind < 4; kind++)
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 4; b++) {
+                for (int i = 0; i < n; i++) {
+                    double u = sq_k_uniform((uint64_t)kind, 1, (uint64_t)i);
+                    /* kind 0: a coarse grid (ties everywhere); 1: every logit NaN or -inf;
+                     * 2: a few +inf among the grid; 3: issue 12's row {2,1,1,1,1,0,0,0} */
+                    l[i] = kind == 1 ? (u < 0.5 ? NAN : -INFINITY)
+                         : kind == 3 ? (i == 0 ? 2.0f : i < 5 ? 1.0f : i < 8 ? 0.0f : -INFINITY)
+                         : (float)(int)(8.0 * u) * 0.5f;
+                }
+                if (kind == 2)
+                    l[17] = l[4000] = INFINITY;
+                sq_verifier_probs(v, l, temps[a], tops[b], want);
+                cr_assert_eq(sq_cuda_probs(s, l, temps[a], tops[b], got, &err), 0, "%s",
+                             err.msg);
+                double d = 0.0;
+                int kept_w = 0, kept_g = 0;
+                for (int i = 0; i < n; i++) {
+                    d = fmax(d, fabs(got[i] - want[i]));
+                    kept_w += want[i] > 0.0;
+                    kept_g += got[i] > 0.0;
+                }
+                cr_assert(d <= 1e-9, "kind %d T %g top-p %g: max diff %g", kind, temps[a],
+                          tops[b], d);
+                cr_assert_eq(kept_g, kept_w, "kind %d T %g top-p %g: support", kind, temps[a],
+                             tops[b]);
+            }
+    free(l);
+    free(want);
+    free(got);
+    sq_verifier_free(v);
+    sq_cuda_sampler_free(s);
+}
+
 Test(cuda, argmax_and_residual_equal_the_verifier)
 {
     need_device();

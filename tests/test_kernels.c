@@ -207,6 +207,32 @@ Test(kernels, temperature_softmax_numerator)
     cr_assert_float_eq(sq_k_softmax_temp(-INFINITY, 0.0f, 1.0), 0.0, 0.0);
     cr_assert_float_eq(sq_k_softmax_temp(NAN, 0.0f, 1.0), 0.0, 0.0);
     cr_assert_float_eq(sq_k_softmax_temp(3.0f, 3.0f, 0.7), 1.0, 0.0);
+    /* the rule's edge cases (docs/estimator.md, "Verification rule"): a row whose largest logit
+     * is +inf puts its mass on the +inf tokens; a row with no usable logit (max NaN) is
+     * uniform */
+    cr_assert_float_eq(sq_k_softmax_temp(INFINITY, INFINITY, 0.7), 1.0, 0.0);
+    cr_assert_float_eq(sq_k_softmax_temp(1e30f, INFINITY, 0.7), 0.0, 0.0);
+    cr_assert_float_eq(sq_k_softmax_temp(-INFINITY, NAN, 0.7), 1.0, 0.0);
+    cr_assert_float_eq(sq_k_softmax_temp(NAN, NAN, 0.7), 1.0, 0.0);
+}
+
+Test(kernels, nucleus_reach_and_rank_key)
+{
+    /* a mass reaches top_p up to SQ_TOP_P_SLACK, the empty set never */
+    cr_assert(sq_k_nucleus_reaches(0.5, 0.5));
+    cr_assert(sq_k_nucleus_reaches(0.5 - 0.5 * SQ_TOP_P_SLACK, 0.5));
+    cr_assert(!sq_k_nucleus_reaches(0.5 - 2 * SQ_TOP_P_SLACK, 0.5));
+    cr_assert(!sq_k_nucleus_reaches(0.0, 1e-12));
+    cr_assert(sq_k_nucleus_reaches(1e-300, 1e-12));
+    /* 0.1 + 0.2 rounds to 0.30000000000000004 one way and 0.3 - 1e-17 another: both reach 0.3 */
+    cr_assert(sq_k_nucleus_reaches(0.1 + 0.2, 0.3) && sq_k_nucleus_reaches(0.3 - 1e-17, 0.3));
+    /* draft order keys: NaN with -inf, +inf first */
+    cr_assert(sq_k_rank_key(NAN) == -INFINITY);
+    cr_assert(sq_k_rank_key(-INFINITY) == -INFINITY);
+    cr_assert(sq_k_rank_key(INFINITY) == INFINITY);
+    cr_assert(sq_k_rank_key(1.5f) == 1.5);
+    cr_assert(sq_k_logit_usable(INFINITY) && !sq_k_logit_usable(NAN) &&
+              !sq_k_logit_usable(-INFINITY));
 }
 
 Test(kernels, residual_and_gumbel_key_match_their_definitions)
@@ -380,4 +406,60 @@ Test(kernels, bf16_rounds_to_nearest_even)
     }
     cr_assert_eq(sq_k_f32_to_bf16(FLT_MAX), 0x7f80);   /* rounds up to infinity */
     cr_assert_eq(sq_k_f32_to_bf16(1.0f), 0x3f80);
+}
+
+/* The device's nucleus (runtime/cuda_sample.cu, k_probs) finds tau by bisection on the bit
+ * patterns of the probabilities, with block sums in a different order from the host's; the
+ * host's (libsequoia/verify/rule.c) by quickselect. Replayed here with a strided two-level sum
+ * like a block reduction: both keep the same tokens on rows full of ties. */
+static double strided_mass(const double *p, int n, double tau)
+{
+    double part[32] = {0}, m = 0.0;
+    for (int i = 0; i < n; i++)
+        if (p[i] >= tau)
+            part[i % 32] += p[i];
+    for (int o = 16; o > 0; o >>= 1)
+        for (int t = 0; t < o; t++)
+            part[t] += part[t + o];
+    m = part[0];
+    return m;
+}
+
+static double bits_to_d(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+Test(kernels, nucleus_by_bisection_keeps_what_the_host_rule_keeps)
+{
+    for (int trial = 0; trial < 400; trial++) {
+        int n = 1 + (int)(rnd() % 300);
+        float l[300];
+        for (int i = 0; i < n; i++) {
+            int kind = (int)(rnd() % 16);
+            l[i] = kind == 0 ? -INFINITY : kind == 1 ? NAN : (float)(int)(rnd() % 6) * 0.5f;
+        }
+        double T = 0.3 + 1.5 * urand(), top_p = trial % 7 == 0 ? 0.5 : 0.02 + 0.97 * urand();
+        double full[300], want[300], scratch[300];
+        sq_probs_from_logits(l, n, T, 1.0, full, NULL);
+        sq_probs_from_logits(l, n, T, top_p, want, scratch);
+        int b = sq_argmax_f(l, n);
+        uint64_t lo = 0, hi;
+        memcpy(&hi, &full[b], sizeof hi);
+        hi += 1;
+        while (hi - lo > 1) {
+            uint64_t mid = lo + (hi - lo) / 2;
+            if (sq_k_nucleus_reaches(strided_mass(full, n, bits_to_d(mid)), top_p))
+                lo = mid;
+            else
+                hi = mid;
+        }
+        double tau = bits_to_d(lo);
+        for (int i = 0; i < n; i++)
+            cr_assert_eq(full[i] >= tau && full[i] > 0, want[i] > 0,
+                         "trial %d token %d: p %g, tau %g, host keeps %d", trial, i, full[i],
+                         tau, want[i] > 0);
+    }
 }

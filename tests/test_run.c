@@ -716,11 +716,11 @@ Test(run, plan_from_a_dumped_curve_delivers_its_expected_tokens, .timeout = 240)
     double P[V], Q[V], a[W], sum[W] = {0};
     sq_accept_ws *ws = sq_accept_ws_new(V, W);
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
-    sq_accept_config cfg = {SQ_ACCEPT_STOCHASTIC, 1.0, 1.0};
+    sq_accept_config cfg = {SQ_MODE_STOCHASTIC, 1.0, 1.0};
     for (int64_t r = 0; r < rows; r++) {
         cr_assert_eq(sq_corpus_read(c, r, 1, tl, dl, NULL, &err), 0, "%s", err.msg);
-        sq_accept_softmax(tl, V, 1.0, 1.0, P, ws);
-        sq_accept_softmax(dl, V, 1.0, 1.0, Q, ws);
+        sq_accept_probs(tl, V, 1.0, 1.0, P, ws);
+        sq_accept_probs(dl, V, 1.0, 1.0, Q, ws);
         sq_accept_position(&cfg, tl, dl, P, Q, V, W, 16, rng, a, ws);
         for (int k = 0; k < W; k++)
             sum[k] += a[k];

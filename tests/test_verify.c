@@ -317,9 +317,40 @@ Test(verify, probs_follow_temperature_and_top_p)
     cr_assert(fabs(p[0] + p[1] - 1.0) < 1e-12);
     sq_verifier_probs(v, l, 1.0, 0.6, p);
     cr_assert(p[0] == 1.0);
+    /* No usable logit (NaN, -inf): as if every logit were equal, uniform at T > 0 and token 0
+     * at T = 0 (the rule of libsequoia/verify/rule.h, which the estimator shares). */
     const float bad[4] = {NAN, -INFINITY, -INFINITY, -INFINITY};
-    sq_verifier_probs(v, bad, 1.0, 1.0, p);
-    cr_assert(p[0] == 1.0, "all non-finite: one-hot on token 0");
+    sq_verifier_probs(v, bad, 1.0, 0.3, p);
+    for (int i = 0; i < 4; i++)
+        cr_assert(p[i] == 0.25, "no usable logit: uniform, p[%d] = %g", i, p[i]);
+    sq_verifier_probs(v, bad, 0.0, 1.0, p);
+    cr_assert(p[0] == 1.0, "no usable logit at T = 0: token 0");
+    /* +inf: the +inf tokens share the mass (the softmax's limit) */
+    const float big[4] = {1.0f, INFINITY, 3.0f, INFINITY};
+    sq_verifier_probs(v, big, 0.7, 1.0, p);
+    cr_assert(p[0] == 0 && p[1] == 0.5 && p[2] == 0 && p[3] == 0.5);
+    sq_verifier_free(v);
+}
+
+/* Issue 12's row: ties at the nucleus cut are all kept, so the nucleus does not depend on token
+ * ids (before the one rule, the verifier kept 3 of these tokens and the estimator 5). */
+Test(verify, nucleus_keeps_every_token_tied_at_the_cut)
+{
+    const float l[8] = {2, 1, 1, 1, 1, 0, 0, 0};
+    const float perm[8] = {1, 0, 1, 0, 2, 1, 0, 1};
+    sq_verifier *v = sq_verifier_new(8, SQ_MODE_STOCHASTIC, 1);
+    double p[8], q[8];
+    sq_verifier_probs(v, l, 1.0, 0.5, p);
+    double z = exp(1.0) + 4.0;
+    cr_assert(fabs(p[0] - exp(1.0) / z) < 1e-12);
+    for (int i = 1; i < 5; i++)
+        cr_assert(fabs(p[i] - 1.0 / z) < 1e-12, "p[%d] = %g", i, p[i]);
+    for (int i = 5; i < 8; i++)
+        cr_assert_eq(p[i], 0.0);
+    /* the same logits permuted: the same nucleus, permuted */
+    sq_verifier_probs(v, perm, 1.0, 0.5, q);
+    cr_assert(q[4] == p[0] && q[0] == p[1] && q[2] == p[1] && q[5] == p[1] && q[7] == p[1]);
+    cr_assert(q[1] == 0 && q[3] == 0 && q[6] == 0);
     sq_verifier_free(v);
 }
 
@@ -353,7 +384,7 @@ Test(verify, same_seed_same_draws)
 
 Test(verify, mode_names_round_trip)
 {
-    for (int m = 0; m < 4; m++) {
+    for (int m = 0; m < SQ_MODE_COUNT; m++) {
         sq_mode out;
         cr_assert_eq(sq_mode_parse(sq_mode_name((sq_mode)m), &out), 0);
         cr_assert_eq((int)out, m);
@@ -363,6 +394,14 @@ Test(verify, mode_names_round_trip)
     cr_assert_str_eq(sq_mode_rank_semantics(SQ_MODE_STOCHASTIC), "sampled-without-replacement");
     cr_assert_str_eq(sq_mode_rank_semantics(SQ_MODE_SPECINFER), "sampled-with-replacement");
     cr_assert_str_eq(sq_mode_rank_semantics(SQ_MODE_GREEDY), "draft-topk");
+    cr_assert_str_eq(sq_mode_rank_semantics(SQ_MODE_TOPK), "draft-topk");
+    /* "sampled": the candidates are a random sample of the draft (docs/estimator.md) */
+    cr_assert(sq_mode_is_sampled(SQ_MODE_STOCHASTIC) && sq_mode_is_sampled(SQ_MODE_SPECINFER));
+    cr_assert(!sq_mode_is_sampled(SQ_MODE_GREEDY) && !sq_mode_is_sampled(SQ_MODE_TOPK));
+    cr_assert_eq(sq_mode_target_temperature(SQ_MODE_GREEDY, 0.7), 0.0);
+    cr_assert_eq(sq_mode_target_temperature(SQ_MODE_TOPK, 0.7), 0.7);
+    cr_assert(sq_mode_rank_semantics_known("draft-topk"));
+    cr_assert(!sq_mode_rank_semantics_known("draft-top-k"));
 }
 
 Test(verify, chi_square_and_batch_ci_closed_forms)

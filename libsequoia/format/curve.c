@@ -6,6 +6,7 @@
 
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/verify/mode.h"
 
 /* ---- the embedded default ----------------------------------------------------------------- */
 
@@ -88,22 +89,17 @@ const char *sq_curve_builtin_names(void)
 
 /* ---- basics ------------------------------------------------------------------------------- */
 
-static const char *const modes[] = {"stochastic", "specinfer", "greedy", "topk"};
-static const char *const semantics[] = {"sampled-without-replacement", "sampled-with-replacement",
-                                        "draft-topk", "draft-topk"};
-
+/* Mode names and their rank semantics: the one table of libsequoia/verify/mode.h. */
 static int mode_index(const char *mode)
 {
-    for (int i = 0; i < 4; i++)
-        if (strcmp(mode, modes[i]) == 0)
-            return i;
-    return -1;
+    sq_mode m;
+    return mode && sq_mode_parse(mode, &m) == 0 ? (int)m : -1;
 }
 
 const char *sq_curve_rank_semantics(const sq_curve *c)
 {
     int i = mode_index(c->mode);
-    return i < 0 ? "sampled-without-replacement" : semantics[i];
+    return sq_mode_rank_semantics(i < 0 ? SQ_MODE_STOCHASTIC : (sq_mode)i);
 }
 
 double sq_curve_p(const sq_curve *c, int depth, int rank)
@@ -212,8 +208,8 @@ int sq_curve_validate(const sq_curve *c, const char *file, const char *ctx, sq_e
         return rc;
     if (c->mode && mode_index(c->mode) < 0)
         return sq_error_set(err, SQ_EDATA,
-                            "%s: %s%smode: unknown mode \"%s\" (expected stochastic, specinfer, "
-                            "greedy or topk)", file, ctx, sep, c->mode);
+                            "%s: %s%smode: unknown mode \"%s\" (expected " SQ_MODE_NAMES ")", file,
+                            ctx, sep, c->mode);
     if (!isnan(c->temperature) && (!isfinite(c->temperature) || c->temperature < 0))
         return sq_error_set(err, SQ_EDATA, "%s: %s%stemperature: must be >= 0", file, ctx, sep);
     if (!isnan(c->top_p) && (!(c->top_p > 0) || c->top_p > 1))

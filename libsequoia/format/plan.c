@@ -6,6 +6,7 @@
 
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/verify/mode.h"
 
 int sq_plan_new(sq_tree *tree, const sq_curve *curve, int budget, int depth_limit, int width,
                 sq_plan **out, sq_error *err)
@@ -135,8 +136,7 @@ int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_err
         (rc = sq_json_get_number(root, "expected_tokens", 1, &f, file, "", err)) ||
         (rc = sq_json_get_string(root, "rank_semantics", 1, &sem, file, "", err)))
         return rc;
-    if (strcmp(sem, "sampled-without-replacement") && strcmp(sem, "sampled-with-replacement") &&
-        strcmp(sem, "draft-topk"))
+    if (!sq_mode_rank_semantics_known(sem))
         return sq_error_set(err, SQ_EDATA, "%s: rank_semantics: unknown value \"%s\"", file, sem);
     const cJSON *nodes = sq_json_field(root, "nodes");
     if (!cJSON_IsObject(nodes))

@@ -14,15 +14,51 @@
 #define SQ_HD
 #endif
 
-/* ---- sampling --------------------------------------------------------------------------------- */
+/* ---- the verification rule's numbers (docs/estimator.md, "Verification rule") -------------- */
 
-/* softmax(logits / T) numerator against the largest finite logit; non-finite logits weigh 0. */
-SQ_HD static inline double sq_k_softmax_temp(float logit, float max, double temperature)
+/* The slack by which a nucleus "reaches" top_p: a set of tokens whose probabilities sum to at
+ * least top_p - SQ_TOP_P_SLACK reaches it. It absorbs the rounding of the sum (which differs
+ * between a sequential host sum and a device tree reduction) so that a nucleus whose exact mass
+ * is top_p is the same everywhere. */
+#define SQ_TOP_P_SLACK 1e-9
+
+/* A logit that counts: neither NaN nor -inf (+inf counts, as the largest possible logit). */
+SQ_HD static inline int sq_k_logit_usable(float logit)
 {
-    return isfinite(logit) ? exp(((double)logit - (double)max) / temperature) : 0.0;
+    return !isnan(logit) && logit != -INFINITY;
 }
 
-/* Element of the residual max(R - Q', 0) before normalisation (DESIGN.md §4). */
+/* softmax(logits / T) numerator of one token against `max`, the largest usable logit of the
+ * row (sq_argmax_f's), or NaN when the row has none. Unusable logits weigh 0. When the largest
+ * logit is +inf, the +inf tokens weigh 1 and the others 0 (the limit of the softmax). A row with
+ * no usable logit weighs 1 everywhere: it is treated as if every logit were equal, so it is
+ * uniform at T > 0, as its argmax (token 0) is at T = 0. */
+SQ_HD static inline double sq_k_softmax_temp(float logit, float max, double temperature)
+{
+    if (isnan(max))
+        return 1.0;
+    if (!sq_k_logit_usable(logit))
+        return 0.0;
+    if (max == INFINITY)
+        return logit == INFINITY ? 1.0 : 0.0;
+    return exp(((double)logit - (double)max) / temperature);
+}
+
+/* Does a set of tokens of total probability `mass` reach the nucleus mass top_p? The empty set
+ * (mass 0) never does, so a nucleus always holds the most likely token. */
+SQ_HD static inline int sq_k_nucleus_reaches(double mass, double top_p)
+{
+    return mass > 0.0 && mass >= top_p - SQ_TOP_P_SLACK;
+}
+
+/* The key by which the draft's logits rank the children of greedy and top-k proposals: the logit
+ * itself, NaN ranking with -inf (last, in token order by sq_k_ranks_before). */
+SQ_HD static inline double sq_k_rank_key(float logit)
+{
+    return isnan(logit) ? -INFINITY : (double)logit;
+}
+
+/* Element of the residual max(R - Q', 0) before normalisation (docs/design.md, verifiers). */
 SQ_HD static inline double sq_k_residual(double r, double q)
 {
     double d = r - q;
@@ -43,11 +79,11 @@ SQ_HD static inline int sq_k_ranks_before(double va, int ia, double vb, int ib)
     return va > vb || (va == vb && ia < ib);
 }
 
-/* Argmax over floats skipping non-finite values: does candidate (vb, ib) replace the current
- * best (va, ia)? ia < 0 means no best yet. */
+/* Argmax over logits, skipping the unusable ones (NaN, -inf): does candidate (vb, ib) replace
+ * the current best (va, ia)? ia < 0 means no best yet. Ties go to the lower index. */
 SQ_HD static inline int sq_k_argmax_takes(float va, int ia, float vb, int ib)
 {
-    if (ib < 0 || !isfinite(vb))
+    if (ib < 0 || !sq_k_logit_usable(vb))
         return 0;
     return ia < 0 || vb > va || (vb == va && ib < ia);
 }

@@ -1,9 +1,12 @@
-/* Verification of a speculated token tree (DESIGN.md §4), on probability vectors.
+/* Verification of a speculated token tree (docs/design.md, the verifiers), on probability
+ * vectors. The rule it follows (distributions, orders, modes) is rule.h and mode.h, the same
+ * one the acceptance estimator uses (docs/estimator.md, "Verification rule").
  *
- * At an accepted node the target's distribution is P and the draft's Q, both after temperature
- * and top-p (sq_probs_from_logits). The draft proposes the node's children (sq_verifier_propose)
- * in the order the mode's rank semantics dictate; the verifier tries them in that order
- * (sq_verifier_node) and either accepts one child or emits a bonus token:
+ * At an accepted node the target's distribution is P and the draft's Q, both from the logits by
+ * sq_probs_from_logits (P at the mode's target temperature, sq_mode_target_temperature). The
+ * draft proposes the node's children (sq_verifier_propose) in the order the mode's rank
+ * semantics dictate; the verifier tries them in that order (sq_verifier_node) and either accepts
+ * one child or emits a bonus token:
  *
  *   SQ_MODE_STOCHASTIC (Sequoia)  children drawn from Q without replacement (Gumbel-top-k);
  *                                 accept x_k w.p. min(1, R(x_k)/Q'(x_k)); on rejection
@@ -15,29 +18,16 @@
  *   SQ_MODE_TOPK                  children = draft top-k; y ~ P; accept the child equal to y,
  *                                 else bonus = y.
  *
- * Ties in argmax and top-k go to the lower token id. Every random draw comes from one GSL
- * generator (mt19937) seeded explicitly, so a run is reproducible from its seed. */
+ * Every random draw comes from one GSL generator (mt19937) seeded explicitly, so a run is
+ * reproducible from its seed. */
 #ifndef SQ_VERIFY_VERIFY_H
 #define SQ_VERIFY_VERIFY_H
 
 #include <stdint.h>
 
 #include "libsequoia/base/error.h"
-
-typedef enum sq_mode {
-    SQ_MODE_STOCHASTIC = 0,
-    SQ_MODE_SPECINFER  = 1,
-    SQ_MODE_GREEDY     = 2,
-    SQ_MODE_TOPK       = 3,
-} sq_mode;
-
-/* "stochastic", "specinfer", "greedy", "topk" -> mode; -1 when unknown. */
-int sq_mode_parse(const char *name, sq_mode *out);
-const char *sq_mode_name(sq_mode mode);
-/* The plan rank semantics (§6.4) that match a mode. */
-const char *sq_mode_rank_semantics(sq_mode mode);
-/* 1 when the mode draws random numbers at verification (all but greedy). */
-int sq_mode_is_sampled(sq_mode mode);
+#include "libsequoia/verify/mode.h"
+#include "libsequoia/verify/rule.h"
 
 typedef struct sq_verifier sq_verifier;
 
@@ -51,18 +41,15 @@ int sq_verifier_vocab(const sq_verifier *v);
 /* Reseeds the generator. */
 void sq_verifier_seed(sq_verifier *v, uint64_t seed);
 
-/* probs (V) = softmax(logits / T) restricted to the smallest set of most likely tokens whose
- * mass reaches top_p, renormalised. T = 0 gives the one-hot argmax (greedy); top_p >= 1 keeps
- * every token. Non-finite logits count as -inf (probability 0); if every logit is -inf the
- * result is one-hot on token 0. Uses the verifier's scratch. */
+/* sq_probs_from_logits with the verifier's scratch. */
 void sq_verifier_probs(sq_verifier *v, const float *logits, double temperature, double top_p,
                        double *probs);
 
 /* Proposes k children from the draft: `q` is the draft's distribution at the node (after
- * temperature and top-p) and `logits` its raw logits (used for the top-k modes, whose order
- * must not depend on the temperature). Stochastic: k distinct tokens drawn without
- * replacement (tokens outside Q's support come last, in id order, when k exceeds it).
- * SpecInfer: k i.i.d. draws. Greedy/top-k: the k most likely tokens. */
+ * temperature and top-p; unused by greedy and top-k) and `logits` its raw logits (used for the
+ * top-k modes, whose order must not depend on the temperature). Stochastic: k distinct tokens
+ * drawn without replacement (tokens outside Q's support come last, in id order, when k exceeds
+ * it). SpecInfer: k i.i.d. draws. Greedy/top-k: sq_draft_topk. */
 void sq_verifier_propose(sq_verifier *v, const double *q, const float *logits, int k,
                          int32_t *tokens);
 
@@ -74,12 +61,5 @@ int sq_verifier_node(sq_verifier *v, const double *p, const double *q, const int
 
 /* One draw from a distribution (V). */
 int32_t sq_verifier_sample(sq_verifier *v, const double *probs);
-
-/* Index of the largest value (lowest index on ties). */
-int sq_argmax_f(const float *x, int n);
-int sq_argmax_d(const double *x, int n);
-
-/* The k largest values' indices, largest first, lower index first on ties (k <= n). */
-void sq_topk_d(const double *x, int n, int k, int32_t *out);
 
 #endif

@@ -8,34 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "planner/dp.h"
 #include "libsequoia/base/json.h"
-#include "libsequoia/format/tree.h"
 
 /* ---- modes and configurations --------------------------------------------------------------- */
-
-static const char *const mode_names[] = {"stochastic", "specinfer", "greedy", "topk"};
-
-const char *sq_accept_mode_name(sq_accept_mode mode)
-{
-    SQ_ASSERT(mode >= SQ_ACCEPT_STOCHASTIC && mode <= SQ_ACCEPT_TOPK);
-    return mode_names[mode];
-}
-
-int sq_accept_mode_parse(const char *name, sq_accept_mode *out)
-{
-    for (int i = 0; i < 4; i++)
-        if (strcmp(name, mode_names[i]) == 0) {
-            *out = (sq_accept_mode)i;
-            return 0;
-        }
-    return -1;
-}
-
-int sq_accept_mode_sampled(sq_accept_mode mode)
-{
-    return mode == SQ_ACCEPT_STOCHASTIC || mode == SQ_ACCEPT_SPECINFER;
-}
 
 int sq_accept_config_check(const sq_accept_config *cfg, sq_error *err)
 {
@@ -44,25 +19,25 @@ int sq_accept_config_check(const sq_accept_config *cfg, sq_error *err)
                             cfg->temperature);
     if (!(cfg->top_p > 0) || cfg->top_p > 1)
         return sq_error_set(err, SQ_EUSAGE, "--top-p: %g, must be in (0, 1]", cfg->top_p);
-    if (cfg->temperature == 0 && cfg->mode != SQ_ACCEPT_GREEDY)
+    if (cfg->temperature == 0 && cfg->mode != SQ_MODE_GREEDY)
         return sq_error_set(err, SQ_EUSAGE,
                             "--temperature 0 is greedy decoding: it is allowed only with --mode "
                             "greedy (--mode %s needs a temperature > 0)",
-                            sq_accept_mode_name(cfg->mode));
+                            sq_mode_name(cfg->mode));
     return SQ_OK;
 }
 
 void sq_accept_config_name(const sq_accept_config *cfg, char *buf, size_t size)
 {
-    if (cfg->mode == SQ_ACCEPT_GREEDY) {
+    if (cfg->mode == SQ_MODE_GREEDY) {
         snprintf(buf, size, "greedy@T0");
         return;
     }
     if (cfg->top_p < 1)
-        snprintf(buf, size, "%s@T%g@p%g", sq_accept_mode_name(cfg->mode), cfg->temperature,
+        snprintf(buf, size, "%s@T%g@p%g", sq_mode_name(cfg->mode), cfg->temperature,
                  cfg->top_p);
     else
-        snprintf(buf, size, "%s@T%g", sq_accept_mode_name(cfg->mode), cfg->temperature);
+        snprintf(buf, size, "%s@T%g", sq_mode_name(cfg->mode), cfg->temperature);
 }
 
 /* ---- workspace ------------------------------------------------------------------------------ */
@@ -72,7 +47,9 @@ struct sq_accept_ws {
     double        *rs;       /* (V) residual R off the candidates, compacted, unnormalised */
     double        *qs;       /* (V) Q at the same tokens                                   */
     unsigned char *is_cand;  /* (V) 1 at the candidate tokens during sq_accept_residual    */
-    double        *scratch;  /* (V) nucleus selection                                      */
+    double        *scratch;  /* (V) nucleus selection, rank keys                           */
+    sq_ranked     *heap;     /* (W) the draft's top-W                                      */
+    int32_t       *top;      /* (W) the draft's top-W tokens                               */
     double        *hkey;     /* (W) heap keys                                              */
     int           *hidx;     /* (W) heap indices                                           */
     int           *order;    /* (W) draw order (with replacement)                          */
@@ -96,6 +73,8 @@ sq_accept_ws *sq_accept_ws_new(int V, int W)
     ws->qs = malloc((size_t)V * sizeof *ws->qs);
     ws->is_cand = calloc((size_t)V, 1);
     ws->scratch = malloc((size_t)V * sizeof *ws->scratch);
+    ws->heap = malloc((size_t)W * sizeof *ws->heap);
+    ws->top = malloc((size_t)W * sizeof *ws->top);
     ws->hkey = malloc((size_t)W * sizeof *ws->hkey);
     ws->hidx = malloc((size_t)W * sizeof *ws->hidx);
     ws->order = malloc((size_t)W * sizeof *ws->order);
@@ -106,7 +85,8 @@ sq_accept_ws *sq_accept_ws_new(int V, int W)
     ws->slot = malloc((size_t)W * sizeof *ws->slot);
     ws->ur = malloc((size_t)W * sizeof *ws->ur);
     ws->uq = malloc((size_t)W * sizeof *ws->uq);
-    if (!ws->rs || !ws->qs || !ws->is_cand || !ws->scratch || !ws->hkey || !ws->hidx ||
+    if (!ws->rs || !ws->qs || !ws->is_cand || !ws->scratch || !ws->heap || !ws->top ||
+        !ws->hkey || !ws->hidx ||
         !ws->order || !ws->u || !ws->cand || !ws->a || !ws->ut || !ws->slot || !ws->ur ||
         !ws->uq) {
         sq_accept_ws_free(ws);
@@ -123,6 +103,8 @@ void sq_accept_ws_free(sq_accept_ws *ws)
     free(ws->qs);
     free(ws->is_cand);
     free(ws->scratch);
+    free(ws->heap);
+    free(ws->top);
     free(ws->hkey);
     free(ws->hidx);
     free(ws->order);
@@ -136,189 +118,32 @@ void sq_accept_ws_free(sq_accept_ws *ws)
     free(ws);
 }
 
-/* ---- softmax, temperature, top-p -------------------------------------------------------------- */
+/* ---- the verification rule: distributions, greedy, topk --------------------------------------- */
 
-static inline void swap_d(double *a, double *b)
+int sq_accept_probs(const float *logits, int V, double temperature, double top_p,
+                    double *probs, sq_accept_ws *ws)
 {
-    double t = *a;
-    *a = *b;
-    *b = t;
+    SQ_ASSERT(V <= ws->V);
+    return sq_probs_from_logits(logits, V, temperature, top_p, probs, ws->scratch);
 }
 
-/* The smallest probability kept by the nucleus of mass top_p among the n values of v (which
- * it reorders): the fewest largest values whose sum reaches top_p end at this value. Expected
- * O(n) (quickselect with a three-way partition); 0 when rounding keeps the sum below top_p. */
-static double nucleus_threshold(double *v, int n, double top_p)
+/* The draft's top-min(W, V) tokens into ws->top; returns how many. */
+static int draft_top(const float *draft, int V, int W, sq_accept_ws *ws)
 {
-    double above = 0;   /* mass of the values already known to be in the nucleus */
-    int lo = 0, hi = n;
-    while (hi > lo) {
-        double x0 = v[lo], x1 = v[lo + (hi - lo) / 2], x2 = v[hi - 1];
-        double x = (x0 < x1) ? ((x1 < x2) ? x1 : (x0 < x2 ? x2 : x0))
-                             : ((x0 < x2) ? x0 : (x1 < x2 ? x2 : x1));
-        /* [lo, gt_end) > x, [gt_end, i) == x, [lt_begin, hi) < x */
-        int gt_end = lo, i = lo, lt_begin = hi;
-        while (i < lt_begin) {
-            if (v[i] > x)
-                swap_d(&v[gt_end++], &v[i++]);
-            else if (v[i] < x)
-                swap_d(&v[i], &v[--lt_begin]);
-            else
-                i++;
-        }
-        double sg = 0;
-        for (int j = lo; j < gt_end; j++)
-            sg += v[j];
-        double se = x * (double)(lt_begin - gt_end);
-        if (above + sg >= top_p) {
-            hi = gt_end;
-        } else if (above + sg + se >= top_p) {
-            return x;
-        } else {
-            above += sg + se;
-            lo = lt_begin;
-        }
-    }
-    return 0.0;
-}
-
-int sq_accept_softmax(const float *logits, int V, double temperature, double top_p,
-                      double *probs, sq_accept_ws *ws)
-{
-    SQ_ASSERT(V <= ws->V && temperature >= 0);
-    int arg = -1;
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++)
-        if (logits[i] > mx) {
-            mx = logits[i];
-            arg = i;
-        }
-    if (arg < 0) {
-        memset(probs, 0, (size_t)V * sizeof *probs);
-        return 0;
-    }
-    if (temperature == 0) {
-        memset(probs, 0, (size_t)V * sizeof *probs);
-        probs[arg] = 1.0;
-        return 1;
-    }
-    double inv = 1.0 / temperature, sum = 0, m = mx;
-    for (int i = 0; i < V; i++) {
-        double e = logits[i] == -INFINITY ? 0.0 : exp(((double)logits[i] - m) * inv);
-        probs[i] = e;
-        sum += e;
-    }
-    double s = 1.0 / sum;
-    int nz = 0;
-    if (top_p >= 1.0) {
-        for (int i = 0; i < V; i++) {
-            probs[i] *= s;
-            nz += probs[i] > 0;
-        }
-        return nz;
-    }
-    for (int i = 0; i < V; i++) {
-        probs[i] *= s;
-        if (probs[i] > 0)
-            ws->scratch[nz++] = probs[i];
-    }
-    double tau = nucleus_threshold(ws->scratch, nz, top_p);
-    sum = 0;
-    nz = 0;
-    for (int i = 0; i < V; i++) {
-        if (probs[i] < tau)
-            probs[i] = 0;
-        else if (probs[i] > 0) {
-            sum += probs[i];
-            nz++;
-        }
-    }
-    s = 1.0 / sum;
-    for (int i = 0; i < V; i++)
-        probs[i] *= s;
-    return nz;
-}
-
-/* ---- top-W of logits (greedy, topk) ------------------------------------------------------------ */
-
-/* "a ranks after b": smaller logit, or the same logit and a higher index. */
-static inline int worse(float la, int ia, float lb, int ib)
-{
-    return la < lb || (la == lb && ia > ib);
-}
-
-int sq_accept_top_w(const float *logits, int V, int W, int *idx, sq_accept_ws *ws)
-{
-    SQ_ASSERT(W <= ws->W);
-    /* A heap whose root is the worst of the kept entries. */
-    int *h = ws->hidx, n = 0;
-    for (int i = 0; i < V; i++) {
-        float l = logits[i];
-        if (l == -INFINITY)
-            continue;
-        if (n < W) {
-            int c = n++;
-            while (c > 0) {
-                int p = (c - 1) / 2;
-                if (!worse(l, i, logits[h[p]], h[p]))
-                    break;
-                h[c] = h[p];
-                c = p;
-            }
-            h[c] = i;
-        } else if (worse(logits[h[0]], h[0], l, i)) {
-            int c = 0;
-            for (;;) {
-                int k = 2 * c + 1;
-                if (k >= n)
-                    break;
-                if (k + 1 < n && worse(logits[h[k + 1]], h[k + 1], logits[h[k]], h[k]))
-                    k++;
-                if (!worse(logits[h[k]], h[k], l, i))
-                    break;
-                h[c] = h[k];
-                c = k;
-            }
-            h[c] = i;
-        }
-    }
-    /* Pop worst first into the back of idx. */
-    int count = n;
-    while (n > 0) {
-        int top = h[0], last = h[--n];
-        idx[n] = top;
-        int c = 0;
-        for (;;) {
-            int k = 2 * c + 1;
-            if (k >= n)
-                break;
-            if (k + 1 < n && worse(logits[h[k + 1]], h[k + 1], logits[h[k]], h[k]))
-                k++;
-            if (!worse(logits[h[k]], h[k], logits[last], last))
-                break;
-            h[c] = h[k];
-            c = k;
-        }
-        if (n > 0)
-            h[c] = last;
-    }
-    return count;
+    SQ_ASSERT(W <= ws->W && V <= ws->V);
+    int n = W < V ? W : V;
+    sq_draft_topk(draft, V, n, ws->top, ws->scratch, ws->heap);
+    return n;
 }
 
 void sq_accept_greedy(const float *target, const float *draft, int V, int W, double *a,
                       sq_accept_ws *ws)
 {
     memset(a, 0, (size_t)W * sizeof *a);
-    int arg = -1;
-    float mx = -INFINITY;
-    for (int i = 0; i < V; i++)
-        if (target[i] > mx) {
-            mx = target[i];
-            arg = i;
-        }
-    int n = sq_accept_top_w(draft, V, W, ws->cand, ws);
+    int arg = sq_argmax_f(target, V);
+    int n = draft_top(draft, V, W, ws);
     for (int k = 0; k < n; k++)
-        if (ws->cand[k] == arg) {
+        if (ws->top[k] == arg) {
             a[k] = 1.0;
             break;
         }
@@ -328,9 +153,9 @@ void sq_accept_topk(const double *P, const float *draft, int V, int W, double *a
                     sq_accept_ws *ws)
 {
     memset(a, 0, (size_t)W * sizeof *a);
-    int n = sq_accept_top_w(draft, V, W, ws->cand, ws);
+    int n = draft_top(draft, V, W, ws);
     for (int k = 0; k < n; k++)
-        a[k] = P[ws->cand[k]];
+        a[k] = P[ws->top[k]];
 }
 
 /* ---- drawing candidates ---------------------------------------------------------------------- */
@@ -543,17 +368,17 @@ void sq_accept_position(const sq_accept_config *cfg, const float *target, const 
                         gsl_rng *rng, double *a, sq_accept_ws *ws)
 {
     switch (cfg->mode) {
-    case SQ_ACCEPT_GREEDY:
+    case SQ_MODE_GREEDY:
         sq_accept_greedy(target, draft, V, W, a, ws);
         return;
-    case SQ_ACCEPT_TOPK:
+    case SQ_MODE_TOPK:
         sq_accept_topk(P, draft, V, W, a, ws);
         return;
-    case SQ_ACCEPT_STOCHASTIC:
-    case SQ_ACCEPT_SPECINFER:
+    case SQ_MODE_STOCHASTIC:
+    case SQ_MODE_SPECINFER:
         break;
     }
-    int with = cfg->mode == SQ_ACCEPT_SPECINFER;
+    int with = cfg->mode == SQ_MODE_SPECINFER;
     memset(a, 0, (size_t)W * sizeof *a);
     double w = 1.0 / samples;
     for (int s = 0; s < samples; s++) {
@@ -860,15 +685,15 @@ static void compute_row(worker *w, int i)
     for (int j = 0; j < c->n_cfg; j++) {
         const sq_accept_config *cfg = &c->cfg[j];
         double *a = c->res + ((size_t)i * (size_t)c->n_cfg + (size_t)j) * (size_t)W;
-        if (cfg->mode != SQ_ACCEPT_GREEDY &&
+        if (cfg->mode != SQ_MODE_GREEDY &&
             !(pt == cfg->temperature && pp == cfg->top_p)) {
-            sq_accept_softmax(t, V, cfg->temperature, cfg->top_p, w->P, w->ws);
+            sq_accept_probs(t, V, cfg->temperature, cfg->top_p, w->P, w->ws);
             pt = cfg->temperature;
             pp = cfg->top_p;
         }
-        if (sq_accept_mode_sampled(cfg->mode)) {
+        if (sq_mode_is_sampled(cfg->mode)) {
             if (!(qt == cfg->temperature && qp == cfg->top_p)) {
-                sq_accept_softmax(d, V, cfg->temperature, cfg->top_p, w->Q, w->ws);
+                sq_accept_probs(d, V, cfg->temperature, cfg->top_p, w->Q, w->ws);
                 qt = cfg->temperature;
                 qp = cfg->top_p;
             }
@@ -1050,66 +875,4 @@ done:
     free(cfg_keys);
     free(bounds);
     return rc;
-}
-
-/* ---- the optimal tree's F and its gradient ------------------------------------------------ */
-
-int sq_accept_optimal_F(const sq_curve *c, int budget, int depth, double *F, double *grad,
-                     int *size, sq_error *err)
-{
-    sq_dp_params dp_params = sq_dp_default_params();
-    dp_params.budget = budget;
-    dp_params.depth = depth;
-    dp_params.width = 0;
-    dp_params.curve = c;
-    sq_dp *dp = NULL;
-    sq_tree *t = NULL;
-    int rc;
-    if ((rc = sq_dp_check(&dp_params, err)) || (rc = sq_dp_solve(&dp_params, &dp, err)))
-        return rc;
-    int N = sq_dp_budget(dp), D = sq_dp_depth(dp), n = 1;
-    for (int m = 2; m <= N; m++)
-        if (sq_dp_best(dp, m, D) > sq_dp_best(dp, n, D))
-            n = m;
-    if ((rc = sq_dp_tree(dp, n, D, &t, err))) {
-        sq_dp_free(dp);
-        return rc;
-    }
-    *size = n;
-    int W = c->width;
-    /* f(v) and g_k(v) = df(v)/dp_k along the tree (parents come before children). */
-    double *f = malloc((size_t)t->n * sizeof *f);
-    double *g = calloc((size_t)t->n * (size_t)W, sizeof *g);
-    if (!f || !g) {
-        free(f);
-        free(g);
-        sq_tree_free(t);
-        sq_dp_free(dp);
-        return sq_error_oom(err, "tree scores");
-    }
-    memset(grad, 0, (size_t)W * sizeof *grad);
-    *F = 0;
-    for (int v = 0; v < t->n; v++) {
-        double *gv = g + (size_t)v * (size_t)W;
-        if (t->parent[v] < 0) {
-            f[v] = 1.0;
-        } else {
-            int par = t->parent[v], r = t->rank[v];
-            double pr = r <= W ? c->p[r - 1] : 0.0;
-            const double *gp = g + (size_t)par * (size_t)W;
-            f[v] = f[par] * pr;
-            for (int k = 0; k < W; k++)
-                gv[k] = gp[k] * pr;
-            if (r <= W)
-                gv[r - 1] += f[par];
-        }
-        *F += f[v];
-        for (int k = 0; k < W; k++)
-            grad[k] += gv[k];
-    }
-    free(f);
-    free(g);
-    sq_tree_free(t);
-    sq_dp_free(dp);
-    return SQ_OK;
 }

@@ -36,32 +36,20 @@
 #include <cjson/cJSON.h>
 #include <gsl/gsl_rng.h>
 
-#include "libsequoia/format/corpus.h"
-#include "libsequoia/format/curve.h"
 #include "libsequoia/base/error.h"
+#include "libsequoia/format/corpus.h"
+#include "libsequoia/verify/mode.h"
+#include "libsequoia/verify/rule.h"
 
 #define SQ_ACCEPT_MAX_WIDTH 256        /* W: the covariance statistics hold W² numbers  */
 #define SQ_ACCEPT_MAX_SAMPLES 1000000  /* draws per position                            */
 #define SQ_ACCEPT_MAX_CONFIGS 256      /* (mode, temperature, top-p) triples in one run  */
 #define SQ_ACCEPT_BATCHES 32           /* batch-means units of a single-sequence corpus  */
 
-typedef enum sq_accept_mode {
-    SQ_ACCEPT_STOCHASTIC = 0,
-    SQ_ACCEPT_SPECINFER = 1,
-    SQ_ACCEPT_GREEDY = 2,
-    SQ_ACCEPT_TOPK = 3,
-} sq_accept_mode;
-
-/* "stochastic", "specinfer", "greedy", "topk". */
-const char *sq_accept_mode_name(sq_accept_mode mode);
-/* Returns 0 and sets *out, or -1 for an unknown name. */
-int sq_accept_mode_parse(const char *name, sq_accept_mode *out);
-/* 1 for the modes that draw candidates at random (stochastic, specinfer). */
-int sq_accept_mode_sampled(sq_accept_mode mode);
-
-/* One curve to estimate. */
+/* One curve to estimate. The modes, their names and which are sampled (average random draws per
+ * position) are libsequoia/verify/mode.h's. */
 typedef struct sq_accept_config {
-    sq_accept_mode mode;
+    sq_mode mode;
     double temperature;   /* >= 0; 0 only with greedy (which ignores it)   */
     double top_p;         /* (0, 1]                                        */
 } sq_accept_config;
@@ -79,17 +67,13 @@ typedef struct sq_accept_ws sq_accept_ws;
 sq_accept_ws *sq_accept_ws_new(int V, int W);
 void sq_accept_ws_free(sq_accept_ws *ws);
 
-/* probs(V) = softmax(logits / T) restricted to the nucleus of mass top_p, renormalised.
- * -INFINITY logits get probability 0. T = 0 gives the one-hot distribution of the argmax (the
- * lowest index among ties). Nucleus: the fewest most-likely tokens whose mass reaches top_p;
- * tokens tied with the least likely of them are kept too. Returns the number of tokens with a
- * non-zero probability, 0 when no logit is finite. */
-int sq_accept_softmax(const float *logits, int V, double temperature, double top_p,
-                      double *probs, sq_accept_ws *ws);
+/* The distributions P and Q and the orders below are the verification rule's
+ * (libsequoia/verify/rule.h: sq_probs_from_logits, sq_argmax_f, sq_draft_topk), so that the
+ * estimate describes what the runtime's verifier does. */
 
-/* The (at most) W indices of the largest finite logits, best first; ties: lower index first.
- * Returns how many there are. */
-int sq_accept_top_w(const float *logits, int V, int W, int *idx, sq_accept_ws *ws);
+/* sq_probs_from_logits with the workspace's scratch. */
+int sq_accept_probs(const float *logits, int V, double temperature, double top_p,
+                    double *probs, sq_accept_ws *ws);
 
 /* Greedy: a(W) = 1 at the rank of argmax(target) among the draft's top-W, 0 elsewhere. */
 void sq_accept_greedy(const float *target, const float *draft, int V, int W, double *a,
@@ -184,15 +168,5 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
  * one sequence. Returns the number of units; *bounds (malloc'd, units + 1 entries). */
 int64_t sq_accept_units(const int64_t *offsets, int64_t sequences, int64_t rows,
                         int64_t **bounds);
-
-/* ---- regression checks ------------------------------------------------------------------------ */
-
-/* F = the best expected tokens per step of a tree of at most `budget` nodes and depth <= `depth`
- * for curve c (the DP of DESIGN.md §3, curve width as the width bound), *size its size, and
- * grad(W) = dF/dp_k at that tree: by the envelope theorem the derivative of the maximum is the
- * derivative of the maximising tree's F = Σ_v Π_{edges} p_rank. With the covariance C of p's
- * estimate, Var(F) ≈ grad' C grad (delta method). Flat curves only (p_by_depth is ignored). */
-int sq_accept_optimal_F(const sq_curve *c, int budget, int depth, double *F, double *grad,
-                        int *size, sq_error *err);
 
 #endif

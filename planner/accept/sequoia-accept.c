@@ -16,6 +16,7 @@
 #include "libsequoia/format/corpus.h"
 #include "libsequoia/format/curve.h"
 #include "planner/dp.h"
+#include "planner/regress.h"
 #include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
@@ -122,7 +123,7 @@ static int parse_list(const char *opt, const char *s, double *v, int *n)
     return SQ_OK;
 }
 
-static int parse_modes(const char *s, sq_accept_mode *m, int *n)
+static int parse_modes(const char *s, sq_mode *m, int *n)
 {
     char buf[256];
     if (strlen(s) >= sizeof buf) {
@@ -133,8 +134,8 @@ static int parse_modes(const char *s, sq_accept_mode *m, int *n)
     *n = 0;
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        sq_accept_mode mode;
-        if (sq_accept_mode_parse(tok, &mode) != 0) {
+        sq_mode mode;
+        if (sq_mode_parse(tok, &mode) != 0) {
             fprintf(stderr, PROG ": --mode: unknown mode '%s' (expected stochastic, specinfer, "
                     "greedy or topk)\n", tok);
             return SQ_EUSAGE;
@@ -268,7 +269,7 @@ static int curve_from_stats(sq_curve *c, const char *name, const sq_accept_confi
         return sq_error_oom(err, "curve");
     }
     int have_se = sq_accept_stats_estimate(st, p, se);
-    int rc = sq_curve_init(c, name, sq_accept_mode_name(cfg->mode), p, W, err);
+    int rc = sq_curve_init(c, name, sq_mode_name(cfg->mode), p, W, err);
     free(p);
     if (rc) {
         free(se);
@@ -288,10 +289,10 @@ static int curve_from_stats(sq_curve *c, const char *name, const sq_accept_confi
     /* Put the settings first, then the sums. */
     cJSON *o = cJSON_CreateObject();
     SQ_ASSERT(o);
-    sq_json_add(o, "estimator", cJSON_CreateString(sq_accept_mode_sampled(cfg->mode)
+    sq_json_add(o, "estimator", cJSON_CreateString(sq_mode_is_sampled(cfg->mode)
                                                        ? "rao-blackwellised"
                                                        : "exact"));
-    sq_json_add(o, "samples", cJSON_CreateNumber(sq_accept_mode_sampled(cfg->mode) ? samples : 1));
+    sq_json_add(o, "samples", cJSON_CreateNumber(sq_mode_is_sampled(cfg->mode) ? samples : 1));
     sq_json_add(o, "seed", seed ? cJSON_Duplicate(seed, 1) : cJSON_CreateNull());
     sq_json_add(o, "unit", cJSON_CreateString(unit));
     for (cJSON *m = stats->child; m; m = m->next)
@@ -305,7 +306,7 @@ static int curve_from_stats(sq_curve *c, const char *name, const sq_accept_confi
 /* ---- estimation ------------------------------------------------------------------------------ */
 
 typedef struct est_opts {
-    sq_accept_mode modes[4];
+    sq_mode modes[4];
     int n_modes;
     double temps[MAX_LIST];
     int n_temps, temps_given;
@@ -325,12 +326,12 @@ static int estimate(char **files, int n_files, est_opts *o)
 
     /* Configurations: greedy once at temperature 0; the others per (temperature, top-p). */
     for (int m = 0; m < o->n_modes; m++)
-        if (o->modes[m] == SQ_ACCEPT_GREEDY)
-            cfg[n_cfg++] = (sq_accept_config){SQ_ACCEPT_GREEDY, 0.0, 1.0};
+        if (o->modes[m] == SQ_MODE_GREEDY)
+            cfg[n_cfg++] = (sq_accept_config){SQ_MODE_GREEDY, 0.0, 1.0};
     for (int t = 0; t < o->n_temps; t++)
         for (int q = 0; q < o->n_top_ps; q++)
             for (int m = 0; m < o->n_modes; m++) {
-                if (o->modes[m] == SQ_ACCEPT_GREEDY)
+                if (o->modes[m] == SQ_MODE_GREEDY)
                     continue;
                 sq_accept_config c = {o->modes[m], o->temps[t], o->top_ps[q]};
                 if ((rc = sq_accept_config_check(&c, &err))) {
@@ -352,7 +353,7 @@ static int estimate(char **files, int n_files, est_opts *o)
             }
     int only_greedy = 1;
     for (int m = 0; m < o->n_modes; m++)
-        only_greedy &= o->modes[m] == SQ_ACCEPT_GREEDY;
+        only_greedy &= o->modes[m] == SQ_MODE_GREEDY;
     if (only_greedy && o->temps_given)
         for (int t = 0; t < o->n_temps; t++)
             if (o->temps[t] != 0) {
@@ -719,9 +720,9 @@ static int merge(char **files, int n_files, const char *out_file, int quiet)
             sq_accept_stats_free(total);
             goto done;
         }
-        sq_accept_mode mode;
-        if (sq_accept_mode_parse(c0->mode, &mode) != 0)
-            mode = SQ_ACCEPT_STOCHASTIC;
+        sq_mode mode;
+        if (sq_mode_parse(c0->mode, &mode) != 0)
+            mode = SQ_MODE_STOCHASTIC;
         sq_accept_config cfg = {mode, c0->temperature, c0->top_p};
         cJSON *null = cJSON_CreateNull();
         rc = curve_from_stats(&merged.curves[i], c0->name, &cfg, total, samples0,
@@ -1011,7 +1012,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
     };
-    *a = (accept_opts){.est = {.n_modes = 1, .modes = {SQ_ACCEPT_STOCHASTIC}, .n_temps = 1,
+    *a = (accept_opts){.est = {.n_modes = 1, .modes = {SQ_MODE_STOCHASTIC}, .n_temps = 1,
                                .temps = {1.0}, .n_top_ps = 1, .top_ps = {1.0},
                                .params = sq_accept_default_params()},
                        .budget = 64, .depth = 8, .sigma = 3.0};

@@ -98,7 +98,7 @@ static void run_inprocess(const char *path, double *rate, double *p1, long *peak
         sq_corpus *c;
         if (sq_corpus_open(path, &c, &err))
             die(path, &err);
-        sq_accept_config cfg = {SQ_ACCEPT_STOCHASTIC, 1.0, 1.0};
+        sq_accept_config cfg = {SQ_MODE_STOCHASTIC, 1.0, 1.0};
         sq_accept_params prm = sq_accept_default_params();
         prm.width = W;
         prm.samples = 1;

@@ -1,0 +1,57 @@
+/* The verification rule's distributions and orders, written once for the acceptance estimator
+ * (planner/accept/), the host verifier (verify.h) and, through the same per-element formulas
+ * (formulas.h), the CUDA sampler (runtime/cuda_sample.cu). docs/estimator.md, "Verification
+ * rule", states the rule; in short:
+ *
+ *  - P = softmax(logits / T). NaN and -inf logits weigh 0; if the largest logit is +inf, the
+ *    +inf tokens share the mass equally. A row with no usable logit (every one NaN or -inf) is
+ *    treated as if all its logits were equal: uniform at T > 0, token 0 at T = 0.
+ *  - T = 0: one-hot on the argmax, the lowest token id among ties.
+ *  - top-p < 1: the nucleus is every token whose probability is at least tau, where tau is the
+ *    largest value such that the tokens of probability >= tau reach top_p (sq_k_nucleus_reaches).
+ *    Equivalently: sort the tokens by probability, take the shortest prefix that reaches top_p,
+ *    and keep every token tied with the last one taken. Ties at the cut are all kept, so the
+ *    nucleus does not depend on token ids. P is renormalised over the nucleus.
+ *  - Orders (argmax, the draft's top-k): larger first, the lower token id first among ties; for
+ *    the draft's top-k, NaN ranks as -inf, and -inf tokens come last (so k children always
+ *    exist, k <= V). */
+#ifndef SQ_VERIFY_RULE_H
+#define SQ_VERIFY_RULE_H
+
+#include <stdint.h>
+
+#include "libsequoia/verify/mode.h"
+
+/* probs(V) = the rule's distribution for these logits at temperature T >= 0 and nucleus mass
+ * top_p in (0, 1] (top_p >= 1 keeps every token). scratch: V doubles, used when top_p < 1 (may be
+ * NULL otherwise). Returns the number of tokens of non-zero probability. */
+int sq_probs_from_logits(const float *logits, int V, double temperature, double top_p,
+                         double *probs, double *scratch);
+
+/* Index of the largest usable logit (not NaN, not -inf), lowest index on ties; 0 when none is
+ * usable. */
+int sq_argmax_f(const float *x, int n);
+
+/* Index of the largest value (lowest index on ties). */
+int sq_argmax_d(const double *x, int n);
+
+/* (value, index) scratch of the top-k selections. */
+typedef struct sq_ranked {
+    double v;
+    int    i;
+} sq_ranked;
+
+/* The k largest values' indices, largest first, lower index first on ties (0 <= k <= n).
+ * heap: k entries. */
+void sq_topk_keys(const double *x, int n, int k, int32_t *out, sq_ranked *heap);
+
+/* As sq_topk_keys, with its own scratch (aborts when out of memory). */
+void sq_topk_d(const double *x, int n, int k, int32_t *out);
+
+/* The draft's k best tokens by logit (the candidates of greedy and top-k), best first: the
+ * order of sq_k_rank_key, lower id first on ties (0 <= k <= V). keys: V doubles, heap: k
+ * entries. */
+void sq_draft_topk(const float *logits, int V, int k, int32_t *out, double *keys,
+                   sq_ranked *heap);
+
+#endif
