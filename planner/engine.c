@@ -10,7 +10,8 @@
 sq_engine_plan_params sq_engine_plan_default_params(void)
 {
     return (sq_engine_plan_params){.engine = SQ_ENGINE_VLLM, .budget = 128, .depth = 10,
-                                   .width = 0, .max_non_leaves = 0, .curve = sq_curve_default()};
+                                   .width = 0, .max_non_leaves = 0, .curve = sq_curve_default(),
+                                   .hw = NULL};
 }
 
 long long sq_uniform_size(const int *k, int levels)
@@ -251,90 +252,314 @@ done:
     return rc;
 }
 
-int sq_engine_plan(const sq_engine_plan_params *p, sq_engine_plan_result *out, sq_error *err)
+/* ---- EAGLE-1's parent rule: cut and refill ------------------------------------------- */
+
+/* A tree grown node by node under depth, width and EAGLE-1's rule (planner/export.h). */
+typedef struct grow {
+    int     n, cap, D, W;
+    int    *parent, *rank, *dep, *kids, *deep;   /* deep: has a child with children */
+    double *f;
+} grow;
+
+static void grow_free(grow *g)
 {
-    memset(out, 0, sizeof *out);
-    const sq_curve *c = p->curve ? p->curve : sq_curve_default();
-    int rc;
-    if (p->engine == SQ_ENGINE_VLLM) {
-        int D = p->depth < p->budget ? p->depth : p->budget;
-        int *k = malloc((size_t)(D > 1 ? D : 1) * sizeof *k);
-        int levels = 0;
-        double F = 1;
-        if (!k)
-            return sq_error_oom(err, "engine plan");
-        rc = sq_uniform_search(c, p->budget, p->depth, p->width, k, &levels, &F, err);
-        if (!rc) {
-            out->tree = sq_uniform_tree(k, levels);
-            if (!out->tree)
-                rc = sq_error_oom(err, "engine plan");
-        }
-        free(k);
-        if (rc)
-            return rc;
-        out->expected_tokens = sq_tree_expected_tokens(out->tree, c, NULL);
-        out->exact = 1;
-        out->depth = D;
-        out->width = p->width > 0 ? p->width : c->width;
-        return SQ_OK;
+    free(g->parent);
+    free(g->rank);
+    free(g->dep);
+    free(g->kids);
+    free(g->deep);
+    free(g->f);
+}
+
+static int grow_init(grow *g, int cap, int D, int W)
+{
+    memset(g, 0, sizeof *g);
+    g->cap = cap;
+    g->D = D;
+    g->W = W;
+    g->parent = malloc((size_t)cap * sizeof *g->parent);
+    g->rank = malloc((size_t)cap * sizeof *g->rank);
+    g->dep = malloc((size_t)cap * sizeof *g->dep);
+    g->kids = calloc((size_t)cap, sizeof *g->kids);
+    g->deep = calloc((size_t)cap, sizeof *g->deep);
+    g->f = malloc((size_t)cap * sizeof *g->f);
+    if (!g->parent || !g->rank || !g->dep || !g->kids || !g->deep || !g->f) {
+        grow_free(g);
+        return -1;
     }
-    if (p->engine != SQ_ENGINE_TRTLLM && p->engine != SQ_ENGINE_MEDUSA)
-        return sq_error_set(err, SQ_EUSAGE, "engine plan: unknown engine");
-    sq_engine_limits lim = sq_engine_limits_of(p->engine, p->max_non_leaves);
-    sq_dp_params dp_params = sq_dp_default_params();
-    dp_params.budget = p->budget;
-    dp_params.curve = c;
-    int W = p->width > 0 ? p->width : c->width;
-    if (W > lim.max_rank0 + 1)
-        W = lim.max_rank0 + 1;
-    dp_params.width = W;
-    dp_params.depth = p->depth;
-    if (lim.max_path && dp_params.depth > lim.max_path + 1)
-        dp_params.depth = lim.max_path + 1;
+    return 0;
+}
+
+static void grow_add(grow *g, int parent, int rank, double f)
+{
+    int v = g->n++;
+    g->parent[v] = parent;
+    g->rank[v] = rank;
+    g->dep[v] = parent < 0 ? 0 : g->dep[parent] + 1;
+    g->f[v] = f;
+    if (parent >= 0) {
+        if (!g->kids[parent] && g->parent[parent] >= 0)
+            g->deep[g->parent[parent]] = 1;
+        g->kids[parent]++;
+    }
+}
+
+/* Rank-path order of two nodes of one level: <0, 0, >0. */
+static int grow_cmp(const grow *g, int u, int v)
+{
+    while (g->parent[u] != g->parent[v]) {
+        u = g->parent[u];
+        v = g->parent[v];
+    }
+    return g->rank[u] - g->rank[v];
+}
+
+/* Does giving x one more child keep EAGLE-1's rule? Only a new non-leaf changes it: x joins
+ * its level's non-leaves without grandchildren, and x's parent may join the deep ones. */
+static int grow_eagle_ok(const grow *g, int x)
+{
+    if (g->kids[x])
+        return 1;
+    int p = g->parent[x];
+    for (int v = 0; v < g->n; v++) {
+        if (!g->kids[v])
+            continue;
+        if (g->dep[v] == g->dep[x] && v != x && g->deep[v] && grow_cmp(g, v, x) > 0)
+            return 0;   /* a deep non-leaf after x */
+        if (p > 0 && !g->deep[p] && g->dep[v] == g->dep[p] && v != p && !g->deep[v] &&
+            grow_cmp(g, v, p) < 0)
+            return 0;   /* p turns deep after a shallow non-leaf */
+    }
+    return 1;
+}
+
+/* Best-first refill up to `budget` nodes. */
+static void grow_fill(grow *g, const sq_curve *c, int budget)
+{
+    char *blocked = calloc((size_t)g->cap, 1);
+    SQ_ASSERT(blocked);
+    while (g->n < budget) {
+        memset(blocked, 0, (size_t)g->n);
+        int added = 0;
+        for (;;) {
+            int best = -1;
+            double bs = 0.0;
+            for (int v = 0; v < g->n; v++) {
+                if (blocked[v] || g->dep[v] + 1 >= g->D || g->kids[v] >= g->W)
+                    continue;
+                double sc = g->f[v] * sq_curve_p(c, g->dep[v] + 1, g->kids[v] + 1);
+                if (sc > bs) {
+                    bs = sc;
+                    best = v;
+                }
+            }
+            if (best < 0)
+                break;
+            if (!grow_eagle_ok(g, best)) {
+                blocked[best] = 1;
+                continue;
+            }
+            grow_add(g, best, g->kids[best] + 1, bs);
+            added = 1;
+            break;
+        }
+        if (!added)
+            break;
+    }
+    free(blocked);
+}
+
+static int grow_tree(const grow *g, sq_tree **out, sq_error *err)
+{
+    return sq_tree_from_parents(g->parent, g->rank, g->n, out, "engine plan", err);
+}
+
+int sq_eagle_repair(const sq_tree *t, const sq_curve *c, int budget, int D, int W,
+                    sq_tree **out, sq_error *err)
+{
+    *out = NULL;
+    int n = t->n, cap = budget > n ? budget : n;
+    double *f = malloc((size_t)n * sizeof *f), *sub = calloc((size_t)n, sizeof *sub);
+    int *kids = calloc((size_t)n, sizeof *kids), *deep = calloc((size_t)n, sizeof *deep);
+    int *cut = calloc((size_t)n, sizeof *cut);   /* 1: drop children; 2: drop grandchildren */
+    int *keep = malloc((size_t)n * sizeof *keep), *id = malloc((size_t)n * sizeof *id);
+    grow g;
+    if (!f || !sub || !kids || !deep || !cut || !keep || !id || grow_init(&g, cap, D, W)) {
+        free(f), free(sub), free(kids), free(deep), free(cut), free(keep), free(id);
+        return sq_error_oom(err, "engine plan");
+    }
+    sq_tree_expected_tokens(t, c, f);
+    for (int v = 0; v < n; v++)
+        keep[v] = 1;
+    int rc = SQ_OK;
+    /* Level by level, top-down (nodes are in level order). */
+    for (int l = 1, start = 1; start < n; l++) {
+        int end = start;
+        while (end < n && t->depth[end] == l)
+            end++;
+        /* the state of the kept tree */
+        for (int v = 1; v < n; v++)
+            keep[v] = keep[t->parent[v]] && !(cut[t->parent[v]] == 1) &&
+                      !(t->parent[v] > 0 && cut[t->parent[t->parent[v]]] == 2);
+        memset(kids, 0, (size_t)n * sizeof *kids);
+        memset(deep, 0, (size_t)n * sizeof *deep);
+        memset(sub, 0, (size_t)n * sizeof *sub);
+        for (int v = n - 1; v >= 1; v--)
+            if (keep[v]) {
+                kids[t->parent[v]]++;
+                sub[v] += f[v];
+                sub[t->parent[v]] += sub[v];
+            }
+        for (int v = 1; v < n; v++)
+            if (keep[v] && kids[v])
+                deep[t->parent[v]] = 1;
+        /* cost of a split s among this level's kept non-leaves: shallow ones before s lose
+         * their children, deep ones from s on lose their grandchildren */
+        double best_cost = INFINITY, run = 0.0, tail = 0.0;
+        for (int v = start; v < end; v++)
+            if (keep[v] && kids[v] && deep[v]) {
+                double gc = 0.0;
+                for (int u = v + 1; u < n && t->depth[u] <= l + 1; u++)
+                    if (keep[u] && t->parent[u] == v)
+                        gc += sub[u] - f[u];
+                tail += gc;
+            }
+        int best_s = start;
+        /* s runs over the positions start..end; at s the cost is run (before) + tail (after) */
+        for (int s = start;; s++) {
+            double cost = run + tail;
+            if (cost < best_cost) {
+                best_cost = cost;
+                best_s = s;
+            }
+            if (s >= end)
+                break;
+            if (keep[s] && kids[s]) {
+                if (!deep[s]) {
+                    run += sub[s] - f[s];
+                } else {
+                    double gc = 0.0;
+                    for (int u = s + 1; u < n && t->depth[u] <= l + 1; u++)
+                        if (keep[u] && t->parent[u] == s)
+                            gc += sub[u] - f[u];
+                    tail -= gc;
+                }
+            }
+        }
+        if (best_cost > 0.0)
+            for (int v = start; v < end; v++)
+                if (keep[v] && kids[v]) {
+                    if (v < best_s && !deep[v])
+                        cut[v] = 1;
+                    else if (v >= best_s && deep[v])
+                        cut[v] = 2;
+                }
+        start = end;
+    }
+    for (int v = 1; v < n; v++)
+        keep[v] = keep[t->parent[v]] && cut[t->parent[v]] != 1 &&
+                  !(t->parent[v] > 0 && cut[t->parent[t->parent[v]]] == 2);
+    /* copy the kept nodes (level order keeps parents first) */
+    for (int v = 0; v < n; v++)
+        if (keep[v]) {
+            id[v] = g.n;
+            grow_add(&g, v ? id[t->parent[v]] : -1, t->rank[v], f[v]);
+        }
+    /* ranks stay 1..k among kept siblings: children are cut all at once */
+    grow_fill(&g, c, budget);
+    rc = grow_tree(&g, out, err);
+    grow_free(&g);
+    free(f), free(sub), free(kids), free(deep), free(cut), free(keep), free(id);
+    return rc;
+}
+
+/* ---- helpers --------------------------------------------------------------------------- */
+
+/* The optimal tree of the DP under (budget, depth, width), at the smallest size reaching the
+ * best value; *D and *B get the effective bounds. */
+static int dp_best_tree(const sq_curve *c, int budget, int depth, int width, sq_dp *solved,
+                        sq_tree **t, int *D, int *B, sq_error *err)
+{
+    sq_dp_params dpp = sq_dp_default_params();
+    dpp.budget = budget;
+    dpp.depth = depth;
+    dpp.width = width;
+    dpp.curve = c;
     sq_dp *dp = NULL;
-    if ((rc = sq_dp_check(&dp_params, err)))
+    int rc;
+    *t = NULL;
+    if ((rc = sq_dp_check(&dpp, err)))
         return rc;
     /* The caller's unconstrained solve serves when the engine leaves its width bound: the
      * table holds every depth bound up to its own, so a tighter depth is a column of it. */
-    int N = dp_params.budget, D = dp_params.depth < N ? dp_params.depth : N;
-    int B = W < (N > 1 ? N - 1 : 1) ? W : (N > 1 ? N - 1 : 1);
-    sq_dp *use = p->solved;
-    if (!use || sq_dp_budget(use) != N || sq_dp_width(use) != B || sq_dp_depth(use) < D ||
+    int N = budget, DD = depth < N ? depth : N;
+    int BB = width < (N > 1 ? N - 1 : 1) ? width : (N > 1 ? N - 1 : 1);
+    sq_dp *use = solved;
+    if (!use || sq_dp_budget(use) != N || sq_dp_width(use) != BB || sq_dp_depth(use) < DD ||
         sq_dp_curve(use) != c) {
-        if ((rc = sq_dp_solve(&dp_params, &dp, err)))
+        if ((rc = sq_dp_solve(&dpp, &dp, err)))
             return rc;
         use = dp;
+        DD = sq_dp_depth(dp);
     }
+    rc = sq_dp_tree(use, sq_dp_best_size(use, DD), DD, t, err);
+    if (D)
+        *D = DD;
+    if (B)
+        *B = sq_dp_width(use);
+    sq_dp_free(dp);
+    return rc;
+}
+
+static int max_non_leaves_of(const sq_tree *t)
+{
+    int levels = sq_tree_depth(t), m = 0;
+    int *kids = calloc((size_t)t->n, sizeof *kids), *nl = calloc((size_t)levels, sizeof *nl);
+    SQ_ASSERT(kids && nl);
+    for (int v = 1; v < t->n; v++)
+        kids[t->parent[v]]++;
+    for (int v = 0; v < t->n; v++)
+        if (kids[v] && ++nl[t->depth[v]] > m)
+            m = nl[t->depth[v]];
+    free(kids);
+    free(nl);
+    return m;
+}
+
+/* ---- TensorRT-LLM and Medusa --------------------------------------------------------- */
+
+static int plan_rank_limited(const sq_engine_plan_params *p, const sq_curve *c, int budget,
+                             sq_engine_plan_result *out, sq_error *err)
+{
+    sq_engine_limits lim = sq_engine_limits_of(p->engine, p->max_non_leaves);
+    int W = p->width > 0 ? p->width : c->width;
+    if (W > lim.max_rank0 + 1)
+        W = lim.max_rank0 + 1;
+    int depth = p->depth;
+    if (lim.max_path && depth > lim.max_path + 1)
+        depth = lim.max_path + 1;
     sq_tree *t = NULL;
-    rc = sq_dp_tree(use, sq_dp_best_size(use, D), D, &t, err);
+    int D = 0, B = 0, rc;
+    if ((rc = dp_best_tree(c, budget, depth, W, budget == p->budget ? p->solved : NULL, &t, &D,
+                           &B, err)))
+        return rc;
     out->depth = D;
     out->width = B;
-    sq_dp_free(dp);
-    if (rc)
-        return rc;
     out->exact = 1;
-    if (lim.max_non_leaves && sq_engine_check(t, p->engine, lim.max_non_leaves, "plan", NULL)) {
+    if (lim.max_non_leaves && max_non_leaves_of(t) > lim.max_non_leaves) {
         /* Repair the optimal trees of several width bounds (narrower trees have fewer
          * non-leaves to cut) and keep the best; ties go to the wider bound. */
         sq_tree *best = NULL;
         double best_f = -1;
-        int wmax = out->width;
-        for (int w = wmax; w >= 1 && !rc; w = (p->budget <= 256 || w <= 2) ? w - 1 : w / 2) {
+        for (int w = B; w >= 1 && !rc; w = (budget <= 256 || w <= 2) ? w - 1 : w / 2) {
             sq_tree *cand = NULL, *fixed = NULL;
-            if (w == wmax) {
+            if (w == B) {
                 cand = t;
                 t = NULL;
-            } else {
-                sq_dp *dw = NULL;
-                dp_params.width = w;
-                if ((rc = sq_dp_solve(&dp_params, &dw, err)))
-                    break;
-                rc = sq_dp_tree(dw, sq_dp_best_size(dw, D), D, &cand, err);
-                sq_dp_free(dw);
-                if (rc)
-                    break;
+            } else if ((rc = dp_best_tree(c, budget, D, w, NULL, &cand, NULL, NULL, err))) {
+                break;
             }
-            rc = repair_non_leaves(cand, c, p->budget, D, wmax, lim.max_non_leaves, &fixed, err);
+            rc = repair_non_leaves(cand, c, budget, D, B, lim.max_non_leaves, &fixed, err);
             sq_tree_free(cand);
             if (rc)
                 break;
@@ -356,6 +581,220 @@ int sq_engine_plan(const sq_engine_plan_params *p, sq_engine_plan_result *out, s
         out->exact = 0;
     }
     out->tree = t;
-    out->expected_tokens = sq_tree_expected_tokens(t, c, NULL);
+    return SQ_OK;
+}
+
+/* ---- EAGLE-1 --------------------------------------------------------------------------- */
+
+static int plan_eagle(const sq_engine_plan_params *p, const sq_curve *c,
+                      sq_engine_plan_result *out, sq_error *err)
+{
+    if (p->budget < 3 || p->depth < 3)
+        return sq_error_set(err, SQ_EUSAGE, "--engine eagle: budget %d and depth %d: EAGLE-1 needs "
+                            "a path of at least 2 tokens (a tree of depth 1 crashes its "
+                            "generate_tree_buffers with IndexError): use --budget 3 or more and "
+                            "--depth 3 or more", p->budget, p->depth);
+    int W = p->width > 0 ? p->width : c->width;
+    if (W > SQ_EAGLE_MAX_RANK0 + 1)
+        W = SQ_EAGLE_MAX_RANK0 + 1;
+    sq_tree *t = NULL;
+    int D = 0, B = 0, rc;
+    if ((rc = dp_best_tree(c, p->budget, p->depth, W, p->solved, &t, &D, &B, err)))
+        return rc;
+    out->depth = D;
+    out->width = B;
+    out->exact = 1;
+    if (sq_tree_depth(t) >= 3 && sq_eagle_deep_first(t, NULL, NULL)) {
+        out->tree = t;
+        return SQ_OK;
+    }
+    /* Repair the DP trees of several widths, and grow one from the root; keep the best. */
+    sq_tree *best = NULL;
+    double best_f = -1;
+    for (int w = B; w >= 0 && !rc; w = w == 0 ? -1 : (p->budget <= 256 || w <= 2) ? w - 1 : w / 2) {
+        sq_tree *cand = NULL, *fixed = NULL;
+        if (w == B) {
+            cand = t;
+            t = NULL;
+        } else if (w > 0 && (rc = dp_best_tree(c, p->budget, D, w, NULL, &cand, NULL, NULL, err))) {
+            break;
+        }
+        if (w == 0) {
+            grow g;
+            if (grow_init(&g, p->budget, D, B)) {
+                rc = sq_error_oom(err, "engine plan");
+                break;
+            }
+            grow_add(&g, -1, 0, 1.0);
+            grow_fill(&g, c, p->budget);
+            rc = grow_tree(&g, &fixed, err);
+            grow_free(&g);
+        } else {
+            rc = sq_eagle_repair(cand, c, p->budget, D, B, &fixed, err);
+            sq_tree_free(cand);
+        }
+        if (rc)
+            break;
+        double f = sq_tree_expected_tokens(fixed, c, NULL);
+        if (sq_tree_depth(fixed) >= 3 && f > best_f) {
+            sq_tree_free(best);
+            best = fixed;
+            best_f = f;
+        } else {
+            sq_tree_free(fixed);
+        }
+    }
+    sq_tree_free(t);
+    if (rc || !best) {
+        sq_tree_free(best);
+        return rc ? rc : sq_error_set(err, SQ_EUSAGE, "--engine eagle: no tree of 2 levels below "
+                                      "the root fits the bounds");
+    }
+    out->tree = best;
+    out->exact = 0;
+    return SQ_OK;
+}
+
+/* ---- envelopes (SGLang, TensorRT-LLM's dynamic tree) ---------------------------------- */
+
+static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
+                         sq_engine_plan_result *out, sq_error *err)
+{
+    if (p->budget < 2 || p->depth < 2)
+        return sq_error_set(err, SQ_EUSAGE, "--engine %s: budget %d and depth %d leave no draft "
+                            "step: use --budget 2 or more and --depth 2 or more",
+                            sq_engine_name(p->engine), p->budget, p->depth);
+    int Kmax = p->width > 0 ? p->width : c->width;
+    if (Kmax > p->budget - 1)
+        Kmax = p->budget - 1;
+    double best_score = -1;
+    int rc = SQ_OK;
+    for (int K = 1; K <= Kmax && !rc; K++) {
+        sq_dp_params dpp = sq_dp_default_params();
+        dpp.budget = p->budget;
+        dpp.depth = p->depth;
+        dpp.width = K;
+        dpp.curve = c;
+        sq_dp *dp = NULL;
+        sq_hw_result *hw = NULL;
+        sq_tree *t = NULL;
+        if ((rc = sq_dp_check(&dpp, err)) || (rc = sq_dp_solve(&dpp, &dp, err)))
+            break;
+        int n = 1, d = sq_dp_depth(dp);
+        if (p->hw) {
+            if ((rc = sq_hw_select(dp, p->hw, &hw, err))) {
+                sq_dp_free(dp);
+                break;
+            }
+            n = hw->n;
+            d = hw->d;
+            sq_hw_result_free(hw);
+        } else {
+            for (int m = 2; m <= sq_dp_budget(dp); m++)
+                if (sq_dp_best(dp, m, d) > sq_dp_best(dp, n, d))
+                    n = m;
+        }
+        rc = sq_dp_tree(dp, n, d, &t, err);
+        sq_dp_free(dp);
+        if (rc)
+            break;
+        int exact = 1;
+        if (max_non_leaves_of(t) > K) {
+            sq_tree *fixed = NULL;
+            rc = repair_non_leaves(t, c, n, d, K, K, &fixed, err);
+            sq_tree_free(t);
+            if (rc)
+                break;
+            t = fixed;
+            exact = 0;
+        }
+        double F = sq_tree_expected_tokens(t, c, NULL), score = F, ms = 0;
+        if (p->hw) {
+            if ((rc = sq_hw_step_ms(p->hw, t, F, &ms, err))) {
+                sq_tree_free(t);
+                break;
+            }
+            score = F / ms;
+        }
+        if (t->n >= 2 && score > best_score * (1 + 1e-12)) {
+            best_score = score;
+            sq_tree_free(out->tree);
+            out->tree = t;
+            out->exact = exact;
+            out->depth = d;
+            out->width = K;
+            out->step_ms = ms;
+        } else {
+            sq_tree_free(t);
+        }
+    }
+    if (rc) {
+        sq_tree_free(out->tree);
+        out->tree = NULL;
+        return rc;
+    }
+    if (!out->tree)
+        return sq_error_set(err, SQ_EUSAGE, "--engine %s: no tree with a draft step is worth "
+                            "planning under this curve", sq_engine_name(p->engine));
+    if (p->hw && out->step_ms > 0) {
+        sq_tree *root = sq_tree_new(1);
+        SQ_ASSERT(root);
+        root->parent[0] = -1;
+        double t1 = 0;
+        if (sq_hw_step_ms(p->hw, root, 1.0, &t1, NULL) == SQ_OK)
+            out->speedup = sq_tree_expected_tokens(out->tree, c, NULL) * t1 / out->step_ms;
+        sq_tree_free(root);
+    }
+    return sq_envelope_of(out->tree, p->engine, &out->envelope, "plan", err);
+}
+
+int sq_engine_plan(const sq_engine_plan_params *p, sq_engine_plan_result *out, sq_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const sq_curve *c = p->curve ? p->curve : sq_curve_default();
+    int rc;
+    out->budget = p->budget;
+    if (p->engine == SQ_ENGINE_VLLM) {
+        int D = p->depth < p->budget ? p->depth : p->budget;
+        int *k = malloc((size_t)(D > 1 ? D : 1) * sizeof *k);
+        int levels = 0;
+        double F = 1;
+        if (!k)
+            return sq_error_oom(err, "engine plan");
+        rc = sq_uniform_search(c, p->budget, p->depth, p->width, k, &levels, &F, err);
+        if (!rc) {
+            out->tree = sq_uniform_tree(k, levels);
+            if (!out->tree)
+                rc = sq_error_oom(err, "engine plan");
+        }
+        free(k);
+        if (rc)
+            return rc;
+        out->exact = 1;
+        out->depth = D;
+        out->width = p->width > 0 ? p->width : c->width;
+    } else if (p->engine == SQ_ENGINE_TRTLLM || p->engine == SQ_ENGINE_MEDUSA) {
+        if ((rc = plan_rank_limited(p, c, p->budget, out, err)))
+            return rc;
+        /* TensorRT-LLM cannot take 32k + 1 nodes (planner/export.h): one node less is the best
+         * size below, and it is never 32k + 1 itself. */
+        if (p->engine == SQ_ENGINE_TRTLLM && out->tree->n > 1 && (out->tree->n - 1) % 32 == 0) {
+            int budget = out->tree->n - 1;
+            sq_tree_free(out->tree);
+            memset(out, 0, sizeof *out);
+            if ((rc = plan_rank_limited(p, c, budget, out, err)))
+                return rc;
+            out->budget = budget;
+        }
+    } else if (p->engine == SQ_ENGINE_EAGLE) {
+        if ((rc = plan_eagle(p, c, out, err)))
+            return rc;
+    } else if (sq_engine_is_envelope(p->engine)) {
+        if ((rc = plan_envelope(p, c, out, err)))
+            return rc;
+    } else {
+        return sq_error_set(err, SQ_EUSAGE, "engine plan: unknown engine");
+    }
+    out->expected_tokens = sq_tree_expected_tokens(out->tree, c, NULL);
     return SQ_OK;
 }

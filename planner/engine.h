@@ -1,4 +1,5 @@
-/* Planning under a serving engine's limits (sequoia-plan --engine; limits in planner/export.h).
+/* Planning under a serving engine's limits (sequoia-plan --engine; limits in planner/export.h,
+ * the engines and versions in docs/engines.md).
  *
  *  - vllm: the best level-uniform tree k_1 x k_2 x ... x k_L (every node of level l-1 has k_l
  *    children of ranks 1..k_l), searched exactly. The nodes of level l score in total
@@ -9,13 +10,26 @@
  *    memoised over (l, m, R): O(D N^2) memory, O(D N^2 log N) time at worst. Ties go to
  *    stopping, then to the smaller k.
  *  - trtllm, medusa: the DP of planner/dp.h with the width clamped to the engine's rank limit
- *    (16 and 10 children) and, for TensorRT-LLM, the depth to 17 levels (16 speculated tokens):
- *    exact. When a TensorRT-LLM limit on non-leaf nodes per level binds, DP trees are
- *    repaired: on each level the best-scoring non-leaves are kept, the other subtrees are cut,
- *    and the freed budget is refilled best-first (highest f(parent) p(rank) first) with
- *    nodes that keep every limit. The optimal trees of every width bound 1..B (of B, B/2,
- *    B/4, ... past 256 nodes) are repaired and the best result is kept. That step is a
- *    heuristic and the result says so. */
+ *    (16 and 10 children) and, for TensorRT-LLM, the depth to 9 levels (8 speculated tokens)
+ *    and the size off 32k + 1: exact. When TensorRT-LLM's limit on non-leaf nodes per level
+ *    (default 10) binds, DP trees are repaired: on each level the best-scoring non-leaves are
+ *    kept, the other subtrees are cut, and the freed budget is refilled best-first (highest
+ *    f(parent) p(rank) first) with nodes that keep every limit. The optimal trees of every
+ *    width bound 1..B (of B, B/2, B/4, ... past 256 nodes) are repaired and the best result
+ *    is kept. That step is a heuristic and the result says so.
+ *  - eagle (EAGLE-1): the DP with width 10; when its tree breaks EAGLE-1's parent rule (on a
+ *    level, a non-leaf with grandchildren after one without), each level is cut at the split
+ *    that loses the least score (non-leaves before it lose their children if they have no
+ *    grandchildren, those after it lose their grandchildren), and refilled best-first with
+ *    nodes that keep the rule; the same from the root alone (pure constrained greedy). The
+ *    best is kept: a heuristic, and the result says so.
+ *  - sglang, trtllm-dynamic (envelopes): for every topk K, the DP with width <= K, depth <=
+ *    steps + 1 and size <= the budget (the root is among SGLang's num_draft_tokens, not among
+ *    TensorRT-LLM's max_total_draft_tokens), repaired to at most K non-leaves per level (the
+ *    engines expand K nodes per step); the K with the most expected tokens per step wins, or,
+ *    with profiles, the (K, size, depth) with the most tokens per second. The tree is the
+ *    static optimum inside the envelope: the best fixed tree the engine could build within
+ *    those flags, not a guarantee for its dynamic selection. */
 #ifndef SQ_PLANNER_ENGINE_H
 #define SQ_PLANNER_ENGINE_H
 
@@ -23,6 +37,7 @@
 #include "libsequoia/base/error.h"
 #include "planner/dp.h"
 #include "planner/export.h"
+#include "planner/hardware.h"
 #include "libsequoia/format/tree.h"
 
 #define SQ_UNIFORM_MAX_CELLS (1LL << 24)   /* D N^2 memo entries (8 bytes each) */
@@ -32,15 +47,18 @@ typedef struct sq_engine_plan_params {
     int             budget;          /* N: nodes, root included                      */
     int             depth;           /* D: levels, root included                     */
     int             width;           /* B: children per node; 0 = the curve's width  */
-    int             max_non_leaves;  /* trtllm only; 0 = no limit                    */
+    int             max_non_leaves;  /* trtllm only; 0 = the default 10                */
     const sq_curve *curve;
     /* Optional: an unconstrained solve of the same budget and curve (sq_dp_solve), reused for
      * trtllm and medusa when the engine's width limit does not bind, so that a caller that
      * also reports the unconstrained optimum solves the DP once. NULL: solve here. */
     sq_dp          *solved;
+    /* envelope engines only: choose (topk, size, depth) by tokens per second (NULL: by
+     * expected tokens per step at the full budget and depth) */
+    const sq_hw_params *hw;
 } sq_engine_plan_params;
 
-/* vllm, budget 128, depth 10, width 0, no non-leaf limit, the embedded default curve. */
+/* vllm, budget 128, depth 10, width 0, default non-leaf limit, the embedded default curve. */
 sq_engine_plan_params sq_engine_plan_default_params(void);
 
 typedef struct sq_engine_plan_result {
@@ -49,10 +67,21 @@ typedef struct sq_engine_plan_result {
     int      exact;           /* 1: optimal under the limits; 0: repaired (heuristic)     */
     int      depth;           /* effective depth bound and width after the engine clamps  */
     int      width;
+    int      budget;          /* effective budget (TensorRT-LLM: off 32k + 1)             */
+    sq_envelope envelope;     /* envelope engines: the flags                              */
+    double   step_ms;         /* envelope engines with hw: predicted time per step ...    */
+    double   speedup;         /* ... and speedup over the target alone; 0 without hw     */
 } sq_engine_plan_result;
 
+/* Errors: SQ_EUSAGE for bounds the engine cannot take (EAGLE-1 below 3 levels or 3 nodes,
+ * an envelope with a budget of 1), or past the DP's limits. */
 int sq_engine_plan(const sq_engine_plan_params *params, sq_engine_plan_result *out,
                    sq_error *err);
+
+/* EAGLE-1's repair alone (the tree the eagle plan starts from; for tests): cuts `t` at the
+ * cheapest split of each level and refills up to `budget` nodes of depth <= D, width <= W. */
+int sq_eagle_repair(const sq_tree *t, const sq_curve *c, int budget, int D, int W,
+                    sq_tree **out, sq_error *err);
 
 /* The level-uniform search alone. k[0..*levels-1] get k_1..k_L (k must hold depth - 1
  * entries); *F the expected tokens. Errors: SQ_EUSAGE past SQ_UNIFORM_MAX_CELLS. */

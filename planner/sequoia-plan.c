@@ -30,7 +30,7 @@ static void usage(FILE *fp)
     fprintf(fp,
         "Usage: " PROG " [--acceptance FILE [--curve NAME]] [--budget N] [--depth D] [--width B]\n"
         "                    [-o PLAN.json] [--table TABLE.json] [--quiet]\n"
-        "                    [--engine vllm|trtllm|medusa [--max-non-leaves M]]\n"
+        "                    [--engine ENGINE [--max-non-leaves M]]\n"
         "                    [--export FORMAT] [--save-plan PLAN.json] [--svg FILE] [--svg-table FILE]\n"
         "                    [--target-profile T.json (--draft-profile D.json | --draft-ms X)\n"
         "                     [--extrapolate none|linear|constant] [--sizes all|measured]]\n"
@@ -71,16 +71,23 @@ static void usage(FILE *fp)
     fprintf(fp,
         "\n"
         "Engines, exports, imports and pictures:\n"
-        "      --engine E         plan under the limits of engine E and report what they cost:\n"
-        "                         vllm (best k_1 x k_2 x ... tree, searched exactly), trtllm\n"
-        "                         (ranks <= 15, 16 speculated tokens per path), medusa (ranks <= 9;\n"
-        "                         also for EAGLE-1)\n"
+        "      --engine E         plan under the limits of engine E and report what they cost\n"
+        "                         (docs/engines.md): vllm (best k_1 x k_2 x ... tree, exact),\n"
+        "                         trtllm (static choices, <= 1.3: ranks <= 15, 8 speculated tokens\n"
+        "                         per path, <= M non-leaves per level, not 32k+1 nodes), medusa\n"
+        "                         (ranks <= 9), eagle (EAGLE-1: ranks <= 9, its parent rule, depth\n"
+        "                         >= 3), sglang and trtllm-dynamic (envelopes: the topk, steps and\n"
+        "                         draft tokens with the best static tree; with --target-profile,\n"
+        "                         the fastest)\n"
         "      --max-non-leaves M TensorRT-LLM's max_non_leaves_per_layer (checked by --export\n"
-        "                         trtllm and kept by --engine trtllm); default: not checked\n"
+        "                         trtllm and kept by --engine trtllm); default 10, as\n"
+        "                         convert_checkpoint.py\n"
         "  -e, --export FORMAT    write FORMAT instead of the plan to -o (or stdout): trtllm, medusa,\n"
         "                         eagle (choices lists), vllm (speculative_token_tree string), growmap\n"
-        "                         (Sequoia/UMbreLLa JSON), dot (Graphviz), svg (picture). A plan that\n"
-        "                         breaks the engine's limits is refused (exit 65) with the reason\n"
+        "                         (Sequoia/UMbreLLa JSON), dot (Graphviz), svg (picture), sglang\n"
+        "                         (server flags), trtllm-dynamic (EagleDecodingConfig fields, JSON).\n"
+        "                         A plan that breaks the engine's limits is refused (exit 65) with\n"
+        "                         the reason\n"
         "      --plan FILE        export an existing plan instead of planning\n"
         "      --import FMT FILE  read an engine's tree (FMT: choices, i.e. [[0], [0, 0], ...] or\n"
         "                         [(0,), ...]; or growmap) and score it under the curve as a plan;\n"
@@ -144,22 +151,10 @@ static void print_summary(FILE *fp, const sq_curve *curve, const sq_dp *dp, cons
     free(w);
 }
 
-/* One line per engine: does the tree fit its limits? */
+/* One line per engine: does the tree fit its limits, and what goes with it? */
 static void print_engine_status(FILE *fp, const sq_tree *t, int max_non_leaves)
 {
-    static const sq_engine engines[] = {SQ_ENGINE_VLLM, SQ_ENGINE_TRTLLM, SQ_ENGINE_MEDUSA};
-    for (size_t i = 0; i < sizeof engines / sizeof *engines; i++) {
-        sq_error e = {0};
-        int rc = sq_engine_check(t, engines[i], max_non_leaves, "plan", &e);
-        /* the message is "plan: ENGINE: problem; hint" */
-        const char *why = e.msg;
-        for (int skip = 0; rc && skip < 2 && strstr(why, ": "); skip++)
-            why = strstr(why, ": ") + 2;
-        fprintf(fp, "%-15s %s%s\n", i == 0 ? "engine limits:" : "", sq_engine_name(engines[i]),
-                rc ? "" : ": ok");
-        if (rc)
-            fprintf(fp, "%-15s   refused: %s\n", "", why);
-    }
+    sq_engine_print_status(fp, t, max_non_leaves);
 }
 
 /* Summary of an imported or loaded plan, with the optimal tree of the same size and depth. */
@@ -224,7 +219,8 @@ static int parse_choice(int c, const char *arg, plan_opts *o)
     case OPT_ENGINE:
         if ((o->engine = sq_engine_parse(arg)) >= 0)
             return SQ_OK;
-        fprintf(stderr, PROG ": --engine: unknown engine '%s' (one of: vllm, trtllm, medusa)\n", arg);
+        fprintf(stderr, PROG ": --engine: unknown engine '%s' (one of: %s)\n", arg,
+                sq_engine_list());
         return SQ_EUSAGE;
     case OPT_IMPORT:
         if ((o->import_fmt = sq_import_format_parse(arg)) >= 0)
@@ -347,9 +343,11 @@ static int check_options(const plan_opts *o)
     else if (o->target_profile && !!o->draft_profile == o->draft_ms_given)
         why = "--target-profile needs exactly one of --draft-profile FILE (per-level draft cost) "
               "and --draft-ms X (one fixed cost per level)";
-    else if (o->target_profile && (o->plan_file || o->import_file || o->engine != SQ_ENGINE_NONE))
-        why = "--target-profile chooses a new tree; it does not go with --plan, --import or "
-              "--engine";
+    else if (o->target_profile && (o->plan_file || o->import_file ||
+                                   (o->engine != SQ_ENGINE_NONE &&
+                                    !sq_engine_is_envelope((sq_engine)o->engine))))
+        why = "--target-profile chooses a new tree; it does not go with --plan, --import or an "
+              "--engine other than sglang and trtllm-dynamic";
     else if (o->plan_file && o->import_file)
         why = "--plan and --import exclude each other";
     else if (o->save_plan && o->export_fmt < 0)
@@ -453,7 +451,8 @@ static int make_plan(const plan_opts *o, plan_state *st, sq_error *err)
         sq_engine_plan_params epp = {.engine = (sq_engine)o->engine, .budget = prm->budget,
                                      .depth = prm->depth, .width = prm->width,
                                      .max_non_leaves = o->max_non_leaves, .curve = prm->curve,
-                                     .solved = dp};
+                                     .solved = dp,
+                                     .hw = o->target_profile ? &o->hwp : NULL};
         if ((rc = sq_engine_plan(&epp, &st->ep, err)))
             return rc;
         tree = st->ep.tree;
@@ -531,6 +530,27 @@ fail:
     return rc;
 }
 
+/* What an engine plan adds: a lowered budget, an envelope's flags and what they promise. */
+static void print_engine_extra(FILE *fp, const plan_opts *o, const plan_state *st)
+{
+    const sq_engine_plan_result *ep = &st->ep;
+    if (ep->budget != o->params.budget)
+        fprintf(fp, "                budget %d lowered to %d (TensorRT-LLM: not 32k + 1 nodes)\n",
+                o->params.budget, ep->budget);
+    if (!sq_engine_is_envelope((sq_engine)o->engine))
+        return;
+    char req[400];
+    sq_engine_requirements(st->plan->tree, (sq_engine)o->engine, o->max_non_leaves, req,
+                           sizeof req);
+    fprintf(fp, "envelope:       %s\n", req);
+    fprintf(fp, "                the tree is the best fixed tree the engine could build within "
+            "these flags%s; a static prediction, not a guarantee for its dynamic selection\n",
+            ep->exact ? "" : " (non-leaf limit repaired greedily)");
+    if (o->target_profile)
+        fprintf(fp, "                %.4g ms/step, predicted speedup %.3fx over the target "
+                "alone\n", ep->step_ms, ep->speedup);
+}
+
 static void print_report(const plan_opts *o, const plan_state *st)
 {
     FILE *fp = o->out_file || (o->plan_file && o->export_fmt < 0) ? stdout : stderr;
@@ -550,15 +570,15 @@ static void print_report(const plan_opts *o, const plan_state *st)
                     hw->step_ms / hw->expected_tokens, hw->speedup, hw->target1_ms);
             sq_hw_print_table(fp, hw);
         }
-        if (o->export_fmt >= 0 || o->svg_file)
-            print_engine_status(fp, plan->tree, o->max_non_leaves);
+        print_engine_status(fp, plan->tree, o->max_non_leaves);
     } else {
         print_summary(fp, o->params.curve, st->dp, plan, st->solve_ms, "engine tree");
         fprintf(fp, "engine:         %s, %s: %.4f tokens/step, %+.2f%% against the "
                 "unconstrained optimum %.4f\n", sq_engine_name((sq_engine)o->engine),
-                st->ep.exact ? "optimal under its limits" : "non-leaf limit repaired greedily "
+                st->ep.exact ? "optimal under its limits" : "repaired greedily to its limits "
                 "(not proven optimal)", plan->expected_tokens,
                 100.0 * (plan->expected_tokens / st->unconstrained - 1.0), st->unconstrained);
+        print_engine_extra(fp, o, st);
         print_engine_status(fp, plan->tree, o->max_non_leaves);
     }
 }
