@@ -393,6 +393,7 @@ int sq_eagle_repair(const sq_tree *t, const sq_curve *c, int budget, int D, int 
         keep[v] = 1;
     int rc = SQ_OK;
     /* Level by level, top-down (nodes are in level order). */
+    int changed = 0;
     for (int l = 1, start = 1; start < n; l++) {
         int end = start;
         while (end < n && t->depth[end] == l)
@@ -446,15 +447,24 @@ int sq_eagle_repair(const sq_tree *t, const sq_curve *c, int budget, int D, int 
                 }
             }
         }
-        if (best_cost > 0.0)
-            for (int v = start; v < end; v++)
-                if (keep[v] && kids[v]) {
-                    if (v < best_s && !deep[v])
-                        cut[v] = 1;
-                    else if (v >= best_s && deep[v])
-                        cut[v] = 2;
+        for (int v = start; v < end; v++)
+            if (keep[v] && kids[v]) {
+                if (v < best_s && !deep[v] && cut[v] != 1) {
+                    cut[v] = 1;
+                    changed = 1;
+                } else if (v >= best_s && deep[v] && cut[v] != 2) {
+                    cut[v] = 2;
+                    changed = 1;
                 }
+            }
         start = end;
+        /* A node that lost its children may leave its parent without grandchildren: the levels
+         * above are scanned again until nothing changes (only cuts happen: it ends). */
+        if (start >= n && changed) {
+            changed = 0;
+            l = 0;
+            start = 1;
+        }
     }
     for (int v = 1; v < n; v++)
         keep[v] = keep[t->parent[v]] && cut[t->parent[v]] != 1 &&
