@@ -698,6 +698,20 @@ static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
             }
             n = hw->n;
             d = hw->d;
+            if (n < 2) {
+                /* The engine always drafts: the fastest tree with a draft step (it may not pay;
+                 * the speedup printed says so). */
+                double bs = -1;
+                for (int m = 2; m <= hw->N; m++)
+                    for (int dd = 2; dd <= hw->D; dd++) {
+                        double sp = hw->speedup_table[(size_t)m * (size_t)(hw->D + 1) + (size_t)dd];
+                        if (!isnan(sp) && sp > bs) {
+                            bs = sp;
+                            n = m;
+                            d = dd;
+                        }
+                    }
+            }
             sq_hw_result_free(hw);
         } else {
             for (int m = 2; m <= sq_dp_budget(dp); m++)

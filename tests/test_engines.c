@@ -1300,3 +1300,47 @@ ParameterizedTest(bug_case *bc, engines, each_bug_is_fixed_through_the_cli)
     tu_rmtree(dir);
     free(dir), free(plan), free(x);
 }
+
+/* Hardware-aware envelopes: with the shipped pair's profiles the chosen (topk, size, depth) is
+ * at least as fast, under the same cost model, as the envelope chosen by tokens per step. */
+Test(engines, envelope_with_profiles_is_the_fastest)
+{
+    char *tp = tu_source_path("data/pipeline/profile_target.json");
+    char *dpf = tu_source_path("data/pipeline/profile_draft.json");
+    sq_profile *tprof = NULL, *dprof = NULL;
+    sq_error err = {0};
+    cr_assert_eq(sq_profile_load(tp, &tprof, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_profile_load(dpf, &dprof, &err), 0, "%s", err.msg);
+    sq_hw_params hw = sq_hw_default_params();
+    hw.target = tprof;
+    hw.draft = dprof;
+    hw.extrapolate = SQ_EXTRAPOLATE_LINEAR;
+    for (int fixed = 0; fixed < 2; fixed++) {
+        if (fixed) {
+            hw.draft = NULL;
+            hw.draft_ms = 0.01;
+        }
+        sq_engine_plan_params p = sq_engine_plan_default_params();
+        p.engine = SQ_ENGINE_SGLANG;
+        p.budget = 48;
+        p.depth = 7;
+        p.hw = &hw;
+        sq_engine_plan_result r, r0;
+        cr_assert_eq(sq_engine_plan(&p, &r, &err), 0, "%s", err.msg);
+        cr_assert_gt(r.step_ms, 0);
+        cr_assert_gt(r.speedup, 0);
+        p.hw = NULL;
+        cr_assert_eq(sq_engine_plan(&p, &r0, &err), 0, "%s", err.msg);
+        double ms0 = 0;
+        cr_assert_eq(sq_hw_step_ms(&hw, r0.tree, r0.expected_tokens, &ms0, &err), 0, "%s", err.msg);
+        cr_assert_geq(r.expected_tokens / r.step_ms, r0.expected_tokens / ms0 * (1 - 1e-9),
+                      "hw %.4g tok/ms vs %.4g", r.expected_tokens / r.step_ms,
+                      r0.expected_tokens / ms0);
+        sq_tree_free(r.tree);
+        sq_tree_free(r0.tree);
+    }
+    sq_profile_free(tprof);
+    sq_profile_free(dprof);
+    free(tp);
+    free(dpf);
+}
