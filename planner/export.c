@@ -345,9 +345,11 @@ void sq_engine_requirements(const sq_tree *t, sq_engine e, int max_non_leaves, c
         snprintf(buf, cap, "pass num_speculative_tokens %d with speculative_token_tree", n - 1);
         break;
     case SQ_ENGINE_TRTLLM:
-        snprintf(buf, cap, "build with max_draft_len >= %d; EAGLE: num_eagle_layers %d (every "
-                 "path must reach it) and max_non_leaves_per_layer %d; Medusa: >= %d heads",
-                 n - 1, L, max_non_leaves > 0 ? max_non_leaves : SQ_TRTLLM_MAX_NON_LEAVES, L);
+        snprintf(buf, cap, "engine build: --max_draft_len >= %d, EAGLE --num_eagle_layers %d "
+                 "(every path must reach it) and --max_non_leaves_per_layer %d, Medusa >= %d heads; "
+                 "LLM API: max_draft_len=%d, max_total_draft_tokens=%d",
+                 n - 1, L, max_non_leaves > 0 ? max_non_leaves : SQ_TRTLLM_MAX_NON_LEAVES, L, L,
+                 n - 1);
         break;
     case SQ_ENGINE_MEDUSA:
         snprintf(buf, cap, "pass medusa_choices; the checkpoint needs >= %d Medusa heads", L);
@@ -379,7 +381,7 @@ void sq_engine_requirements(const sq_tree *t, sq_engine e, int max_non_leaves, c
 static const char *engine_versions(sq_engine e)
 {
     switch (e) {
-    case SQ_ENGINE_VLLM: return "vLLM >= 0.10.2, speculative_token_tree";
+    case SQ_ENGINE_VLLM: return "vLLM 0.11, speculative_token_tree";
     case SQ_ENGINE_TRTLLM: return "TensorRT-LLM <= 1.3, eagle_choices/medusa_choices";
     case SQ_ENGINE_MEDUSA: return "FasterDecoding/Medusa";
     case SQ_ENGINE_EAGLE: return "EAGLE-1, SafeAILab/EAGLE v1";
