@@ -215,6 +215,10 @@ int sq_ladder_solve(sq_dp *dp, const sq_curve *curve, const sq_ladder_params *pr
         return sq_error_set(err, SQ_EUSAGE, "%s: %d batch sizes, more than the ladder's limit of %d",
                             prm->target_file ? prm->target_file : "target profile", nb,
                             SQ_LADDER_MAX_RUNGS);
+    if (nb < 2)
+        return sq_error_set(err, SQ_EUSAGE, "%s: the profile measures one batch size (%d); a "
+                            "ladder needs a batch profile (sequoia-profile --batch 1,2,4,8)",
+                            prm->target_file ? prm->target_file : "target profile", batches[0]);
     sq_ladder *l = calloc(1, sizeof *l);
     double plain[SQ_LADDER_MAX_RUNGS];
     sq_profile *ts[SQ_LADDER_MAX_RUNGS] = {0}, *ds[SQ_LADDER_MAX_RUNGS] = {0};
@@ -420,4 +424,80 @@ void sq_ladder_print(FILE *fp, const sq_ladder *l)
                 "decoding\n", l->crossover);
     else
         fprintf(fp, "speculation pays at every profiled batch size\n");
+}
+
+/* ---- picture ---------------------------------------------------------------------------------- */
+
+int sq_ladder_svg_write(FILE *fp, const sq_ladder *l, sq_error *err)
+{
+    const double W = 640, H = 400, x0 = 70, x1 = 600, y0 = 340, y1 = 40;
+    double ymax = 1.0;
+    for (int i = 0; i < l->n; i++) {
+        const sq_ladder_rung *r = &l->rungs[i];
+        double v[3] = {r->best.speedup, r->chain.speedup, r->kxl.speedup};
+        for (int k = 0; k < 3; k++)
+            if (v[k] > ymax)
+                ymax = v[k];
+    }
+    ymax = ceil(ymax * 4.0 + 0.5) / 4.0;
+    double bmin = l->n ? log2(l->rungs[0].batch) : 0, bmax = l->n ? log2(l->rungs[l->n - 1].batch) : 1;
+    if (bmax <= bmin)
+        bmax = bmin + 1;
+#define X(b) (x0 + (x1 - x0) * (log2(b) - bmin) / (bmax - bmin))
+#define Y(s) (y0 - (y0 - y1) * (s) / ymax)
+    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+            "font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(fp, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(fp, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">Predicted speedup over plain decoding "
+            "by batch size (objective: %s)</text>\n", x0, sq_objective_name(l->objective));
+    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x0, y0,
+            x1, y0);
+    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x0, y0,
+            x0, y1);
+    for (double s = 0; s <= ymax + 1e-9; s += ymax > 4 ? 1.0 : 0.25) {
+        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x0,
+                Y(s), x1, Y(s));
+        fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", x0 - 6,
+                Y(s) + 4, s);
+    }
+    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\" "
+            "stroke-dasharray=\"2,3\"/>\n", x0, Y(1.0), x1, Y(1.0));
+    for (int i = 0; i < l->n; i++)
+        fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
+                X(l->rungs[i].batch), y0 + 18, l->rungs[i].batch);
+    fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">batch size (sequences)</text>\n",
+            (x0 + x1) / 2, y0 + 40);
+    fprintf(fp, "<text x=\"18\" y=\"%.1f\" transform=\"rotate(-90 18 %.1f)\" "
+            "text-anchor=\"middle\">speedup (x)</text>\n", (y0 + y1) / 2, (y0 + y1) / 2);
+    const char *color[3] = {"#1f77b4", "#ff7f0e", "#2ca02c"};
+    const char *label[3] = {"optimal tree", "best chain", "best k x L"};
+    for (int k = 0; k < 3; k++) {
+        fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color[k]);
+        for (int i = 0; i < l->n; i++) {
+            const sq_ladder_rung *r = &l->rungs[i];
+            double v = k == 0 ? r->best.speedup : k == 1 ? r->chain.speedup : r->kxl.speedup;
+            fprintf(fp, "%s%.1f,%.1f", i ? " " : "", X(r->batch), Y(v));
+        }
+        fprintf(fp, "\"/>\n");
+        for (int i = 0; i < l->n; i++) {
+            const sq_ladder_rung *r = &l->rungs[i];
+            double v = k == 0 ? r->best.speedup : k == 1 ? r->chain.speedup : r->kxl.speedup;
+            fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", X(r->batch),
+                    Y(v), color[k]);
+        }
+        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                "stroke-width=\"2\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n", x1 - 150,
+                y1 + 8 + 16.0 * k, x1 - 125, y1 + 8 + 16.0 * k, color[k], x1 - 118,
+                y1 + 12 + 16.0 * k, label[k]);
+    }
+    if (l->crossover) {
+        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\" "
+                "stroke-dasharray=\"6,4\"/>\n", X(l->crossover), y0, X(l->crossover), y1);
+        fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d62728\">crossover: batch %d</text>\n",
+                X(l->crossover) + 4, y1 + 70, l->crossover);
+    }
+    fprintf(fp, "</svg>\n");
+#undef X
+#undef Y
+    return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the picture failed") : SQ_OK;
 }

@@ -23,6 +23,8 @@
 #ifndef SQ_PLANNER_LADDER_H
 #define SQ_PLANNER_LADDER_H
 
+#include <stdio.h>
+
 #include <cjson/cJSON.h>
 
 #include "libsequoia/format/plan.h"
@@ -77,10 +79,10 @@ typedef struct sq_ladder {
     sq_ladder_rung *rungs;          /* ascending batch sizes                                */
 } sq_ladder;
 
-/* Solves the ladder on a solved DP (its curve scores every tree). Errors: SQ_EUSAGE when the
- * target profile has a single batch size and asks for a ladder of one rung is still fine;
- * when a batch size of the target is missing from the draft profile; when a needed time is
- * outside a profile's range and extrapolation is off. */
+/* Solves the ladder on a solved DP (its curve scores every tree). Errors (SQ_EUSAGE): the
+ * target profile has a single batch size (not a batch profile); a batch size of the target is
+ * missing from the draft profile; a needed time is outside a profile's range and
+ * extrapolation is off. */
 int sq_ladder_solve(sq_dp *dp, const sq_curve *curve, const sq_ladder_params *params,
                     sq_ladder **out, sq_error *err);
 void sq_ladder_free(sq_ladder *l);
@@ -97,6 +99,10 @@ int sq_ladder_save(const char *file, const sq_ladder *l, const sq_ladder_params 
  *   sglang           one SGLang envelope line per batch size (steps, topk, draft tokens)
  * Written as JSON to fp. */
 int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error *err);
+
+/* A picture: predicted speedup against batch size for the optimal tree, the best chain and
+ * the best k×L, the break-even line and the crossover marked (standalone SVG). */
+int sq_ladder_svg_write(FILE *fp, const sq_ladder *l, sq_error *err);
 
 /* Human summary, one line per rung plus the crossover sentence. */
 void sq_ladder_print(FILE *fp, const sq_ladder *l);

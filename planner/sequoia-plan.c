@@ -1,5 +1,6 @@
 /* sequoia-plan: the optimal Sequoia token tree for an acceptance curve (DESIGN.md §3, §6.4). */
 #include <errno.h>
+#include <sys/stat.h>
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
@@ -13,6 +14,7 @@
 #include "libsequoia/format/curve.h"
 #include "planner/dp.h"
 #include "planner/hardware.h"
+#include "planner/ladder.h"
 #include "planner/engine.h"
 #include "planner/export.h"
 #include "planner/import.h"
@@ -67,7 +69,18 @@ static void usage(FILE *fp)
         "      --extrapolate M    beyond a profile's measured tokens: none (an error, the default),\n"
         "                         linear or constant\n"
         "      --sizes S          all sizes <= N (default), or only the sizes the target profile\n"
-        "                         measured (as the official implementation does)\n");
+        "                         measured (as the official implementation does)\n"
+        "\n"
+        "Serving (batch profiles from sequoia-profile --batch): one tree per batch size:\n"
+        "      --ladder           with --target-profile and --draft-profile/--draft-ms: -o gets a\n"
+        "                         ladder (sequoia-ladder JSON): the best tree, chain and k x L at\n"
+        "                         every profiled batch size, and where speculation stops paying\n"
+        "      --objective O      latency (per-sequence speedup, the default) or throughput\n"
+        "                         (tokens/s, against serving more sequences plainly instead)\n"
+        "      --schedule FILE    TensorRT-LLM draft_len_schedule for chains (JSON)\n"
+        "      --envelopes FILE   SGLang flags per batch size (JSON)\n"
+        "      --ladder-plans DIR one plan per batch size, DIR/plan-b<batch>.json (for --plan)\n"
+        "      --svg FILE         with --ladder: predicted speedup against batch size\n");
     fprintf(fp,
         "\n"
         "Engines, exports, imports and pictures:\n"
@@ -195,14 +208,15 @@ typedef struct plan_opts {
     const char *acc_file, *curve_name, *out_file, *table_file, *plan_file, *import_file;
     const char *save_plan, *svg_file, *svg_table, *target_profile, *draft_profile;
     int quiet, width_given, export_fmt, import_fmt, max_non_leaves, engine, planning_opts;
-    int draft_ms_given;
+    int draft_ms_given, ladder, objective;
+    const char *schedule_file, *envelopes_file, *ladder_plans;
     sq_hw_params hwp;
     sq_dp_params params;
 } plan_opts;
 
 enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
        OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
-       OPT_SIZES };
+       OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS };
 
 #define PARSE_RUN (-1)   /* parse_options: go on and run */
 
@@ -272,6 +286,11 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         {"draft-ms", required_argument, NULL, OPT_DRAFT_MS},
         {"extrapolate", required_argument, NULL, OPT_EXTRAPOLATE},
         {"sizes", required_argument, NULL, OPT_SIZES},
+        {"ladder", no_argument, NULL, OPT_LADDER},
+        {"objective", required_argument, NULL, OPT_OBJECTIVE},
+        {"schedule", required_argument, NULL, OPT_SCHEDULE},
+        {"envelopes", required_argument, NULL, OPT_ENVELOPES},
+        {"ladder-plans", required_argument, NULL, OPT_LADDER_PLANS},
         {NULL, 0, NULL, 0},
     };
     *o = (plan_opts){.export_fmt = -1, .import_fmt = -1, .engine = SQ_ENGINE_NONE,
@@ -318,6 +337,17 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_SVG: o->svg_file = optarg; break;
         case OPT_SVG_TABLE: o->svg_table = optarg; break;
         case OPT_TARGET_PROFILE: o->target_profile = optarg; break;
+        case OPT_LADDER: o->ladder = 1; break;
+        case OPT_OBJECTIVE:
+            if ((o->objective = sq_objective_parse(optarg)) < 0) {
+                fprintf(stderr, PROG ": --objective: unknown objective '%s' (latency or "
+                        "throughput)\n", optarg);
+                return SQ_EUSAGE;
+            }
+            break;
+        case OPT_SCHEDULE: o->schedule_file = optarg; break;
+        case OPT_ENVELOPES: o->envelopes_file = optarg; break;
+        case OPT_LADDER_PLANS: o->ladder_plans = optarg; break;
         case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
         default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
@@ -350,6 +380,15 @@ static int check_options(const plan_opts *o)
               "--engine other than sglang and trtllm-dynamic";
     else if (o->plan_file && o->import_file)
         why = "--plan and --import exclude each other";
+    else if ((o->objective || o->schedule_file || o->envelopes_file || o->ladder_plans) &&
+             !o->ladder)
+        why = "--objective, --schedule, --envelopes and --ladder-plans go with --ladder";
+    else if (o->ladder && !o->target_profile)
+        why = "--ladder needs --target-profile FILE (a batch profile: sequoia-profile --batch) "
+              "and --draft-profile FILE or --draft-ms X";
+    else if (o->ladder && (o->export_fmt >= 0 || o->table_file || o->save_plan || o->svg_table))
+        why = "--ladder writes a ladder; --export, --table, --save-plan and --svg-table go with a "
+              "single plan (use --ladder-plans DIR, then --plan)";
     else if (o->save_plan && o->export_fmt < 0)
         why = "--save-plan goes with --export (without it -o is the plan)";
     if (!why && (o->plan_file || o->import_file)) {
@@ -583,6 +622,63 @@ static void print_report(const plan_opts *o, const plan_state *st)
     }
 }
 
+/* --ladder: one solve, the ladder over the profiled batch sizes, its files and its summary. */
+static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
+{
+    int rc;
+    if ((rc = sq_dp_check(&o->params, err)) || (rc = sq_dp_solve(&o->params, &st->dp, err)))
+        return rc;
+    sq_ladder_params lp = {.target = st->tprof, .draft = st->dprof, .draft_ms = o->hwp.draft_ms,
+                           .extrapolate = o->hwp.extrapolate,
+                           .objective = (sq_objective)o->objective,
+                           .target_file = o->target_profile, .draft_file = o->draft_profile};
+    sq_ladder *l = NULL;
+    if ((rc = sq_ladder_solve(st->dp, o->params.curve, &lp, &l, err)))
+        return rc;
+    if (o->ladder_plans && mkdir(o->ladder_plans, 0777) != 0 && errno != EEXIST) {
+        rc = sq_error_set(err, SQ_ECANTCREAT, "%s: cannot create the folder: %s", o->ladder_plans,
+                          strerror(errno));
+        sq_ladder_free(l);
+        return rc;
+    }
+    enum { MAIN, SCHEDULE, ENVELOPES, SVG, FIXED };
+    const char *path[FIXED + SQ_LADDER_MAX_RUNGS] = {o->out_file ? o->out_file : "-",
+                                                     o->schedule_file, o->envelopes_file,
+                                                     o->svg_file};
+    char names[SQ_LADDER_MAX_RUNGS][4096];
+    for (int i = 0; o->ladder_plans && i < l->n; i++) {
+        snprintf(names[i], sizeof names[i], "%s/plan-b%d.json", o->ladder_plans,
+                 l->rungs[i].batch);
+        path[FIXED + i] = names[i];
+    }
+    int n_out = FIXED + (o->ladder_plans ? l->n : 0);
+    sq_out *out[FIXED + SQ_LADDER_MAX_RUNGS] = {0};
+    for (int i = 0; i < n_out && !rc; i++)
+        if (path[i])
+            rc = sq_out_open(&out[i], path[i], err);
+    cJSON *j = rc ? NULL : sq_ladder_to_json(l, &lp);
+    if (!rc)
+        rc = print_json(sq_out_stream(out[MAIN]), j, "ladder", err);
+    if (!rc && out[SCHEDULE])
+        rc = sq_ladder_export(l, "trtllm-schedule", sq_out_stream(out[SCHEDULE]), err);
+    if (!rc && out[ENVELOPES])
+        rc = sq_ladder_export(l, "sglang", sq_out_stream(out[ENVELOPES]), err);
+    if (!rc && out[SVG])
+        rc = sq_ladder_svg_write(sq_out_stream(out[SVG]), l, err);
+    for (int i = 0; !rc && o->ladder_plans && i < l->n; i++)
+        rc = print_json(sq_out_stream(out[FIXED + i]), sq_plan_to_json(l->rungs[i].plan), "plan",
+                        err);
+    if (!rc)
+        rc = sq_cli_commit(out, n_out, err);
+    else
+        for (int i = 0; i < n_out; i++)
+            sq_out_abort(out[i]);
+    if (!rc && !o->quiet)
+        sq_ladder_print(o->out_file ? stdout : stderr, l);
+    sq_ladder_free(l);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     plan_opts o;
@@ -594,8 +690,10 @@ int main(int argc, char **argv)
     sq_out_install_signal_handlers();
     sq_error err = {0};
     plan_state st = {0};
-    if (!(rc = load_inputs(&o, &st, &err)) && !(rc = make_plan(&o, &st, &err)) &&
-        !(rc = write_outputs(&o, &st, &err)) && !o.quiet)
+    if (!(rc = load_inputs(&o, &st, &err)) && o.ladder)
+        rc = run_ladder(&o, &st, &err);
+    else if (!rc && !(rc = make_plan(&o, &st, &err)) && !(rc = write_outputs(&o, &st, &err)) &&
+             !o.quiet)
         print_report(&o, &st);
     state_free(&st);
     if (rc) {

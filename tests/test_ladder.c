@@ -313,3 +313,97 @@ Test(ladder, exports_parse_as_the_engines_expect)
     sq_dp_free(dp);
     sq_curve_clear(&c);
 }
+
+Test(ladder, a_profile_of_one_batch_size_is_not_a_ladder)
+{
+    sq_curve c;
+    curve(&c);
+    sq_dp *dp = solve(&c, 8, 4);
+    int b[] = {1};
+    sq_profile *t = batch_profile(b, 1, 8, knee);
+    sq_ladder_params prm = {.target = t, .draft_ms = 0.1, .target_file = "t.json"};
+    sq_ladder *l = NULL;
+    sq_error err = {0};
+    cr_assert_eq(sq_ladder_solve(dp, &c, &prm, &l, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "t.json") && strstr(err.msg, "--batch"), "%s", err.msg);
+    sq_profile_free(t);
+    sq_dp_free(dp);
+    sq_curve_clear(&c);
+}
+
+/* ---- the tool ----------------------------------------------------------------------------- */
+
+static void write_batch_profile(const char *path, double fixed, double per_row)
+{
+    FILE *fp = fopen(path, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "{\"format\":\"sequoia-profile\",\"version\":2,\"points\":[");
+    int b[] = {1, 2, 4, 8, 16};
+    for (int i = 0; i < 5; i++)
+        for (int n = 1; n <= 32; n++)
+            fprintf(fp, "%s{\"batch\":%d,\"tokens\":%d,\"median_ms\":%.6f}", i || n > 1 ? "," : "",
+                    b[i], n, fixed + per_row * (b[i] * n > 16 ? b[i] * n - 16 : 0));
+    fprintf(fp, "]}\n");
+    fclose(fp);
+}
+
+Test(ladder, sequoia_plan_ladder_writes_every_file_and_refuses_bad_requests)
+{
+    char *dir = tu_tmpdir();
+    char *t = tu_path(dir, "t.json"), *d = tu_path(dir, "d.json"), *o = tu_path(dir, "l.json");
+    char *s = tu_path(dir, "s.json"), *e = tu_path(dir, "e.json"), *g = tu_path(dir, "l.svg");
+    char *p = tu_path(dir, "plans");
+    write_batch_profile(t, 1.0, 0.05);
+    write_batch_profile(d, 0.1, 0.005);
+    char *argv[] = {getenv("SQ_PLAN_BIN"), "--ladder", "--target-profile", t, "--draft-profile",
+                    d, "-n", "32", "-d", "6", "-o", o, "--schedule", s, "--envelopes", e, "--svg",
+                    g, "--ladder-plans", p, NULL};
+    char *out = NULL, *se = NULL;
+    cr_assert_eq(tu_run(argv, &out, &se), 0, "%s", se);
+    cr_assert(strstr(out, "batch"), "%s", out);
+    size_t len;
+    char *text = tu_read(o, &len);
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_str_eq(sq_json_field(j, "format")->valuestring, "sequoia-ladder");
+    cr_assert_eq(cJSON_GetArraySize(sq_json_field(j, "rungs")), 5);
+    cJSON_Delete(j);
+    free(text);
+    char *p16 = tu_path(p, "plan-b16.json");
+    sq_plan *plan;
+    sq_error err = {0};
+    cr_assert_eq(sq_plan_load(p16, &plan, &err), 0, "%s", err.msg);
+    sq_plan_free(plan);
+    text = tu_read(g, &len);
+    cr_assert(strstr(text, "<svg") && strstr(text, "optimal tree"));
+    free(text);
+    text = tu_read(s, &len);
+    cr_assert(strstr(text, "draft_len_schedule"), "%s", text);
+    free(text);
+    free(out);
+    free(se);
+
+    /* a version 1 profile is not a batch profile */
+    char *v1 = tu_path(dir, "v1.json");
+    tu_write(v1, "{\"format\":\"sequoia-profile\",\"version\":1,\"points\":["
+                 "{\"tokens\":1,\"median_ms\":1},{\"tokens\":64,\"median_ms\":2}]}");
+    char *argv2[] = {getenv("SQ_PLAN_BIN"), "--ladder", "--target-profile", v1, "--draft-ms",
+                     "0.1", "-n", "16", "-o", o, NULL};
+    cr_assert_eq(tu_run(argv2, NULL, &se), SQ_EUSAGE);
+    cr_assert(strstr(se, "v1.json") && strstr(se, "batch profile"), "%s", se);
+    free(se);
+    /* ladder options without --ladder, and --ladder without profiles */
+    char *argv3[] = {getenv("SQ_PLAN_BIN"), "--objective", "throughput", NULL};
+    cr_assert_eq(tu_run(argv3, NULL, &se), SQ_EUSAGE);
+    cr_assert(strstr(se, "--ladder"), "%s", se);
+    free(se);
+    char *argv4[] = {getenv("SQ_PLAN_BIN"), "--ladder", NULL};
+    cr_assert_eq(tu_run(argv4, NULL, &se), SQ_EUSAGE);
+    cr_assert(strstr(se, "--target-profile"), "%s", se);
+    free(se);
+    char *argv5[] = {getenv("SQ_PLAN_BIN"), "--ladder", "--objective", "speed", NULL};
+    cr_assert_eq(tu_run(argv5, NULL, &se), SQ_EUSAGE);
+    cr_assert(strstr(se, "speed"), "%s", se);
+    free(se);
+    free(t); free(d); free(o); free(s); free(e); free(g); free(p); free(p16); free(v1);
+    tu_rmtree(dir);
+}
