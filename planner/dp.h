@@ -1,11 +1,13 @@
-/* The Sequoia dynamic program (DESIGN.md §3; paper §3.1, App. F.1).
+/* The Sequoia dynamic program (docs/design.md §3; paper §3.1, App. F.1).
  *
  *   T[n][d][b] = best F over trees of size n, depth <= d, whose root has exactly b children
  *   Best[n][d] = max_b T[n][d][b]
  *   T[n][d][b] = max_{m} T[n-m][d][b-1] + p_b · Best[m][d-1]     (b-th child: m nodes, depth d-1)
  *
  * One solve yields Best[n][d] for every n <= budget and d <= depth, and the optimal tree of any
- * of those sizes and depths. Time O(N²·D·B), memory O(N·D·B) (32-bit back-pointers).
+ * of those sizes and depths. Time at most O(N²·D·B), memory O(N·D·B) (32-bit back-pointers);
+ * planner/dp.c skips the splits and the depth columns it can prove do not change the result, so
+ * typical solves are far cheaper (docs/planning.md, "Speed").
  *
  * Tie-breaking (so that the same input always gives the byte-identical plan): candidates are
  * scanned in increasing order and only a strictly larger value replaces the incumbent, so
@@ -14,8 +16,8 @@
  *    to better-ranked children).
  *
  * With a depth-dependent curve (p_by_depth) the value of a subtree depends on where it hangs,
- * so column d of the table comes from its own solve with the depth bound d; the cost is then
- * O(N²·D²·B/2). */
+ * so column d of the table comes from its own solve with the depth bound d; the columns below
+ * the curve's last row are shared by every such solve, so the cost is O(N²·D·B·rows/2). */
 #ifndef SQ_PLANNER_DP_H
 #define SQ_PLANNER_DP_H
 
@@ -23,16 +25,23 @@
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/tree.h"
 
-/* Documented limits. A request past them is refused at once (SQ_EUSAGE). */
-#define SQ_DP_MAX_CELLS (1LL << 24)   /* (N+1)·(D+1)·(B+1) after clamping: 64 MiB of back-pointers */
-#define SQ_DP_MAX_WORK (1LL << 35)    /* inner-loop steps, about N²·D·B/2 (depth-dependent: ·D/2) */
+/* Documented limits (docs/planning.md, "Speed"). A request past them is refused at once
+ * (SQ_EUSAGE), naming the limit. The cells bound the back-pointers: 4 bytes each, at most
+ * 512 MiB, and only the columns up to the depth where the table stops changing are stored. The
+ * work bounds the plain solver's steps, N²·D·B/2 (with p_by_depth: ·min(D, rows)), which the
+ * fast solver reaches only when no split can be skipped. */
+#define SQ_DP_MAX_CELLS (1LL << 27)
+#define SQ_DP_MAX_WORK (1LL << 40)
 #define SQ_DP_MAX_BUDGET (1 << 20)
+#define SQ_DP_MAX_THREADS 16
 
 typedef struct sq_dp_params {
     int budget;             /* N >= 1: tree size, root included                            */
     int depth;              /* D >= 1: levels, root included; clamped to N                 */
     int width;              /* B >= 1: children per node; 0 = the curve's width; clamped   */
     const sq_curve *curve;  /* acceptance; its p_by_depth is used when present             */
+    int threads;            /* 0: one per online CPU (at most SQ_DP_MAX_THREADS); the result
+                               does not depend on it                                       */
 } sq_dp_params;
 
 /* budget 128, depth 10, width 0 (the curve's), the embedded default curve. */
@@ -45,6 +54,10 @@ int sq_dp_check(const sq_dp_params *params, sq_error *err);
 
 int sq_dp_solve(const sq_dp_params *params, sq_dp **out, sq_error *err);
 void sq_dp_free(sq_dp *dp);
+
+/* The depth from which every deeper column of the table equals it (values and trees), or 0
+ * when the table changes up to the depth bound (depth-independent part of the solve). */
+int sq_dp_saturation(const sq_dp *dp);
 
 /* Effective bounds after clamping. */
 int sq_dp_budget(const sq_dp *dp);

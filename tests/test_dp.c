@@ -1,5 +1,6 @@
 /* The Sequoia DP against oracles: brute-force enumeration of every ordered tree up to 10 nodes,
- * the official solver's tables, and the reference values of DESIGN.md §3.1. */
+ * the official solver's tables, the reference values of docs/design.md §3.1, and the plain
+ * O(N²·D·B) solver (tests/dp_reference.c), which the fast one must equal bit for bit. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -9,6 +10,7 @@
 #include "planner/baseline.h"
 #include "libsequoia/format/curve.h"
 #include "planner/dp.h"
+#include "tests/dp_reference.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/plan.h"
 #include "tests/testutil.h"
@@ -315,6 +317,27 @@ Test(dp, refuses_requests_past_the_limits_at_once)
     cr_assert_null(dp);
     cr_assert(strstr(err.msg, "limit"), "%s", err.msg);
 
+    /* issue 17's sizes are inside the limits; one step past the cells limit is refused, and
+     * the message gives the limit */
+    sq_error ok = {0};
+    prm = (sq_dp_params){.budget = 16384, .depth = 64, .width = 64, .curve = sq_curve_default()};
+    cr_assert_eq(sq_dp_check(&prm, &ok), 0, "%s", ok.msg);
+    prm.budget = 4096;
+    cr_assert_eq(sq_dp_check(&prm, &ok), 0, "%s", ok.msg);
+    prm = (sq_dp_params){.budget = 16384, .depth = 64, .width = 128, .curve = sq_curve_default()};
+    sq_error past = {0};
+    cr_assert_eq(sq_dp_solve(&prm, &dp, &past), SQ_EUSAGE);
+    cr_assert_null(dp);
+    char limit[32];
+    snprintf(limit, sizeof limit, "%lld", (long long)SQ_DP_MAX_CELLS);
+    cr_assert(strstr(past.msg, limit), "%s", past.msg);
+    /* the work limit: cells within bounds, but N²·D·B/2 past it */
+    prm = (sq_dp_params){.budget = 1 << 20, .depth = 2, .width = 2, .curve = sq_curve_default()};
+    sq_error past2 = {0};
+    cr_assert_eq(sq_dp_check(&prm, &past2), SQ_EUSAGE);
+    snprintf(limit, sizeof limit, "%lld", (long long)SQ_DP_MAX_WORK);
+    cr_assert(strstr(past2.msg, limit), "%s", past2.msg);
+
     sq_error err2 = {0};
     prm = sq_dp_default_params();
     prm.budget = 0;
@@ -423,6 +446,227 @@ Test(dp, best_size_is_the_smallest_size_reaching_the_best_value)
                          prm.budget, prm.depth, prm.width, d);
         }
         sq_dp_free(dp);
+/* ---- the fast solver equals the plain one, bit for bit ------------------------------------ */
+
+/* Both solvers on the same parameters: every Best[n][d] bitwise, d up to one past the bound,
+ * and, when trees is set, the optimal tree of every feasible (n, d) node for node. */
+static void expect_same(const sq_dp_params *prm, int trees, const char *what)
+{
+    sq_dp *f;
+    sq_dpref *r;
+    sq_error err = {0};
+    cr_assert_eq(sq_dp_solve(prm, &f, &err), 0, "%s: %s", what, err.msg);
+    cr_assert_eq(sq_dpref_solve(prm, &r, &err), 0, "%s: %s", what, err.msg);
+    const int N = sq_dp_budget(f), D = sq_dp_depth(f);
+    for (int d = 0; d <= D + 1; d++)
+        for (int n = 0; n <= N; n++) {
+            double a = sq_dp_best(f, n, d), b = sq_dpref_best(r, n, d);
+            cr_assert(memcmp(&a, &b, sizeof a) == 0, "%s: Best[%d][%d] fast %.17g, plain %.17g",
+                      what, n, d, a, b);
+        }
+    if (trees) {
+        for (int d = 1; d <= D; d++)
+            for (int n = 1; n <= N; n++) {
+                if (!isfinite(sq_dp_best(f, n, d)))
+                    continue;
+                sq_tree *ta, *tb;
+                cr_assert_eq(sq_dp_tree(f, n, d, &ta, &err), 0, "%s: %s", what, err.msg);
+                cr_assert_eq(sq_dpref_tree(r, n, d, &tb, &err), 0, "%s: %s", what, err.msg);
+                cr_assert_eq(ta->n, tb->n);
+                for (int i = 0; i < n; i++)
+                    cr_assert(ta->parent[i] == tb->parent[i] && ta->rank[i] == tb->rank[i],
+                              "%s: tree n=%d d=%d differs at node %d", what, n, d, i);
+                sq_tree_free(ta);
+                sq_tree_free(tb);
+            }
+    }
+    sq_dp_free(f);
+    sq_dpref_free(r);
+}
+
+Test(dp, fast_equals_plain_on_every_size_and_depth_up_to_512_and_24)
+{
+    /* the App. E vector at every (n <= 512, d <= 24), values and trees, at its own width, a
+     * narrow one, and one past its 31 ranks (zero p) */
+    const int widths[] = {0, 4, 64};
+    for (int i = 0; i < 3; i++) {
+        sq_dp_params prm = {.budget = 512, .depth = 24, .width = widths[i],
+                            .curve = sq_curve_default(), .threads = 1 + i % 2};
+        char what[64];
+        snprintf(what, sizeof what, "App. E, 512/24/%d", widths[i]);
+        expect_same(&prm, 1, what);
+    }
+}
+
+Test(dp, fast_equals_plain_on_large_solves)
+{
+    /* where the skipping and the depth saturation do the most: values everywhere, trees at the
+     * bounds */
+    sq_dp_params prm = {.budget = 1024, .depth = 32, .width = 32, .curve = sq_curve_default(),
+                        .threads = 2};
+    expect_same(&prm, 0, "App. E, 1024/32/32");
+    sq_dp *f;
+    sq_dpref *r;
+    sq_error err = {0};
+    cr_assert_eq(sq_dp_solve(&prm, &f, &err), 0);
+    cr_assert_eq(sq_dpref_solve(&prm, &r, &err), 0);
+    cr_assert_gt(sq_dp_saturation(f), 0, "the App. E table should stop changing before depth 32");
+    for (int d = 1; d <= 32; d += 31) {
+        sq_tree *ta, *tb;
+        cr_assert_eq(sq_dp_tree(f, 1024, d == 1 ? 32 : d, &ta, &err), 0);
+        cr_assert_eq(sq_dpref_tree(r, 1024, d == 1 ? 32 : d, &tb, &err), 0);
+        cr_assert_eq(memcmp(ta->parent, tb->parent, 1024 * sizeof *ta->parent), 0);
+        cr_assert_eq(memcmp(ta->rank, tb->rank, 1024 * sizeof *ta->rank), 0);
+        sq_tree_free(ta);
+        sq_tree_free(tb);
+    }
+    sq_dp_free(f);
+    sq_dpref_free(r);
+}
+
+static void load_reference_curve(const char *file, int drop_first, sq_curve *c)
+{
+    char *path = tu_source_path(file);
+    cJSON *root;
+    sq_error err = {0};
+    cr_assert_eq(sq_json_load(path, &root, &err), 0, "%s", err.msg);
+    const cJSON *pj = cJSON_GetObjectItem(root, "p");
+    int w = cJSON_GetArraySize(pj) - drop_first;
+    double *p = malloc(sizeof(double) * (size_t)w);
+    for (int i = 0; i < w; i++)
+        p[i] = cJSON_GetArrayItem(pj, i + drop_first)->valuedouble;
+    cr_assert_eq(sq_curve_init(c, "ref", "stochastic", p, w, &err), 0, "%s", err.msg);
+    free(p);
+    cJSON_Delete(root);
+    free(path);
+}
+
+Test(dp, fast_equals_plain_on_the_official_reference_vectors)
+{
+    const char *files[] = {"tests/data/reference/official_appe_table.json",
+                           "tests/data/reference/official_demo_table.json"};
+    for (int i = 0; i < 2; i++) {
+        sq_curve c;
+        load_reference_curve(files[i], i, &c);
+        /* the official tables' own bounds, then larger ones */
+        sq_dp_params a = {.budget = 128, .depth = 10, .width = 0, .curve = &c, .threads = 1};
+        expect_same(&a, 1, files[i]);
+        sq_dp_params b = {.budget = 400, .depth = 20, .width = 0, .curve = &c, .threads = 2};
+        expect_same(&b, 1, files[i]);
+        sq_curve_clear(&c);
+    }
+}
+
+/* A random curve of one of five kinds: sorted (power-law-like), unsorted, with zeros, with
+ * exact ties (multiples of 1/64), or depth-dependent. */
+static void random_curve(unsigned seed, sq_curve *c, int *kind_out)
+{
+    srand(seed);
+    const int kind = (int)(seed % 5);
+    const int w = 1 + rand() % 70;
+    double *p = malloc(sizeof(double) * (size_t)w);
+    if (kind == 3) {
+        int left = 64;
+        for (int i = 0; i < w; i++) {
+            int k = left > 0 ? rand() % (left < 6 ? left + 1 : 6) : 0;
+            left -= k;
+            p[i] = k / 64.0;
+        }
+    } else {
+        random_vector(seed * 7u + 1u, w, p, kind == 2 ? 0.4 : 0.0);
+        if (kind == 0) {
+            /* sorted, decreasing */
+            for (int i = 1; i < w; i++)
+                for (int j = i; j > 0 && p[j] > p[j - 1]; j--) {
+                    double t = p[j];
+                    p[j] = p[j - 1];
+                    p[j - 1] = t;
+                }
+        }
+    }
+    sq_error err = {0};
+    cr_assert_eq(sq_curve_init(c, "random", "stochastic", p, w, &err), 0, "seed %u: %s", seed,
+                 err.msg);
+    if (kind == 4) {
+        const int rows = 1 + rand() % 6;
+        c->depth_rows = rows;
+        c->p_by_depth = malloc(sizeof(double) * (size_t)(rows * w));
+        for (int r = 0; r < rows; r++)
+            random_vector(seed * 31u + (unsigned)r, w, c->p_by_depth + (size_t)r * (size_t)w,
+                          r % 2 ? 0.3 : 0.0);
+    }
+    free(p);
+    *kind_out = kind;
+}
+
+Test(dp, fast_equals_plain_on_1000_random_curves, .timeout = 600)
+{
+    int kinds[5] = {0};
+    for (unsigned seed = 1; seed <= 1000; seed++) {
+        sq_curve c;
+        int kind;
+        random_curve(seed, &c, &kind);
+        kinds[kind]++;
+        srand(seed * 2654435761u);
+        const int big = kind == 4 ? 90 : 260;
+        sq_dp_params prm = {.budget = 2 + rand() % big, .depth = 1 + rand() % (kind == 4 ? 10 : 24),
+                            .width = rand() % 3 ? 0 : 1 + rand() % 70, .curve = &c,
+                            .threads = 1 + rand() % 3};
+        char what[96];
+        snprintf(what, sizeof what, "seed %u (kind %d, %d/%d/%d, %d rows)", seed, kind,
+                 prm.budget, prm.depth, prm.width, c.depth_rows);
+        /* trees for one curve in four (every feasible cell); values for all */
+        expect_same(&prm, seed % 4 == 0, what);
+        sq_curve_clear(&c);
+    }
+    for (int k = 0; k < 5; k++)
+        cr_assert_eq(kinds[k], 200);
+}
+
+Test(dp, result_does_not_depend_on_the_thread_count)
+{
+    sq_dp_params prm = {.budget = 2000, .depth = 20, .width = 40, .curve = sq_curve_default()};
+    sq_dp *one, *many;
+    sq_error err = {0};
+    prm.threads = 1;
+    cr_assert_eq(sq_dp_solve(&prm, &one, &err), 0);
+    prm.threads = 3;
+    cr_assert_eq(sq_dp_solve(&prm, &many, &err), 0);
+    for (int d = 0; d <= 20; d++)
+        for (int n = 0; n <= 2000; n++) {
+            double a = sq_dp_best(one, n, d), b = sq_dp_best(many, n, d);
+            cr_assert(memcmp(&a, &b, sizeof a) == 0, "Best[%d][%d]", n, d);
+        }
+    sq_tree *ta, *tb;
+    cr_assert_eq(sq_dp_tree(one, 2000, 20, &ta, &err), 0);
+    cr_assert_eq(sq_dp_tree(many, 2000, 20, &tb, &err), 0);
+    cr_assert_eq(memcmp(ta->parent, tb->parent, 2000 * sizeof *ta->parent), 0);
+    cr_assert_eq(memcmp(ta->rank, tb->rank, 2000 * sizeof *ta->rank), 0);
+    sq_tree_free(ta);
+    sq_tree_free(tb);
+    sq_dp_free(one);
+    sq_dp_free(many);
+}
+
+Test(dp, fast_equals_plain_where_splits_tie_exactly)
+{
+    /* flat and dyadic curves make many splits worth exactly the same: the smallest one must win
+     * in the skipping solver too, including at block bounds equal to the incumbent */
+    const double flat[][6] = {{0.25, 0.25, 0.25, 0.25, 0, 0},
+                              {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625},
+                              {0.125, 0.125, 0.125, 0.125, 0.125, 0.125},
+                              {0.5, 0.5, 0, 0, 0, 0}};
+    for (int i = 0; i < 4; i++) {
+        sq_curve c;
+        sq_error err = {0};
+        cr_assert_eq(sq_curve_init(&c, "ties", "stochastic", flat[i], 6, &err), 0, "%s", err.msg);
+        for (int D = 3; D <= 12; D += 9) {
+            sq_dp_params prm = {.budget = 600, .depth = D, .width = 0, .curve = &c,
+                                .threads = 1 + i % 2};
+            char what[64];
+            snprintf(what, sizeof what, "tie curve %d, 600/%d", i, D);
+            expect_same(&prm, 1, what);
+        }
         sq_curve_clear(&c);
     }
 }
