@@ -281,7 +281,7 @@ static const bad_case cases[] = {
     {"negative_tensor_shape", RUN, {"dump", "--draft", "@/m-st-neg", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"model.safetensors", "model.norm.weight"}},
     {"negative_budget", PLAN, {"--budget", "-5", "-o", OUT}, 64, {"--budget"}},
     /* huge sizes, refused up front with the cap in the message */
-    {"huge_budget_times_depth", PLAN, {"--budget", "1000000", "--depth", "1000", "-o", OUT}, 64, {"limit", "16777216"}},
+    {"huge_budget_times_depth", PLAN, {"--budget", "1000000", "--depth", "1000", "-o", OUT}, 64, {"limit", "134217728"}},
     {"plan_of_1e9_nodes", PLAN, {"--plan", "@/plan-huge.json", "--export", "trtllm", "-o", OUT}, 65, {"plan-huge.json", "size", "1048576"}},
     {"profile_of_2e40_tokens", PLAN, {"--target-profile", "@/prof-huge.json", "--draft-ms", "1", "-o", OUT}, 65, {"prof-huge.json", "points[0].tokens", "16777216"}},
     {"csv_of_2e40_tokens", PROFILE, {"--import", "@/prof-huge.csv", "-o", OUT}, 65, {"prof-huge.csv:2", "16777216"}},
