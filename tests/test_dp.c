@@ -446,6 +446,10 @@ Test(dp, best_size_is_the_smallest_size_reaching_the_best_value)
                          prm.budget, prm.depth, prm.width, d);
         }
         sq_dp_free(dp);
+        sq_curve_clear(&c);
+    }
+}
+
 /* ---- the fast solver equals the plain one, bit for bit ------------------------------------ */
 
 /* Both solvers on the same parameters: every Best[n][d] bitwise, d up to one past the bound,
