@@ -7,6 +7,7 @@
 
 #include "libsequoia/base/json.h"
 #include "planner/baseline.h"
+#include "planner/export.h"
 #include "planner/hardware.h"
 
 int sq_objective_parse(const char *s)
@@ -384,25 +385,37 @@ int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error 
         fprintf(fp, "}}\n");
         return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the export failed") : SQ_OK;
     }
-    if (!strcmp(engine, "sglang")) {
-        /* SGLang's envelope flags (python/sglang/srt/server_args.py): steps = levels below the
-         * root, topk = the widest node's children, draft tokens = nodes including the root
-         * (the verified token count SGLang allocates per request). */
-        fprintf(fp, "{\"engine\": \"sglang\", \"per_batch\": [");
+    if (!strcmp(engine, "envelopes")) {
+        /* Per batch size, the smallest flags under which SGLang's and TensorRT-LLM's dynamic
+         * trees can take the rung's tree (sq_envelope_of, planner/export.h: SGLang counts the
+         * root among its draft tokens, TensorRT-LLM does not). A rung that does not pay gets
+         * speculation off. */
+        fprintf(fp, "{\"shape\": \"the smallest envelope holding each batch size's best tree\","
+                    "\n \"per_batch\": [");
         for (int i = 0; i < l->n; i++) {
             const sq_ladder_rung *r = &l->rungs[i];
-            int maxc = sq_tree_max_children(r->plan->tree);
-            fprintf(fp, "%s\n  {\"batch\": %d, \"speculate\": %s, \"speculative_num_steps\": %d, "
-                    "\"speculative_eagle_topk\": %d, \"speculative_num_draft_tokens\": %d}",
-                    i ? "," : "", r->batch, r->pays ? "true" : "false",
-                    r->pays ? r->best.depth - 1 : 0, r->pays ? (maxc > 0 ? maxc : 1) : 0,
-                    r->pays ? r->best.size : 0);
+            fprintf(fp, "%s\n  {\"batch\": %d, \"speculate\": %s", i ? "," : "", r->batch,
+                    r->pays ? "true" : "false");
+            if (r->pays) {
+                sq_envelope sg, tr;
+                int rc = sq_envelope_of(r->plan->tree, SQ_ENGINE_SGLANG, &sg, "ladder", err);
+                if (!rc)
+                    rc = sq_envelope_of(r->plan->tree, SQ_ENGINE_TRTLLM_DYNAMIC, &tr, "ladder", err);
+                if (rc)
+                    return rc;
+                fprintf(fp, ", \"sglang\": {\"speculative_num_steps\": %d, "
+                        "\"speculative_eagle_topk\": %d, \"speculative_num_draft_tokens\": %d}, "
+                        "\"trtllm_dynamic\": {\"use_dynamic_tree\": true, \"max_draft_len\": %d, "
+                        "\"dynamic_tree_max_topK\": %d, \"max_total_draft_tokens\": %d}",
+                        sg.steps, sg.topk, sg.draft_tokens, tr.steps, tr.topk, tr.draft_tokens);
+            }
+            fputc('}', fp);
         }
         fprintf(fp, "\n]}\n");
         return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the export failed") : SQ_OK;
     }
     return sq_error_set(err, SQ_EUSAGE, "ladder export \"%s\": unknown (known: trtllm-schedule, "
-                        "sglang)", engine);
+                        "envelopes)", engine);
 }
 
 void sq_ladder_print(FILE *fp, const sq_ladder *l)

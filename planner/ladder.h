@@ -96,7 +96,8 @@ int sq_ladder_save(const char *file, const sq_ladder *l, const sq_ladder_params 
 /* Engine exports of a ladder:
  *   trtllm-schedule  TensorRT-LLM's draft_len_schedule for chains ({batch: draft_len}, batch
  *                    thresholds, draft_len 0 where no chain pays; the first key is 1)
- *   sglang           one SGLang envelope line per batch size (steps, topk, draft tokens)
+ *   envelopes        per batch size, the smallest SGLang and TensorRT-LLM dynamic-tree flags
+ *                    holding the rung's best tree (speculation off where it does not pay)
  * Written as JSON to fp. */
 int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error *err);
 

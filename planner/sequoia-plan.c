@@ -78,7 +78,7 @@ static void usage(FILE *fp)
         "      --objective O      latency (per-sequence speedup, the default) or throughput\n"
         "                         (tokens/s, against serving more sequences plainly instead)\n"
         "      --schedule FILE    TensorRT-LLM draft_len_schedule for chains (JSON)\n"
-        "      --envelopes FILE   SGLang flags per batch size (JSON)\n"
+        "      --envelopes FILE   SGLang and TensorRT-LLM dynamic-tree flags by batch (JSON)\n"
         "      --ladder-plans DIR one plan per batch size, DIR/plan-b<batch>.json (for --plan)\n"
         "      --svg FILE         with --ladder: predicted speedup against batch size\n");
     fprintf(fp,
@@ -662,7 +662,7 @@ static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
     if (!rc && out[SCHEDULE])
         rc = sq_ladder_export(l, "trtllm-schedule", sq_out_stream(out[SCHEDULE]), err);
     if (!rc && out[ENVELOPES])
-        rc = sq_ladder_export(l, "sglang", sq_out_stream(out[ENVELOPES]), err);
+        rc = sq_ladder_export(l, "envelopes", sq_out_stream(out[ENVELOPES]), err);
     if (!rc && out[SVG])
         rc = sq_ladder_svg_write(sq_out_stream(out[SVG]), l, err);
     for (int i = 0; !rc && o->ladder_plans && i < l->n; i++)

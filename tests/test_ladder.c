@@ -286,15 +286,22 @@ Test(ladder, exports_parse_as_the_engines_expect)
     free(buf);
 
     fp = open_memstream(&buf, &len);
-    cr_assert_eq(sq_ladder_export(l, "sglang", fp, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_ladder_export(l, "envelopes", fp, &err), 0, "%s", err.msg);
     fclose(fp);
     j = cJSON_Parse(buf);
     cr_assert_not_null(j, "%s", buf);
     const cJSON *rows = sq_json_field(j, "per_batch");
     cr_assert_eq(cJSON_GetArraySize(rows), 5);
-    const cJSON *r0 = rows->child;
-    cr_assert_eq(sq_json_field(r0, "speculative_num_draft_tokens")->valueint, l->rungs[0].best.size);
-    cr_assert_eq(sq_json_field(r0, "speculative_num_steps")->valueint, l->rungs[0].best.depth - 1);
+    const cJSON *r0 = rows->child, *sg = sq_json_field(r0, "sglang");
+    const cJSON *tr = sq_json_field(r0, "trtllm_dynamic");
+    cr_assert_eq(sq_json_field(sg, "speculative_num_draft_tokens")->valueint, l->rungs[0].best.size,
+                 "SGLang counts the root");
+    cr_assert_eq(sq_json_field(tr, "max_total_draft_tokens")->valueint,
+                 l->rungs[0].best.size - 1, "TensorRT-LLM does not");
+    cr_assert_eq(sq_json_field(sg, "speculative_num_steps")->valueint, l->rungs[0].best.depth - 1);
+    const cJSON *r3 = cJSON_GetArrayItem(rows, 3);
+    cr_assert(cJSON_IsFalse(sq_json_field(r3, "speculate")), "batch 8 is past the crossover");
+    cr_assert_null(sq_json_field(r3, "sglang"));
     cJSON_Delete(j);
     free(buf);
     fp = open_memstream(&buf, &len);
