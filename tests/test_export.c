@@ -964,9 +964,9 @@ ParameterizedTest(cli_bad *cc, export, cli_bad_imports_and_refused_exports_leave
         files = 1;
     }
     char *argv[20];
-    int a = 0;
+    int a = 0, nsub = 0;
     argv[a++] = (char *)bin();
-    for (int i = 0; i < 12 && cc->args[i][0]; i++)
+    for (int i = 0; i < 12 && cc->args[i][0]; i++, nsub++)
         argv[a++] = subst2(cc->args[i], dir, in);
     argv[a++] = "-o";
     argv[a++] = outp;
@@ -974,6 +974,8 @@ ParameterizedTest(cli_bad *cc, export, cli_bad_imports_and_refused_exports_leave
     argv[a] = NULL;
     char *out, *err;
     int rc = tu_run(argv, &out, &err);
+    for (int i = 1; i <= nsub; i++)
+        free(argv[i]);
     cr_assert_eq(rc, cc->status, "exit %d, expected %d: %s", rc, cc->status, err);
     for (int i = 0; i < 2; i++)
         if (cc->expect[i][0])
