@@ -667,6 +667,90 @@ static int plan_eagle(const sq_engine_plan_params *p, const sq_curve *c,
 
 /* ---- envelopes (SGLang, TensorRT-LLM's dynamic tree) ---------------------------------- */
 
+typedef struct env_cand {
+    sq_tree *tree;
+    int      exact, depth;
+    double   score, ms;
+} env_cand;
+
+/* The best tree for topk K: the DP with width K (the caller's solve when it is that one), its
+ * (size, depth) by tokens per step or per second, repaired to K non-leaves per level. */
+static int envelope_try(const sq_engine_plan_params *p, const sq_curve *c, int K, env_cand *out,
+                        sq_error *err)
+{
+    memset(out, 0, sizeof *out);
+    sq_dp_params dpp = sq_dp_default_params();
+    dpp.budget = p->budget;
+    dpp.depth = p->depth;
+    dpp.width = K;
+    dpp.curve = c;
+    sq_dp *dp = NULL, *use = p->solved;
+    sq_hw_result *hw = NULL;
+    sq_tree *t = NULL;
+    int rc;
+    if ((rc = sq_dp_check(&dpp, err)))
+        return rc;
+    int D = p->depth < p->budget ? p->depth : p->budget;
+    if (!use || sq_dp_budget(use) != p->budget || sq_dp_width(use) != K ||
+        sq_dp_depth(use) != D || sq_dp_curve(use) != c) {
+        if ((rc = sq_dp_solve(&dpp, &dp, err)))
+            return rc;
+        use = dp;
+    }
+    int n = 1, d = sq_dp_depth(use);
+    if (p->hw) {
+        if ((rc = sq_hw_select(use, p->hw, &hw, err))) {
+            sq_dp_free(dp);
+            return rc;
+        }
+        n = hw->n;
+        d = hw->d;
+        if (n < 2) {
+            /* The engine always drafts: the fastest tree with a draft step (it may not pay;
+             * the speedup printed says so). */
+            double bs = -1;
+            for (int m = 2; m <= hw->N; m++)
+                for (int dd = 2; dd <= hw->D; dd++) {
+                    double sp = hw->speedup_table[(size_t)m * (size_t)(hw->D + 1) + (size_t)dd];
+                    if (!isnan(sp) && sp > bs) {
+                        bs = sp;
+                        n = m;
+                        d = dd;
+                    }
+                }
+        }
+        sq_hw_result_free(hw);
+    } else {
+        n = sq_dp_best_size(use, d);
+    }
+    rc = sq_dp_tree(use, n, d, &t, err);
+    sq_dp_free(dp);
+    if (rc)
+        return rc;
+    out->exact = 1;
+    if (max_non_leaves_of(t) > K) {
+        sq_tree *fixed = NULL;
+        rc = repair_non_leaves(t, c, n, d, K, K, &fixed, err);
+        sq_tree_free(t);
+        if (rc)
+            return rc;
+        t = fixed;
+        out->exact = 0;
+    }
+    double F = sq_tree_expected_tokens(t, c, NULL);
+    out->score = F;
+    if (p->hw) {
+        if ((rc = sq_hw_step_ms(p->hw, t, F, &out->ms, err))) {
+            sq_tree_free(t);
+            return rc;
+        }
+        out->score = F / out->ms;
+    }
+    out->tree = t;
+    out->depth = d;
+    return SQ_OK;
+}
+
 static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
                          sq_engine_plan_result *out, sq_error *err)
 {
@@ -677,81 +761,40 @@ static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
     int Kmax = p->width > 0 ? p->width : c->width;
     if (Kmax > p->budget - 1)
         Kmax = p->budget - 1;
+    /* The widest envelope first: its tree's own topk K* bounds the search, since a wider
+     * envelope than K* holds that tree and cannot beat it. Then K = 1 .. K*-1, ties to the
+     * smaller K. */
+    env_cand wide, cand;
+    int rc = envelope_try(p, c, Kmax, &wide, err);
+    if (rc)
+        return rc;
+    int Kstar = Kmax;
+    if (wide.tree->n >= 2) {
+        sq_envelope env;
+        if (sq_envelope_of(wide.tree, p->engine, &env, "plan", NULL) == SQ_OK && env.topk < Kmax)
+            Kstar = env.topk;
+    }
     double best_score = -1;
-    int rc = SQ_OK;
-    for (int K = 1; K <= Kmax && !rc; K++) {
-        sq_dp_params dpp = sq_dp_default_params();
-        dpp.budget = p->budget;
-        dpp.depth = p->depth;
-        dpp.width = K;
-        dpp.curve = c;
-        sq_dp *dp = NULL;
-        sq_hw_result *hw = NULL;
-        sq_tree *t = NULL;
-        if ((rc = sq_dp_check(&dpp, err)) || (rc = sq_dp_solve(&dpp, &dp, err)))
+    for (int K = 1; K <= Kstar && !rc; K++) {
+        if (K == Kstar) {
+            cand = wide;
+            wide.tree = NULL;
+        } else if ((rc = envelope_try(p, c, K, &cand, err))) {
             break;
-        int n = 1, d = sq_dp_depth(dp);
-        if (p->hw) {
-            if ((rc = sq_hw_select(dp, p->hw, &hw, err))) {
-                sq_dp_free(dp);
-                break;
-            }
-            n = hw->n;
-            d = hw->d;
-            if (n < 2) {
-                /* The engine always drafts: the fastest tree with a draft step (it may not pay;
-                 * the speedup printed says so). */
-                double bs = -1;
-                for (int m = 2; m <= hw->N; m++)
-                    for (int dd = 2; dd <= hw->D; dd++) {
-                        double sp = hw->speedup_table[(size_t)m * (size_t)(hw->D + 1) + (size_t)dd];
-                        if (!isnan(sp) && sp > bs) {
-                            bs = sp;
-                            n = m;
-                            d = dd;
-                        }
-                    }
-            }
-            sq_hw_result_free(hw);
-        } else {
-            for (int m = 2; m <= sq_dp_budget(dp); m++)
-                if (sq_dp_best(dp, m, d) > sq_dp_best(dp, n, d))
-                    n = m;
         }
-        rc = sq_dp_tree(dp, n, d, &t, err);
-        sq_dp_free(dp);
-        if (rc)
-            break;
-        int exact = 1;
-        if (max_non_leaves_of(t) > K) {
-            sq_tree *fixed = NULL;
-            rc = repair_non_leaves(t, c, n, d, K, K, &fixed, err);
-            sq_tree_free(t);
-            if (rc)
-                break;
-            t = fixed;
-            exact = 0;
-        }
-        double F = sq_tree_expected_tokens(t, c, NULL), score = F, ms = 0;
-        if (p->hw) {
-            if ((rc = sq_hw_step_ms(p->hw, t, F, &ms, err))) {
-                sq_tree_free(t);
-                break;
-            }
-            score = F / ms;
-        }
-        if (t->n >= 2 && score > best_score * (1 + 1e-12)) {
-            best_score = score;
+        if (cand.tree->n >= 2 && cand.score > best_score * (1 + 1e-12)) {
+            best_score = cand.score;
             sq_tree_free(out->tree);
-            out->tree = t;
-            out->exact = exact;
-            out->depth = d;
+            out->tree = cand.tree;
+            out->exact = cand.exact;
+            out->depth = cand.depth;
             out->width = K;
-            out->step_ms = ms;
+            out->step_ms = cand.ms;
         } else {
-            sq_tree_free(t);
+            sq_tree_free(cand.tree);
         }
     }
+    sq_tree_free(wide.tree);
     if (rc) {
         sq_tree_free(out->tree);
         out->tree = NULL;
