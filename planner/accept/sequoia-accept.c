@@ -13,6 +13,8 @@
 #include <gsl/gsl_errno.h>
 
 #include "planner/accept/accept.h"
+#include "planner/accept/merge.h"
+#include "planner/accept/stats.h"
 #include "libsequoia/format/corpus.h"
 #include "libsequoia/format/curve.h"
 #include "planner/dp.h"
@@ -26,9 +28,6 @@
 
 #define PROG "sequoia-accept"
 #define MAX_LIST 64
-
-static const char sparse_note[] =
-    "sparse corpus: tokens outside the stored top-K count as probability 0 (an approximation)";
 
 static void usage(FILE *fp)
 {
@@ -247,62 +246,6 @@ static int plot(char **files, int n_files)
 }
 
 
-static cJSON *string_array(const char *const *v, int n)
-{
-    cJSON *a = cJSON_CreateArray();
-    SQ_ASSERT(a);
-    for (int i = 0; i < n; i++)
-        SQ_ASSERT(cJSON_AddItemToArray(a, cJSON_CreateString(v[i])));
-    return a;
-}
-
-/* Builds curve c from statistics. */
-static int curve_from_stats(sq_curve *c, const char *name, const sq_accept_config *cfg,
-                            const sq_accept_stats *st, int samples, const cJSON *seed,
-                            const char *unit, sq_error *err)
-{
-    int W = st->width;
-    double *p = malloc((size_t)W * sizeof *p), *se = malloc((size_t)W * sizeof *se);
-    if (!p || !se) {
-        free(p);
-        free(se);
-        return sq_error_oom(err, "curve");
-    }
-    int have_se = sq_accept_stats_estimate(st, p, se);
-    int rc = sq_curve_init(c, name, sq_mode_name(cfg->mode), p, W, err);
-    free(p);
-    if (rc) {
-        free(se);
-        return rc;
-    }
-    c->temperature = cfg->temperature;
-    c->top_p = cfg->top_p;
-    c->positions = (long long)st->sum_n;
-    c->sequences = st->sequences;
-    if (have_se)
-        c->stderr_p = se;
-    else
-        free(se);
-    cJSON *stats = sq_accept_stats_to_json(st);
-    cJSON *extra = cJSON_CreateObject();
-    SQ_ASSERT(extra);
-    /* Put the settings first, then the sums. */
-    cJSON *o = cJSON_CreateObject();
-    SQ_ASSERT(o);
-    sq_json_add(o, "estimator", cJSON_CreateString(sq_mode_is_sampled(cfg->mode)
-                                                       ? "rao-blackwellised"
-                                                       : "exact"));
-    sq_json_add(o, "samples", cJSON_CreateNumber(sq_mode_is_sampled(cfg->mode) ? samples : 1));
-    sq_json_add(o, "seed", seed ? cJSON_Duplicate(seed, 1) : cJSON_CreateNull());
-    sq_json_add(o, "unit", cJSON_CreateString(unit));
-    for (cJSON *m = stats->child; m; m = m->next)
-        sq_json_add(o, m->string, cJSON_Duplicate(m, 1));
-    cJSON_Delete(stats);
-    sq_json_add(extra, "stats", o);
-    c->extra = extra;
-    return SQ_OK;
-}
-
 /* ---- estimation ------------------------------------------------------------------------------ */
 
 typedef struct est_opts {
@@ -420,7 +363,7 @@ static int estimate(char **files, int n_files, est_opts *o)
         hexp[f] = hex[f];
     }
     if (sparse)
-        fprintf(stderr, PROG ": notice: %s\n", sparse_note);
+        fprintf(stderr, PROG ": notice: %s\n", sq_accept_sparse_note);
     if (single)
         fprintf(stderr, PROG ": notice: a corpus without /seq_offsets is one sequence; its standard "
                 "errors use %d contiguous batches (batch means)\n", SQ_ACCEPT_BATCHES);
@@ -470,7 +413,7 @@ static int estimate(char **files, int n_files, est_opts *o)
     for (int j = 0; j < n_cfg; j++) {
         char name[128];
         sq_accept_config_name(&cfg[j], name, sizeof name);
-        rc = curve_from_stats(&set.curves[j], name, &cfg[j], stats[j], o->params.samples, seed,
+        rc = sq_accept_curve_from_stats(&set.curves[j], name, &cfg[j], stats[j], o->params.samples, seed,
                               unit, &err);
         if (rc) {
             cJSON_Delete(seed);
@@ -480,18 +423,11 @@ static int estimate(char **files, int n_files, est_opts *o)
     }
     cJSON_Delete(seed);
     const sq_corpus_info *i0 = sq_corpus_get_info(corp[0]);
-    cJSON *src = cJSON_CreateObject();
-    SQ_ASSERT(src);
-    sq_json_add(src, "corpus", string_array(names, n_files));
-    sq_json_add(src, "sha256", string_array(hexp, n_files));
-    sq_json_add(src, "draft", cJSON_CreateString(i0->draft));
-    sq_json_add(src, "target", cJSON_CreateString(i0->target));
-    sq_json_add(src, "vocab_size", cJSON_CreateNumber(i0->vocab));
-    sq_json_add(src, "sparse", cJSON_CreateBool(sparse));
-    if (sparse)
-        sq_json_add(src, "note", cJSON_CreateString(sparse_note));
-    sq_json_add(src, "tool", cJSON_CreateString(PROG " " SQ_VERSION));
-    set.source = src;
+    if (!(set.source = sq_accept_source_json(names, hexp, n_files, i0->draft, i0->target,
+                                             i0->vocab, sparse, PROG " " SQ_VERSION))) {
+        rc = sq_error_oom(&err, "source");
+        goto done;
+    }
     root = sq_curve_set_to_json(&set);
     sq_json_print(sq_out_stream(out), root);
     rc = sq_out_commit(out, &err);
@@ -540,62 +476,6 @@ done:
     return rc;
 }
 
-/* ---- reading curves back ---------------------------------------------------------------------- */
-
-/* The statistics of curve c (from its "stats" member), or an error naming the file. */
-static int curve_stats(const sq_curve *c, const char *file, int idx, sq_accept_stats **out,
-                       int *samples, const cJSON **seed, const char **unit, sq_error *err)
-{
-    char ctx[64];
-    snprintf(ctx, sizeof ctx, "curves[%d].stats", idx);
-    const cJSON *st = c->extra ? sq_json_field(c->extra, "stats") : NULL;
-    if (!st)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: missing (the curve \"%s\" was not written by "
-                            PROG ", so it cannot be merged)", file, ctx, c->name);
-    if (c->width > SQ_ACCEPT_MAX_WIDTH)
-        return sq_error_set(err, SQ_EDATA, "%s: curves[%d].p: %d ranks, more than %d", file, idx,
-                            c->width, SQ_ACCEPT_MAX_WIDTH);
-    int rc = sq_accept_stats_from_json(st, c->width, file, ctx, out, err);
-    if (rc)
-        return rc;
-    (*out)->sequences = c->sequences < 0 ? 0 : c->sequences;
-    long long k = 1;
-    if ((rc = sq_json_get_int(st, "samples", 1, 1, SQ_ACCEPT_MAX_SAMPLES, &k, file, ctx, err))) {
-        sq_accept_stats_free(*out);
-        *out = NULL;
-        return rc;
-    }
-    *samples = (int)k;
-    *seed = sq_json_field(st, "seed");
-    *unit = "sequence";
-    if ((rc = sq_json_get_string(st, "unit", 0, unit, file, ctx, err))) {
-        sq_accept_stats_free(*out);
-        *out = NULL;
-        return rc;
-    }
-    return SQ_OK;
-}
-
-static int source_strings(const cJSON *src, const char *key, const char *file, const char ***v,
-                          int *n, sq_error *err)
-{
-    const cJSON *a = src ? sq_json_field(src, key) : NULL;
-    if (!cJSON_IsArray(a))
-        return sq_error_set(err, SQ_EDATA, "%s: source.%s: missing or not an array", file, key);
-    int m = cJSON_GetArraySize(a);
-    const char **grown = realloc(*v, (size_t)(*n + m) * sizeof **v);
-    if (!grown && *n + m > 0)
-        return sq_error_oom(err, "source");
-    *v = grown;
-    int i = 0;
-    for (const cJSON *e = a->child; e; e = e->next, i++) {
-        if (!cJSON_IsString(e))
-            return sq_error_set(err, SQ_EDATA, "%s: source.%s[%d]: expected a string", file, key, i);
-        (*v)[(*n)++] = e->valuestring;
-    }
-    return SQ_OK;
-}
-
 /* ---- merge -------------------------------------------------------------------------------------- */
 
 static int merge(char **files, int n_files, const char *out_file, int quiet)
@@ -603,228 +483,37 @@ static int merge(char **files, int n_files, const char *out_file, int quiet)
     sq_error err = {0};
     int rc = SQ_OK;
     sq_curve_set **sets = calloc((size_t)n_files, sizeof *sets);
-    const char **corpus = NULL, **sha = NULL;
-    int n_corpus = 0, n_sha = 0;
     sq_curve_set merged = {0};
     cJSON *root = NULL;
     if (!sets)
-        return sq_error_oom(&err, "curve files"), fprintf(stderr, PROG ": %s\n", err.msg), SQ_ESOFTWARE;
-    for (int f = 0; f < n_files; f++)
-        if ((rc = sq_curve_set_load(files[f], &sets[f], &err)))
-            goto done;
-
-    /* Sources: same models, disjoint corpora. */
-    const char *draft = NULL, *target = NULL;
-    int sparse = 0;
-    for (int f = 0; f < n_files; f++) {
-        const cJSON *src = sets[f]->source;
-        const int before = n_sha;
-        if ((rc = source_strings(src, "corpus", files[f], &corpus, &n_corpus, &err)) ||
-            (rc = source_strings(src, "sha256", files[f], &sha, &n_sha, &err)))
-            goto done;
-        if (n_sha != n_corpus) {
-            rc = sq_error_set(&err, SQ_EDATA, "%s: source.sha256: %d entries but source.corpus has %d",
-                              files[f], n_sha - before, n_corpus - before);
-            goto done;
-        }
-        for (int i = before; i < n_sha; i++)
-            for (int j = 0; j < i; j++)
-                if (strcmp(sha[i], sha[j]) == 0) {
-                    rc = sq_error_set(&err, SQ_EDATA, "%s: source.sha256[%d]: corpus %s was already "
-                                      "counted (as %s): the shards are not disjoint", files[f],
-                                      i - before, corpus[i], corpus[j]);
-                    goto done;
-                }
-        const char *d = NULL, *t = NULL;
-        if ((rc = sq_json_get_string(src, "draft", 1, &d, files[f], "source", &err)) ||
-            (rc = sq_json_get_string(src, "target", 1, &t, files[f], "source", &err)))
-            goto done;
-        if (f == 0) {
-            draft = d;
-            target = t;
-        } else if (strcmp(d, draft) || strcmp(t, target)) {
-            rc = sq_error_set(&err, SQ_EDATA, "%s: source: models %s -> %s differ from %s's %s -> %s",
-                              files[f], d, t, files[0], draft, target);
-            goto done;
-        }
-        const cJSON *sp = sq_json_field(src, "sparse");
-        sparse |= cJSON_IsTrue(sp);
+        rc = sq_error_oom(&err, "curve files");
+    for (int f = 0; f < n_files && !rc; f++)
+        rc = sq_curve_set_load(files[f], &sets[f], &err);
+    if (!rc && !(rc = sq_accept_merge(sets, files, n_files, PROG " " SQ_VERSION, &merged, &err))) {
+        if (!(root = sq_curve_set_to_json(&merged)))
+            rc = sq_error_oom(&err, "curves");
+        else if (!(rc = sq_json_save(out_file ? out_file : "-", root, &err)))
+            rc = write_svg(root, &err);
     }
-
-    merged.n = 0;
-    merged.curves = calloc((size_t)sets[0]->n, sizeof *merged.curves);
-    if (!merged.curves) {
-        rc = sq_error_oom(&err, "curves");
-        goto done;
-    }
-    for (int i = 0; i < sets[0]->n; i++) {
-        const sq_curve *c0 = &sets[0]->curves[i];
-        sq_accept_stats *total = NULL;
-        int samples0 = 0;
-        const cJSON *seed0 = NULL;
-        const char *unit0 = NULL;
-        int seed_same = 1;
-        for (int f = 0; f < n_files; f++) {
-            int idx = -1;
-            for (int j = 0; j < sets[f]->n; j++)
-                if (strcmp(sets[f]->curves[j].name, c0->name) == 0)
-                    idx = j;
-            if (idx < 0) {
-                rc = sq_error_set(&err, SQ_EDATA, "%s: curves: no curve named \"%s\" (every shard "
-                                  "must hold the same curves; %s has it)", files[f], c0->name,
-                                  files[0]);
-                break;
-            }
-            const sq_curve *c = &sets[f]->curves[idx];
-            if (strcmp(c->mode, c0->mode) || !(c->temperature == c0->temperature) ||
-                !(c->top_p == c0->top_p || (isnan(c->top_p) && isnan(c0->top_p))) ||
-                c->width != c0->width) {
-                rc = sq_error_set(&err, SQ_EDATA, "%s: curves[%d]: \"%s\" has a different mode, "
-                                  "temperature, top_p or width than in %s", files[f], idx, c->name,
-                                  files[0]);
-                break;
-            }
-            sq_accept_stats *st;
-            int samples;
-            const cJSON *seed;
-            const char *unit;
-            if ((rc = curve_stats(c, files[f], idx, &st, &samples, &seed, &unit, &err)))
-                break;
-            if (f == 0) {
-                samples0 = samples;
-                seed0 = seed;
-                unit0 = unit;
-                total = sq_accept_stats_new(c0->width);
-                if (!total) {
-                    sq_accept_stats_free(st);
-                    rc = sq_error_oom(&err, "statistics");
-                    break;
-                }
-            } else {
-                if (samples != samples0) {
-                    sq_accept_stats_free(st);
-                    rc = sq_error_set(&err, SQ_EDATA, "%s: curves[%d].stats.samples: %d, but %s used "
-                                      "%d (merge shards computed with the same settings)", files[f],
-                                      idx, samples, files[0], samples0);
-                    break;
-                }
-                if (!seed || !seed0 || !cJSON_Compare(seed, seed0, 1))
-                    seed_same = 0;
-                if (strcmp(unit, unit0) != 0)
-                    unit0 = "mixed";
-            }
-            sq_accept_stats_merge(total, st);
-            sq_accept_stats_free(st);
-        }
-        if (rc) {
-            sq_accept_stats_free(total);
-            goto done;
-        }
-        sq_mode mode;
-        if (sq_mode_parse(c0->mode, &mode) != 0)
-            mode = SQ_MODE_STOCHASTIC;
-        sq_accept_config cfg = {mode, c0->temperature, c0->top_p};
-        cJSON *null = cJSON_CreateNull();
-        rc = curve_from_stats(&merged.curves[i], c0->name, &cfg, total, samples0,
-                              seed_same ? seed0 : null, unit0, &err);
-        cJSON_Delete(null);
-        sq_accept_stats_free(total);
-        if (rc)
-            goto done;
-        merged.n = i + 1;
-    }
-    for (int f = 1; f < n_files; f++)
-        for (int j = 0; j < sets[f]->n; j++) {
-            int found = 0;
-            for (int i = 0; i < sets[0]->n; i++)
-                found |= strcmp(sets[0]->curves[i].name, sets[f]->curves[j].name) == 0;
-            if (!found) {
-                rc = sq_error_set(&err, SQ_EDATA, "%s: curves[%d]: \"%s\" is not in %s (every shard "
-                                  "must hold the same curves)", files[f], j, sets[f]->curves[j].name,
-                                  files[0]);
-                goto done;
-            }
-        }
-
-    cJSON *src = cJSON_CreateObject();
-    SQ_ASSERT(src);
-    sq_json_add(src, "corpus", string_array(corpus, n_corpus));
-    sq_json_add(src, "sha256", string_array(sha, n_sha));
-    sq_json_add(src, "draft", cJSON_CreateString(draft));
-    sq_json_add(src, "target", cJSON_CreateString(target));
-    const cJSON *vs = sq_json_field(sets[0]->source, "vocab_size");
-    if (vs)
-        sq_json_add(src, "vocab_size", cJSON_Duplicate(vs, 1));
-    sq_json_add(src, "sparse", cJSON_CreateBool(sparse));
-    if (sparse)
-        sq_json_add(src, "note", cJSON_CreateString(sparse_note));
-    sq_json_add(src, "tool", cJSON_CreateString(PROG " " SQ_VERSION));
-    merged.source = src;
-    root = sq_curve_set_to_json(&merged);
-    if ((rc = sq_json_save(out_file ? out_file : "-", root, &err)) || (rc = write_svg(root, &err)))
-        goto done;
-    if (!quiet && out_file)
+    if (!rc && !quiet && out_file) {
+        const cJSON *corpus = sq_json_field(merged.source, "corpus");
         printf("merged %d curve%s from %d files (%d corpus files)\n", merged.n,
-               merged.n == 1 ? "" : "s", n_files, n_corpus);
-
-done:
+               merged.n == 1 ? "" : "s", n_files, cJSON_GetArraySize(corpus));
+    }
     cJSON_Delete(root);
     cJSON_Delete(merged.source);
     for (int i = 0; i < merged.n; i++)
         sq_curve_clear(&merged.curves[i]);
     free(merged.curves);
-    for (int f = 0; f < n_files; f++)
+    for (int f = 0; sets && f < n_files; f++)
         sq_curve_set_free(sets[f]);
     free(sets);
-    free(corpus);
-    free(sha);
     if (rc)
         fprintf(stderr, PROG ": %s\n", err.msg);
     return rc;
 }
 
 /* ---- compare --------------------------------------------------------------------------------------- */
-
-/* Var of F's estimate: g' Cov g, with Cov from the statistics when present, else from the
- * standard errors (diagonal), else 0. *how says which. */
-static double F_variance(const sq_curve *c, const char *file, int idx, const double *grad,
-                         const char **how, sq_error *err, int *rc)
-{
-    int W = c->width;
-    sq_accept_stats *st = NULL;
-    int samples;
-    const cJSON *seed;
-    const char *unit;
-    *rc = SQ_OK;
-    if (c->extra && sq_json_field(c->extra, "stats")) {
-        if ((*rc = curve_stats(c, file, idx, &st, &samples, &seed, &unit, err)))
-            return 0;
-        double *cov = malloc((size_t)W * (size_t)W * sizeof *cov);
-        if (!cov) {
-            sq_accept_stats_free(st);
-            *rc = sq_error_oom(err, "covariance");
-            return 0;
-        }
-        sq_accept_stats_cov(st, cov);
-        double v = 0;
-        for (int j = 0; j < W; j++)
-            for (int k = 0; k < W; k++)
-                v += grad[j] * cov[(size_t)j * (size_t)W + (size_t)k] * grad[k];
-        free(cov);
-        sq_accept_stats_free(st);
-        *how = "full covariance";
-        return v > 0 ? v : 0;
-    }
-    if (c->stderr_p) {
-        double v = 0;
-        for (int k = 0; k < W; k++)
-            v += grad[k] * grad[k] * c->stderr_p[k] * c->stderr_p[k];
-        *how = "standard errors only (no covariance)";
-        return v;
-    }
-    *how = "no error information (treated as exact)";
-    return 0;
-}
 
 static int compare(const char *base_file, const char *new_file, int budget, int depth,
                    double sigma, const char *only)
@@ -861,13 +550,10 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
         printf("  rank   baseline        new     change        z\n");
         int W = cb->width > cn->width ? cb->width : cn->width;
         for (int k = 0; k < W; k++) {
-            double pb = k < cb->width ? cb->p[k] : 0, pn = k < cn->width ? cn->p[k] : 0;
-            double sb = k < cb->width && cb->stderr_p ? cb->stderr_p[k] : 0;
-            double sn = k < cn->width && cn->stderr_p ? cn->stderr_p[k] : 0;
-            double s = sqrt(sb * sb + sn * sn), d = pn - pb;
-            printf("  %4d  %9.5f  %9.5f  %+9.5f", k + 1, pb, pn, d);
-            if (s > 0)
-                printf("  %+7.2f\n", d / s);
+            sq_accept_rank_change r = sq_accept_rank_compare(cb, cn, k);
+            printf("  %4d  %9.5f  %9.5f  %+9.5f", k + 1, r.base, r.now, r.change);
+            if (!isnan(r.z))
+                printf("  %+7.2f\n", r.z);
             else
                 printf("        -\n");
         }
@@ -887,14 +573,15 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
             free(gn);
             goto done;
         }
-        double vb = F_variance(cb, base_file, i, gb, &how_b, &err, &rc);
-        double vn = rc ? 0 : F_variance(cn, new_file, j, gn, &how_n, &err, &rc);
+        double vb = 0, vn = 0;
+        if (!(rc = sq_accept_F_variance(cb, base_file, i, gb, &vb, &how_b, &err)))
+            rc = sq_accept_F_variance(cn, new_file, j, gn, &vn, &how_n, &err);
         free(gb);
         free(gn);
         if (rc)
             goto done;
         double dF = Fn - Fb, sF = sqrt(vb + vn);
-        int drop = dF < 0 && (sF > 0 ? dF / sF < -sigma : dF < -1e-12);
+        int drop = sq_accept_significant_drop(dF, sF, sigma);
         printf("  optimal tree (budget %d, depth %d): expected tokens/step %.4f -> %.4f, change "
                "%+.4f", budget, depth, Fb, Fn, dF);
         if (sF > 0)
