@@ -17,25 +17,19 @@
 #include "libsequoia/format/plan.h"
 #include "libsequoia/base/sha256.h"
 #include "runtime/model.h"
+#include "runtime/report.h"
 #include "runtime/specdec.h"
 #include "libsequoia/base/stats.h"
 #include "runtime/tokens.h"
+#include "runtime/validate.h"
 #include "libsequoia/verify/verify.h"
 
 #define PROG "sequoia-run"
-#define REPORT_FORMAT "sequoia-run-report"
-#define REPORT_VERSION 1
-#define P_MIN 0.001            /* a goodness-of-fit test fails below this p-value          */
-/* tree vs path logits, max abs difference: F32 compute on the CPU, 16-bit GEMM inputs on CUDA */
-static int attn_tol_cuda;
 #define CUDA_OPTIONS_HELP                                                                        \
     "      --backend NAME       cpu (default) or cuda (both models on the GPU)\n"                 \
     "      --dtype NAME         CUDA weights: f16 (default) or bf16; the CPU computes in f32\n"   \
     "      --offload            CUDA: weights stay in pinned host memory and are streamed to\n"   \
     "                           the GPU layer by layer (models larger than the GPU's memory)\n"
-#define ATTN_TOL (attn_tol_cuda ? 2e-2 : 1e-4)
-#define ATTN_STEPS 3           /* steps whose tree attention --validate checks             */
-#define MAX_FIRST_BINS 32      /* first tokens whose successors the pair test resolves     */
 
 static void usage(FILE *fp)
 {
@@ -100,7 +94,7 @@ static void usage(FILE *fp)
         "Exit status: 0 success, 1 a --validate check failed, 64 usage error, 65 invalid input\n"
         "data (plan, model, prompt), 66 input file missing, 70 internal error, 73 cannot create\n"
         "output, 74 I/O error.\n",
-        ATTN_STEPS, P_MIN, CUDA_OPTIONS_HELP);
+        SQ_VALIDATE_ATTN_STEPS, SQ_VALIDATE_P_MIN, CUDA_OPTIONS_HELP);
 }
 
 static void write_tokens(FILE *fp, const int32_t *t, int n)
@@ -108,83 +102,6 @@ static void write_tokens(FILE *fp, const int32_t *t, int n)
     for (int i = 0; i < n; i++)
         fprintf(fp, i ? " %d" : "%d", (int)t[i]);
     fputc('\n', fp);
-}
-
-static cJSON *ci_json(const sq_mean_ci *m)
-{
-    cJSON *o = cJSON_CreateObject();
-    sq_json_add(o, "mean", cJSON_CreateNumber(m->mean));
-    sq_json_add(o, "stddev", cJSON_CreateNumber(m->stddev));
-    sq_json_add(o, "stderr", isfinite(m->stderr_) ? cJSON_CreateNumber(m->stderr_)
-                                                 : cJSON_CreateNull());
-    double ci[2] = {m->lo, m->hi};
-    if (isfinite(m->lo) && isfinite(m->hi))
-        sq_json_add(o, "ci95", sq_json_number_array(ci, 2));
-    else
-        sq_json_add(o, "ci95", cJSON_CreateNull());
-    sq_json_add(o, "steps", cJSON_CreateNumber(m->n));
-    sq_json_add(o, "batches", cJSON_CreateNumber(m->batches));
-    sq_json_add(o, "ci_method", cJSON_CreateString(
-        "t interval on batch means of consecutive steps (about sqrt(steps) batches), never "
-        "narrower than the independent-steps interval"));
-    return o;
-}
-
-/* Acceptance measured along the verifier's walks: at a visited node with c children, ranks
- * 1..c were each "offered"; hits[k] counts rank k accepted. Under the positional assumption
- * hits[k] / offered[k] estimates p_k whatever c is. */
-typedef struct acc_stats {
-    int     W, D;
-    double *offered, *hits;               /* (W)                         */
-    double *offered_d, *hits_d;           /* (D, W) by depth of the node */
-} acc_stats;
-
-static int acc_init(acc_stats *a, int W, int D)
-{
-    a->W = W > 0 ? W : 1;
-    a->D = D;
-    a->offered = calloc((size_t)a->W, sizeof(double));
-    a->hits = calloc((size_t)a->W, sizeof(double));
-    a->offered_d = calloc((size_t)a->W * (size_t)D, sizeof(double));
-    a->hits_d = calloc((size_t)a->W * (size_t)D, sizeof(double));
-    return a->offered && a->hits && a->offered_d && a->hits_d ? 0 : -1;
-}
-
-static void acc_free(acc_stats *a)
-{
-    free(a->offered);
-    free(a->hits);
-    free(a->offered_d);
-    free(a->hits_d);
-}
-
-static void acc_add(acc_stats *a, const sq_step_info *s)
-{
-    for (int v = 0; v < s->visits; v++) {
-        int c = s->visit_children[v], r = s->visit_rank[v];
-        for (int k = 0; k < c && k < a->W; k++) {
-            a->offered[k] += 1;
-            a->offered_d[(size_t)v * a->W + k] += 1;
-        }
-        if (r > 0 && r <= a->W) {
-            a->hits[r - 1] += 1;
-            a->hits_d[(size_t)v * a->W + r - 1] += 1;
-        }
-    }
-}
-
-/* F(T) with the measured per-rank acceptance (ranks never offered count as 0). */
-static double tree_f_with(const sq_tree *t, const double *p, int W)
-{
-    double *f = malloc((size_t)t->n * sizeof *f), F = 0.0;
-    SQ_ASSERT(f);
-    for (int v = 0; v < t->n; v++) {
-        f[v] = v == 0 ? 1.0
-                      : f[t->parent[v]] * (t->rank[v] <= W ? p[t->rank[v] - 1] : 0.0);
-        F += f[v];
-    }
-    free(f);
-    return F;
 }
 
 typedef struct run_opts {
@@ -195,496 +112,212 @@ typedef struct run_opts {
     int         offload, temp_given;
 } run_opts;
 
-typedef struct validation {
-    int    ran;
-    int    attn_ok;
-    double attn_max_diff;
-    int    greedy_checked, greedy_ok, greedy_first_mismatch;
-    int    dist_checked, dist_ok;
-    sq_chisq first, pair;
-    int    pair_first_tokens;
-} validation;
+/* What one run holds. */
+typedef struct run_state {
+    sq_plan *plan;
+    sq_model *draft, *target;
+    sq_tokens *prompt;
+    sq_specdec *sd;
+    int32_t *gen, *base;
+    int *step_tokens, steps, L;
+    sq_step_info *infos;
+    sq_run_acceptance acc;
+    sq_validation val;
+} run_state;
 
-/* The distribution of the first two generated tokens over `samples` seeds against the
- * target's own: first token ~ P(. | prompt), pair ~ P(a | prompt) P(b | prompt, a). */
-static int validate_distribution(sq_specdec *sd, const run_opts *o, const int32_t *prompt,
-                                 int L, validation *val, sq_error *err)
+static void run_state_free(run_state *st, int max_new)
 {
-    int V = sq_specdec_vocab(sd), D = sq_specdec_depth(sd);
-    int R = o->samples, rc = SQ_OK;
-    int32_t *first = malloc((size_t)R * sizeof *first), *second = malloc((size_t)R * sizeof *second);
-    int32_t *buf = malloc((size_t)D * sizeof *buf), *ctx = malloc(((size_t)L + 1) * sizeof *ctx);
-    double *p0 = malloc((size_t)V * sizeof *p0), *p1 = malloc((size_t)V * sizeof *p1);
-    double *cnt = calloc((size_t)V, sizeof *cnt);
-    int32_t *order = malloc((size_t)V * sizeof *order);
-    double *pp = NULL, *pc = NULL;
-    if (!first || !second || !buf || !ctx || !p0 || !p1 || !cnt || !order) {
-        rc = sq_error_oom(err, "validation");
-        goto done;
-    }
-    for (int i = 0; i < R && !rc; i++) {
-        sq_specdec_seed(sd, o->prm.seed + 0x51ed27ull * (uint64_t)(i + 1));
-        if ((rc = sq_specdec_start(sd, prompt, L, err)))
-            break;
-        int got = 0;
-        while (got < 2 && !rc) {
-            if ((rc = sq_specdec_step(sd, buf, NULL, err)))
-                break;
-            int m = sq_specdec_length(sd) - L - got;
-            for (int j = 0; j < m && got < 2; j++, got++) {
-                if (got == 0)
-                    first[i] = buf[j];
-                else
-                    second[i] = buf[j];
-            }
-        }
-    }
-    if (rc)
-        goto done;
-    if ((rc = sq_specdec_target_probs(sd, prompt, L, p0, err)))
-        goto done;
-    for (int i = 0; i < R; i++)
-        cnt[first[i]] += 1;
-    val->first = sq_chisq_gof(cnt, p0, V, 5.0);
-    /* pair bins: (a, b) for the likeliest first tokens a, then one bin for every other a */
-    sq_topk_d(p0, V, V < MAX_FIRST_BINS ? V : MAX_FIRST_BINS, order);
-    int A = 0;
-    while (A < V && A < MAX_FIRST_BINS && p0[order[A]] * R >= 5.0)
-        A++;
-    size_t nb = (size_t)A * V + 1;
-    pp = calloc(nb, sizeof *pp);
-    pc = calloc(nb, sizeof *pc);
-    if (!pp || !pc) {
-        rc = sq_error_oom(err, "validation bins");
-        goto done;
-    }
-    memcpy(ctx, prompt, (size_t)L * sizeof *ctx);
-    double rest = 1.0;
-    for (int j = 0; j < A; j++) {
-        ctx[L] = order[j];
-        if ((rc = sq_specdec_target_probs(sd, ctx, L + 1, p1, err)))
-            goto done;
-        for (int b = 0; b < V; b++)
-            pp[(size_t)j * V + b] = p0[order[j]] * p1[b];
-        rest -= p0[order[j]];
-    }
-    pp[nb - 1] = rest > 0.0 ? rest : 0.0;
-    for (int i = 0; i < R; i++) {
-        int j = 0;
-        while (j < A && order[j] != first[i])
-            j++;
-        pc[j < A ? (size_t)j * V + second[i] : nb - 1] += 1;
-    }
-    val->pair = sq_chisq_gof(pc, pp, (int)nb, 5.0);
-    val->pair_first_tokens = A;
-    val->dist_checked = 1;
-    val->dist_ok = val->first.p_value >= P_MIN && val->pair.p_value >= P_MIN;
-done:
-    free(first);
-    free(second);
-    free(buf);
-    free(ctx);
-    free(p0);
-    free(p1);
-    free(cnt);
-    free(order);
-    free(pp);
-    free(pc);
-    return rc;
+    if (st->infos)
+        for (int s = 0; s <= max_new; s++)
+            sq_step_info_clear(&st->infos[s]);
+    free(st->infos);
+    free(st->step_tokens);
+    free(st->gen);
+    free(st->base);
+    sq_run_acceptance_free(&st->acc);
+    sq_specdec_free(st->sd);
+    sq_tokens_free(st->prompt);
+    sq_model_free(st->draft);
+    sq_model_free(st->target);
+    sq_plan_free(st->plan);
 }
 
-static int validate_attention(sq_specdec *sd, const int32_t *prompt, int L, validation *val,
-                              sq_error *err)
+/* Loads the plan, the models and the prompt, checks that they fit together, and makes the
+ * speculative decoder. */
+static int run_setup(run_opts *o, run_state *st, sq_error *err)
 {
-    int D = sq_specdec_depth(sd);
-    int32_t *buf = malloc((size_t)D * sizeof *buf);
-    if (!buf)
-        return sq_error_oom(err, "validation");
-    sq_step_info info = {0};
-    int rc = sq_specdec_start(sd, prompt, L, err);
-    val->attn_max_diff = 0.0;
-    sq_specdec_set_check_attention(sd, 1);
-    for (int s = 0; s < ATTN_STEPS && !rc; s++) {
-        if (sq_specdec_length(sd) - 1 + D > sq_specdec_max_context(sd))
-            break;
-        rc = sq_specdec_step(sd, buf, &info, err);
-        if (!rc && !(info.attn_max_diff <= val->attn_max_diff))
-            val->attn_max_diff = info.attn_max_diff;
-    }
-    sq_specdec_set_check_attention(sd, 0);
-    sq_step_info_clear(&info);
-    free(buf);
-    val->attn_ok = val->attn_max_diff <= ATTN_TOL;
-    return rc;
+    int rc;
+    if ((rc = sq_plan_load(o->plan_file, &st->plan, err)) ||
+        (rc = sq_model_load(o->draft_dir, &st->draft, err)) ||
+        (rc = sq_model_load(o->target_dir, &st->target, err)) ||
+        (rc = sq_tokens_load(o->prompt_file, &st->prompt, err)))
+        return rc;
+    const sq_model_config *dcfg = sq_model_get_config(st->draft);
+    const sq_model_config *tcfg = sq_model_get_config(st->target);
+    if (dcfg->vocab_size != tcfg->vocab_size)
+        return sq_error_set(err, SQ_EDATA,
+                            "%s/config.json: vocab_size: %d differs from the target's %d (%s)",
+                            o->draft_dir, dcfg->vocab_size, tcfg->vocab_size, o->target_dir);
+    if ((rc = sq_tokens_check_vocab(st->prompt, tcfg->vocab_size, o->prompt_file, err)))
+        return rc;
+    if (st->prompt->n > INT_MAX / 2)
+        return sq_error_set(err, SQ_EDATA, "%s: %lld tokens is too long a prompt", o->prompt_file,
+                            (long long)st->prompt->n);
+    int L = st->L = (int)st->prompt->n;
+    const char *want = sq_mode_rank_semantics(o->prm.mode);
+    if (strcmp(st->plan->rank_semantics, want) != 0)
+        fprintf(stderr,
+                PROG ": warning: %s: rank_semantics: the plan was made for '%s' ranks but --mode "
+                "%s uses '%s'; its expected_tokens does not describe this run\n",
+                o->plan_file, st->plan->rank_semantics, sq_mode_name(o->prm.mode), want);
+    o->prm.max_context = o->context;
+    o->prm.threads = o->threads;
+    if ((rc = sq_specdec_new(st->draft, st->target, st->plan, &o->prm, o->plan_file, &st->sd,
+                             err)))
+        return rc;
+    int D = sq_specdec_depth(st->sd), ctxlen = sq_specdec_max_context(st->sd);
+    if (L - 1 + D > ctxlen)
+        return sq_error_set(err, SQ_EDATA, "%s: %d tokens are longer than the context (%d tokens, "
+                            "less the tree depth %d)", o->prompt_file, L, ctxlen, D);
+    if (L + o->max_new - 1 + D > ctxlen)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "--max-new-tokens: %d new tokens after a %d-token prompt and a tree of "
+                            "depth %d exceed the context of %d tokens (see --context)",
+                            o->max_new, L, D, ctxlen);
+    size_t n = (size_t)o->max_new + 1;
+    st->gen = malloc(n * sizeof *st->gen);
+    st->base = malloc(n * sizeof *st->base);
+    st->step_tokens = malloc(n * sizeof *st->step_tokens);
+    st->infos = calloc(n, sizeof *st->infos);
+    if (!st->gen || !st->base || !st->step_tokens || !st->infos)
+        return sq_error_oom(err, "run buffers");
+    return sq_run_acceptance_init(&st->acc, sq_tree_max_children(st->plan->tree), D, err);
 }
 
-static cJSON *chisq_json(const sq_chisq *c, const char *what)
+/* Speculative decoding, the target alone, the checks: fills the record r. */
+static int run_decode(const run_opts *o, run_state *st, sq_run_record *r, sq_error *err)
 {
-    cJSON *o = cJSON_CreateObject();
-    sq_json_add(o, "test", cJSON_CreateString(what));
-    sq_json_add(o, "samples", cJSON_CreateNumber(c->n));
-    sq_json_add(o, "chi2", isfinite(c->stat) ? cJSON_CreateNumber(c->stat) : cJSON_CreateNull());
-    sq_json_add(o, "df", cJSON_CreateNumber(c->df));
-    sq_json_add(o, "p_value", cJSON_CreateNumber(c->p_value));
-    sq_json_add(o, "pass", cJSON_CreateBool(c->p_value >= P_MIN));
-    return o;
+    int rc;
+    sq_specdec_seed(st->sd, o->prm.seed);
+    double t0 = sq_now_ms();
+    if ((rc = sq_specdec_generate(st->sd, st->prompt->ids, st->L, o->max_new, st->gen,
+                                  st->step_tokens, &st->steps, st->infos, err)))
+        return rc;
+    r->spec_ms = sq_now_ms() - t0;
+    for (int s = 0; s < st->steps; s++) {
+        sq_run_acceptance_add(&st->acc, &st->infos[s]);
+        r->draft_ms += st->infos[s].draft_ms;
+        r->target_ms += st->infos[s].target_ms;
+        r->verify_ms += st->infos[s].verify_ms;
+    }
+    r->base_ms = NAN;
+    if (o->baseline) {
+        t0 = sq_now_ms();
+        if ((rc = sq_specdec_autoregressive(st->sd, st->prompt->ids, st->L, o->max_new,
+                                            o->prm.seed, st->base, err)))
+            return rc;
+        r->base_ms = sq_now_ms() - t0;
+    }
+    if (o->validate) {
+        st->val.ran = 1;
+        if ((rc = sq_validate_attention(st->sd, st->prompt->ids, st->L,
+                                        sq_validate_attn_tol(o->prm.backend), &st->val, err)))
+            return rc;
+        if (o->prm.mode == SQ_MODE_GREEDY)
+            sq_validate_greedy(st->gen, st->base, o->max_new, &st->val);
+        else if ((rc = sq_validate_distribution(st->sd, o->prm.seed, o->samples,
+                                                st->prompt->ids, st->L, &st->val, err)))
+            return rc;
+    }
+    const sq_model_config *tcfg = sq_model_get_config(st->target);
+    r->draft = o->draft_dir;
+    r->target = o->target_dir;
+    r->plan_file = o->plan_file;
+    r->prompt_file = o->prompt_file;
+    r->mode = sq_mode_name(o->prm.mode);
+    r->backend = o->prm.backend == SQ_BACKEND_CPU ? "cpu" : o->prm.offload ? "cuda-offload"
+                                                                           : "cuda";
+    r->dtype = o->prm.dtype == SQ_DTYPE_AUTO ? (o->prm.backend == SQ_BACKEND_CPU ? "f32" : "f16")
+                                             : sq_weight_dtype_name(o->prm.dtype);
+    r->prompt_tokens = st->L;
+    r->max_new_tokens = o->max_new;
+    r->context = sq_specdec_max_context(st->sd);
+    r->vocab_size = tcfg->vocab_size;
+    r->temperature = o->prm.mode == SQ_MODE_GREEDY ? 0.0 : o->prm.temperature;
+    r->top_p = o->prm.top_p;
+    r->seed = o->prm.seed;
+    r->plan = st->plan;
+    r->depth = sq_specdec_depth(st->sd);
+    r->steps = st->steps;
+    r->step_tokens = st->step_tokens;
+    r->acc = &st->acc;
+    r->gen = st->gen;
+    r->base = o->baseline ? st->base : NULL;
+    r->val = &st->val;
+    return SQ_OK;
+}
+
+/* The summary on stderr; SQ_EFAIL when a check failed. */
+static int run_summary(const sq_run_record *r, const sq_run_prediction *pr, sq_error *err)
+{
+    const sq_validation *val = r->val;
+    int n = r->max_new_tokens;
+    fprintf(stderr, PROG ": %d tokens in %d steps: %.3f tokens/step (95%% CI %.3f .. %.3f), plan "
+            "expects %.3f%s\n", n, r->steps, pr->ci.mean, pr->ci.lo, pr->ci.hi,
+            r->plan->expected_tokens, pr->within ? "" : pr->have_ci
+            ? " (outside the CI: see the report's prediction)" : " (too few steps for a CI)");
+    if (r->base)
+        fprintf(stderr, PROG ": %.3f ms/token speculative, %.3f ms/token target alone: speedup "
+                "%.2fx\n", r->spec_ms / n, r->base_ms / n, r->base_ms / r->spec_ms);
+    if (!val->ran)
+        return SQ_OK;
+    fprintf(stderr, PROG ": validate: tree attention max |diff| %.3g (<= %g): %s\n",
+            val->attn_max_diff, val->attn_tol, val->attn_ok ? "ok" : "FAILED");
+    if (val->greedy_checked && val->greedy_ok)
+        fprintf(stderr, PROG ": validate: greedy output identical to the target's: ok\n");
+    else if (val->greedy_checked)
+        fprintf(stderr, PROG ": validate: greedy output differs from the target's at token %d: "
+                "FAILED\n", val->greedy_first_mismatch);
+    if (val->dist_checked)
+        fprintf(stderr, PROG ": validate: %d seeds, first token chi2 %.2f df %d p = %.4g; "
+                "first two tokens chi2 %.2f df %d p = %.4g (fail below %g): %s\n",
+                val->seeds, val->first.stat, val->first.df, val->first.p_value, val->pair.stat,
+                val->pair.df, val->pair.p_value, SQ_VALIDATE_P_MIN,
+                val->dist_ok ? "ok" : "FAILED");
+    return sq_validation_pass(val) ? SQ_OK : sq_error_set(err, SQ_EFAIL, "validation failed");
 }
 
 static int run_main(run_opts *o)
 {
     sq_error err = {0};
-    int rc = SQ_OK;
-    sq_out *tok_out = NULL, *rep_out = NULL;
-    sq_plan *plan = NULL;
-    sq_model *draft = NULL, *target = NULL;
-    sq_tokens *prompt = NULL;
-    sq_specdec *sd = NULL;
-    int32_t *gen = NULL, *base = NULL;
-    int *step_tokens = NULL, steps = 0;
-    sq_step_info *infos = NULL;
-    double *stepv = NULL;
-    acc_stats acc = {0};
-    validation val = {0};
+    int rc;
+    enum { TOKENS, REPORT, N_OUT };
+    sq_out *out[N_OUT] = {NULL, NULL};
+    run_state st = {0};
+    sq_run_record rec = {0};
+    sq_run_prediction pred;
     cJSON *rep = NULL;
-
     /* every output first, so that an unwritable path fails before any work */
-    if ((rc = sq_out_open(&tok_out, o->out_file ? o->out_file : "-", &err)))
-        goto done;
-    if (o->report_file && (rc = sq_out_open(&rep_out, o->report_file, &err)))
-        goto done;
-    if ((rc = sq_plan_load(o->plan_file, &plan, &err)) ||
-        (rc = sq_model_load(o->draft_dir, &draft, &err)) ||
-        (rc = sq_model_load(o->target_dir, &target, &err)) ||
-        (rc = sq_tokens_load(o->prompt_file, &prompt, &err)))
-        goto done;
-    const sq_model_config *dcfg = sq_model_get_config(draft), *tcfg = sq_model_get_config(target);
-    if (dcfg->vocab_size != tcfg->vocab_size) {
-        rc = sq_error_set(&err, SQ_EDATA,
-                          "%s/config.json: vocab_size: %d differs from the target's %d (%s)",
-                          o->draft_dir, dcfg->vocab_size, tcfg->vocab_size, o->target_dir);
-        goto done;
+    if (!(rc = sq_out_open(&out[TOKENS], o->out_file ? o->out_file : "-", &err)) &&
+        !(o->report_file && (rc = sq_out_open(&out[REPORT], o->report_file, &err))) &&
+        !(rc = run_setup(o, &st, &err)) && !(rc = run_decode(o, &st, &rec, &err)) &&
+        !(rc = sq_run_predict(&rec, &pred, &err))) {
+        write_tokens(sq_out_stream(out[TOKENS]), st.gen, o->max_new);
+        if (out[REPORT] && !(rep = sq_run_report_json(&rec, &pred)))
+            rc = sq_error_oom(&err, "report");
+        else if (out[REPORT])
+            sq_json_print(sq_out_stream(out[REPORT]), rep);
+        /* both written out before either is renamed: a full disk leaves both as they were */
+        if (!rc && !(rc = sq_cli_commit(out, N_OUT, &err)))
+            rc = run_summary(&rec, &pred, &err);
     }
-    if ((rc = sq_tokens_check_vocab(prompt, tcfg->vocab_size, o->prompt_file, &err)))
-        goto done;
-    if (prompt->n > INT_MAX / 2) {
-        rc = sq_error_set(&err, SQ_EDATA, "%s: %lld tokens is too long a prompt", o->prompt_file,
-                          (long long)prompt->n);
-        goto done;
-    }
-    int L = (int)prompt->n;
-    const char *want = sq_mode_rank_semantics(o->prm.mode);
-    if (strcmp(plan->rank_semantics, want) != 0)
-        fprintf(stderr,
-                PROG ": warning: %s: rank_semantics: the plan was made for '%s' ranks but --mode "
-                "%s uses '%s'; its expected_tokens does not describe this run\n",
-                o->plan_file, plan->rank_semantics, sq_mode_name(o->prm.mode), want);
-    o->prm.max_context = o->context;
-    o->prm.threads = o->threads;
-    if ((rc = sq_specdec_new(draft, target, plan, &o->prm, o->plan_file, &sd, &err)))
-        goto done;
-    int D = sq_specdec_depth(sd), ctxlen = sq_specdec_max_context(sd);
-    if (L - 1 + D > ctxlen) {
-        rc = sq_error_set(&err, SQ_EDATA,
-                          "%s: %d tokens are longer than the context (%d tokens, less the tree "
-                          "depth %d)", o->prompt_file, L, ctxlen, D);
-        goto done;
-    }
-    if (L + o->max_new - 1 + D > ctxlen) {
-        rc = sq_error_set(&err, SQ_EUSAGE,
-                          "--max-new-tokens: %d new tokens after a %d-token prompt and a tree of "
-                          "depth %d exceed the context of %d tokens (see --context)",
-                          o->max_new, L, D, ctxlen);
-        goto done;
-    }
-
-    /* speculative decoding */
-    gen = malloc(((size_t)o->max_new + 1) * sizeof *gen);
-    base = malloc(((size_t)o->max_new + 1) * sizeof *base);
-    step_tokens = malloc(((size_t)o->max_new + 1) * sizeof *step_tokens);
-    infos = calloc((size_t)o->max_new + 1, sizeof *infos);
-    stepv = malloc(((size_t)o->max_new + 1) * sizeof *stepv);
-    int W = sq_tree_max_children(plan->tree);
-    if (!gen || !base || !step_tokens || !infos || !stepv || acc_init(&acc, W, D)) {
-        rc = sq_error_oom(&err, "run buffers");
-        goto done;
-    }
-    sq_specdec_seed(sd, o->prm.seed);
-    double t0 = sq_now_ms();
-    if ((rc = sq_specdec_generate(sd, prompt->ids, L, o->max_new, gen, step_tokens, &steps, infos,
-                                  &err)))
-        goto done;
-    double spec_ms = sq_now_ms() - t0;
-    double draft_ms = 0, target_ms = 0, verify_ms = 0;
-    for (int s = 0; s < steps; s++) {
-        stepv[s] = step_tokens[s];
-        acc_add(&acc, &infos[s]);
-        draft_ms += infos[s].draft_ms;
-        target_ms += infos[s].target_ms;
-        verify_ms += infos[s].verify_ms;
-    }
-    sq_mean_ci ci = sq_mean_ci_batch(stepv, steps);
-
-    /* the target alone */
-    double base_ms = NAN;
-    if (o->baseline) {
-        t0 = sq_now_ms();
-        if ((rc = sq_specdec_autoregressive(sd, prompt->ids, L, o->max_new, o->prm.seed, base,
-                                            &err)))
-            goto done;
-        base_ms = sq_now_ms() - t0;
-    }
-
-    if (o->validate) {
-        val.ran = 1;
-        if ((rc = validate_attention(sd, prompt->ids, L, &val, &err)))
-            goto done;
-        if (o->prm.mode == SQ_MODE_GREEDY) {
-            val.greedy_checked = 1;
-            val.greedy_ok = 1;
-            val.greedy_first_mismatch = -1;
-            for (int i = 0; i < o->max_new; i++)
-                if (gen[i] != base[i]) {
-                    val.greedy_ok = 0;
-                    val.greedy_first_mismatch = i;
-                    break;
-                }
-        } else if ((rc = validate_distribution(sd, o, prompt->ids, L, &val, &err))) {
-            goto done;
-        }
-    }
-
-    /* measured acceptance and the prediction */
-    double *phat = calloc((size_t)acc.W, sizeof *phat);
-    SQ_ASSERT(phat);
-    for (int k = 0; k < acc.W; k++)
-        phat[k] = acc.offered[k] > 0 ? acc.hits[k] / acc.offered[k] : 0.0;
-    double f_measured_acc = tree_f_with(plan->tree, phat, acc.W);
-    int have_ci = isfinite(ci.lo) && isfinite(ci.hi);
-    int within = have_ci && plan->expected_tokens >= ci.lo && plan->expected_tokens <= ci.hi;
-    char expl[1024];
-    if (!have_ci)
-        snprintf(expl, sizeof expl,
-                 "%d steps are too few for a confidence interval (at least 4 are needed): "
-                 "generate more tokens to compare with the plan's expected_tokens %.4f", steps,
-                 plan->expected_tokens);
-    else if (within)
-        snprintf(expl, sizeof expl,
-                 "the plan's expected_tokens %.4f lies within the 95%% CI of the measured mean",
-                 plan->expected_tokens);
-    else
-        snprintf(expl, sizeof expl,
-                 "measured %.4f tokens/step vs the plan's %.4f. The plan's curve ('%s', %s) "
-                 "predicts p_1 = %.4f; this run accepted rank 1 at %.4f. Scored with the "
-                 "acceptance measured in this run, the same tree gives F = %.4f: the part of the "
-                 "gap that remains (%.4f) is the positional assumption's error, the rest (%.4f) "
-                 "is the curve not describing this model pair and setting",
-                 ci.mean, plan->expected_tokens, plan->acceptance.name, plan->acceptance.mode,
-                 sq_curve_p(&plan->acceptance, 1, 1), phat[0], f_measured_acc,
-                 ci.mean - f_measured_acc, f_measured_acc - plan->expected_tokens);
-
-    rep = cJSON_CreateObject();
-    sq_json_add(rep, "format", cJSON_CreateString(REPORT_FORMAT));
-    sq_json_add(rep, "version", cJSON_CreateNumber(REPORT_VERSION));
-    cJSON *setup = cJSON_CreateObject();
-    sq_json_add(setup, "draft", cJSON_CreateString(o->draft_dir));
-    sq_json_add(setup, "target", cJSON_CreateString(o->target_dir));
-    sq_json_add(setup, "plan", cJSON_CreateString(o->plan_file));
-    sq_json_add(setup, "prompt", cJSON_CreateString(o->prompt_file));
-    sq_json_add(setup, "prompt_tokens", cJSON_CreateNumber(L));
-    sq_json_add(setup, "max_new_tokens", cJSON_CreateNumber(o->max_new));
-    sq_json_add(setup, "mode", cJSON_CreateString(sq_mode_name(o->prm.mode)));
-    sq_json_add(setup, "temperature", cJSON_CreateNumber(o->prm.mode == SQ_MODE_GREEDY
-                                                             ? 0.0 : o->prm.temperature));
-    sq_json_add(setup, "top_p", cJSON_CreateNumber(o->prm.top_p));
-    sq_json_add(setup, "seed", cJSON_CreateNumber((double)o->prm.seed));
-    sq_json_add(setup, "context", cJSON_CreateNumber(ctxlen));
-    sq_json_add(setup, "vocab_size", cJSON_CreateNumber(tcfg->vocab_size));
-    sq_json_add(setup, "backend", cJSON_CreateString(o->prm.backend == SQ_BACKEND_CPU ? "cpu"
-                                                     : o->prm.offload ? "cuda-offload" : "cuda"));
-    sq_json_add(setup, "dtype", cJSON_CreateString(o->prm.dtype == SQ_DTYPE_AUTO
-        ? (o->prm.backend == SQ_BACKEND_CPU ? "f32" : "f16") : sq_weight_dtype_name(o->prm.dtype)));
-    sq_json_add(rep, "setup", setup);
-    cJSON *pj = cJSON_CreateObject();
-    sq_json_add(pj, "size", cJSON_CreateNumber(plan->tree->n));
-    sq_json_add(pj, "depth", cJSON_CreateNumber(D));
-    sq_json_add(pj, "expected_tokens", cJSON_CreateNumber(plan->expected_tokens));
-    sq_json_add(pj, "rank_semantics", cJSON_CreateString(plan->rank_semantics));
-    sq_json_add(pj, "curve", cJSON_CreateString(plan->acceptance.name));
-    sq_json_add(rep, "plan", pj);
-    sq_json_add(rep, "generated_tokens", cJSON_CreateNumber(o->max_new));
-    sq_json_add(rep, "steps", cJSON_CreateNumber(steps));
-    sq_json_add(rep, "step_tokens", sq_json_int_array(step_tokens, (size_t)steps));
-    for (int s = 0; s < steps; s++)
-        step_tokens[s] -= 1;
-    sq_json_add(rep, "step_accepted", sq_json_int_array(step_tokens, (size_t)steps));
-    sq_json_add(rep, "tokens_per_step", ci_json(&ci));
-    cJSON *pred = cJSON_CreateObject();
-    sq_json_add(pred, "expected_tokens", cJSON_CreateNumber(plan->expected_tokens));
-    sq_json_add(pred, "measured", cJSON_CreateNumber(ci.mean));
-    sq_json_add(pred, "within_ci95", cJSON_CreateBool(within));
-    sq_json_add(pred, "expected_tokens_with_measured_acceptance",
-                cJSON_CreateNumber(f_measured_acc));
-    sq_json_add(pred, "explanation", cJSON_CreateString(expl));
-    sq_json_add(rep, "prediction", pred);
-    cJSON *aj = cJSON_CreateObject();
-    sq_json_add(aj, "p", sq_json_number_array(phat, (size_t)acc.W));
-    sq_json_add(aj, "offered", sq_json_number_array(acc.offered, (size_t)acc.W));
-    double *pc = malloc((size_t)acc.W * sizeof *pc);
-    SQ_ASSERT(pc);
-    for (int k = 0; k < acc.W; k++)
-        pc[k] = sq_curve_p(&plan->acceptance, 1, k + 1);
-    sq_json_add(aj, "plan_p", sq_json_number_array(pc, (size_t)acc.W));
-    cJSON *rows = cJSON_CreateArray();
-    for (int d = 0; d < D; d++) {
-        int any = 0;
-        for (int k = 0; k < acc.W; k++) {
-            double off = acc.offered_d[(size_t)d * acc.W + k];
-            pc[k] = off > 0 ? acc.hits_d[(size_t)d * acc.W + k] / off : 0.0;
-            any |= off > 0;
-        }
-        if (!any)
-            break;
-        cJSON_AddItemToArray(rows, sq_json_number_array(pc, (size_t)acc.W));
-    }
-    sq_json_add(aj, "p_by_depth", rows);
-    sq_json_add(aj, "note", cJSON_CreateString(
-        "p[k] = (times rank k+1 was accepted) / (visited nodes with at least k+1 children); "
-        "p_by_depth row d counts nodes at depth d (0 = the root)"));
-    sq_json_add(rep, "acceptance_measured", aj);
-    free(pc);
-    free(phat);
-    cJSON *tj = cJSON_CreateObject();
-    sq_json_add(tj, "speculative_ms", cJSON_CreateNumber(spec_ms));
-    sq_json_add(tj, "speculative_ms_per_token", cJSON_CreateNumber(spec_ms / o->max_new));
-    sq_json_add(tj, "draft_ms", cJSON_CreateNumber(draft_ms));
-    sq_json_add(tj, "target_ms", cJSON_CreateNumber(target_ms));
-    sq_json_add(tj, "verify_ms", cJSON_CreateNumber(verify_ms));
-    if (o->baseline) {
-        sq_json_add(tj, "autoregressive_ms", cJSON_CreateNumber(base_ms));
-        sq_json_add(tj, "autoregressive_ms_per_token", cJSON_CreateNumber(base_ms / o->max_new));
-        sq_json_add(tj, "speedup", cJSON_CreateNumber(base_ms / spec_ms));
-    }
-    sq_json_add(rep, "timing", tj);
-    if (o->baseline) {
-        int same = 0;
-        while (same < o->max_new && gen[same] == base[same])
-            same++;
-        cJSON *bj = cJSON_CreateObject();
-        int *bi = malloc((size_t)o->max_new * sizeof *bi);
-        SQ_ASSERT(bi);
-        for (int i = 0; i < o->max_new; i++)
-            bi[i] = base[i];
-        sq_json_add(bj, "tokens", sq_json_int_array(bi, (size_t)o->max_new));
-        free(bi);
-        sq_json_add(bj, "common_prefix_with_speculative", cJSON_CreateNumber(same));
-        sq_json_add(rep, "autoregressive", bj);
-    }
-    if (val.ran) {
-        cJSON *vj = cJSON_CreateObject();
-        cJSON *at = cJSON_CreateObject();
-        sq_json_add(at, "max_abs_diff", isfinite(val.attn_max_diff)
-                                            ? cJSON_CreateNumber(val.attn_max_diff)
-                                            : cJSON_CreateNull());
-        sq_json_add(at, "tolerance", cJSON_CreateNumber(ATTN_TOL));
-        sq_json_add(at, "steps", cJSON_CreateNumber(ATTN_STEPS));
-        sq_json_add(at, "pass", cJSON_CreateBool(val.attn_ok));
-        sq_json_add(vj, "tree_attention", at);
-        if (val.greedy_checked) {
-            cJSON *g = cJSON_CreateObject();
-            sq_json_add(g, "identical_to_target_greedy", cJSON_CreateBool(val.greedy_ok));
-            sq_json_add(g, "first_mismatch", cJSON_CreateNumber(val.greedy_first_mismatch));
-            sq_json_add(g, "pass", cJSON_CreateBool(val.greedy_ok));
-            sq_json_add(vj, "greedy", g);
-        }
-        if (val.dist_checked) {
-            cJSON *dj = cJSON_CreateObject();
-            sq_json_add(dj, "seeds", cJSON_CreateNumber(o->samples));
-            sq_json_add(dj, "p_min", cJSON_CreateNumber(P_MIN));
-            sq_json_add(dj, "first_token",
-                        chisq_json(&val.first, "chi-square goodness of fit of the first "
-                                   "generated token to the target's P(. | prompt)"));
-            sq_json_add(dj, "first_two_tokens",
-                        chisq_json(&val.pair, "chi-square goodness of fit of (first, second) "
-                                   "to P(a | prompt) P(b | prompt, a); the likeliest first "
-                                   "tokens get one bin per successor, the others one bin"));
-            sq_json_add(dj, "pair_first_tokens", cJSON_CreateNumber(val.pair_first_tokens));
-            sq_json_add(dj, "pass", cJSON_CreateBool(val.dist_ok));
-            sq_json_add(vj, "distribution", dj);
-        }
-        int pass = val.attn_ok && (!val.greedy_checked || val.greedy_ok) &&
-                   (!val.dist_checked || val.dist_ok);
-        sq_json_add(vj, "pass", cJSON_CreateBool(pass));
-        sq_json_add(rep, "validation", vj);
-    }
-
-    write_tokens(sq_out_stream(tok_out), gen, o->max_new);
-    if (rep_out)
-        sq_json_print(sq_out_stream(rep_out), rep);
-    /* both written out before either is renamed: a full disk leaves both as they were */
-    rc = sq_out_prepare(tok_out, &err);
-    if (!rc && rep_out)
-        rc = sq_out_prepare(rep_out, &err);
-    if (rc)
-        goto done;
-    rc = sq_out_commit(tok_out, &err);
-    tok_out = NULL;
-    if (!rc && rep_out) {
-        rc = sq_out_commit(rep_out, &err);
-        rep_out = NULL;
-    }
-    if (rc)
-        goto done;
-
-    fprintf(stderr, PROG ": %d tokens in %d steps: %.3f tokens/step (95%% CI %.3f .. %.3f), plan "
-            "expects %.3f%s\n", o->max_new, steps, ci.mean, ci.lo, ci.hi, plan->expected_tokens,
-            within ? "" : have_ci ? " (outside the CI: see the report's prediction)"
-                                  : " (too few steps for a CI)");
-    if (o->baseline)
-        fprintf(stderr, PROG ": %.3f ms/token speculative, %.3f ms/token target alone: speedup "
-                "%.2fx\n", spec_ms / o->max_new, base_ms / o->max_new, base_ms / spec_ms);
-    if (val.ran) {
-        fprintf(stderr, PROG ": validate: tree attention max |diff| %.3g (<= %g): %s\n",
-                val.attn_max_diff, ATTN_TOL, val.attn_ok ? "ok" : "FAILED");
-        if (val.greedy_checked) {
-            if (val.greedy_ok)
-                fprintf(stderr, PROG ": validate: greedy output identical to the target's: ok\n");
-            else
-                fprintf(stderr, PROG ": validate: greedy output differs from the target's at "
-                        "token %d: FAILED\n", val.greedy_first_mismatch);
-        }
-        if (val.dist_checked)
-            fprintf(stderr, PROG ": validate: %d seeds, first token chi2 %.2f df %d p = %.4g; "
-                    "first two tokens chi2 %.2f df %d p = %.4g (fail below %g): %s\n",
-                    o->samples, val.first.stat, val.first.df, val.first.p_value, val.pair.stat,
-                    val.pair.df, val.pair.p_value, P_MIN, val.dist_ok ? "ok" : "FAILED");
-        if (!val.attn_ok || (val.greedy_checked && !val.greedy_ok) ||
-            (val.dist_checked && !val.dist_ok))
-            rc = sq_error_set(&err, SQ_EFAIL, "validation failed");
-    }
-
-done:
-    sq_out_abort(tok_out);
-    sq_out_abort(rep_out);
+    for (int i = 0; i < N_OUT; i++)
+        sq_out_abort(out[i]);
     cJSON_Delete(rep);
-    if (infos)
-        for (int s = 0; s <= o->max_new; s++)
-            sq_step_info_clear(&infos[s]);
-    free(infos);
-    free(stepv);
-    free(step_tokens);
-    free(gen);
-    free(base);
-    acc_free(&acc);
-    sq_specdec_free(sd);
-    sq_tokens_free(prompt);
-    sq_model_free(draft);
-    sq_model_free(target);
-    sq_plan_free(plan);
-    if (rc) {
+    run_state_free(&st, o->max_new);
+    if (rc)
         fprintf(stderr, PROG ": %s\n", err.msg);
-        return rc;
-    }
-    return SQ_OK;
+    return rc;
 }
 
 /* ---- corpus dump --------------------------------------------------------------------------- */
@@ -1118,7 +751,6 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": %s\n", why);
         return SQ_EUSAGE;
     }
-    attn_tol_cuda = o.prm.backend == SQ_BACKEND_CUDA;
     sq_out_install_signal_handlers();
     return sq_cli_finish(PROG, run_main(&o));
 }

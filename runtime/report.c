@@ -1,0 +1,259 @@
+/* The run report (report.h). */
+#include "runtime/report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/json.h"
+
+int sq_run_acceptance_init(sq_run_acceptance *a, int W, int D, sq_error *err)
+{
+    a->W = W > 0 ? W : 1;
+    a->D = D;
+    a->offered = calloc((size_t)a->W, sizeof(double));
+    a->hits = calloc((size_t)a->W, sizeof(double));
+    a->offered_d = calloc((size_t)a->W * (size_t)(D > 0 ? D : 1), sizeof(double));
+    a->hits_d = calloc((size_t)a->W * (size_t)(D > 0 ? D : 1), sizeof(double));
+    if (a->offered && a->hits && a->offered_d && a->hits_d)
+        return SQ_OK;
+    sq_run_acceptance_free(a);
+    return sq_error_oom(err, "acceptance counts");
+}
+
+void sq_run_acceptance_free(sq_run_acceptance *a)
+{
+    free(a->offered);
+    free(a->hits);
+    free(a->offered_d);
+    free(a->hits_d);
+    memset(a, 0, sizeof *a);
+}
+
+void sq_run_acceptance_add(sq_run_acceptance *a, const sq_step_info *s)
+{
+    for (int v = 0; v < s->visits && v < a->D; v++) {
+        int c = s->visit_children[v], r = s->visit_rank[v];
+        for (int k = 0; k < c && k < a->W; k++) {
+            a->offered[k] += 1;
+            a->offered_d[(size_t)v * a->W + k] += 1;
+        }
+        if (r > 0 && r <= a->W) {
+            a->hits[r - 1] += 1;
+            a->hits_d[(size_t)v * a->W + r - 1] += 1;
+        }
+    }
+}
+
+void sq_run_acceptance_p(const sq_run_acceptance *a, double *p)
+{
+    for (int k = 0; k < a->W; k++)
+        p[k] = a->offered[k] > 0 ? a->hits[k] / a->offered[k] : 0.0;
+}
+
+int sq_tree_f_with(const sq_tree *t, const double *p, int W, double *F, sq_error *err)
+{
+    double *f = malloc((size_t)t->n * sizeof *f);
+    if (!f)
+        return sq_error_oom(err, "tree scores");
+    *F = 0.0;
+    for (int v = 0; v < t->n; v++) {
+        f[v] = v == 0 ? 1.0
+                      : f[t->parent[v]] * (t->rank[v] <= W ? p[t->rank[v] - 1] : 0.0);
+        *F += f[v];
+    }
+    free(f);
+    return SQ_OK;
+}
+
+int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err)
+{
+    memset(out, 0, sizeof *out);
+    double *stepv = malloc((size_t)(r->steps > 0 ? r->steps : 1) * sizeof *stepv);
+    double *phat = malloc((size_t)r->acc->W * sizeof *phat);
+    int rc = SQ_OK;
+    if (!stepv || !phat) {
+        rc = sq_error_oom(err, "prediction");
+        goto done;
+    }
+    for (int s = 0; s < r->steps; s++)
+        stepv[s] = r->step_tokens[s];
+    out->ci = sq_mean_ci_batch(stepv, r->steps);
+    sq_run_acceptance_p(r->acc, phat);
+    if ((rc = sq_tree_f_with(r->plan->tree, phat, r->acc->W, &out->f_measured_acc, err)))
+        goto done;
+    const sq_plan *plan = r->plan;
+    const sq_mean_ci *ci = &out->ci;
+    out->have_ci = isfinite(ci->lo) && isfinite(ci->hi);
+    out->within = out->have_ci && plan->expected_tokens >= ci->lo &&
+                  plan->expected_tokens <= ci->hi;
+    if (!out->have_ci)
+        snprintf(out->explanation, sizeof out->explanation,
+                 "%d steps are too few for a confidence interval (at least 4 are needed): "
+                 "generate more tokens to compare with the plan's expected_tokens %.4f", r->steps,
+                 plan->expected_tokens);
+    else if (out->within)
+        snprintf(out->explanation, sizeof out->explanation,
+                 "the plan's expected_tokens %.4f lies within the 95%% CI of the measured mean",
+                 plan->expected_tokens);
+    else
+        snprintf(out->explanation, sizeof out->explanation,
+                 "measured %.4f tokens/step vs the plan's %.4f. The plan's curve ('%s', %s) "
+                 "predicts p_1 = %.4f; this run accepted rank 1 at %.4f. Scored with the "
+                 "acceptance measured in this run, the same tree gives F = %.4f: the part of the "
+                 "gap that remains (%.4f) is the positional assumption's error, the rest (%.4f) "
+                 "is the curve not describing this model pair and setting",
+                 ci->mean, plan->expected_tokens, plan->acceptance.name, plan->acceptance.mode,
+                 sq_curve_p(&plan->acceptance, 1, 1), phat[0], out->f_measured_acc,
+                 ci->mean - out->f_measured_acc, out->f_measured_acc - plan->expected_tokens);
+done:
+    free(stepv);
+    free(phat);
+    return rc;
+}
+
+static cJSON *ci_json(const sq_mean_ci *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    sq_json_add(o, "mean", cJSON_CreateNumber(m->mean));
+    sq_json_add(o, "stddev", cJSON_CreateNumber(m->stddev));
+    sq_json_add(o, "stderr", isfinite(m->stderr_) ? cJSON_CreateNumber(m->stderr_)
+                                                 : cJSON_CreateNull());
+    double ci[2] = {m->lo, m->hi};
+    if (isfinite(m->lo) && isfinite(m->hi))
+        sq_json_add(o, "ci95", sq_json_number_array(ci, 2));
+    else
+        sq_json_add(o, "ci95", cJSON_CreateNull());
+    sq_json_add(o, "steps", cJSON_CreateNumber(m->n));
+    sq_json_add(o, "batches", cJSON_CreateNumber(m->batches));
+    sq_json_add(o, "ci_method", cJSON_CreateString(
+        "t interval on batch means of consecutive steps (about sqrt(steps) batches), never "
+        "narrower than the independent-steps interval"));
+    return o;
+}
+
+static cJSON *setup_json(const sq_run_record *r)
+{
+    cJSON *setup = cJSON_CreateObject();
+    sq_json_add(setup, "draft", cJSON_CreateString(r->draft));
+    sq_json_add(setup, "target", cJSON_CreateString(r->target));
+    sq_json_add(setup, "plan", cJSON_CreateString(r->plan_file));
+    sq_json_add(setup, "prompt", cJSON_CreateString(r->prompt_file));
+    sq_json_add(setup, "prompt_tokens", cJSON_CreateNumber(r->prompt_tokens));
+    sq_json_add(setup, "max_new_tokens", cJSON_CreateNumber(r->max_new_tokens));
+    sq_json_add(setup, "mode", cJSON_CreateString(r->mode));
+    sq_json_add(setup, "temperature", cJSON_CreateNumber(r->temperature));
+    sq_json_add(setup, "top_p", cJSON_CreateNumber(r->top_p));
+    sq_json_add(setup, "seed", cJSON_CreateNumber((double)r->seed));
+    sq_json_add(setup, "context", cJSON_CreateNumber(r->context));
+    sq_json_add(setup, "vocab_size", cJSON_CreateNumber(r->vocab_size));
+    sq_json_add(setup, "backend", cJSON_CreateString(r->backend));
+    sq_json_add(setup, "dtype", cJSON_CreateString(r->dtype));
+    return setup;
+}
+
+/* "acceptance_measured": p, offered, the plan's p, and p by depth (scratch pc holds W). */
+static cJSON *acceptance_json(const sq_run_record *r, double *pc)
+{
+    const sq_run_acceptance *acc = r->acc;
+    cJSON *aj = cJSON_CreateObject();
+    sq_run_acceptance_p(acc, pc);
+    sq_json_add(aj, "p", sq_json_number_array(pc, (size_t)acc->W));
+    sq_json_add(aj, "offered", sq_json_number_array(acc->offered, (size_t)acc->W));
+    for (int k = 0; k < acc->W; k++)
+        pc[k] = sq_curve_p(&r->plan->acceptance, 1, k + 1);
+    sq_json_add(aj, "plan_p", sq_json_number_array(pc, (size_t)acc->W));
+    cJSON *rows = cJSON_CreateArray();
+    for (int d = 0; d < acc->D; d++) {
+        int any = 0;
+        for (int k = 0; k < acc->W; k++) {
+            double off = acc->offered_d[(size_t)d * acc->W + k];
+            pc[k] = off > 0 ? acc->hits_d[(size_t)d * acc->W + k] / off : 0.0;
+            any |= off > 0;
+        }
+        if (!any)
+            break;
+        cJSON_AddItemToArray(rows, sq_json_number_array(pc, (size_t)acc->W));
+    }
+    sq_json_add(aj, "p_by_depth", rows);
+    sq_json_add(aj, "note", cJSON_CreateString(
+        "p[k] = (times rank k+1 was accepted) / (visited nodes with at least k+1 children); "
+        "p_by_depth row d counts nodes at depth d (0 = the root)"));
+    return aj;
+}
+
+static cJSON *timing_json(const sq_run_record *r)
+{
+    cJSON *tj = cJSON_CreateObject();
+    sq_json_add(tj, "speculative_ms", cJSON_CreateNumber(r->spec_ms));
+    sq_json_add(tj, "speculative_ms_per_token", cJSON_CreateNumber(r->spec_ms / r->max_new_tokens));
+    sq_json_add(tj, "draft_ms", cJSON_CreateNumber(r->draft_ms));
+    sq_json_add(tj, "target_ms", cJSON_CreateNumber(r->target_ms));
+    sq_json_add(tj, "verify_ms", cJSON_CreateNumber(r->verify_ms));
+    if (r->base) {
+        sq_json_add(tj, "autoregressive_ms", cJSON_CreateNumber(r->base_ms));
+        sq_json_add(tj, "autoregressive_ms_per_token",
+                    cJSON_CreateNumber(r->base_ms / r->max_new_tokens));
+        sq_json_add(tj, "speedup", cJSON_CreateNumber(r->base_ms / r->spec_ms));
+    }
+    return tj;
+}
+
+cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
+{
+    int n = r->max_new_tokens;
+    size_t scratch = (size_t)(r->acc->W > n ? r->acc->W : n);
+    scratch = scratch > (size_t)r->steps ? scratch : (size_t)r->steps;
+    double *pc = malloc((scratch ? scratch : 1) * sizeof *pc);
+    int *iv = malloc((scratch ? scratch : 1) * sizeof *iv);
+    if (!pc || !iv) {
+        free(pc);
+        free(iv);
+        return NULL;
+    }
+    cJSON *rep = cJSON_CreateObject();
+    sq_json_add(rep, "format", cJSON_CreateString(SQ_RUN_REPORT_FORMAT));
+    sq_json_add(rep, "version", cJSON_CreateNumber(SQ_RUN_REPORT_VERSION));
+    sq_json_add(rep, "setup", setup_json(r));
+    cJSON *pj = cJSON_CreateObject();
+    sq_json_add(pj, "size", cJSON_CreateNumber(r->plan->tree->n));
+    sq_json_add(pj, "depth", cJSON_CreateNumber(r->depth));
+    sq_json_add(pj, "expected_tokens", cJSON_CreateNumber(r->plan->expected_tokens));
+    sq_json_add(pj, "rank_semantics", cJSON_CreateString(r->plan->rank_semantics));
+    sq_json_add(pj, "curve", cJSON_CreateString(r->plan->acceptance.name));
+    sq_json_add(rep, "plan", pj);
+    sq_json_add(rep, "generated_tokens", cJSON_CreateNumber(n));
+    sq_json_add(rep, "steps", cJSON_CreateNumber(r->steps));
+    sq_json_add(rep, "step_tokens", sq_json_int_array(r->step_tokens, (size_t)r->steps));
+    for (int s = 0; s < r->steps; s++)
+        iv[s] = r->step_tokens[s] - 1;
+    sq_json_add(rep, "step_accepted", sq_json_int_array(iv, (size_t)r->steps));
+    sq_json_add(rep, "tokens_per_step", ci_json(&pr->ci));
+    cJSON *pred = cJSON_CreateObject();
+    sq_json_add(pred, "expected_tokens", cJSON_CreateNumber(r->plan->expected_tokens));
+    sq_json_add(pred, "measured", cJSON_CreateNumber(pr->ci.mean));
+    sq_json_add(pred, "within_ci95", cJSON_CreateBool(pr->within));
+    sq_json_add(pred, "expected_tokens_with_measured_acceptance",
+                cJSON_CreateNumber(pr->f_measured_acc));
+    sq_json_add(pred, "explanation", cJSON_CreateString(pr->explanation));
+    sq_json_add(rep, "prediction", pred);
+    sq_json_add(rep, "acceptance_measured", acceptance_json(r, pc));
+    sq_json_add(rep, "timing", timing_json(r));
+    if (r->base) {
+        int same = 0;
+        while (same < n && r->gen[same] == r->base[same])
+            same++;
+        cJSON *bj = cJSON_CreateObject();
+        for (int i = 0; i < n; i++)
+            iv[i] = r->base[i];
+        sq_json_add(bj, "tokens", sq_json_int_array(iv, (size_t)n));
+        sq_json_add(bj, "common_prefix_with_speculative", cJSON_CreateNumber(same));
+        sq_json_add(rep, "autoregressive", bj);
+    }
+    if (r->val && r->val->ran)
+        sq_json_add(rep, "validation", sq_validation_to_json(r->val));
+    free(pc);
+    free(iv);
+    return rep;
+}

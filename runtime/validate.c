@@ -1,0 +1,198 @@
+/* --validate checks (validate.h). */
+#include "runtime/validate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/json.h"
+#include "libsequoia/verify/verify.h"
+
+double sq_validate_attn_tol(sq_backend_kind backend)
+{
+    return backend == SQ_BACKEND_CUDA ? 2e-2 : 1e-4;
+}
+
+void sq_validate_greedy(const int32_t *gen, const int32_t *base, int n, sq_validation *val)
+{
+    val->greedy_checked = 1;
+    val->greedy_ok = 1;
+    val->greedy_first_mismatch = -1;
+    for (int i = 0; i < n; i++)
+        if (gen[i] != base[i]) {
+            val->greedy_ok = 0;
+            val->greedy_first_mismatch = i;
+            break;
+        }
+}
+
+int sq_validation_pass(const sq_validation *val)
+{
+    return val->attn_ok && (!val->greedy_checked || val->greedy_ok) &&
+           (!val->dist_checked || val->dist_ok);
+}
+
+/* The distribution of the first two generated tokens over `samples` seeds against the
+ * target's own: first token ~ P(. | prompt), pair ~ P(a | prompt) P(b | prompt, a). */
+int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
+                             int L, sq_validation *val, sq_error *err)
+{
+    int V = sq_specdec_vocab(sd), D = sq_specdec_depth(sd);
+    int R = seeds, rc = SQ_OK;
+    int32_t *first = malloc((size_t)R * sizeof *first), *second = malloc((size_t)R * sizeof *second);
+    int32_t *buf = malloc((size_t)D * sizeof *buf), *ctx = malloc(((size_t)L + 1) * sizeof *ctx);
+    double *p0 = malloc((size_t)V * sizeof *p0), *p1 = malloc((size_t)V * sizeof *p1);
+    double *cnt = calloc((size_t)V, sizeof *cnt);
+    int32_t *order = malloc((size_t)V * sizeof *order);
+    double *pp = NULL, *pc = NULL;
+    if (!first || !second || !buf || !ctx || !p0 || !p1 || !cnt || !order) {
+        rc = sq_error_oom(err, "validation");
+        goto done;
+    }
+    for (int i = 0; i < R && !rc; i++) {
+        sq_specdec_seed(sd, seed + 0x51ed27ull * (uint64_t)(i + 1));
+        if ((rc = sq_specdec_start(sd, prompt, L, err)))
+            break;
+        int got = 0;
+        while (got < 2 && !rc) {
+            if ((rc = sq_specdec_step(sd, buf, NULL, err)))
+                break;
+            int m = sq_specdec_length(sd) - L - got;
+            for (int j = 0; j < m && got < 2; j++, got++) {
+                if (got == 0)
+                    first[i] = buf[j];
+                else
+                    second[i] = buf[j];
+            }
+        }
+    }
+    if (rc)
+        goto done;
+    if ((rc = sq_specdec_target_probs(sd, prompt, L, p0, err)))
+        goto done;
+    for (int i = 0; i < R; i++)
+        cnt[first[i]] += 1;
+    val->first = sq_chisq_gof(cnt, p0, V, 5.0);
+    /* pair bins: (a, b) for the likeliest first tokens a, then one bin for every other a */
+    sq_topk_d(p0, V, V < SQ_VALIDATE_MAX_FIRST_BINS ? V : SQ_VALIDATE_MAX_FIRST_BINS, order);
+    int A = 0;
+    while (A < V && A < SQ_VALIDATE_MAX_FIRST_BINS && p0[order[A]] * R >= 5.0)
+        A++;
+    size_t nb = (size_t)A * V + 1;
+    pp = calloc(nb, sizeof *pp);
+    pc = calloc(nb, sizeof *pc);
+    if (!pp || !pc) {
+        rc = sq_error_oom(err, "validation bins");
+        goto done;
+    }
+    memcpy(ctx, prompt, (size_t)L * sizeof *ctx);
+    double rest = 1.0;
+    for (int j = 0; j < A; j++) {
+        ctx[L] = order[j];
+        if ((rc = sq_specdec_target_probs(sd, ctx, L + 1, p1, err)))
+            goto done;
+        for (int b = 0; b < V; b++)
+            pp[(size_t)j * V + b] = p0[order[j]] * p1[b];
+        rest -= p0[order[j]];
+    }
+    pp[nb - 1] = rest > 0.0 ? rest : 0.0;
+    for (int i = 0; i < R; i++) {
+        int j = 0;
+        while (j < A && order[j] != first[i])
+            j++;
+        pc[j < A ? (size_t)j * V + second[i] : nb - 1] += 1;
+    }
+    val->pair = sq_chisq_gof(pc, pp, (int)nb, 5.0);
+    val->pair_first_tokens = A;
+    val->dist_checked = 1;
+    val->seeds = R;
+    val->dist_ok = val->first.p_value >= SQ_VALIDATE_P_MIN && val->pair.p_value >= SQ_VALIDATE_P_MIN;
+done:
+    free(first);
+    free(second);
+    free(buf);
+    free(ctx);
+    free(p0);
+    free(p1);
+    free(cnt);
+    free(order);
+    free(pp);
+    free(pc);
+    return rc;
+}
+
+int sq_validate_attention(sq_specdec *sd, const int32_t *prompt, int L, double tol,
+                          sq_validation *val, sq_error *err)
+{
+    int D = sq_specdec_depth(sd);
+    int32_t *buf = malloc((size_t)D * sizeof *buf);
+    if (!buf)
+        return sq_error_oom(err, "validation");
+    sq_step_info info = {0};
+    int rc = sq_specdec_start(sd, prompt, L, err);
+    val->attn_max_diff = 0.0;
+    sq_specdec_set_check_attention(sd, 1);
+    for (int s = 0; s < SQ_VALIDATE_ATTN_STEPS && !rc; s++) {
+        if (sq_specdec_length(sd) - 1 + D > sq_specdec_max_context(sd))
+            break;
+        rc = sq_specdec_step(sd, buf, &info, err);
+        if (!rc && !(info.attn_max_diff <= val->attn_max_diff))
+            val->attn_max_diff = info.attn_max_diff;
+    }
+    sq_specdec_set_check_attention(sd, 0);
+    sq_step_info_clear(&info);
+    free(buf);
+    val->attn_tol = tol;
+    val->attn_ok = val->attn_max_diff <= tol;
+    return rc;
+}
+
+static cJSON *chisq_json(const sq_chisq *c, const char *what)
+{
+    cJSON *o = cJSON_CreateObject();
+    sq_json_add(o, "test", cJSON_CreateString(what));
+    sq_json_add(o, "samples", cJSON_CreateNumber(c->n));
+    sq_json_add(o, "chi2", isfinite(c->stat) ? cJSON_CreateNumber(c->stat) : cJSON_CreateNull());
+    sq_json_add(o, "df", cJSON_CreateNumber(c->df));
+    sq_json_add(o, "p_value", cJSON_CreateNumber(c->p_value));
+    sq_json_add(o, "pass", cJSON_CreateBool(c->p_value >= SQ_VALIDATE_P_MIN));
+    return o;
+}
+
+
+cJSON *sq_validation_to_json(const sq_validation *val)
+{
+    cJSON *vj = cJSON_CreateObject();
+    cJSON *at = cJSON_CreateObject();
+    sq_json_add(at, "max_abs_diff", isfinite(val->attn_max_diff)
+                                        ? cJSON_CreateNumber(val->attn_max_diff)
+                                        : cJSON_CreateNull());
+    sq_json_add(at, "tolerance", cJSON_CreateNumber(val->attn_tol));
+    sq_json_add(at, "steps", cJSON_CreateNumber(SQ_VALIDATE_ATTN_STEPS));
+    sq_json_add(at, "pass", cJSON_CreateBool(val->attn_ok));
+    sq_json_add(vj, "tree_attention", at);
+    if (val->greedy_checked) {
+        cJSON *g = cJSON_CreateObject();
+        sq_json_add(g, "identical_to_target_greedy", cJSON_CreateBool(val->greedy_ok));
+        sq_json_add(g, "first_mismatch", cJSON_CreateNumber(val->greedy_first_mismatch));
+        sq_json_add(g, "pass", cJSON_CreateBool(val->greedy_ok));
+        sq_json_add(vj, "greedy", g);
+    }
+    if (val->dist_checked) {
+        cJSON *dj = cJSON_CreateObject();
+        sq_json_add(dj, "seeds", cJSON_CreateNumber(val->seeds));
+        sq_json_add(dj, "p_min", cJSON_CreateNumber(SQ_VALIDATE_P_MIN));
+        sq_json_add(dj, "first_token",
+                    chisq_json(&val->first, "chi-square goodness of fit of the first generated "
+                               "token to the target's P(. | prompt)"));
+        sq_json_add(dj, "first_two_tokens",
+                    chisq_json(&val->pair, "chi-square goodness of fit of (first, second) to "
+                               "P(a | prompt) P(b | prompt, a); the likeliest first tokens get "
+                               "one bin per successor, the others one bin"));
+        sq_json_add(dj, "pair_first_tokens", cJSON_CreateNumber(val->pair_first_tokens));
+        sq_json_add(dj, "pass", cJSON_CreateBool(val->dist_ok));
+        sq_json_add(vj, "distribution", dj);
+    }
+    sq_json_add(vj, "pass", cJSON_CreateBool(sq_validation_pass(val)));
+    return vj;
+}

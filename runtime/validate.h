@@ -1,0 +1,57 @@
+/* sequoia-run --validate: checks that the runtime does what the plan and the verification rule
+ * say (docs/runtime.md).
+ *
+ *  - tree attention: for a few steps, the target's logits of every tree node equal a plain
+ *    forward over the node's root path (max |difference| within a tolerance: F32 compute on the
+ *    CPU, 16-bit GEMM inputs on CUDA);
+ *  - greedy: the output equals target-only greedy decoding, token for token;
+ *  - sampled modes: over many seeds, the first generated token follows the target's
+ *    P(. | prompt) and the first two follow P(a | prompt) P(b | prompt, a) (chi-square goodness
+ *    of fit; fails below SQ_VALIDATE_P_MIN). */
+#ifndef SQ_RUNTIME_VALIDATE_H
+#define SQ_RUNTIME_VALIDATE_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "libsequoia/base/error.h"
+#include "libsequoia/base/stats.h"
+#include "runtime/model.h"
+#include "runtime/specdec.h"
+
+#define SQ_VALIDATE_P_MIN 0.001        /* a goodness-of-fit test fails below this p-value     */
+#define SQ_VALIDATE_ATTN_STEPS 3       /* steps whose tree attention is checked               */
+#define SQ_VALIDATE_MAX_FIRST_BINS 32  /* first tokens whose successors the pair test resolves */
+
+typedef struct sq_validation {
+    int    ran;
+    int    attn_ok;
+    double attn_max_diff, attn_tol;
+    int    greedy_checked, greedy_ok, greedy_first_mismatch;
+    int    dist_checked, dist_ok, seeds;
+    sq_chisq first, pair;
+    int    pair_first_tokens;
+} sq_validation;
+
+/* The tree-attention tolerance of a backend: 1e-4 (CPU), 2e-2 (CUDA). */
+double sq_validate_attn_tol(sq_backend_kind backend);
+
+/* Runs SQ_VALIDATE_ATTN_STEPS steps from the prompt with the attention check on. */
+int sq_validate_attention(sq_specdec *sd, const int32_t *prompt, int L, double tol,
+                          sq_validation *val, sq_error *err);
+
+/* Compares gen with the target-only greedy output base (n tokens each). */
+void sq_validate_greedy(const int32_t *gen, const int32_t *base, int n, sq_validation *val);
+
+/* The distribution test over `seeds` runs, the i-th seeded with seed + 0x51ed27 (i + 1). */
+int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
+                             int L, sq_validation *val, sq_error *err);
+
+/* Every check that ran passed. */
+int sq_validation_pass(const sq_validation *val);
+
+/* The report's "validation" object, or NULL when out of memory. */
+cJSON *sq_validation_to_json(const sq_validation *val);
+
+#endif
