@@ -20,10 +20,7 @@ int sq_accept_optimal_F(const sq_curve *c, int budget, int depth, double *F, dou
     int rc;
     if ((rc = sq_dp_check(&dp_params, err)) || (rc = sq_dp_solve(&dp_params, &dp, err)))
         return rc;
-    int N = sq_dp_budget(dp), D = sq_dp_depth(dp), n = 1;
-    for (int m = 2; m <= N; m++)
-        if (sq_dp_best(dp, m, D) > sq_dp_best(dp, n, D))
-            n = m;
+    int D = sq_dp_depth(dp), n = sq_dp_best_size(dp, D);
     if ((rc = sq_dp_tree(dp, n, D, &t, err))) {
         sq_dp_free(dp);
         return rc;
