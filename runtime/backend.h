@@ -64,6 +64,10 @@ typedef struct sq_backend_ops {
     int  (*commit)(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err);
     /* The device's name; NULL for "CPU". */
     const char *(*device_name)(const sq_context *ctx);
+    /* b >= 1 sequences of distinct contexts of this backend and one model, each checked as
+     * forward's arguments are; NULL when the backend has none (sq_context_forward_batch then
+     * refuses b > 1). */
+    int  (*forward_batch)(const sq_batch_seq *seqs, int b, sq_error *err);
 } sq_backend_ops;
 
 struct sq_context {

@@ -1,4 +1,5 @@
 /* sq_context_*: argument checks and bookkeeping shared by every backend (runtime/backend.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,24 +140,27 @@ int sq_context_pending(const sq_context *ctx)
     return ctx->n_pending;
 }
 
-int sq_context_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
-                       const uint8_t *mask, int n, float *logits, sq_error *err)
+/* The checks of one forward's arguments; `who` starts each message ("forward" or
+ * "forward: sequence k"). */
+static int check_forward(const sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                         const uint8_t *mask, int n, const float *logits, const char *who,
+                         sq_error *err)
 {
     const int vocab = ctx->model->config.vocab_size;
     const int P = ctx->n_pending;
     if (n < 1 || !tokens || !pos || !mask || !logits)
-        return sq_error_set(err, SQ_EUSAGE, "forward: needs n >= 1 tokens (got %d) and non-null "
-                            "tokens, pos, mask and logits", n);
+        return sq_error_set(err, SQ_EUSAGE, "%s: needs n >= 1 tokens (got %d) and non-null "
+                            "tokens, pos, mask and logits", who, n);
     if (n > ctx->params.max_pending - P)
-        return sq_error_set(err, SQ_EUSAGE, "forward: %d pending + %d new tokens exceed "
-                            "max_pending %d", P, n, ctx->params.max_pending);
+        return sq_error_set(err, SQ_EUSAGE, "%s: %d pending + %d new tokens exceed "
+                            "max_pending %d", who, P, n, ctx->params.max_pending);
     const int width = P + n;
     for (int i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= vocab)
-            return sq_error_set(err, SQ_EDATA, "forward: tokens[%d]: id %d is outside the "
-                                "vocabulary [0, %d)", i, (int)tokens[i], vocab);
+            return sq_error_set(err, SQ_EDATA, "%s: tokens[%d]: id %d is outside the "
+                                "vocabulary [0, %d)", who, i, (int)tokens[i], vocab);
         if (pos[i] < 0)
-            return sq_error_set(err, SQ_EUSAGE, "forward: pos[%d]: %d is negative", i,
+            return sq_error_set(err, SQ_EUSAGE, "%s: pos[%d]: %d is negative", who, i,
                                 (int)pos[i]);
         if (ctx->n_committed == 0) {
             const uint8_t *row = mask + (size_t)i * (size_t)width;
@@ -164,14 +168,68 @@ int sq_context_forward(sq_context *ctx, const int32_t *tokens, const int32_t *po
             for (int j = 0; j < width && !any; j++)
                 any = row[j] != 0;
             if (!any)
-                return sq_error_set(err, SQ_EUSAGE, "forward: mask row %d attends to nothing "
-                                    "(no committed tokens and no pending bit set)", i);
+                return sq_error_set(err, SQ_EUSAGE, "%s: mask row %d attends to nothing "
+                                    "(no committed tokens and no pending bit set)", who, i);
         }
     }
-    int rc = ctx->ops->forward(ctx, tokens, pos, mask, n, logits, err);
+    return SQ_OK;
+}
+
+int sq_context_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                       const uint8_t *mask, int n, float *logits, sq_error *err)
+{
+    int rc = check_forward(ctx, tokens, pos, mask, n, logits, "forward", err);
+    if (rc)
+        return rc;
+    rc = ctx->ops->forward(ctx, tokens, pos, mask, n, logits, err);
     if (rc)
         return rc;
     ctx->n_pending += n;
+    return SQ_OK;
+}
+
+int sq_context_can_batch(const sq_context *ctx)
+{
+    return ctx->ops->forward_batch != NULL;
+}
+
+int sq_context_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
+{
+    if (b < 1 || !seqs)
+        return sq_error_set(err, SQ_EUSAGE, "forward batch: needs b >= 1 sequences (got %d)", b);
+    for (int k = 0; k < b; k++) {
+        const sq_context *ctx = seqs[k].ctx;
+        if (!ctx)
+            return sq_error_set(err, SQ_EUSAGE, "forward batch: sequence %d has no context", k);
+        if (ctx->ops != seqs[0].ctx->ops || ctx->model != seqs[0].ctx->model)
+            return sq_error_set(err, SQ_EUSAGE, "forward batch: sequence %d's context is of "
+                                "another %s than sequence 0's", k,
+                                ctx->ops != seqs[0].ctx->ops ? "backend" : "model");
+        for (int j = 0; j < k; j++)
+            if (seqs[j].ctx == ctx)
+                return sq_error_set(err, SQ_EUSAGE, "forward batch: sequences %d and %d share "
+                                    "a context (each sequence needs its own KV cache)", j, k);
+        char who[64];
+        snprintf(who, sizeof who, "forward batch: sequence %d", k);
+        int rc = check_forward(ctx, seqs[k].tokens, seqs[k].pos, seqs[k].mask, seqs[k].n,
+                               seqs[k].logits, who, err);
+        if (rc)
+            return rc;
+    }
+    int rc;
+    if (b == 1)
+        rc = seqs[0].ctx->ops->forward(seqs[0].ctx, seqs[0].tokens, seqs[0].pos, seqs[0].mask,
+                                       seqs[0].n, seqs[0].logits, err);
+    else if (!seqs[0].ctx->ops->forward_batch)
+        return sq_error_set(err, SQ_EUSAGE, "forward batch: the %s backend has no batched "
+                            "forward yet (batch %d; use the CPU backend, or batch 1)",
+                            seqs[0].ctx->ops->name, b);
+    else
+        rc = seqs[0].ctx->ops->forward_batch(seqs, b, err);
+    if (rc)
+        return rc;
+    for (int k = 0; k < b; k++)
+        seqs[k].ctx->n_pending += seqs[k].n;
     return SQ_OK;
 }
 

@@ -43,6 +43,9 @@ typedef struct cpu_state {
     float *rope_cos;     // (max_pending, head_dim/2)
     float *rope_sin;     // (max_pending, head_dim/2)
     float *inv_freq;     // (head_dim/2)
+    float *batch_buf;    /* scratch of sq_context_forward_batch when this context is the
+                            batch's first: see cpu_forward_batch                          */
+    size_t batch_cap;    /* its size in floats                                         */
 } cpu_state;
 
 static void cpu_free(sq_context *ctx)
@@ -64,6 +67,7 @@ static void cpu_free(sq_context *ctx)
     free(s->rope_cos);
     free(s->rope_sin);
     free(s->inv_freq);
+    free(s->batch_buf);
     free(s);
     ctx->impl = NULL;
 }
@@ -339,10 +343,101 @@ static int cpu_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error 
     return SQ_OK;
 }
 
+/* Several sequences in one forward (sq_context_forward_batch): the R = sum n_k rows of all
+ * sequences go through every weight product together (RMSNorm, the projections, SwiGLU and
+ * the LM head see R rows, so each weight matrix is read once per layer for the whole batch),
+ * while attention runs per sequence on that sequence's own KV cache and tree mask, through the
+ * same attention() as the single-sequence forward: its q and att_out rows are pointed at the
+ * sequence's slice of the batch scratch for the call. New keys and values are computed into the
+ * scratch, rotated, then copied to each context's pending slots. The scratch lives in the first
+ * context and grows to the largest batch seen. */
+static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
+{
+    sq_context *ctx0 = seqs[0].ctx;
+    const sq_model_config *c = &ctx0->model->config;
+    const sq_weights *w = &ctx0->model->w;
+    cpu_state *s0 = ctx0->impl;
+    const size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, hd = (size_t)c->head_dim;
+    const size_t half = hd / 2, q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
+    const size_t V = (size_t)c->vocab_size;
+    size_t R = 0;
+    for (int k = 0; k < b; k++)
+        R += (size_t)seqs[k].n;
+    const size_t per_row = 2 * dim + 2 * q_dim + 2 * kv_dim + 2 * hid + 2 * half + V;
+    if (R * per_row > s0->batch_cap) {
+        float *nb = malloc(R * per_row * sizeof(float));
+        if (!nb)
+            return sq_error_oom(err, "batched forward scratch");
+        free(s0->batch_buf);
+        s0->batch_buf = nb;
+        s0->batch_cap = R * per_row;
+    }
+    float *x = s0->batch_buf, *xb = x + R * dim, *q = xb + R * dim, *att = q + R * q_dim;
+    float *kb = att + R * q_dim, *vb = kb + R * kv_dim, *hb = vb + R * kv_dim, *hb2 = hb + R * hid;
+    float *rc_ = hb2 + R * hid, *rs_ = rc_ + R * half, *lg = rs_ + R * half;
+    const int n_all = (int)R;
+
+    for (int k = 0, r = 0; k < b; k++) {
+        const cpu_state *sk = seqs[k].ctx->impl;
+        for (int i = 0; i < seqs[k].n; i++, r++) {
+            memcpy(x + (size_t)r * dim, w->embed + (size_t)seqs[k].tokens[i] * dim,
+                   dim * sizeof(float));
+            for (size_t j = 0; j < half; j++) {
+                float angle = (float)seqs[k].pos[i] * sk->inv_freq[j];
+                rc_[(size_t)r * half + j] = cosf(angle);
+                rs_[(size_t)r * half + j] = sinf(angle);
+            }
+        }
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const sq_layer_weights *lw = &w->layers[l];
+        rmsnorm(xb, x, lw->attn_norm, n_all, (int)dim, c->norm_eps);
+        linear(q, xb, lw->wq, n_all, (int)dim, (int)q_dim, 0.0f);
+        linear(kb, xb, lw->wk, n_all, (int)dim, (int)kv_dim, 0.0f);
+        linear(vb, xb, lw->wv, n_all, (int)dim, (int)kv_dim, 0.0f);
+        for (size_t r = 0; r < R; r++) {
+            rope(q + r * q_dim, c->n_heads, (int)hd, rc_ + r * half, rs_ + r * half);
+            rope(kb + r * kv_dim, c->n_kv_heads, (int)hd, rc_ + r * half, rs_ + r * half);
+        }
+        for (int k = 0, r = 0; k < b; k++) {
+            sq_context *ctx = seqs[k].ctx;
+            cpu_state *sk = ctx->impl;
+            const int n = seqs[k].n, C = ctx->n_committed, P = ctx->n_pending;
+            size_t first = (size_t)l * sk->slots + (size_t)(C + P);
+            memcpy(sk->key_cache + first * kv_dim, kb + (size_t)r * kv_dim,
+                   (size_t)n * kv_dim * sizeof(float));
+            memcpy(sk->value_cache + first * kv_dim, vb + (size_t)r * kv_dim,
+                   (size_t)n * kv_dim * sizeof(float));
+            float *q_own = sk->q, *att_own = sk->att_out;
+            sk->q = q + (size_t)r * q_dim;
+            sk->att_out = att + (size_t)r * q_dim;
+            attention(c, sk, l, n, C, P, seqs[k].mask);
+            sk->q = q_own;
+            sk->att_out = att_own;
+            r += n;
+        }
+        linear(x, att, lw->wo, n_all, (int)q_dim, (int)dim, 1.0f);
+        rmsnorm(xb, x, lw->ffn_norm, n_all, (int)dim, c->norm_eps);
+        linear(hb, xb, lw->w_gate, n_all, (int)dim, (int)hid, 0.0f);
+        linear(hb2, xb, lw->w_up, n_all, (int)dim, (int)hid, 0.0f);
+        for (size_t j = 0; j < R * hid; j++)
+            hb[j] = sq_k_silu_mul(hb[j], hb2[j]);
+        linear(x, hb, lw->w_down, n_all, (int)hid, (int)dim, 1.0f);
+    }
+    rmsnorm(xb, x, w->norm, n_all, (int)dim, c->norm_eps);
+    linear(lg, xb, w->lm_head, n_all, (int)dim, (int)V, 0.0f);
+    for (int k = 0, r = 0; k < b; k++) {
+        memcpy(seqs[k].logits, lg + (size_t)r * V, (size_t)seqs[k].n * V * sizeof(float));
+        r += seqs[k].n;
+    }
+    return SQ_OK;
+}
+
 const sq_backend_ops sq_backend_cpu = {
     .name = "cpu",
     .init = cpu_init,
     .free = cpu_free,
     .forward = cpu_forward,
+    .forward_batch = cpu_forward_batch,
     .commit = cpu_commit,
 };

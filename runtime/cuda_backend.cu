@@ -790,4 +790,5 @@ extern "C" int sq_cuda_device_count_impl(sq_error *err)
 
 extern "C" const sq_backend_ops sq_backend_cuda = {
     "cuda", cuda_init, cuda_free, cuda_forward, cuda_commit, cuda_device_name,
+    NULL,   /* no batched forward yet: sq_context_forward_batch refuses batch > 1 */
 };

@@ -111,6 +111,27 @@ int sq_context_forward(sq_context *ctx, const int32_t *tokens, const int32_t *po
                        const uint8_t *mask, int n, float *logits, sq_error *err);
 int sq_context_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err);
 
+/* One sequence of a batched forward: a context and the arguments sq_context_forward takes. */
+typedef struct sq_batch_seq {
+    sq_context    *ctx;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const uint8_t *mask;      /* (n, P + n), P: ctx's pending tokens before the call    */
+    int            n;
+    float         *logits;    /* (n, vocab)                                             */
+} sq_batch_seq;
+
+/* The forward of b independent sequences at once (serving a batch): each sequence is what
+ * sq_context_forward(seqs[k].ctx, ...) would do, with its own KV cache, positions and tree
+ * mask, and its tokens become pending in its own context; the weight products see all
+ * sum(n) rows together, attention is per sequence. The contexts must be distinct, on one
+ * backend and of one model. The logits equal the separate forwards' up to float rounding (the
+ * products' blocking depends on the row count). Backends without a batched forward (CUDA, for
+ * now) refuse b > 1 with SQ_EUSAGE. */
+int sq_context_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err);
+/* Whether the context's backend has a batched forward. */
+int sq_context_can_batch(const sq_context *ctx);
+
 /* Drops everything (committed and pending). */
 void sq_context_reset(sq_context *ctx);
 

@@ -1429,3 +1429,172 @@ Test(model, chunked_prefill_and_threaded_attention_match_the_reference)
     sq_model_free(m);
     tu_rmtree(dir);
 }
+
+/* ---- batched forward (sq_context_forward_batch) ----------------------------------------- */
+
+/* B sequences with their own prompts (of different lengths), trees and pending parts go through
+ * one batched forward: every node's logits equal the plain reference over its own prompt and
+ * root path, and the contexts continue exactly after commit, one sequence at a time. */
+Test(model, batched_forward_equals_the_reference_per_sequence_with_different_lengths_and_trees)
+{
+    char *dir = tu_tmpdir();
+    for (int ci = 0; ci < N_CASES; ci++) {
+        const model_case *mc = &cases[ci];
+        sq_random_model_params rp = case_params(mc, 900 + (uint64_t)ci);
+        char name[8];
+        snprintf(name, sizeof name, "b%d", ci);
+        char *mdir = write_model(dir, name, &rp);
+        sq_model *m;
+        sq_error err = {0};
+        cr_assert_eq(sq_model_load(mdir, &m, &err), 0, "%s", err.msg);
+        ref_model *r = ref_load(mdir);
+        const int V = sq_model_get_config(m)->vocab_size;
+        enum { BMAX = 5 };
+        for (int trial = 0; trial < 3; trial++) {
+            const int B = 1 + (trial * 2 + ci) % BMAX;
+            sq_context *ctx[BMAX];
+            int PL[BMAX], N[BMAX], pre[BMAX], parent[BMAX][32], depth[BMAX][32];
+            int32_t prompt[BMAX][12], tok[BMAX][32], pos[BMAX][32];
+            uint8_t *mask[BMAX];
+            float *lg[BMAX];
+            sq_batch_seq seqs[BMAX];
+            for (int k = 0; k < B; k++) {
+                PL[k] = 1 + rnd_below(11);
+                N[k] = 2 + rnd_below(20);
+                pre[k] = rnd_below(N[k]);   /* nodes already pending before the batch */
+                random_tree(N[k], parent[k], depth[k]);
+                ctx[k] = new_ctx(m, 64, 32, 1 + (k + trial) % 2);
+                lg[k] = malloc(sizeof(float) * 32 * (size_t)V);
+                int32_t ppos[12], all[12];
+                uint8_t pm[144];
+                for (int t = 0; t < PL[k]; t++) {
+                    prompt[k][t] = rnd_below(V);
+                    ppos[t] = t;
+                    all[t] = t;
+                    for (int j = 0; j < PL[k]; j++)
+                        pm[t * PL[k] + j] = j <= t;
+                }
+                cr_assert_eq(sq_context_forward(ctx[k], prompt[k], ppos, pm, PL[k], lg[k], &err),
+                             0, "%s", err.msg);
+                cr_assert_eq(sq_context_commit(ctx[k], all, PL[k], &err), 0, "%s", err.msg);
+                for (int i = 0; i < N[k]; i++) {
+                    tok[k][i] = rnd_below(V);
+                    pos[k][i] = PL[k] + depth[k][i];
+                }
+                mask[k] = calloc((size_t)N[k] * N[k], 1);
+                if (pre[k] > 0) {
+                    for (int i = 0; i < pre[k]; i++)
+                        for (int j = 0; j < pre[k]; j++)
+                            mask[k][i * pre[k] + j] = (uint8_t)is_ancestor_or_self(parent[k], j, i);
+                    cr_assert_eq(sq_context_forward(ctx[k], tok[k], pos[k], mask[k], pre[k],
+                                                    lg[k], &err), 0, "%s", err.msg);
+                }
+                for (int i = pre[k]; i < N[k]; i++)
+                    for (int j = 0; j < N[k]; j++)
+                        mask[k][(i - pre[k]) * N[k] + j] =
+                            (uint8_t)is_ancestor_or_self(parent[k], j, i);
+                seqs[k] = (sq_batch_seq){ctx[k], tok[k] + pre[k], pos[k] + pre[k], mask[k],
+                                         N[k] - pre[k], lg[k] + (size_t)pre[k] * V};
+            }
+            cr_assert_eq(sq_context_forward_batch(seqs, B, &err), 0, "%s", err.msg);
+            for (int k = 0; k < B; k++) {
+                cr_assert_eq(sq_context_pending(ctx[k]), N[k]);
+                for (int i = pre[k]; i < N[k]; i++) {
+                    int32_t seq[64];
+                    int len = depth[k][i] + 1;
+                    memcpy(seq, prompt[k], sizeof(int32_t) * PL[k]);
+                    for (int v = i, j = len - 1; v >= 0; v = parent[k][v], j--)
+                        seq[PL[k] + j] = tok[k][v];
+                    double *want = malloc(sizeof(double) * (PL[k] + len) * V);
+                    ref_forward(r, seq, PL[k] + len, want);
+                    double d = max_diff(lg[k] + (size_t)i * V,
+                                        want + (size_t)(PL[k] + len - 1) * V, V);
+                    cr_assert(d <= TOL, "%s trial %d B %d seq %d node %d: max diff %g", mc->label,
+                              trial, B, k, i, d);
+                    free(want);
+                }
+                /* accept the root path of the last node, then one more token alone */
+                int32_t keep[32];
+                int nk = depth[k][N[k] - 1] + 1;
+                for (int v = N[k] - 1, j = nk - 1; v >= 0; v = parent[k][v], j--)
+                    keep[j] = v;
+                cr_assert_eq(sq_context_commit(ctx[k], keep, nk, &err), 0, "%s", err.msg);
+                int32_t seq[64], one = rnd_below(V), opos = PL[k] + nk;
+                uint8_t om = 1;
+                memcpy(seq, prompt[k], sizeof(int32_t) * PL[k]);
+                for (int j = 0; j < nk; j++)
+                    seq[PL[k] + j] = tok[k][keep[j]];
+                seq[PL[k] + nk] = one;
+                cr_assert_eq(sq_context_forward(ctx[k], &one, &opos, &om, 1, lg[k], &err), 0);
+                double *want = malloc(sizeof(double) * (PL[k] + nk + 1) * V);
+                ref_forward(r, seq, PL[k] + nk + 1, want);
+                double d = max_diff(lg[k], want + (size_t)(PL[k] + nk) * V, V);
+                cr_assert(d <= TOL, "%s trial %d seq %d after commit: max diff %g", mc->label,
+                          trial, k, d);
+                free(want);
+                free(mask[k]);
+                free(lg[k]);
+                sq_context_free(ctx[k]);
+            }
+        }
+        ref_free(r);
+        sq_model_free(m);
+    }
+    tu_rmtree(dir);
+}
+
+Test(model, batched_forward_refuses_shared_contexts_other_models_and_bad_rows_by_sequence)
+{
+    char *dir = tu_tmpdir();
+    sq_random_model_params rp = sq_random_model_default_params();
+    char *m1dir = write_model(dir, "m1", &rp);
+    rp.seed = 77;
+    char *m2dir = write_model(dir, "m2", &rp);
+    sq_model *m1, *m2;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_load(m1dir, &m1, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_model_load(m2dir, &m2, &err), 0, "%s", err.msg);
+    sq_context *a = new_ctx(m1, 16, 8, 1), *b = new_ctx(m1, 16, 8, 1), *c = new_ctx(m2, 16, 8, 1);
+    const int V = sq_model_get_config(m1)->vocab_size;
+    float *lg = malloc(sizeof(float) * 4 * V);
+    int32_t t0 = 1, bad = V, p0 = 0;
+    uint8_t one = 1;
+    sq_batch_seq s[2] = {{a, &t0, &p0, &one, 1, lg}, {a, &t0, &p0, &one, 1, lg + V}};
+    cr_assert_eq(sq_context_forward_batch(s, 2, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "share a context"), "%s", err.msg);
+    s[1].ctx = c;
+    err = (sq_error){0};
+    cr_assert_eq(sq_context_forward_batch(s, 2, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "sequence 1") && strstr(err.msg, "model"), "%s", err.msg);
+    err = (sq_error){0};
+    s[1] = (sq_batch_seq){b, &bad, &p0, &one, 1, lg + V};
+    cr_assert_eq(sq_context_forward_batch(s, 2, &err), SQ_EDATA);
+    cr_assert(strstr(err.msg, "sequence 1") && strstr(err.msg, "tokens[0]"), "%s", err.msg);
+    err = (sq_error){0};
+    cr_assert_eq(sq_context_forward_batch(s, 0, &err), SQ_EUSAGE);
+    err = (sq_error){0};
+    /* nothing became pending on a refusal */
+    cr_assert_eq(sq_context_pending(a), 0);
+    cr_assert_eq(sq_context_pending(b), 0);
+    s[1].tokens = &t0;
+    cr_assert_eq(sq_context_forward_batch(s, 2, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_context_pending(a), 1);
+    cr_assert_eq(sq_context_pending(b), 1);
+    /* both rows equal the single forward of the same token */
+    float *single = malloc(sizeof(float) * V);
+    sq_context *d = new_ctx(m1, 16, 8, 1);
+    cr_assert_eq(sq_context_forward(d, &t0, &p0, &one, 1, single, &err), 0);
+    for (int x = 0; x < V; x++) {
+        cr_assert(fabsf(lg[x] - single[x]) <= 1e-5f, "row 0 logit %d", x);
+        cr_assert(fabsf(lg[V + x] - single[x]) <= 1e-5f, "row 1 logit %d", x);
+    }
+    free(single);
+    free(lg);
+    sq_context_free(a);
+    sq_context_free(b);
+    sq_context_free(c);
+    sq_context_free(d);
+    sq_model_free(m1);
+    sq_model_free(m2);
+    tu_rmtree(dir);
+}
