@@ -26,7 +26,12 @@ static void xml_text(FILE *fp, const char *s)
 
 void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, double unstable)
 {
-    double x0 = log2(p->points[0].tokens), x1 = log2(p->points[p->n - 1].tokens);
+    int tmin = p->points[0].tokens, tmax = tmin;
+    for (int i = 1; i < p->n; i++) {
+        tmin = p->points[i].tokens < tmin ? p->points[i].tokens : tmin;
+        tmax = p->points[i].tokens > tmax ? p->points[i].tokens : tmax;
+    }
+    double x0 = log2(tmin), x1 = log2(tmax);
     if (x1 - x0 < 1)
         x1 = x0 + 1;
     double ymax = 0;
@@ -76,17 +81,34 @@ void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, doub
             fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#89b\"/>\n",
                     PX(q->tokens), PY(q->p10_ms), PX(q->tokens), PY(q->p90_ms));
     }
-    fputs("<polyline fill=\"none\" stroke=\"#1f5fa8\" stroke-width=\"2\" points=\"", fp);
-    for (int i = 0; i < p->n; i++)
-        fprintf(fp, "%s%.1f,%.1f", i ? " " : "", PX(p->points[i].tokens), PY(p->points[i].median_ms));
-    fputs("\"/>\n", fp);
+    /* the median line: one per batch size (points are ordered by batch, then tokens), with a
+     * legend when there is more than one */
+    static const char *const colours[] = {"#1f5fa8", "#d35400", "#27ae60", "#8e44ad",
+                                          "#c0392b", "#16a085", "#7f8c8d", "#2c3e50"};
+    int nb = 0;
+    for (int i = 0; i < p->n; i++) {
+        if (i > 0 && p->points[i].batch == p->points[i - 1].batch)
+            continue;
+        const char *col = colours[nb % 8];
+        fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+        for (int j = i; j < p->n && p->points[j].batch == p->points[i].batch; j++)
+            fprintf(fp, "%s%.1f,%.1f", j > i ? " " : "", PX(p->points[j].tokens),
+                    PY(p->points[j].median_ms));
+        fputs("\"/>\n", fp);
+        if (p->points[i].batch != 1 || p->points[p->n - 1].batch != 1)
+            fprintf(fp, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
+                        "stroke-width=\"2\"/><text x=\"%.0f\" y=\"%.0f\">batch %d</text>\n",
+                    ML + 10, MT + 10 + 16.0 * nb, ML + 30, MT + 10 + 16.0 * nb, col, ML + 36,
+                    MT + 14 + 16.0 * nb, p->points[i].batch);
+        nb++;
+    }
     for (int i = 0; i < p->n; i++) {
         const sq_profile_point *q = &p->points[i];
         int bad = !isnan(q->p10_ms) && !isnan(q->p90_ms) &&
                   (q->p90_ms - q->p10_ms) / q->median_ms > unstable;
-        fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>%d tokens: "
+        fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>batch %d, %d tokens: "
                     "%.4g ms median%s</title></circle>\n",
-                PX(q->tokens), PY(q->median_ms), bad ? "#c0392b" : "#1f5fa8", q->tokens,
+                PX(q->tokens), PY(q->median_ms), bad ? "#c0392b" : "#1f5fa8", q->batch, q->tokens,
                 q->median_ms, bad ? " (unstable)" : "");
     }
     fputs("</svg>\n", fp);

@@ -117,6 +117,67 @@ done:
     return rc;
 }
 
+int sq_measure_point_batch(sq_context *const *ctxs, int b, int vocab, int n,
+                           const sq_measure_params *prm, sq_profile_point *out, sq_error *err)
+{
+    size_t nb = (size_t)b * (size_t)n;
+    int32_t *tok = malloc(nb * sizeof *tok), *pos = malloc(nb * sizeof *pos);
+    uint8_t *mask = malloc((size_t)n * (size_t)n);
+    float *logits = malloc(nb * (size_t)vocab * sizeof *logits);
+    double *t = malloc((size_t)(prm->repeat > 0 ? prm->repeat : 1) * sizeof *t);
+    sq_batch_seq *seqs = malloc((size_t)b * sizeof *seqs);
+    int rc = SQ_OK;
+    if (!tok || !pos || !mask || !logits || !t || !seqs) {
+        rc = sq_error_oom(err, "a measurement");
+        goto done;
+    }
+    unsigned s = prm->seed * 7919u + (unsigned)n;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++)
+            mask[(size_t)i * (size_t)n + (size_t)j] = j <= i;
+    for (int k = 0; k < b; k++) {
+        int base = sq_context_committed(ctxs[k]);
+        for (int i = 0; i < n; i++) {
+            tok[(size_t)k * n + i] = (int32_t)next_token(&s, vocab);
+            pos[(size_t)k * n + i] = base + i;
+        }
+        seqs[k] = (sq_batch_seq){ctxs[k], tok + (size_t)k * n, pos + (size_t)k * n, mask, n,
+                                 logits + (size_t)k * n * (size_t)vocab};
+    }
+    for (int r = 0; r < prm->warmup + prm->repeat; r++) {
+        double t0 = now_ms();
+        if ((rc = sq_context_forward_batch(seqs, b, err)))
+            goto done;
+        double dt = now_ms() - t0;
+        for (int k = 0; k < b; k++)
+            if ((rc = sq_context_commit(ctxs[k], NULL, 0, err)))
+                goto done;
+        if (r >= prm->warmup)
+            t[r - prm->warmup] = dt;
+    }
+    out->batch = b;
+    out->tokens = n;
+    out->samples = prm->repeat;
+    out->p10_ms = sq_quantile(t, prm->repeat, 0.10);
+    out->median_ms = sq_quantile(t, prm->repeat, 0.50);
+    out->p90_ms = sq_quantile(t, prm->repeat, 0.90);
+done:
+    free(tok);
+    free(pos);
+    free(mask);
+    free(logits);
+    free(t);
+    free(seqs);
+    return rc;
+}
+
+static int measure_at(sq_context *const *ctxs, int b, int vocab, int n,
+                      const sq_measure_params *prm, sq_profile_point *out, sq_error *err)
+{
+    return b == 1 ? sq_measure_point(ctxs[0], vocab, n, prm, out, err)
+                  : sq_measure_point_batch(ctxs, b, vocab, n, prm, out, err);
+}
+
 static int insert_point(sq_profile_point *pts, int *n, sq_profile_point p)
 {
     int i = *n;
@@ -133,6 +194,15 @@ int sq_measure_sweep(sq_context *ctx, int vocab, const int *tokens, int ntokens,
                      const sq_measure_params *prm, sq_measure_progress progress, void *user,
                      sq_profile_point **out, int *nout, sq_error *err)
 {
+    return sq_measure_sweep_batch(&ctx, 1, vocab, tokens, ntokens, prm, progress, user, out, nout,
+                                  err);
+}
+
+int sq_measure_sweep_batch(sq_context *const *ctxs, int b, int vocab, const int *tokens,
+                           int ntokens, const sq_measure_params *prm,
+                           sq_measure_progress progress, void *user, sq_profile_point **out,
+                           int *nout, sq_error *err)
+{
     *out = NULL;
     *nout = 0;
     int cap = ntokens + (prm->refine ? prm->max_points : 0) + 1;
@@ -145,7 +215,7 @@ int sq_measure_sweep(sq_context *ctx, int vocab, const int *tokens, int ntokens,
         if (progress)
             progress(user, n, total, tokens[i]);
         sq_profile_point p;
-        if ((rc = sq_measure_point(ctx, vocab, tokens[i], prm, &p, err)))
+        if ((rc = measure_at(ctxs, b, vocab, tokens[i], prm, &p, err)))
             goto fail;
         insert_point(pts, &n, p);
     }
@@ -177,7 +247,7 @@ int sq_measure_sweep(sq_context *ctx, int vocab, const int *tokens, int ntokens,
             if (progress)
                 progress(user, n, n + top + 1 > total ? n + top + 1 : total, mid);
             sq_profile_point p;
-            if ((rc = sq_measure_point(ctx, vocab, mid, prm, &p, err))) {
+            if ((rc = measure_at(ctxs, b, vocab, mid, prm, &p, err))) {
                 free(stack);
                 goto fail;
             }

@@ -34,6 +34,17 @@ int sq_measure_prefill(sq_context *ctx, int vocab, const sq_measure_params *para
 int sq_measure_point(sq_context *ctx, int vocab, int n, const sq_measure_params *params,
                      sq_profile_point *out, sq_error *err);
 
+/* Times one point of b >= 2 sequences: b contexts (each prefilled) with n chain tokens each,
+ * in one sq_context_forward_batch. out->batch = b. */
+int sq_measure_point_batch(sq_context *const *ctxs, int b, int vocab, int n,
+                           const sq_measure_params *params, sq_profile_point *out, sq_error *err);
+
+/* sq_measure_sweep at batch b over ctxs[0 .. b) (b = 1: sq_measure_point on ctxs[0]). */
+int sq_measure_sweep_batch(sq_context *const *ctxs, int b, int vocab, const int *tokens,
+                           int ntokens, const sq_measure_params *params,
+                           sq_measure_progress progress, void *user, sq_profile_point **out,
+                           int *nout, sq_error *err);
+
 /* Times every count of `tokens` (strictly increasing), then, when params->refine is set,
  * bisects the segments where the curve bends. *out (malloc'd) gets *nout points, increasing. */
 int sq_measure_sweep(sq_context *ctx, int vocab, const int *tokens, int ntokens,

@@ -27,7 +27,7 @@ static void usage(FILE *fp)
         "Usage: " PROG " --model DIR|config.json [--backend cpu|cuda] [--dtype f32|f16|bf16]\n"
         "                       [--tokens LIST | --max-tokens N] [--prefix L] [--warmup W]\n"
         "                       [--repeat R] [--threads T] [--no-refine] -o PROFILE.json\n"
-        "                       [--svg CURVE.svg] [--offload] [--quiet]\n"
+        "                       [--svg CURVE.svg] [--offload] [--batch LIST] [--quiet]\n"
         "       " PROG " --import ENGINE.csv [--engine NAME] -o PROFILE.json [--svg CURVE.svg]\n"
         "\n"
         "Times the runtime's forward over n new tokens on top of a KV prefix of L tokens and\n"
@@ -45,6 +45,10 @@ static void usage(FILE *fp)
         "                         the curve bends\n"
         "      --no-refine        measure only the listed counts\n"
         "      --prefix L         committed KV prefix under each forward (default 512)\n"
+        "      --batch LIST       batch sizes, e.g. 1,2,4,8,16,32,64 (strictly increasing): each\n"
+        "                         point times b independent sequences x n tokens in one forward,\n"
+        "                         each on its own KV prefix of L tokens (a version 2 profile,\n"
+        "                         for sequoia-plan --ladder); default 1\n"
         "      --warmup W         untimed forwards per point (default 2)\n"
         "      --repeat R         timed forwards per point (default 10)\n"
         "      --threads T        CPU threads (default: all cores)\n"
@@ -70,7 +74,7 @@ static void usage(FILE *fp)
         "70 internal error, 73 cannot create output, 74 I/O error.\n");
 }
 
-static int parse_list(const char *s, int *v, int *n)
+static int parse_list_of(const char *opt, long max, const char *s, int *v, int *n)
 {
     *n = 0;
     const char *p = s;
@@ -78,16 +82,17 @@ static int parse_list(const char *s, int *v, int *n)
         char *end;
         errno = 0;
         long x = strtol(p, &end, 10);
-        if (errno || end == p || x < 1 || x > SQ_PROFILE_MAX_TOKENS || (*end && *end != ',')) {
-            fprintf(stderr, PROG ": --tokens: '%s' is not a comma-separated list of counts >= 1\n", s);
+        if (errno || end == p || x < 1 || x > max || (*end && *end != ',')) {
+            fprintf(stderr, PROG ": %s: '%s' is not a comma-separated list of counts from 1 to "
+                    "%ld\n", opt, s, max);
             return SQ_EUSAGE;
         }
         if (*n == MAX_LIST) {
-            fprintf(stderr, PROG ": --tokens: more than %d counts\n", MAX_LIST);
+            fprintf(stderr, PROG ": %s: more than %d counts\n", opt, MAX_LIST);
             return SQ_EUSAGE;
         }
         if (*n > 0 && x <= v[*n - 1]) {
-            fprintf(stderr, PROG ": --tokens: %ld after %d, counts must increase strictly\n", x,
+            fprintf(stderr, PROG ": %s: %ld after %d, counts must increase strictly\n", opt, x,
                     v[*n - 1]);
             return SQ_EUSAGE;
         }
@@ -95,10 +100,15 @@ static int parse_list(const char *s, int *v, int *n)
         p = *end ? end + 1 : end;
     }
     if (*n == 0) {
-        fprintf(stderr, PROG ": --tokens: empty list\n");
+        fprintf(stderr, PROG ": %s: empty list\n", opt);
         return SQ_EUSAGE;
     }
     return SQ_OK;
+}
+
+static int parse_list(const char *s, int *v, int *n)
+{
+    return parse_list_of("--tokens", SQ_PROFILE_MAX_TOKENS, s, v, n);
 }
 
 static char *cpu_name(int threads)
@@ -209,6 +219,7 @@ static int write_outputs(const sq_profile *p, const char *out_file, const char *
 typedef struct profile_opts {
     const char *model_path, *backend, *dtype, *out_file, *svg_file, *import_file, *engine;
     int tokens[MAX_LIST], ntokens, max_tokens, threads, force_random, offload;
+    int batches[MAX_LIST], nbatches;
     sq_backend_kind kind;
     progress_state ps;
     sq_measure_params mp;
@@ -228,7 +239,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         {"svg", required_argument, NULL, 'S'},     {"import", required_argument, NULL, 'I'},
         {"engine", required_argument, NULL, 'E'},  {"random", no_argument, NULL, 'r'},
         {"no-refine", no_argument, NULL, 'n'},     {"quiet", no_argument, NULL, 'q'},
-        {"offload", no_argument, NULL, 'O'},
+        {"offload", no_argument, NULL, 'O'},     {"batch", required_argument, NULL, 'B'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     *o = (profile_opts){.backend = "cpu", .max_tokens = 1024, .ps = {.quiet = !isatty(2)},
@@ -246,6 +257,10 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         case 'b': o->backend = optarg; break;
         case 'D': o->dtype = optarg; break;
         case 'T': if (parse_list(optarg, o->tokens, &o->ntokens)) return SQ_EUSAGE; break;
+        case 'B':
+            if (parse_list_of("--batch", SQ_PROFILE_MAX_BATCH, optarg, o->batches, &o->nbatches))
+                return SQ_EUSAGE;
+            break;
         case 'M': case 'P': case 'W': case 'R': case 't':
             if (sq_cli_int(PROG, name, optarg, lo, INT_MAX, num))
                 return SQ_EUSAGE;
@@ -284,7 +299,7 @@ static const char *misfit(profile_opts *o)
         return buf;
     }
     if (o->import_file)
-        return NULL;
+        return o->nbatches ? "--batch measures forwards; it does not apply to --import" : NULL;
     if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) {
         snprintf(buf, sizeof buf, "--backend: unknown backend '%.100s' (cpu or cuda)", o->backend);
         return buf;
@@ -303,6 +318,11 @@ static const char *misfit(profile_opts *o)
     }
     if (o->offload && o->kind != SQ_BACKEND_CUDA)
         return "--offload streams weights to a GPU: it needs --backend cuda";
+    if (o->nbatches == 0)
+        o->batches[o->nbatches++] = 1;
+    if (o->kind == SQ_BACKEND_CUDA && o->batches[o->nbatches - 1] > 1)
+        return "--batch: the CUDA backend has no batched forward yet (sizes above 1 need "
+               "--backend cpu)";
     if (o->ntokens == 0) {
         for (int n = 1; n <= o->max_tokens && o->ntokens < MAX_LIST; n *= 2)
             o->tokens[o->ntokens++] = n;
@@ -372,7 +392,21 @@ static int load_model(const profile_opts *o, sq_model **model, sq_model_config *
                                       : sq_model_new_random(cfg, 1234, model, err);
 }
 
-/* Times the sweep; fills prof (its strings and points to free). */
+/* The memory b contexts of this shape need (their KV caches and scratch) and the batched
+ * forward's scratch, in bytes. */
+static double batch_bytes(const sq_model_config *c, int b, int max_context, int max_pending)
+{
+    double kv = (double)c->n_kv_heads * c->head_dim, q = (double)c->n_heads * c->head_dim;
+    double slots = (double)max_context + max_pending;
+    double per_ctx = 2.0 * c->n_layers * slots * kv * 4 +
+                     (double)max_pending * (2.0 * c->dim + 2 * q + 2.0 * c->hidden_dim) * 4;
+    double rows = (double)b * max_pending;
+    double batch = rows * (2.0 * c->dim + 2 * q + 2 * kv + 2.0 * c->hidden_dim + c->head_dim +
+                           c->vocab_size) * 4;
+    return b * per_ctx + batch;
+}
+
+/* Times the sweep at every batch size; fills prof (its strings and points to free). */
 static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
 {
     sq_model *model = NULL;
@@ -381,6 +415,7 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
     if ((rc = load_model(o, &model, &cfg, &random, err)))
         return rc;
     int biggest = o->tokens[o->ntokens - 1];
+    int bmax = o->batches[o->nbatches - 1];
     sq_context_params cp = sq_context_default_params();
     cp.backend = o->kind;
     cp.threads = o->threads;
@@ -388,14 +423,33 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
     sq_weight_dtype_parse(o->dtype, &cp.dtype);   /* checked in misfit() */
     cp.max_context = o->mp.prefix > 0 ? o->mp.prefix : 1;
     cp.max_pending = biggest > 64 ? biggest : 64;
-    sq_context *ctx = NULL;
-    if ((rc = sq_context_new(model, &cp, &ctx, err))) {
-        sq_model_free(model);
-        return rc;
+    if (o->kind == SQ_BACKEND_CPU && bmax > 1) {
+        /* refused up front rather than swapped or OOM-killed half way through the sweep */
+        double need = batch_bytes(&cfg, bmax, cp.max_context, cp.max_pending) +
+                      (random ? 4.0 * (double)sq_model_config_params(&cfg) : 0);
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+        double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+        if (have > 0 && need > 0.8 * have) {
+            sq_model_free(model);
+            return sq_error_set(err, SQ_EUSAGE, "--batch %d: %d sequences with a prefix of %d and "
+                                "%d new tokens need %.0f bytes (%.2f GiB) of KV caches, scratch "
+                                "and weights, more than 80%% of this machine's %.2f GiB; use "
+                                "smaller batch sizes, --prefix or --tokens", bmax, bmax,
+                                o->mp.prefix, biggest, need, need / (1 << 30), have / (1 << 30));
+        }
     }
+    sq_context **ctxs = calloc((size_t)bmax, sizeof *ctxs);
+    if (!ctxs) {
+        sq_model_free(model);
+        return sq_error_oom(err, "contexts");
+    }
+    for (int k = 0; k < bmax && !rc; k++)
+        rc = sq_context_new(model, &cp, &ctxs[k], err);
+    if (rc)
+        goto done;
     int nthreads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     prof->device = o->kind == SQ_BACKEND_CPU ? cpu_name(nthreads)
-                                             : strdup(sq_context_device_name(ctx));
+                                             : strdup(sq_context_device_name(ctxs[0]));
     prof->backend = strdup(o->offload ? "cuda-offload" : o->backend);
     prof->dtype = strdup(o->dtype);
     prof->threads = o->kind == SQ_BACKEND_CPU ? nthreads : 0;
@@ -403,10 +457,36 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
     prof->model = model_json(o->model_path, &cfg, random);
     if (!prof->device || !prof->backend || !prof->dtype || !prof->model)
         rc = sq_error_oom(err, "profile");
-    if (!rc && !(rc = sq_measure_prefill(ctx, cfg.vocab_size, &o->mp, err)))
-        rc = sq_measure_sweep(ctx, cfg.vocab_size, o->tokens, o->ntokens, &o->mp, on_progress,
-                              &o->ps, &prof->points, &prof->n, err);
-    sq_context_free(ctx);
+    /* each sequence its own prefix (other token ids: a batch of different contexts) */
+    for (int k = 0; k < bmax && !rc; k++) {
+        sq_measure_params mk = o->mp;
+        mk.seed = o->mp.seed + (unsigned)k * 1000003u;
+        rc = sq_measure_prefill(ctxs[k], cfg.vocab_size, &mk, err);
+    }
+    for (int bi = 0; bi < o->nbatches && !rc; bi++) {
+        sq_profile_point *pts = NULL;
+        int np = 0;
+        if (!o->ps.quiet && o->nbatches > 1)
+            fprintf(stderr, PROG ": batch %d\n", o->batches[bi]);
+        rc = sq_measure_sweep_batch(ctxs, o->batches[bi], cfg.vocab_size, o->tokens, o->ntokens,
+                                    &o->mp, on_progress, &o->ps, &pts, &np, err);
+        if (rc)
+            break;
+        sq_profile_point *all = realloc(prof->points, (size_t)(prof->n + np) * sizeof *all);
+        if (!all) {
+            free(pts);
+            rc = sq_error_oom(err, "points");
+            break;
+        }
+        memcpy(all + prof->n, pts, (size_t)np * sizeof *pts);
+        prof->points = all;
+        prof->n += np;
+        free(pts);
+    }
+done:
+    for (int k = 0; k < bmax; k++)
+        sq_context_free(ctxs[k]);
+    free(ctxs);
     sq_model_free(model);
     return rc;
 }
@@ -432,10 +512,11 @@ static int unstable_points(const sq_profile *prof, double unstable, int *at)
 
 static void print_points(const sq_profile *prof, double unstable)
 {
-    printf("%8s %12s %12s %12s\n", "tokens", "median ms", "p10 ms", "p90 ms");
+    printf("%6s %8s %12s %12s %12s\n", "batch", "tokens", "median ms", "p10 ms", "p90 ms");
     for (int i = 0; i < prof->n; i++) {
         const sq_profile_point *p = &prof->points[i];
-        printf("%8d %12.4f %12.4f %12.4f%s\n", p->tokens, p->median_ms, p->p10_ms, p->p90_ms,
+        printf("%6d %8d %12.4f %12.4f %12.4f%s\n", p->batch, p->tokens, p->median_ms, p->p10_ms,
+               p->p90_ms,
                (p->p90_ms - p->p10_ms) / p->median_ms > unstable ? "  unstable" : "");
     }
 }

@@ -74,6 +74,53 @@ Test(cli_profile, profiles_a_shape_from_config_json)
     free(se);
 }
 
+Test(cli_profile, batch_sizes_give_a_version_2_profile_with_one_curve_per_batch)
+{
+    char *svg = tu_path(dir, "curve.svg");
+    char *argv[] = {(char *)bin(), "--model", config, "--tokens", "1,2,4", "--batch", "1,2,3",
+                    "--prefix", "8", "--warmup", "0", "--repeat", "2", "-o", out, "--svg", svg,
+                    "--quiet", NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    sq_profile *p;
+    sq_error e = {0};
+    cr_assert_eq(sq_profile_load(out, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(p->n, 9);
+    int b[8];
+    cr_assert_eq(sq_profile_batches(p, b, 8), 3);
+    cr_assert(b[0] == 1 && b[1] == 2 && b[2] == 3);
+    for (int i = 0; i < 9; i++) {
+        cr_assert_eq(p->points[i].batch, 1 + i / 3);
+        cr_assert_eq(p->points[i].tokens, 1 << (i % 3));
+    }
+    char *j = tu_read(out, NULL);
+    cr_assert(strstr(j, "\"version\": 2"), "a batched profile is version 2");
+    char *s = tu_read(svg, NULL);
+    int lines = 0;
+    for (char *c = s; (c = strstr(c, "<polyline")); c++)
+        lines++;
+    cr_assert_eq(lines, 3, "one line per batch size");
+    cr_assert(strstr(s, "batch 3"), "a legend names each batch size");
+    /* batch sizes past the machine's memory: refused up front with the bytes needed */
+    char *huge[] = {(char *)bin(), "--model", config, "--tokens", "64", "--batch", "65536",
+                    "--prefix", "0", "-o", out, "--quiet", NULL};
+    free(so);
+    free(se);
+    /* a tiny model with a long context: 65536 KV caches of a million slots */
+    tu_write(config, "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,"
+             "\"intermediate_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4,"
+             "\"num_key_value_heads\":2,\"vocab_size\":64,\"max_position_embeddings\":2000000}");
+    huge[8] = "1000000";
+    cr_assert_eq(tu_run(huge, &so, &se), 64, "%s", se);
+    cr_assert(strstr(se, "--batch 65536") && strstr(se, "bytes"), "%s", se);
+    sq_profile_free(p);
+    free(j);
+    free(s);
+    free(svg);
+    free(so);
+    free(se);
+}
+
 Test(cli_profile, default_counts_are_powers_of_two_refined_where_the_curve_bends)
 {
     char *argv[] = {(char *)bin(), "--model", config, "--max-tokens", "16", "--prefix", "8",
@@ -132,6 +179,9 @@ Test(cli_profile, bad_requests_are_refused_without_output)
         {{"--backend", "cuda", "--tokens", "1", "--prefix", "4"}, 64, "CUDA"},
         {{"--dtype", "f16"}, 64, "float32"},
         {{"--repeat", "0"}, 64, "--repeat"},
+        {{"--batch", "4,2"}, 64, "increase strictly"},
+        {{"--batch", "0"}, 64, "--batch"},
+        {{"--backend", "cuda", "--batch", "1,2"}, 64, "--batch"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *argv[16];
