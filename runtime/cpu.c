@@ -4,7 +4,12 @@
  * libgslcblas, so cblas_* resolve to OpenBLAS. RMSNorm, RoPE, attention and SwiGLU are written
  * here. The KV cache holds, per layer, max_context committed slots followed by max_pending
  * pending slots: committed token t sits in slot t, pending token j in slot C + j (C = committed
- * count). Keys are stored after RoPE, so a slot never needs its position again. */
+ * count). Keys are stored after RoPE, so a slot never needs its position again.
+ *
+ * Attention runs as independent jobs (one KV head and a tile of its query rows each) on a small
+ * pool of persistent threads, each job with single-threaded BLAS and its own scratch, so that
+ * a tree verify pays neither OpenBLAS's per-call threading on tiny products nor a thread start
+ * per softmax. The softmax's exponentials are vectorised (see attn_softmax_row). */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -19,16 +24,132 @@
 /* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). */
 void openblas_set_num_threads(int num_threads);
 
-/* Below this many softmax elements, the softmax runs on the calling thread only. */
-#define ATTN_PARALLEL_MIN_WORK (1 << 16)
+/* Below this many multiply-adds (both products, all heads), attention runs on the calling
+ * thread only: waking the pool costs tens of microseconds. */
+#define ATTN_PARALLEL_MIN_WORK (1 << 20)
 /* Attention handles at most this many (token, query head) rows of one KV head at a time. */
-#define ATTN_TILE 256
-/* Most attention threads per call. */
-#define ATTN_MAX_WORKERS 64
+#define ATTN_TILE 64
+/* Most CPU threads: the pool and its per-worker scratch. */
+#define CPU_MAX_THREADS 256
+
+/* ---- a pool of persistent workers ----------------------------------------------------------- */
+
+typedef void (*pool_fn)(void *arg, int worker, int n_workers);
+
+typedef struct pool {
+    int             n;          /* workers, the calling thread included (>= 1)               */
+    pthread_t      *tids;       /* (n - 1)                                                   */
+    int             started;    /* threads actually running                                   */
+    pthread_mutex_t mu;
+    pthread_cond_t  go, done;
+    unsigned        gen;        /* bumped per dispatch                                        */
+    int             pending;    /* workers still running the current dispatch                 */
+    int             stop;
+    pool_fn         fn;
+    void           *arg;
+} pool;
+
+typedef struct pool_worker {
+    pool *p;
+    int   id;
+} pool_worker;
+
+static void *pool_main(void *arg)
+{
+    pool_worker *w = arg;
+    pool *p = w->p;
+    unsigned seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (p->gen == seen && !p->stop)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->stop) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+        seen = p->gen;
+        pool_fn fn = p->fn;
+        void *a = p->arg;
+        pthread_mutex_unlock(&p->mu);
+        fn(a, w->id, p->n);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0)
+            pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Runs fn(arg, w, n) for w = 0 .. n-1, w = 0 on the calling thread; returns when all are done. A
+ * worker that could not be started has its share run here. */
+static void pool_run(pool *p, pool_fn fn, void *arg)
+{
+    if (p->started == 0) {
+        for (int w = 0; w < p->n; w++)
+            fn(arg, w, p->n);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->arg = arg;
+    p->pending = p->started;
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    fn(arg, 0, p->n);
+    for (int w = 1 + p->started; w < p->n; w++)
+        fn(arg, w, p->n);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static pool_worker *pool_start(pool *p, int n)
+{
+    p->n = n;
+    p->started = 0;
+    p->gen = 0;
+    p->stop = 0;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->tids = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof *p->tids);
+    pool_worker *ws = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof *ws);
+    if (!p->tids || !ws)
+        return ws;
+    /* workers 1 .. started run on threads; a failed start leaves the rest to pool_run */
+    for (int w = 1; w < n; w++) {
+        ws[w - 1] = (pool_worker){p, w};
+        if (pthread_create(&p->tids[w - 1], NULL, pool_main, &ws[w - 1]) != 0)
+            break;
+        p->started++;
+    }
+    return ws;
+}
+
+static void pool_stop(pool *p, pool_worker *ws)
+{
+    if (p->tids) {
+        pthread_mutex_lock(&p->mu);
+        p->stop = 1;
+        pthread_cond_broadcast(&p->go);
+        pthread_mutex_unlock(&p->mu);
+        for (int w = 0; w < p->started; w++)
+            pthread_join(p->tids[w], NULL);
+    }
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->go);
+    pthread_cond_destroy(&p->done);
+    free(p->tids);
+    free(ws);
+}
 
 typedef struct cpu_state {
     int    slots;        /* max_context + max_pending                                  */
+    int    ld_scores;    /* slots rounded up to a multiple of 16 (the softmax's lanes)  */
     int    threads;
+    pool   pool;         /* threads workers, the calling thread included               */
+    pool_worker *workers;
     float *key_cache;    // (layer, slots, kv_dim)
     float *value_cache;  // (layer, slots, kv_dim)
     float *x;            // (max_pending, dim)         residual stream
@@ -37,9 +158,9 @@ typedef struct cpu_state {
     float *att_out;      // (max_pending, q_dim)
     float *hb;           // (max_pending, hidden_dim)
     float *hb2;          // (max_pending, hidden_dim)
-    float *scores;       // (ATTN_TILE, slots)         attention scores, then weights
-    float *qg;           // (ATTN_TILE, head_dim)      queries of one KV head, packed
-    float *og;           // (ATTN_TILE, head_dim)      their attention outputs
+    float *scores;       // (threads, ATTN_TILE, ld_scores) attention scores, then weights
+    float *qg;           // (threads, ATTN_TILE, head_dim)  queries of one KV head, packed
+    float *og;           // (threads, ATTN_TILE, head_dim)  their attention outputs
     float *rope_cos;     // (max_pending, head_dim/2)
     float *rope_sin;     // (max_pending, head_dim/2)
     float *inv_freq;     // (head_dim/2)
@@ -53,6 +174,8 @@ static void cpu_free(sq_context *ctx)
     cpu_state *s = ctx->impl;
     if (!s)
         return;
+    if (s->workers)
+        pool_stop(&s->pool, s->workers);
     free(s->key_cache);
     free(s->value_cache);
     free(s->x);
@@ -100,6 +223,9 @@ static int cpu_init(sq_context *ctx, sq_error *err)
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         s->threads = ncpu > 0 ? (int)ncpu : 1;
     }
+    if (s->threads > CPU_MAX_THREADS)
+        s->threads = CPU_MAX_THREADS;
+    s->ld_scores = (s->slots + 15) / 16 * 16;
     size_t q_dim = (size_t)c->n_heads * (size_t)c->head_dim;
     size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
     size_t mp = (size_t)p->max_pending;
@@ -112,9 +238,10 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     s->att_out = alloc_floats(mp, q_dim, 1, &ok);
     s->hb = alloc_floats(mp, (size_t)c->hidden_dim, 1, &ok);
     s->hb2 = alloc_floats(mp, (size_t)c->hidden_dim, 1, &ok);
-    s->scores = alloc_floats(ATTN_TILE, (size_t)s->slots, 1, &ok);
-    s->qg = alloc_floats(ATTN_TILE, (size_t)c->head_dim, 1, &ok);
-    s->og = alloc_floats(ATTN_TILE, (size_t)c->head_dim, 1, &ok);
+    size_t nt = (size_t)s->threads;
+    s->scores = alloc_floats(nt * ATTN_TILE, (size_t)s->ld_scores, 1, &ok);
+    s->qg = alloc_floats(nt * ATTN_TILE, (size_t)c->head_dim, 1, &ok);
+    s->og = alloc_floats(nt * ATTN_TILE, (size_t)c->head_dim, 1, &ok);
     s->rope_cos = alloc_floats(mp, (size_t)c->head_dim / 2, 1, &ok);
     s->rope_sin = alloc_floats(mp, (size_t)c->head_dim / 2, 1, &ok);
     s->inv_freq = alloc_floats((size_t)c->head_dim / 2, 1, 1, &ok);
@@ -127,6 +254,11 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     /* As transformers computes it: inv_freq[i] = 1 / theta^(2i / head_dim) in float32. */
     for (int i = 0; i < c->head_dim / 2; i++)
         s->inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
+    s->workers = pool_start(&s->pool, s->threads);
+    if (!s->workers || !s->pool.tids) {
+        cpu_free(ctx);
+        return sq_error_oom(err, "the CPU thread pool");
+    }
     openblas_set_num_threads(s->threads);
     return SQ_OK;
 }
@@ -175,99 +307,143 @@ static void rope(float *v, int n_heads, int head_dim, const float *cosv, const f
  * Keys and values of slot t sit at row t of the layer's cache (stride kv_dim), so both products
  * read the cache in place. Masked pending slots cost a few wasted multiply-adds (at most the
  * pending share of the row) and no branch in the inner loops. */
-typedef struct softmax_job {
-    float         *sc;          /* (rows, ld) scores of the tile                          */
-    int            ld, rows, row0, group, C, width, total;
-    const uint8_t *mask;
-    int            worker, n_workers;
-} softmax_job;
+/* ---- the attention softmax, vectorised ---------------------------------------------------- */
 
-static void *softmax_worker(void *arg)
+/* exp(x) for x <= 0 (scores minus their row maximum) on 16 lanes: x = k ln2 + r with
+ * |r| <= ln2/2 (ln2 split in two parts for an exact k ln2), exp(r) from the degree-6
+ * polynomial of the Cephes library's expf (S. L. Moshier, cephes/single/expf.c, whose
+ * coefficients and range reduction this follows; written here in GCC vector extensions),
+ * times 2^k set in the exponent bits. Within 2 ulp of expf on [-87, 0]; below -87 (and for the
+ * -inf of a masked slot) the weight is exactly 0. The CPU's softmax therefore differs from
+ * sq_k_attn_exp (expf) by rounding only. */
+typedef float   v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+/* One row of scores -> softmax weights, in place: slots t >= C count only where
+ * mrow[t - C] != 0. total is padded to a multiple of 16 by the caller's scratch (row has room
+ * up to the next multiple of 16). */
+__attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+static void attn_softmax_row(float *row, int total, int C, const uint8_t *mrow)
 {
-    const softmax_job *jb = arg;
-    for (int r = jb->worker; r < jb->rows; r += jb->n_workers) {
-        const int i = (jb->row0 + r) / jb->group;
-        const uint8_t *mrow = jb->mask + (size_t)i * jb->width;
-        float *row = jb->sc + (size_t)r * jb->ld;
-        float mx = -INFINITY;
-        for (int t = 0; t < jb->total; t++) {
-            if (t >= jb->C && !mrow[t - jb->C])
-                row[t] = -INFINITY;
-            else if (row[t] > mx)
-                mx = row[t];
-        }
-        float sum = 0.0f;
-        for (int t = 0; t < jb->total; t++) {
-            float e = sq_k_attn_exp(row[t], mx);
-            row[t] = e;
-            sum += e;
-        }
-        const float inv = 1.0f / sum;   /* sum >= 1: the maximum contributes exp(0) */
-        for (int t = 0; t < jb->total; t++)
-            row[t] *= inv;
+    float mx = -INFINITY;
+    for (int t = C; t < total; t++)
+        if (!mrow[t - C])
+            row[t] = -INFINITY;
+    for (int t = 0; t < total; t++)
+        mx = row[t] > mx ? row[t] : mx;
+    const int tp = (total + 15) & ~15;
+    for (int t = total; t < tp; t++)
+        row[t] = -INFINITY;
+    v16f sum = {0};
+    for (int t = 0; t < tp; t += 16) {
+        v16f x;
+        memcpy(&x, row + t, sizeof x);
+        x -= mx;
+        /* exp(x), x <= 0, as described above */
+        const v16f lo = (v16f){0} + -87.0f;
+        v16i keep = x >= lo;                      /* -1 where exp(x) is representable */
+        x = (v16f)(((v16i)x & keep) | ((v16i)lo & ~keep));
+        const v16f shifter = (v16f){0} + 12582912.0f; /* 1.5 * 2^23: rounds to an integer */
+        v16f k = x * 1.44269504088896341f + shifter;
+        k = k - shifter;
+        v16f r = x - k * 0.693359375f;
+        r = r - k * -2.12194440e-4f;
+        v16f p = (v16f){0} + 1.9875691500e-4f;
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * (r * r) + r + 1.0f;
+        v16i e = (__builtin_convertvector(k, v16i) + 127) << 23;
+        v16f v = (v16f)((v16i)(p * (v16f)e) & keep);
+        memcpy(row + t, &v, sizeof v);
+        sum += v;
     }
-    return NULL;
+    float s = 0.0f;
+    for (int i = 0; i < 16; i++)
+        s += sum[i];
+    const float inv = 1.0f / s;   /* s >= 1: the maximum contributes exp(0) */
+    for (int t = 0; t < total; t++)
+        row[t] *= inv;
 }
 
-static void softmax_rows(cpu_state *s, int rows, int row0, int group, int C, int width,
-                         const uint8_t *mask)
+/* ---- attention ------------------------------------------------------------------------------ */
+
+/* Attention, per KV head g and tile of rows (token i, query head h of g's group):
+ *   scores = Q K^T / sqrt(hd) over every cached slot 0 .. C+P+n-1   (one sgemm)
+ *   mask: a pending slot C+j counts only when mask[i][j] != 0; softmax per row
+ *   out    = weights V                                               (one sgemm)
+ * Keys and values of slot t sit at row t of the layer's cache (stride kv_dim), so both products
+ * read the cache in place. Masked pending slots cost a few wasted multiply-adds (at most the
+ * pending share of the row) and no branch in the inner loops. Jobs (g, tile) are independent:
+ * each writes its own rows of att_out. */
+typedef struct attn_job {
+    const sq_model_config *c;
+    cpu_state             *s;
+    int                    layer, n, C, P;
+    const uint8_t         *mask;
+    int                    tiles;   /* row tiles per KV head */
+} attn_job;
+
+static void attn_tile(const attn_job *jb, int g, int tile, float *scores, float *qg, float *og)
 {
-    const int total = C + width;
-    int workers = s->threads;
-    if (workers > rows)
-        workers = rows;
-    if (workers > ATTN_MAX_WORKERS)
-        workers = ATTN_MAX_WORKERS;
-    if ((double)rows * total < ATTN_PARALLEL_MIN_WORK || workers < 1)
-        workers = 1;
-    softmax_job jobs[ATTN_MAX_WORKERS];
-    pthread_t tids[ATTN_MAX_WORKERS];
-    int started[ATTN_MAX_WORKERS];
-    for (int w = 0; w < workers; w++) {
-        jobs[w] = (softmax_job){s->scores, s->slots, rows, row0, group, C, width, total, mask, w,
-                                workers};
-        started[w] = 0;
+    const sq_model_config *c = jb->c;
+    cpu_state *s = jb->s;
+    const int hd = c->head_dim, kv_dim = c->n_kv_heads * hd, q_dim = c->n_heads * hd;
+    const int group = c->n_heads / c->n_kv_heads;
+    const int width = jb->P + jb->n, total = jb->C + width, rows_all = jb->n * group;
+    const float scale = 1.0f / sqrtf((float)hd);
+    const float *K = s->key_cache + (size_t)jb->layer * s->slots * kv_dim + (size_t)g * hd;
+    const float *V = s->value_cache + (size_t)jb->layer * s->slots * kv_dim + (size_t)g * hd;
+    const int row0 = tile * ATTN_TILE;
+    const int rows = rows_all - row0 < ATTN_TILE ? rows_all - row0 : ATTN_TILE;
+    for (int r = 0; r < rows; r++) {
+        int i = (row0 + r) / group, h = g * group + (row0 + r) % group;
+        memcpy(qg + (size_t)r * hd, s->q + (size_t)i * q_dim + (size_t)h * hd,
+               (size_t)hd * sizeof(float));
     }
-    for (int w = 1; w < workers; w++)
-        started[w] = pthread_create(&tids[w], NULL, softmax_worker, &jobs[w]) == 0;
-    softmax_worker(&jobs[0]);
-    for (int w = 1; w < workers; w++) {
-        if (started[w])
-            pthread_join(tids[w], NULL);
-        else
-            softmax_worker(&jobs[w]);   /* could not start a thread: do its share here */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, total, hd, scale, qg, hd, K,
+                kv_dim, 0.0f, scores, s->ld_scores);
+    for (int r = 0; r < rows; r++)
+        attn_softmax_row(scores + (size_t)r * s->ld_scores, total, jb->C,
+                         jb->mask + (size_t)((row0 + r) / group) * width);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, total, 1.0f, scores,
+                s->ld_scores, V, kv_dim, 0.0f, og, hd);
+    for (int r = 0; r < rows; r++) {
+        int i = (row0 + r) / group, h = g * group + (row0 + r) % group;
+        memcpy(s->att_out + (size_t)i * q_dim + (size_t)h * hd, og + (size_t)r * hd,
+               (size_t)hd * sizeof(float));
     }
+}
+
+static void attn_worker(void *arg, int worker, int n_workers)
+{
+    const attn_job *jb = arg;
+    cpu_state *s = jb->s;
+    const int hd = jb->c->head_dim;
+    float *scores = s->scores + (size_t)worker * ATTN_TILE * s->ld_scores;
+    float *qg = s->qg + (size_t)worker * ATTN_TILE * hd;
+    float *og = s->og + (size_t)worker * ATTN_TILE * hd;
+    const int jobs = jb->c->n_kv_heads * jb->tiles;
+    for (int j = worker; j < jobs; j += n_workers)
+        attn_tile(jb, j / jb->tiles, j % jb->tiles, scores, qg, og);
 }
 
 static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, int C, int P,
                       const uint8_t *mask)
 {
-    const int hd = c->head_dim, kv_dim = c->n_kv_heads * hd, q_dim = c->n_heads * hd;
-    const int group = c->n_heads / c->n_kv_heads;
-    const int width = P + n, total = C + width, rows_all = n * group;
-    const float scale = 1.0f / sqrtf((float)hd);
-    for (int g = 0; g < c->n_kv_heads; g++) {
-        const float *K = s->key_cache + (size_t)layer * s->slots * kv_dim + (size_t)g * hd;
-        const float *V = s->value_cache + (size_t)layer * s->slots * kv_dim + (size_t)g * hd;
-        for (int row0 = 0; row0 < rows_all; row0 += ATTN_TILE) {
-            const int rows = rows_all - row0 < ATTN_TILE ? rows_all - row0 : ATTN_TILE;
-            for (int r = 0; r < rows; r++) {
-                int i = (row0 + r) / group, h = g * group + (row0 + r) % group;
-                memcpy(s->qg + (size_t)r * hd, s->q + (size_t)i * q_dim + (size_t)h * hd,
-                       (size_t)hd * sizeof(float));
-            }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, total, hd, scale, s->qg,
-                        hd, K, kv_dim, 0.0f, s->scores, s->slots);
-            softmax_rows(s, rows, row0, group, C, width, mask);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, total, 1.0f,
-                        s->scores, s->slots, V, kv_dim, 0.0f, s->og, hd);
-            for (int r = 0; r < rows; r++) {
-                int i = (row0 + r) / group, h = g * group + (row0 + r) % group;
-                memcpy(s->att_out + (size_t)i * q_dim + (size_t)h * hd, s->og + (size_t)r * hd,
-                       (size_t)hd * sizeof(float));
-            }
-        }
+    const int group = c->n_heads / c->n_kv_heads, total = C + P + n;
+    attn_job jb = {c, s, layer, n, C, P, mask, (n * group + ATTN_TILE - 1) / ATTN_TILE};
+    /* multiply-adds of the two products: small ones are not worth waking the pool */
+    double work = 2.0 * n * c->n_heads * (double)total * c->head_dim;
+    if (s->pool.n < 2 || work < ATTN_PARALLEL_MIN_WORK) {
+        attn_worker(&jb, 0, 1);
+        return;
     }
+    openblas_set_num_threads(1);   /* each job multiplies on its own thread */
+    pool_run(&s->pool, attn_worker, &jb);
+    openblas_set_num_threads(s->threads);
 }
 
 static int cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
