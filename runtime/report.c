@@ -191,6 +191,22 @@ static cJSON *timing_json(const sq_run_record *r)
     sq_json_add(tj, "draft_ms", cJSON_CreateNumber(r->draft_ms));
     sq_json_add(tj, "target_ms", cJSON_CreateNumber(r->target_ms));
     sq_json_add(tj, "verify_ms", cJSON_CreateNumber(r->verify_ms));
+    /* per-step split: the two models' forwards and everything else a step does */
+    cJSON *sj = cJSON_CreateObject();
+    sq_json_add(sj, "steps_ms", cJSON_CreateNumber(r->steps_ms));
+    sq_json_add(sj, "draft_forward_ms", cJSON_CreateNumber(r->draft_forward_ms));
+    sq_json_add(sj, "target_forward_ms", cJSON_CreateNumber(r->target_forward_ms));
+    sq_json_add(sj, "draft_proposals_ms", cJSON_CreateNumber(r->draft_ms - r->draft_forward_ms));
+    sq_json_add(sj, "target_inputs_ms", cJSON_CreateNumber(r->target_ms - r->target_forward_ms));
+    sq_json_add(sj, "verify_ms", cJSON_CreateNumber(r->verify_ms));
+    sq_json_add(sj, "commit_ms", cJSON_CreateNumber(r->commit_ms));
+    sq_json_add(sj, "outside_forwards_ms",
+                cJSON_CreateNumber(r->steps_ms - r->draft_forward_ms - r->target_forward_ms));
+    sq_json_add(sj, "note", cJSON_CreateString(
+        "sums over steps; outside_forwards_ms = steps_ms - draft_forward_ms - target_forward_ms "
+        "(draft proposals and tree masks, target inputs, verification, KV compaction); "
+        "speculative_ms also counts both models' prefill of the prompt"));
+    sq_json_add(tj, "step_split", sj);
     if (r->base) {
         sq_json_add(tj, "autoregressive_ms", cJSON_CreateNumber(r->base_ms));
         sq_json_add(tj, "autoregressive_ms_per_token",

@@ -50,6 +50,8 @@ typedef struct sq_run_record {
     const int  *step_tokens;               /* (steps)                               */
     const sq_run_acceptance *acc;
     double      spec_ms, draft_ms, target_ms, verify_ms;
+    /* sums over steps of sq_step_info's finer timing (specdec.h) */
+    double      draft_forward_ms, target_forward_ms, commit_ms, steps_ms;
     const int32_t *gen;                    /* (max_new_tokens)                      */
     const int32_t *base;                   /* target alone, or NULL (no baseline)   */
     double      base_ms;

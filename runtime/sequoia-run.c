@@ -209,6 +209,10 @@ static int run_decode(const run_opts *o, run_state *st, sq_run_record *r, sq_err
         r->draft_ms += st->infos[s].draft_ms;
         r->target_ms += st->infos[s].target_ms;
         r->verify_ms += st->infos[s].verify_ms;
+        r->draft_forward_ms += st->infos[s].draft_forward_ms;
+        r->target_forward_ms += st->infos[s].target_forward_ms;
+        r->commit_ms += st->infos[s].commit_ms;
+        r->steps_ms += st->infos[s].step_ms;
     }
     r->base_ms = NAN;
     if (o->baseline) {

@@ -390,7 +390,7 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
                             "context full: %d tokens plus a tree of depth %d exceed %d", len, D,
                             sd->max_context);
     int rc;
-    double t0 = now_ms();
+    double t0 = now_ms(), dfwd = 0.0, tf;
 
     /* 1. the draft catches up: S[dc .. len-1], the root last. A root-only plan is plain
      * decoding with the target: the draft is never needed, so it is never run. */
@@ -404,8 +404,10 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
             sd->mask[(size_t)i * a + j] = j <= i;
     }
     if (a > 0) {
+        tf = now_ms();
         if ((rc = sq_context_forward(sd->dctx, sd->ftok, sd->fpos, sd->mask, a, sd->dbuf, err)))
             return rc;
+        dfwd += now_ms() - tf;
         memcpy(sd->dlog, sd->dbuf + (size_t)(a - 1) * Vs, Vs * sizeof(float));
     }
     for (int u = 0; u < n; u++)
@@ -441,8 +443,10 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
                 row[sd->dslot[w]] = 1;
             row[pd + i] = 1;
         }
+        tf = now_ms();
         if ((rc = sq_context_forward(sd->dctx, sd->ftok, sd->fpos, sd->mask, m, sd->dbuf, err)))
             return rc;
+        dfwd += now_ms() - tf;
         for (int i = 0; i < m; i++) {
             int u = sd->keep[i];
             memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)i * Vs, Vs * sizeof(float));
@@ -455,8 +459,10 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
     /* 3. the target reads the whole tree */
     double attn = 0.0;
     tree_inputs(sd, len);
+    tf = now_ms();
     if ((rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, n, sd->tlog, err)))
         return rc;
+    double tfwd = now_ms() - tf;
     if (sd->prm.check_attention) {
         /* a plain forward needs nothing pending: drop the tree, compare, read it again */
         int32_t dummy = 0;
@@ -516,6 +522,7 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
         return rc;
     memcpy(sd->seq + len, out, (size_t)cnt * sizeof *out);
     sd->len = len + cnt;
+    double t4 = now_ms();
 
     if (info) {
         info->tokens = cnt;
@@ -523,6 +530,10 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
         info->draft_ms = t1 - t0;
         info->target_ms = t2 - t1;
         info->verify_ms = t3 - t2;
+        info->draft_forward_ms = dfwd;
+        info->target_forward_ms = tfwd;
+        info->commit_ms = t4 - t3;
+        info->step_ms = t4 - t0;
         info->attn_max_diff = attn;
     }
     return SQ_OK;

@@ -51,6 +51,11 @@ typedef struct sq_step_info {
     int   *visit_children;  /* (depth) children of the i-th visited node                   */
     int   *visit_rank;      /* (depth) rank accepted there, 0 when none (bonus drawn)      */
     double draft_ms, target_ms, verify_ms;
+    /* finer timing of the same step: the time inside the draft's and the target's forwards,
+     * the commit of both caches (KV compaction) and the whole step; everything in step_ms
+     * outside the two forwards is the step's own work (proposals, verification, bookkeeping,
+     * compaction) */
+    double draft_forward_ms, target_forward_ms, commit_ms, step_ms;
     double attn_max_diff;   /* with check_attention: max |tree - path| logit difference    */
 } sq_step_info;
 
