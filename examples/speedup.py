@@ -126,12 +126,15 @@ def runs(out, tag, prompts):
 def measured(rs, base=None):
     """base: the runs whose target-alone time divides (default rs itself), prompt by prompt."""
     spec = [r["timing"]["speculative_ms"] / r["generated_tokens"] for r in rs]
-    res = {"prompts": len(rs), "spec_ms_tok": mean_ci(spec)}
+    res = {"prompts": len(rs), "spec_ms_tok": mean_ci(spec),
+           "per_prompt": {"ms_per_token": spec,
+                          "tokens_per_step": [sum(r["step_tokens"]) / r["steps"] for r in rs]}}
     base = rs if base is None else base
     if len(base) == len(rs) and all("autoregressive_ms" in b["timing"] for b in base):
         ar = [b["timing"]["autoregressive_ms"] / b["generated_tokens"] for b in base]
         res["ar_ms_tok"] = mean_ci(ar)
         res["speedup"] = mean_ci([a / s for a, s in zip(ar, spec)])
+        res["per_prompt"]["plain_ms_per_token"] = ar
     steps = [s for r in rs for s in r["step_tokens"]]
     res["tokens_step"] = mean_ci(steps)
     res["tokens_s"] = mean_ci([1000.0 / x for x in spec])
@@ -242,7 +245,8 @@ def report(out, prompts, sizes, sweep_prompts):
                    "measured_plain_ms_per_token": m["ar_ms_tok"],
                    "predicted_speedup": t1 / pred_tok, "measured_speedup": m["speedup"],
                    "prompts": m["prompts"], "steps": m["steps"],
-                   "per_step_ms": m["per_step_ms"], "outside_forwards_share": m["outside_share"]}
+                   "per_step_ms": m["per_step_ms"], "outside_forwards_share": m["outside_share"],
+                   "per_prompt": m["per_prompt"]}
             if kind == "optimal":
                 row["planner_predicted_speedup"] = hw["predicted_speedup"]
             rows[kind] = row

@@ -94,6 +94,15 @@ say "4. latency profiles of both models on this machine (sequoia-profile, $THREA
     --threads "$THREADS" -o "$OUT/profile_draft.json" --svg "$OUT/profile_draft.svg" --quiet
 }
 
+say "4b. the target's forward against the machine's floor (bench-forward)"
+BENCH=$BUILD/tests/bench/bench-forward
+if [ -x "$BENCH" ]; then
+    "$BENCH" --model "$TARGET" --threads "$THREADS" --context "$PREFIX" --reps 21 > "$OUT/bench_forward.txt"
+    cat "$OUT/bench_forward.txt" >&2
+else
+    echo "speedup.sh: $BENCH is missing (built with -Dtests=true): no roofline table" >&2
+fi
+
 say "5. plans: the fastest tree per setting, the best chain and k x L of at most $BUDGET nodes, the sweep"
 declare -A MODE=([T0]=greedy [T0.6]=stochastic) TEMP=([T0]=0 [T0.6]=0.6) CURVE=([T0]=greedy@T0 [T0.6]=stochastic@T0.6)
 for s in T0 T0.6; do
