@@ -11,7 +11,7 @@
 #include "libsequoia/format/curve.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/tree.h"
-#include "runtime/backend.h"
+#include "tests/cuda-emu/sharp.h"
 #include "runtime/cuda_sample.h"
 #include "runtime/kernels.h"
 #include "runtime/model.h"
@@ -25,32 +25,6 @@ static void need_device(void)
     sq_error err = {0};
     if (sq_cuda_device_count(&err) < 1)
         cr_skip_test("no CUDA device (%s)", err.msg);
-}
-
-static void scale_weights(const float *w, size_t n, float by)
-{
-    float *x = (float *)w;   /* sq_model_new_random's own malloc'd buffers */
-    for (size_t i = 0; i < n; i++)
-        x[i] *= by;
-}
-
-/* Sharp attention: the query and key weights x16 and the value and output weights x8. A random
- * model's attention is otherwise nearly uniform over the context, and then a mask that is
- * ignored, a wrong KV head for GQA, a commit that ignores keep[] or RoPE pairing (k, k+1)
- * change the logits by less than a 16-bit tolerance (tests/cuda-emu/mutate.sh shows that
- * each of them fails these tests once the attention is sharp). */
-static void sharpen(sq_model *m)
-{
-    const sq_model_config *c = &m->config;
-    const size_t dim = (size_t)c->dim, q = (size_t)c->n_heads * c->head_dim;
-    const size_t kv = (size_t)c->n_kv_heads * c->head_dim;
-    for (int l = 0; l < c->n_layers; l++) {
-        const sq_layer_weights *w = &m->w.layers[l];
-        scale_weights(w->wq, q * dim, 16.0f);
-        scale_weights(w->wk, kv * dim, 16.0f);
-        scale_weights(w->wv, kv * dim, 8.0f);
-        scale_weights(w->wo, dim * q, 8.0f);
-    }
 }
 
 static sq_model *tiny_model(uint64_t seed, int layers)
@@ -70,7 +44,7 @@ static sq_model *tiny_model(uint64_t seed, int layers)
     sq_model *m;
     sq_error err = {0};
     cr_assert_eq(sq_model_new_random(&c, seed, &m, &err), 0, "%s", err.msg);
-    sharpen(m);
+    sq_test_sharpen(m);
     return m;
 }
 

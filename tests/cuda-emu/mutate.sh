@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Seeds known bugs into the CUDA sources, one at a time, and shows which tests of the CUDA
+# suite (tests/test_cuda.c) and of the edge shapes (tests/cuda-emu/test_emu_shapes.c) catch
+# each, on the CPU emulation (issue 15). A test that no mutation can fail proves nothing; the
+# table this prints is the evidence that each one can.
+#
+#   tests/cuda-emu/mutate.sh [SCRATCH_DIR] [SCHEDULE]     from the repository root
+#
+# The repository's files are copied to SCRATCH_DIR/src (default: a new temporary directory), an
+# emulation-only build is configured once in SCRATCH_DIR/build (-Dcuda=disabled: no nvcc needed),
+# and for each mutation the two emulated test programs are rebuilt and run, one test name at a
+# time, under SCHEDULE (default lazy; see tests/cuda-emu/emu.cc). The source tree itself is never
+# modified. Exit status 0 when every mutation is caught by at least one test and every test is
+# failed by at least one mutation; 1 otherwise.
+#
+# The mutations (a mutation whose text is no longer in the source stops the script: update it):
+#   mask        tree attention ignores the pending mask (every pending slot counts)
+#   gqa         GQA maps query head h to KV head h % n_kv instead of h / (n_heads / n_kv)
+#   keep        commit ignores keep[] (keeps the first nkeep pending slots)
+#   rope        RoPE pairs elements (2k, 2k+1) instead of (k, k + head_dim/2)
+#   upload      no synchronisation after the weight uploads (the ordering bug of issue 15)
+#   offload     offload mode computes without waiting for its layer's copy
+#   softmax     the probabilities are not normalised
+#   residual    the residual is not normalised
+#   without     sampling without replacement may draw a token twice
+set -u
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+SCRATCH=${1:-$(mktemp -d "${TMPDIR:-/tmp}/sq-mutate.XXXXXX")}
+SCHED=${2:-lazy}
+SRC=$SCRATCH/src
+BUILD=$SCRATCH/build
+mkdir -p "$SRC"
+
+echo "mutate.sh: copying the repository to $SRC"
+(cd "$ROOT" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$SRC" -xf -
+if [ ! -f "$BUILD/build.ninja" ]; then
+    meson setup "$BUILD" "$SRC" -Dcuda=disabled -Demulate_cuda=true > "$SCRATCH/setup.log" 2>&1 \
+        || { echo "mutate.sh: meson setup failed; see $SCRATCH/setup.log"; exit 1; }
+fi
+EXES=(tests/cuda-emu/test-emu-cuda tests/cuda-emu/test-emu-shapes)
+
+# name|file|original text|mutated text
+MUTATIONS=(
+    "mask|runtime/cuda_backend.cu|if (t >= C && !row[t - C])|if (t >= C && !1)"
+    "gqa|runtime/cuda_backend.cu|const int kvh = h / (n_heads / n_kv_heads);|const int kvh = h % n_kv_heads;"
+    "keep|runtime/cuda_backend.cu|base + (size_t)(C + keep[blockIdx.x]) * kv_dim|base + (size_t)(C + (int)blockIdx.x + 0 * keep[0]) * kv_dim"
+    "rope|runtime/cuda_backend.cu|sq_k_rope_rotate(&a[k], &a[k + npair]|sq_k_rope_rotate(&a[2 * k], &a[2 * k + 1]"
+    "upload|runtime/cuda_backend.cu|    CUDA_CHECK(cudaDeviceSynchronize());|    /* no synchronisation */"
+    "offload|runtime/cuda_backend.cu|CUDA_CHECK(cudaStreamWaitEvent(st, s->copied[l & 1], 0));|/* no wait */"
+    "softmax|runtime/cuda_sample.cu|        p[i] /= s;|        p[i] /= 1.0;"
+    "residual|runtime/cuda_sample.cu|r[i] = sq_k_residual(r[i], q[i]) / s;|r[i] = sq_k_residual(r[i], q[i]);"
+    "without|runtime/cuda_sample.cu|            taken[bi] = 1;|            taken[bi] = 0;"
+)
+
+# The tests: program|criterion filter|label
+TESTS=(
+    "test-emu-cuda|cuda/logits_agree_with_the_cpu_within_the_dtype_tolerance|logits vs CPU"
+    "test-emu-cuda|cuda/tree_forward_equals_path_forward_and_commit_keeps_the_path|tree vs path"
+    "test-emu-cuda|cuda/offload_computes_what_the_on_device_weights_compute|offload vs device"
+    "test-emu-cuda|cuda/greedy_speculative_decoding_equals_target_greedy|greedy spec = AR"
+    "test-emu-cuda|cuda/softmax_with_temperature_and_top_p_equals_the_verifier|softmax/top-p"
+    "test-emu-cuda|cuda/argmax_and_residual_equal_the_verifier|argmax/residual"
+    "test-emu-cuda|cuda/draws_with_and_without_replacement_equal_the_host_computation|draws"
+    "test-emu-shapes|emu/edge_shapes_agree_with_the_cpu|edge shapes"
+)
+
+mutate() {   # FILE FROM TO: exactly one occurrence replaced
+    python3 - "$SRC/$1" "$2" "$3" <<'PY'
+import sys
+path, a, b = sys.argv[1:4]
+s = open(path).read()
+n = s.count(a)
+if n != 1:
+    sys.exit("mutate.sh: %s: the text %r occurs %d times (expected once): update the mutation"
+             % (path, a, n))
+open(path, "w").write(s.replace(a, b))
+PY
+}
+
+declare -A CAUGHT_BY_TEST
+all_caught=1
+printf '%-10s' "mutation"
+for t in "${TESTS[@]}"; do printf ' | %-17s' "${t##*|}"; done
+echo
+for m in "${MUTATIONS[@]}"; do
+    IFS='|' read -r name file from to <<< "$m"
+    cp "$ROOT/$file" "$SRC/$file"
+    mutate "$file" "$from" "$to" || exit 1
+    if ! ninja -C "$BUILD" "${EXES[@]}" > "$SCRATCH/build-$name.log" 2>&1; then
+        echo "mutate.sh: $name: the mutated source does not build; see $SCRATCH/build-$name.log"
+        exit 1
+    fi
+    printf '%-10s' "$name"
+    caught=0
+    for t in "${TESTS[@]}"; do
+        IFS='|' read -r exe filter label <<< "$t"
+        log=$SCRATCH/run-$name-${filter##*/}.log
+        env SQ_CUDA_EMU_SCHEDULE="$SCHED" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+            SQ_SOURCE_ROOT="$SRC" timeout 600 "$BUILD/tests/cuda-emu/$exe" -j1 \
+            --filter "$filter*" --verbose > "$log" 2>&1
+        rc=$?
+        ntot=$(grep -cE '^\[(PASS|FAIL)\]' "$log")
+        if [ "$rc" -ne 0 ]; then
+            printf ' | %-17s' "CAUGHT ($(grep -c '^\[FAIL\]' "$log")/$ntot)"
+            caught=1
+            CAUGHT_BY_TEST[$label]=1
+        else
+            printf ' | %-17s' "passes"
+        fi
+    done
+    echo
+    [ "$caught" -eq 1 ] || { all_caught=0; echo "  -> $name: NOT CAUGHT by any test"; }
+    cp "$ROOT/$file" "$SRC/$file"   # restore
+done
+echo
+status=0
+[ "$all_caught" -eq 1 ] || status=1
+for t in "${TESTS[@]}"; do
+    label=${t##*|}
+    if [ -z "${CAUGHT_BY_TEST[$label]:-}" ]; then
+        echo "mutate.sh: the test '$label' fails on no mutation"
+        status=1
+    fi
+done
+[ "$status" -eq 0 ] && echo "mutate.sh: every mutation is caught, and every test catches at least one (schedule $SCHED)"
+echo "mutate.sh: logs in $SCRATCH"
+exit "$status"
