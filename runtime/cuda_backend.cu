@@ -2,8 +2,10 @@
  *
  * Weights are converted from the model's float32 views (runtime/backend.h) to 16 bits on the
  * host at context creation and uploaded. GEMMs are cublasGemmEx with 16-bit inputs, float32
- * output and CUBLAS_COMPUTE_32F; the residual stream, the KV cache, RMSNorm, RoPE, softmax and
- * SwiGLU are float32. The per-element arithmetic of every kernel is in runtime/kernels.h, shared
+ * output and CUBLAS_COMPUTE_32F; the residual stream, RMSNorm, RoPE, softmax and SwiGLU are
+ * float32; the KV cache holds keys and values in the weights' 16-bit type (attention reads it
+ * in tiles shared by many queries; see the tree attention below and docs/cuda.md). Logits come
+ * back through a pinned buffer. The per-element arithmetic of every kernel is in runtime/kernels.h, shared
  * with the CPU backend and tested on the CPU; this file holds the launches and the memory.
  *
  * Layout. The weights of one layer are one block (the norms in float32 first, then the seven
@@ -13,8 +15,8 @@
  * compute stream (events order "copied" before compute and "consumed" before the next copy
  * into the same buffer). The embedding, the final norm and the LM head stay on the device.
  *
- * The KV cache mirrors the CPU's: per layer, max_context committed slots then max_pending
- * pending ones; keys are stored after RoPE. Commit gathers the kept pending slots into a
+ * The KV cache mirrors the CPU's layout: per layer, max_context committed slots then
+ * max_pending pending ones; keys are stored after RoPE, both in 16 bits. Commit gathers the kept pending slots into a
  * scratch buffer and copies them after the committed ones. */
 #include <pthread.h>
 #include <stdint.h>
@@ -30,8 +32,9 @@ extern "C" {
 }
 #include "runtime/kernels.h"
 
-#define ATTN_WARPS 8
-#define ATTN_MAX_PER_LANE 8          /* head_dim <= 256 */
+#define HEAD_DIM_MAX 256
+#define LOGIT_CHUNK ((size_t)1 << 20)   /* floats per pinned logits copy (4 MB)           */
+#define LOGIT_EVENTS 8
 #define BLOCK_ALIGN 256
 
 enum { T_ATTN_NORM, T_FFN_NORM, T_WQ, T_WK, T_WV, T_WO, T_GATE, T_UP, T_DOWN, T_COUNT };
@@ -55,8 +58,16 @@ typedef struct cuda_state {
     uint16_t       *d_lm_head;      // (vocab, dim)    == d_embed when tied
     float          *d_norm;         // (dim)
     float          *d_inv_freq;     // (head_dim/2)
-    float          *k_cache;        // (layer, slots, kv_dim)
-    float          *v_cache;        // (layer, slots, kv_dim)
+    uint16_t       *k_cache;        // (layer, slots, kv_dim)     16-bit, keys after RoPE
+    uint16_t       *v_cache;        // (layer, slots, kv_dim)
+    float          *kf;             // (max_pending, kv_dim)      new keys, float32
+    float          *vf;             // (max_pending, kv_dim)      new values, float32
+    float          *part;           // (part_rows, hd + 2)        attention range states
+    size_t          part_rows;      // (token, head, split) entries part holds
+    int             sms;            // streaming multiprocessors
+    float          *h_logits;       // (max_pending, vocab)       pinned host
+    cudaEvent_t     lev[LOGIT_EVENTS];
+    int             levents;
     float          *x;              // (max_pending, dim)        residual stream
     uint16_t       *xb;             // (max_pending, dim)        normed, 16-bit GEMM input
     float          *q;              // (max_pending, q_dim)
@@ -64,7 +75,7 @@ typedef struct cuda_state {
     float          *gu;             // (max_pending, 2*hidden)   gate | up
     uint16_t       *hb;             // (max_pending, hidden)     silu(gate)*up, 16-bit
     float          *logits;         // (max_pending, vocab)
-    float          *gather;         // (max_pending, kv_dim)     commit scratch
+    uint16_t       *gather;         // (max_pending, kv_dim)     commit scratch
     int32_t        *d_tokens;       // (max_pending)
     int32_t        *d_pos;          // (max_pending)
     int32_t        *d_keep;         // (max_pending)
@@ -141,92 +152,202 @@ __global__ void k_rope(float *v, size_t stride, const int32_t *pos, const float 
     sq_k_rope_rotate(&a[k], &a[k + npair], cosf(angle), sinf(angle));
 }
 
-/* Tree attention for token i = blockIdx.x, head h = blockIdx.y: online softmax over the C
- * committed slots and the pending slots j < width with mask[i*width + j] != 0. Each of the
- * ATTN_WARPS warps scans every ATTN_WARPS-th slot; lane l holds elements l, l+32, ... of the
- * query and of its accumulator; the warps' partial states are merged at the end. */
-template <int BF>
-__global__ void k_attention(uint16_t *out, const float *q, const float *kc, const float *vc,
-                            const uint8_t *mask, int C, int width, int n_heads, int n_kv_heads,
-                            int head_dim)
+/* ---- tree attention (docs/cuda.md, "Attention for tree verification") -------------------------
+ *
+ * The KV cache holds 16-bit keys (after RoPE) and values. Attention runs in two kernels:
+ *
+ * k_attn_partial: grid (n_kv_heads, query tiles, context splits), AT_THREADS threads. The query
+ * rows of one KV head are the (token, query head) pairs of its GQA group, n * group rows, cut
+ * into tiles of TQ rows; each warp owns TQ / 8 rows. The context (C committed slots, then the
+ * `width` pending ones) is cut into chunks of AT_TK slots and the chunks into `splits` ranges
+ * (flash-decoding). A block walks its range chunk by chunk: the block loads the chunk's keys and
+ * values into shared memory once, and every row of the tile uses them (so a verify of n tokens
+ * reads the cache n * group / TQ times instead of n * group times). Per row, lane j scores key
+ * j of the chunk, the warp updates the row's online softmax state (running max m, sum l) and
+ * each lane rescales and accumulates its head_dim / 32 output elements. Committed slots count
+ * for every row; pending slot C + j only where mask[token][j] != 0. Each block writes, per row,
+ * (m, l, unnormalised accumulator) for its range.
+ *
+ * k_attn_merge: grid (n, n_heads), head_dim threads: merges the ranges' states with
+ * sq_k_online_merge and writes out = acc / l in 16 bits. */
+#define AT_TK 32            /* slots per chunk                                   */
+#define AT_THREADS 256      /* 8 warps                                           */
+#define AT_MAX_SPLITS 64
+
+template <int HDMAX> struct at_shape {
+    /* rows per block; per warp ROWS rows share every key and value they read from shared
+     * memory. WPAD: 32-bit words per cached row, odd, so that lane j's row j hits bank j + w. */
+    enum { TQ = HDMAX <= 128 ? 32 : 8, ROWS = TQ / 8, PER = HDMAX / 32, WPAD = HDMAX / 2 + 1 };
+};
+
+template <int BF, int HDMAX>
+__global__ void __launch_bounds__(AT_THREADS, 2) k_attn_partial(float *part, const float *q, const uint16_t *kc,
+                               const uint16_t *vc, const uint8_t *mask, int C, int width,
+                               int n, int n_heads, int n_kv_heads, int hd, int chunks_per_split,
+                               int splits)
 {
-    __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
-    __shared__ float s_acc[ATTN_WARPS][ATTN_MAX_PER_LANE * 32];
-    const int i = blockIdx.x, h = blockIdx.y;
+    typedef at_shape<HDMAX> S;
+    __shared__ uint32_t sk[AT_TK][S::WPAD];    /* a chunk's keys: pairs of 16-bit values  */
+    __shared__ uint32_t sv[AT_TK][S::WPAD];    /* and values                              */
+    __shared__ float sq[S::TQ][HDMAX + 1];     /* the tile's queries, pre-scaled          */
+    __shared__ float sp[AT_THREADS / 32][S::ROWS][AT_TK];   /* each warp's probabilities  */
+    const int kvh = blockIdx.x, tile = blockIdx.y, split = blockIdx.z;
+    const int group = n_heads / n_kv_heads, rows = n * group;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int kv_dim = n_kv_heads * head_dim;
-    const int kvh = h / (n_heads / n_kv_heads);
-    const int per = (head_dim + 31) / 32;
-    const float scale = 1.0f / sqrtf((float)head_dim);
-    const float *qi = q + (size_t)i * n_heads * head_dim + (size_t)h * head_dim;
-    const uint8_t *row = mask + (size_t)i * width;
-    /* loops over j are unrolled with a guard, so that qv and acc stay in registers */
-    float qv[ATTN_MAX_PER_LANE], acc[ATTN_MAX_PER_LANE];
-#pragma unroll
-    for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
-        int e = lane + 32 * j;
-        qv[j] = j < per && e < head_dim ? qi[e] : 0.0f;
-        acc[j] = 0.0f;
+    const int kv_dim = n_kv_heads * hd, total = C + width, words = hd / 2;
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    for (int x = threadIdx.x; x < S::TQ * hd; x += AT_THREADS) {
+        int r = x / hd, e = x % hd, R = tile * S::TQ + r;
+        float v = 0.0f;
+        if (R < rows) {
+            int i = R / group, h = kvh * group + R % group;
+            v = q[(size_t)i * n_heads * hd + (size_t)h * hd + e] * scale;
+        }
+        sq[r][e] = v;
     }
-    sq_k_online st = sq_k_online_init();
-    const int total = C + width;
-    for (int t = warp; t < total; t += ATTN_WARPS) {
-        if (t >= C && !row[t - C])
+    float m[S::ROWS], l[S::ROWS], acc[S::ROWS][S::PER];
+    int tok[S::ROWS];
+#pragma unroll
+    for (int r = 0; r < S::ROWS; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+        int R = tile * S::TQ + warp * S::ROWS + r;
+        tok[r] = R < rows ? R / group : -1;
+#pragma unroll
+        for (int k = 0; k < S::PER; k++)
+            acc[r][k] = 0.0f;
+    }
+    const bool live = tok[0] >= 0;   /* warp-uniform: the warp has a row to compute */
+    const int c0 = split * chunks_per_split;
+    const int c1 = min(c0 + chunks_per_split, (total + AT_TK - 1) / AT_TK);
+    const size_t head_off = (size_t)kvh * hd;
+    for (int ch = c0; ch < c1; ch++) {
+        const int t0 = ch * AT_TK;
+        __syncthreads();   /* the previous chunk is consumed (and sq is written) */
+        for (int x = threadIdx.x; x < AT_TK * words; x += AT_THREADS) {
+            int j = x / words, w = x % words, t = t0 + j;
+            uint32_t kw = 0, vw = 0;
+            if (t < total) {
+                kw = ((const uint32_t *)(kc + (size_t)t * kv_dim + head_off))[w];
+                vw = ((const uint32_t *)(vc + (size_t)t * kv_dim + head_off))[w];
+            }
+            sk[j][w] = kw;
+            sv[j][w] = vw;
+        }
+        __syncthreads();
+        if (!live)
             continue;
-        const float *k = kc + (size_t)t * kv_dim + (size_t)kvh * head_dim;
-        float d = 0.0f;
+        /* scores: lane j against key t0 + j, for every row of the warp */
+        const int t = t0 + lane, rr = warp * S::ROWS;
+        float sc[S::ROWS];
 #pragma unroll
-        for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
-            int e = lane + 32 * j;
-            if (j < per && e < head_dim)
-                d += qv[j] * k[e];
+        for (int r = 0; r < S::ROWS; r++)
+            sc[r] = 0.0f;
+#pragma unroll 4
+        for (int w = 0; w < words; w++) {
+            const uint32_t kw = sk[lane][w];
+            const float k0 = load16<BF>((uint16_t)(kw & 0xffffu));
+            const float k1 = load16<BF>((uint16_t)(kw >> 16));
+#pragma unroll
+            for (int r = 0; r < S::ROWS; r++)
+                sc[r] += sq[rr + r][2 * w] * k0 + sq[rr + r][2 * w + 1] * k1;
         }
-        d = warp_sum(d) * scale;
-        float alpha, beta;
-        sq_k_online_push(&st, d, &alpha, &beta);
-        const float *v = vc + (size_t)t * kv_dim + (size_t)kvh * head_dim;
+        float alpha[S::ROWS];
 #pragma unroll
-        for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
-            int e = lane + 32 * j;
-            if (j < per && e < head_dim)
-                acc[j] = alpha * acc[j] + beta * v[e];
+        for (int r = 0; r < S::ROWS; r++) {
+            const bool vis = tok[r] >= 0 && t < total &&
+                             (t < C || mask[(size_t)tok[r] * width + (t - C)]);
+            const float s1 = vis ? sc[r] : -INFINITY;
+            float mx = s1;
+            for (int o = 16; o > 0; o >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float mn = fmaxf(m[r], mx);
+            alpha[r] = m[r] == -INFINITY ? (mn == -INFINITY ? 1.0f : 0.0f) : expf(m[r] - mn);
+            const float pj = mn == -INFINITY ? 0.0f : sq_k_attn_exp(s1, mn);
+            l[r] = l[r] * alpha[r] + warp_sum(pj);
+            m[r] = mn;
+            sp[warp][r][lane] = pj;
+        }
+        __syncwarp();
+        /* values: lane e of every row, each value read once for all the warp's rows */
+#pragma unroll
+        for (int k = 0; k < S::PER; k++) {
+            const int e = lane + 32 * k;
+            if (e >= hd)
+                break;
+#pragma unroll
+            for (int r = 0; r < S::ROWS; r++)
+                acc[r][k] *= alpha[r];
+#pragma unroll 4
+            for (int j = 0; j < AT_TK; j++) {
+                const uint32_t vw = sv[j][e >> 1];
+                const float v = load16<BF>((uint16_t)(e & 1 ? vw >> 16 : vw & 0xffffu));
+#pragma unroll
+                for (int r = 0; r < S::ROWS; r++)
+                    acc[r][k] += sp[warp][r][j] * v;
+            }
+        }
+        __syncwarp();
+    }
+    /* this range's state of each row */
+#pragma unroll
+    for (int r = 0; r < S::ROWS; r++) {
+        if (tok[r] < 0)
+            continue;
+        int R = tile * S::TQ + warp * S::ROWS + r;
+        int h = kvh * group + R % group;
+        float *o = part + (((size_t)tok[r] * n_heads + h) * splits + split) * (size_t)(hd + 2);
+        if (lane == 0) {
+            o[0] = m[r];
+            o[1] = l[r];
+        }
+#pragma unroll
+        for (int k = 0; k < S::PER; k++) {
+            int e = lane + 32 * k;
+            if (e < hd)
+                o[2 + e] = acc[r][k];
         }
     }
-    if (lane == 0) {
-        s_m[warp] = st.m;
-        s_l[warp] = st.l;
-    }
-#pragma unroll
-    for (int j = 0; j < ATTN_MAX_PER_LANE; j++)
-        if (j < per)
-            s_acc[warp][lane + 32 * j] = acc[j];
-    __syncthreads();
-    if (warp != 0)
-        return;
+}
+
+/* out[i][h] = merge over the splits of part[i][h][*]; grid (n, n_heads), block hd threads. */
+template <int BF>
+__global__ void k_attn_merge(uint16_t *out, const float *part, int n_heads, int hd, int splits)
+{
+    const int i = blockIdx.x, h = blockIdx.y, e = threadIdx.x;
+    const float *p = part + ((size_t)i * n_heads + h) * splits * (size_t)(hd + 2);
     sq_k_online tot = sq_k_online_init();
-    float res[ATTN_MAX_PER_LANE];
-#pragma unroll
-    for (int j = 0; j < ATTN_MAX_PER_LANE; j++)
-        res[j] = 0.0f;
-    for (int w = 0; w < ATTN_WARPS; w++) {
+    float res = 0.0f;
+    for (int s = 0; s < splits; s++, p += hd + 2) {
         sq_k_online o;
-        o.m = s_m[w];
-        o.l = s_l[w];
+        o.m = p[0];
+        o.l = p[1];
         float alpha, beta;
         sq_k_online_merge(&tot, o, &alpha, &beta);
-#pragma unroll
-        for (int j = 0; j < ATTN_MAX_PER_LANE; j++)
-            if (j < per)
-                res[j] = alpha * res[j] + beta * s_acc[w][lane + 32 * j];
+        res = alpha * res + (beta != 0.0f ? beta * p[2 + e] : 0.0f);
     }
-    uint16_t *oi = out + (size_t)i * n_heads * head_dim + (size_t)h * head_dim;
-    const float inv = tot.l > 0.0f ? 1.0f / tot.l : 0.0f;
-#pragma unroll
-    for (int j = 0; j < ATTN_MAX_PER_LANE; j++) {
-        int e = lane + 32 * j;
-        if (j < per && e < head_dim)
-            oi[e] = store16<BF>(res[j] * inv);
-    }
+    out[((size_t)i * n_heads + h) * hd + e] = store16<BF>(tot.l > 0.0f ? res / tot.l : 0.0f);
+}
+
+/* New keys and values into the 16-bit cache: key pairs (k, k + hd/2) rotated at pos[i] (RoPE,
+ * rotate_half), values converted. kf/vf (n, kv_dim) float32 GEMM outputs; kdst/vdst the first
+ * new slot of the layer. grid (n, n_kv_heads), block hd/2. */
+template <int BF>
+__global__ void k_kv_store(uint16_t *kdst, uint16_t *vdst, const float *kf, const float *vf,
+                           const int32_t *pos, const float *inv_freq, int kv_dim, int head_dim)
+{
+    const int npair = head_dim / 2, k = threadIdx.x;
+    if (k >= npair)
+        return;
+    const size_t o = (size_t)blockIdx.x * kv_dim + (size_t)blockIdx.y * head_dim;
+    float a = kf[o + k], b = kf[o + k + npair];
+    float angle = (float)pos[blockIdx.x] * inv_freq[k];
+    sq_k_rope_rotate(&a, &b, cosf(angle), sinf(angle));
+    kdst[o + k] = store16<BF>(a);
+    kdst[o + k + npair] = store16<BF>(b);
+    vdst[o + k] = store16<BF>(vf[o + k]);
+    vdst[o + k + npair] = store16<BF>(vf[o + k + npair]);
 }
 
 /* Random filler weights made on the device (sq_model_new_random_device): dst[i] = offset +
@@ -262,11 +383,13 @@ __global__ void k_swiglu(uint16_t *hb, const float *gu, int n, int hidden)
     }
 }
 
-/* dst[k] = base[(C + keep[k]) * kv_dim ...] for k < nkeep. grid (nkeep), block 256. */
-__global__ void k_gather(float *dst, const float *base, const int32_t *keep, int C, int kv_dim)
+/* dst[k] = base[(C + keep[k]) * kv_dim ...] for k < nkeep (16-bit cache rows). grid (nkeep),
+ * block 256. */
+__global__ void k_gather(uint16_t *dst, const uint16_t *base, const int32_t *keep, int C,
+                         int kv_dim)
 {
-    const float *src = base + (size_t)(C + keep[blockIdx.x]) * kv_dim;
-    float *d = dst + (size_t)blockIdx.x * kv_dim;
+    const uint16_t *src = base + (size_t)(C + keep[blockIdx.x]) * kv_dim;
+    uint16_t *d = dst + (size_t)blockIdx.x * kv_dim;
     for (int e = threadIdx.x; e < kv_dim; e += blockDim.x)
         d[e] = src[e];
 }
@@ -484,7 +607,8 @@ static void cuda_free(sq_context *ctx)
     if (s->copy_stream)
         cudaStreamSynchronize(s->copy_stream);
     void *dev[] = {s->d_blocks, s->d_embed, s->d_norm, s->d_inv_freq, s->k_cache, s->v_cache,
-                   s->x, s->xb, s->q, s->att, s->gu, s->hb, s->logits, s->gather, s->d_tokens,
+                   s->x, s->xb, s->q, s->att, s->gu, s->hb, s->logits, s->gather, s->kf, s->vf,
+                   s->part, s->d_tokens,
                    s->d_pos, s->d_keep, s->d_mask};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k])
@@ -493,6 +617,10 @@ static void cuda_free(sq_context *ctx)
         cudaFree(s->d_lm_head);
     if (s->h_blocks)
         cudaFreeHost(s->h_blocks);
+    if (s->h_logits)
+        cudaFreeHost(s->h_logits);
+    for (int e = 0; e < s->levents; e++)
+        cudaEventDestroy(s->lev[e]);
     for (int b = 0; b < s->events; b++) {
         cudaEventDestroy(s->copied[b]);
         cudaEventDestroy(s->consumed[b]);
@@ -514,15 +642,16 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     const sq_model_config *c = &ctx->model->config;
     const sq_weights *w = &ctx->model->w;
     const sq_context_params *p = &ctx->params;
-    if (c->head_dim > 32 * ATTN_MAX_PER_LANE || c->head_dim % 2)
+    if (c->head_dim > HEAD_DIM_MAX || c->head_dim % 2)
         return sq_error_set(err, SQ_EUSAGE, "CUDA backend: head_dim %d: must be even and at most "
-                            "%d", c->head_dim, 32 * ATTN_MAX_PER_LANE);
+                            "%d", c->head_dim, HEAD_DIM_MAX);
     if (sq_cuda_device_count_impl(err) < 1)
         return SQ_EUSAGE;   /* err says why: no driver, no device */
     s->device = 0;
     CUDA_CHECK(cudaSetDevice(s->device));
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, s->device));
+    s->sms = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
     snprintf(s->name, sizeof s->name, "%.150s (sm_%d%d, %.1f GiB)", prop.name, prop.major % 100,
              prop.minor % 100, (double)prop.totalGlobalMem / (1 << 30));
     s->bf16 = p->dtype == SQ_DTYPE_BF16;
@@ -546,8 +675,11 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     s->block_bytes = o;
 
     /* refuse early, with the numbers, when the device cannot hold it */
-    size_t kv_bytes = 2 * L * (size_t)s->slots * kv_dim * sizeof(float);
-    size_t act_bytes = mp * (dim * 6 + q_dim * 6 + hid * 10 + V * 4 + kv_dim * 4 + mp + 12);
+    size_t kv_bytes = 2 * L * (size_t)s->slots * kv_dim * sizeof(uint16_t);
+    s->part_rows = (size_t)c->n_heads * (mp * 4 > AT_MAX_SPLITS ? mp * 4 : AT_MAX_SPLITS);
+    size_t part_bytes = s->part_rows * (size_t)(c->head_dim + 2) * sizeof(float);
+    size_t act_bytes = mp * (dim * 6 + q_dim * 6 + hid * 10 + V * 4 + kv_dim * 10 + mp + 12) +
+                       part_bytes;
     const int tied = ctx->model->device_random ? c->tied_embeddings : w->lm_head == w->embed;
     size_t w_bytes = (s->offload ? 2 : L) * s->block_bytes + V * dim * 2 * (tied ? 1 : 2) +
                      dim * 4;
@@ -588,7 +720,7 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     if (rc)
         return rc;
     const int npair = c->head_dim / 2;
-    float inv_freq[ATTN_MAX_PER_LANE * 16];
+    float inv_freq[HEAD_DIM_MAX / 2];
     for (int i = 0; i < npair; i++)
         inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
     DMALLOC(s->d_inv_freq, (size_t)npair * sizeof(float));
@@ -611,7 +743,15 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     DMALLOC(s->gu, mp * 2 * hid * sizeof(float));
     DMALLOC(s->hb, mp * hid * 2);
     DMALLOC(s->logits, mp * V * sizeof(float));
-    DMALLOC(s->gather, mp * kv_dim * sizeof(float));
+    DMALLOC(s->gather, mp * kv_dim * sizeof(uint16_t));
+    DMALLOC(s->kf, mp * kv_dim * sizeof(float));
+    DMALLOC(s->vf, mp * kv_dim * sizeof(float));
+    DMALLOC(s->part, part_bytes);
+    CUDA_CHECK(cudaMallocHost((void **)&s->h_logits, mp * V * sizeof(float)));
+    for (int e = 0; e < LOGIT_EVENTS; e++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->lev[e], cudaEventDisableTiming));
+        s->levents = e + 1;
+    }
     DMALLOC(s->d_tokens, mp * sizeof(int32_t));
     DMALLOC(s->d_pos, mp * sizeof(int32_t));
     DMALLOC(s->d_keep, mp * sizeof(int32_t));
@@ -656,6 +796,47 @@ static int prefetch(cuda_state *s, int l, sq_error *err)
     return SQ_OK;
 }
 
+/* The launch geometry of the tree attention (docs/cuda.md): query tiles of TQ rows per KV head,
+ * and the context split so that about 4 blocks per SM run, within the partial-state buffer. */
+template <int BF, int HDMAX>
+static int attention_t(cuda_state *s, const sq_model_config *c, const uint16_t *kl,
+                       const uint16_t *vl, int n, int C, int width, sq_error *err)
+{
+    typedef at_shape<HDMAX> S;
+    const int group = c->n_heads / c->n_kv_heads, rows = n * group;
+    const int tiles = (rows + S::TQ - 1) / S::TQ;
+    const int chunks = (C + width + AT_TK - 1) / AT_TK;
+    long want = (4L * s->sms + (long)c->n_kv_heads * tiles - 1) / ((long)c->n_kv_heads * tiles);
+    long cap = (long)(s->part_rows / ((size_t)n * c->n_heads));
+    if (want > cap)
+        want = cap;
+    if (want > AT_MAX_SPLITS)
+        want = AT_MAX_SPLITS;
+    if (want > chunks)
+        want = chunks;
+    if (want < 1)
+        want = 1;
+    const int per = (chunks + (int)want - 1) / (int)want;
+    const int splits = (chunks + per - 1) / per;
+    k_attn_partial<BF, HDMAX><<<dim3(c->n_kv_heads, tiles, splits), AT_THREADS, 0, s->stream>>>(
+        s->part, s->q, kl, vl, s->d_mask, C, width, n, c->n_heads, c->n_kv_heads, c->head_dim,
+        per, splits);
+    CUDA_CHECK_LAUNCH();
+    k_attn_merge<BF><<<dim3(n, c->n_heads), c->head_dim, 0, s->stream>>>(s->att, s->part,
+                                                                        c->n_heads, c->head_dim,
+                                                                        splits);
+    CUDA_CHECK_LAUNCH();
+    return SQ_OK;
+}
+
+template <int BF>
+static int attention(cuda_state *s, const sq_model_config *c, const uint16_t *kl,
+                     const uint16_t *vl, int n, int C, int width, sq_error *err)
+{
+    return c->head_dim <= 128 ? attention_t<BF, 128>(s, c, kl, vl, n, C, width, err)
+                              : attention_t<BF, 256>(s, c, kl, vl, n, C, width, err);
+}
+
 template <int BF>
 static int forward_t(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
                      const uint8_t *mask, int n, float *logits, sq_error *err)
@@ -690,26 +871,26 @@ static int forward_t(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
             blk = s->d_blocks + (size_t)l * s->block_bytes;
         }
         const size_t first = (size_t)l * s->slots + (size_t)(C + P);   /* slot of new token 0 */
-        float *kdst = s->k_cache + first * kv_dim, *vdst = s->v_cache + first * kv_dim;
-        const float *kl = s->k_cache + (size_t)l * s->slots * kv_dim;
-        const float *vl = s->v_cache + (size_t)l * s->slots * kv_dim;
+        uint16_t *kdst = s->k_cache + first * kv_dim, *vdst = s->v_cache + first * kv_dim;
+        const uint16_t *kl = s->k_cache + (size_t)l * s->slots * kv_dim;
+        const uint16_t *vl = s->v_cache + (size_t)l * s->slots * kv_dim;
 
         k_rmsnorm<BF><<<n, 256, 0, st>>>(s->xb, s->x, (const float *)(blk + s->off[T_ATTN_NORM]),
                                          dim, c->norm_eps);
         CUDA_CHECK_LAUNCH();
         if ((rc = gemm(s, s->q, s->xb, blk + s->off[T_WQ], n, dim, q_dim, 0.0f, err)) ||
-            (rc = gemm(s, kdst, s->xb, blk + s->off[T_WK], n, dim, kv_dim, 0.0f, err)) ||
-            (rc = gemm(s, vdst, s->xb, blk + s->off[T_WV], n, dim, kv_dim, 0.0f, err)))
+            (rc = gemm(s, s->kf, s->xb, blk + s->off[T_WK], n, dim, kv_dim, 0.0f, err)) ||
+            (rc = gemm(s, s->vf, s->xb, blk + s->off[T_WV], n, dim, kv_dim, 0.0f, err)))
             return rc;
         k_rope<<<dim3(n, c->n_heads), hd / 2, 0, st>>>(s->q, (size_t)q_dim, s->d_pos,
                                                        s->d_inv_freq, hd);
         CUDA_CHECK_LAUNCH();
-        k_rope<<<dim3(n, c->n_kv_heads), hd / 2, 0, st>>>(kdst, (size_t)kv_dim, s->d_pos,
-                                                          s->d_inv_freq, hd);
+        k_kv_store<BF><<<dim3(n, c->n_kv_heads), hd / 2, 0, st>>>(kdst, vdst, s->kf, s->vf,
+                                                                  s->d_pos, s->d_inv_freq,
+                                                                  kv_dim, hd);
         CUDA_CHECK_LAUNCH();
-        k_attention<BF><<<dim3(n, c->n_heads), 32 * ATTN_WARPS, 0, st>>>(
-            s->att, s->q, kl, vl, s->d_mask, C, width, c->n_heads, c->n_kv_heads, hd);
-        CUDA_CHECK_LAUNCH();
+        if ((rc = attention<BF>(s, c, kl, vl, n, C, width, err)))
+            return rc;
         if ((rc = gemm(s, s->x, s->att, blk + s->off[T_WO], n, q_dim, dim, 1.0f, err)))
             return rc;
 
@@ -730,9 +911,25 @@ static int forward_t(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
     CUDA_CHECK_LAUNCH();
     if ((rc = gemm(s, s->logits, s->xb, s->d_lm_head, n, dim, V, 0.0f, err)))
         return rc;
-    CUDA_CHECK(cudaMemcpyAsync(logits, s->logits, (size_t)n * V * sizeof(float),
-                               cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    /* logits: device -> pinned buffer in chunks (full copy bandwidth), each chunk copied on to
+     * the caller's array as soon as it has landed, while the next one is in flight */
+    const size_t total = (size_t)n * V;
+    const size_t nch = (total + LOGIT_CHUNK - 1) / LOGIT_CHUNK;
+    for (size_t k = 0; k < nch; k++) {
+        size_t a = k * LOGIT_CHUNK, m = total - a < LOGIT_CHUNK ? total - a : LOGIT_CHUNK;
+        CUDA_CHECK(cudaMemcpyAsync(s->h_logits + a, s->logits + a, m * sizeof(float),
+                                   cudaMemcpyDeviceToHost, st));
+        if (k < LOGIT_EVENTS)
+            CUDA_CHECK(cudaEventRecord(s->lev[k], st));
+    }
+    for (size_t k = 0; k < nch; k++) {
+        size_t a = k * LOGIT_CHUNK, m = total - a < LOGIT_CHUNK ? total - a : LOGIT_CHUNK;
+        if (k < LOGIT_EVENTS && k + 1 < nch)
+            CUDA_CHECK(cudaEventSynchronize(s->lev[k]));
+        else
+            CUDA_CHECK(cudaStreamSynchronize(st));
+        memcpy(logits + a, s->h_logits + a, m * sizeof(float));
+    }
     return SQ_OK;
 }
 
@@ -755,13 +952,13 @@ static int cuda_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error
     CUDA_CHECK(cudaMemcpyAsync(s->d_keep, keep, (size_t)nkeep * sizeof *keep,
                                cudaMemcpyHostToDevice, st));
     for (int l = 0; l < c->n_layers; l++) {
-        float *caches[2] = {s->k_cache, s->v_cache};
+        uint16_t *caches[2] = {s->k_cache, s->v_cache};
         for (int which = 0; which < 2; which++) {
-            float *base = caches[which] + (size_t)l * s->slots * kv_dim;
+            uint16_t *base = caches[which] + (size_t)l * s->slots * kv_dim;
             k_gather<<<nkeep, 256, 0, st>>>(s->gather, base, s->d_keep, C, (int)kv_dim);
             CUDA_CHECK_LAUNCH();
             CUDA_CHECK(cudaMemcpyAsync(base + (size_t)C * kv_dim, s->gather,
-                                       (size_t)nkeep * kv_dim * sizeof(float),
+                                       (size_t)nkeep * kv_dim * sizeof(uint16_t),
                                        cudaMemcpyDeviceToDevice, st));
         }
     }

@@ -813,6 +813,17 @@ static void warp_barrier(unsigned mask)
     to_scheduler();
 }
 
+void __syncwarp(unsigned mask)
+{
+    fiber_t *f = g_cur;
+    if (!f)
+        die("__syncwarp outside a kernel");
+    if (!(mask >> f->lane & 1u))
+        die("%s: lane %u of warp %u calls __syncwarp with a mask 0x%08x that leaves it out",
+            g_kernel, f->lane, f->warp, mask);
+    warp_barrier(mask);
+}
+
 unsigned long long sq_emu_shfl_bits(unsigned mask, unsigned long long bits, int src)
 {
     fiber_t *f = g_cur;

@@ -34,23 +34,25 @@ mkdir -p "$SRC"
 
 echo "mutate.sh: copying the repository to $SRC"
 (cd "$ROOT" && git ls-files -co --exclude-standard -z | tar --null -T - -cf -) | tar -C "$SRC" -xf -
+mkdir -p "$SCRATCH/orig/runtime"
+cp "$SRC/runtime/cuda_backend.cu" "$SRC/runtime/cuda_sample.cu" "$SCRATCH/orig/runtime/"
 if [ ! -f "$BUILD/build.ninja" ]; then
     meson setup "$BUILD" "$SRC" -Dcuda=disabled -Demulate_cuda=true > "$SCRATCH/setup.log" 2>&1 \
         || { echo "mutate.sh: meson setup failed; see $SCRATCH/setup.log"; exit 1; }
 fi
 EXES=(tests/cuda-emu/test-emu-cuda tests/cuda-emu/test-emu-shapes)
 
-# name|file|original text|mutated text
+# name@file@original text@mutated text[@original text@mutated text ...] (all pairs applied)
 MUTATIONS=(
-    "mask|runtime/cuda_backend.cu|if (t >= C && !row[t - C])|if (t >= C && !1)"
-    "gqa|runtime/cuda_backend.cu|const int kvh = h / (n_heads / n_kv_heads);|const int kvh = h % n_kv_heads;"
-    "keep|runtime/cuda_backend.cu|base + (size_t)(C + keep[blockIdx.x]) * kv_dim|base + (size_t)(C + (int)blockIdx.x + 0 * keep[0]) * kv_dim"
-    "rope|runtime/cuda_backend.cu|sq_k_rope_rotate(&a[k], &a[k + npair]|sq_k_rope_rotate(&a[2 * k], &a[2 * k + 1]"
-    "upload|runtime/cuda_backend.cu|    CUDA_CHECK(cudaDeviceSynchronize());|    /* no synchronisation */"
-    "offload|runtime/cuda_backend.cu|CUDA_CHECK(cudaStreamWaitEvent(st, s->copied[l & 1], 0));|/* no wait */"
-    "softmax|runtime/cuda_sample.cu|        p[i] /= s;|        p[i] /= 1.0;"
-    "residual|runtime/cuda_sample.cu|r[i] = sq_k_residual(r[i], q[i]) / s;|r[i] = sq_k_residual(r[i], q[i]);"
-    "without|runtime/cuda_sample.cu|            taken[bi] = 1;|            taken[bi] = 0;"
+    "mask@runtime/cuda_backend.cu@(t < C || mask[(size_t)tok[r] * width + (t - C)])@(t < C || 1)"
+    "gqa@runtime/cuda_backend.cu@int i = R / group, h = kvh * group + R % group;@int i = R / group, h = (R % group) * n_kv_heads + kvh;@int h = kvh * group + R % group;@int h = (R % group) * n_kv_heads + kvh;"
+    "keep@runtime/cuda_backend.cu@base + (size_t)(C + keep[blockIdx.x]) * kv_dim@base + (size_t)(C + (int)blockIdx.x + 0 * keep[0]) * kv_dim"
+    "rope@runtime/cuda_backend.cu@sq_k_rope_rotate(&a[k], &a[k + npair]@sq_k_rope_rotate(&a[2 * k], &a[2 * k + 1]@float a = kf[o + k], b = kf[o + k + npair];@float a = kf[o + 2 * k], b = kf[o + 2 * k + 1];@kdst[o + k] = store16<BF>(a);@kdst[o + 2 * k] = store16<BF>(a);@kdst[o + k + npair] = store16<BF>(b);@kdst[o + 2 * k + 1] = store16<BF>(b);"
+    "upload@runtime/cuda_backend.cu@    CUDA_CHECK(cudaDeviceSynchronize());@    /* no synchronisation */"
+    "offload@runtime/cuda_backend.cu@CUDA_CHECK(cudaStreamWaitEvent(st, s->copied[l & 1], 0));@/* no wait */"
+    "softmax@runtime/cuda_sample.cu@        p[i] /= s;@        p[i] /= 1.0;"
+    "residual@runtime/cuda_sample.cu@r[i] = sq_k_residual(r[i], q[i]) / s;@r[i] = sq_k_residual(r[i], q[i]);"
+    "without@runtime/cuda_sample.cu@            taken[bi] = 1;@            taken[bi] = 0;"
 )
 
 # The tests: program|criterion filter|label
@@ -65,16 +67,18 @@ TESTS=(
     "test-emu-shapes|emu/edge_shapes_agree_with_the_cpu|edge shapes"
 )
 
-mutate() {   # FILE FROM TO: exactly one occurrence replaced
-    python3 - "$SRC/$1" "$2" "$3" <<'PY'
+mutate() {   # FILE FROM TO [FROM TO ...]: each FROM occurs exactly once and is replaced
+    python3 - "$SRC/$@" <<'PY'
 import sys
-path, a, b = sys.argv[1:4]
+path, pairs = sys.argv[1], sys.argv[2:]
 s = open(path).read()
-n = s.count(a)
-if n != 1:
-    sys.exit("mutate.sh: %s: the text %r occurs %d times (expected once): update the mutation"
-             % (path, a, n))
-open(path, "w").write(s.replace(a, b))
+for a, b in zip(pairs[0::2], pairs[1::2]):
+    n = s.count(a)
+    if n != 1:
+        sys.exit("mutate.sh: %s: the text %r occurs %d times (expected once): update the "
+                 "mutation" % (path, a, n))
+    s = s.replace(a, b)
+open(path, "w").write(s)
 PY
 }
 
@@ -84,9 +88,11 @@ printf '%-10s' "mutation"
 for t in "${TESTS[@]}"; do printf ' | %-17s' "${t##*|}"; done
 echo
 for m in "${MUTATIONS[@]}"; do
-    IFS='|' read -r name file from to <<< "$m"
-    cp "$ROOT/$file" "$SRC/$file"
-    mutate "$file" "$from" "$to" || exit 1
+    IFS='@' read -r -a f <<< "$m"
+    name=${f[0]}
+    file=${f[1]}
+    cp "$SCRATCH/orig/$file" "$SRC/$file"
+    mutate "$file" "${f[@]:2}" || exit 1
     if ! ninja -C "$BUILD" "${EXES[@]}" > "$SCRATCH/build-$name.log" 2>&1; then
         echo "mutate.sh: $name: the mutated source does not build; see $SCRATCH/build-$name.log"
         exit 1
@@ -111,7 +117,7 @@ for m in "${MUTATIONS[@]}"; do
     done
     echo
     [ "$caught" -eq 1 ] || { all_caught=0; echo "  -> $name: NOT CAUGHT by any test"; }
-    cp "$ROOT/$file" "$SRC/$file"   # restore
+    cp "$SCRATCH/orig/$file" "$SRC/$file"   # restore
 done
 echo
 status=0

@@ -26,29 +26,39 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     meson setup "$BUILD" -Dcuda=enabled -Dsm_arch="$ARCH" -Dbuildtype=release -Db_ndebug=false
 fi
 
-# What run.sh runs: [path in the build] -> bin/<name>
-BINS=(
-    profiler/sequoia-profile
-    runtime/sequoia-run
-    planner/sequoia-plan
-    tests/test-cuda
-    tests/test-cli-cuda
-    tests/test-kernels
-    tests/test-model
-    tests/bench/bench-cuda
-    tests/bench/bench-run
-    tests/bench/bench-forward
-)
-
-ninja -C "$BUILD" "${BINS[@]}"
+# What run.sh runs: path in the build [=name in bin/] (SQ_BUNDLE_MAP replaces the list: the
+# emulation rehearsal maps its emulated programs onto the same names)
+if [ -n "${SQ_BUNDLE_MAP:-}" ]; then
+    # shellcheck disable=SC2206
+    BINS=($SQ_BUNDLE_MAP)
+else
+    BINS=(
+        profiler/sequoia-profile
+        runtime/sequoia-run
+        planner/sequoia-plan
+        tests/test-cuda
+        tests/test-cli-cuda
+        tests/test-kernels
+        tests/test-model
+        tests/bench/bench-cuda
+        tests/bench/bench-run
+        tests/bench/bench-forward
+    )
+fi
+TARGETS=()
+for b in "${BINS[@]}"; do TARGETS+=("${b%%=*}"); done
+ninja -C "$BUILD" "${TARGETS[@]}"
 
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/bin" "$STAGE/lib"
 for b in "${BINS[@]}"; do
-    [ -x "$BUILD/$b" ] || { echo "bundle.sh: $BUILD/$b is missing" >&2; exit 1; }
-    cp "$BUILD/$b" "$STAGE/bin/"
-    strip --strip-debug "$STAGE/bin/$(basename "$b")" 2> /dev/null || true
+    path=${b%%=*}
+    name=$(basename "$path")
+    [ "$b" != "$path" ] && name=${b#*=}
+    [ -x "$BUILD/$path" ] || { echo "bundle.sh: $BUILD/$path is missing" >&2; exit 1; }
+    cp "$BUILD/$path" "$STAGE/bin/$name"
+    strip --strip-debug "$STAGE/bin/$name" 2> /dev/null || true
 done
 
 # Shared libraries: everything ldd resolves, except glibc (libc, libm, libdl, libpthread, librt,

@@ -29,6 +29,7 @@
 #   SQ_GPU_COPY_MB      bench-cuda copy size (default 2048)
 #   SQ_GPU_BENCH_RUN_NEW  tokens per bench-run prompt (default 64)
 #   SQ_GPU_BUDGET_S     whole-run budget in seconds (default 330)
+#   SQ_GPU_TIME_SCALE   multiplies every step's time limit (default 1; the emulation is slow)
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -72,7 +73,7 @@ trap pack EXIT
 
 # step NAME LIMIT_S COMMAND...: log in results/NAME.log, status line in the summary
 step() {
-    local name=$1 limit=$2
+    local name=$1 limit=$(( $2 * ${SQ_GPU_TIME_SCALE:-1} ))
     shift 2
     local t0 rc left dt
     t0=$(date +%s)

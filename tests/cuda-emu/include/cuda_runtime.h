@@ -120,6 +120,16 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 /* ---- device side ---------------------------------------------------------------------------- */
 
 void __syncthreads(void);
+/* The lanes named in mask meet (a lane in the mask that has exited or waits elsewhere aborts). */
+void __syncwarp(unsigned mask = 0xffffffffu);
+inline int min(int a, int b)
+{
+    return a < b ? a : b;
+}
+inline int max(int a, int b)
+{
+    return a > b ? a : b;
+}
 /* Every lane named in `mask` arrives, each deposits 8 bytes, then reads lane `src`'s (its own
  * when src is outside the warp); a lane in the mask that has exited or waits elsewhere aborts. */
 unsigned long long sq_emu_shfl_bits(unsigned mask, unsigned long long bits, int src_lane);
