@@ -238,8 +238,8 @@ profile profile-f16-offload 120 --dtype f16 --offload --warmup 1
 note ""
 note "== bench-run on the CUDA backend"
 step bench-run 60 env SQ_BENCH_BACKEND=cuda "$BIN/bench-run" "$RUN_NEW"
-grep -iE 'plan|ms/token|speedup|tokens/step' "$RES/bench-run.log" 2> /dev/null | head -20 \
-    | sed 's/^/    /' | tee -a "$SUMMARY"
+sed -n '/^target:/,$p' "$RES/bench-run.log" 2> /dev/null | head -30 | sed 's/^/    /' \
+    | tee -a "$SUMMARY"
 
 # ---- 7. figures and targets ---------------------------------------------------------------------
 note ""
