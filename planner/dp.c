@@ -88,15 +88,15 @@ int sq_dp_check(const sq_dp_params *p, sq_error *err)
     if (!p->curve || p->curve->width < 1)
         return sq_error_set(err, SQ_EUSAGE, "acceptance vector is empty");
     if (p->budget < 1)
-        return sq_error_set(err, SQ_EUSAGE, "--budget: %d, must be at least 1", p->budget);
+        return sq_error_set(err, SQ_EUSAGE, "budget: %d, must be at least 1", p->budget);
     if (p->depth < 1)
-        return sq_error_set(err, SQ_EUSAGE, "--depth: %d, must be at least 1", p->depth);
+        return sq_error_set(err, SQ_EUSAGE, "depth: %d, must be at least 1", p->depth);
     if (p->width < 0)
-        return sq_error_set(err, SQ_EUSAGE, "--width: %d, must be at least 1", p->width);
+        return sq_error_set(err, SQ_EUSAGE, "width: %d, must be at least 1", p->width);
     if (p->threads < 0)
         return sq_error_set(err, SQ_EUSAGE, "threads: %d, must be at least 0", p->threads);
     if (p->budget > SQ_DP_MAX_BUDGET)
-        return sq_error_set(err, SQ_EUSAGE, "--budget: %d exceeds the limit of %d nodes", p->budget,
+        return sq_error_set(err, SQ_EUSAGE, "budget: %d exceeds the limit of %d nodes", p->budget,
                             SQ_DP_MAX_BUDGET);
     int N, D, B;
     effective(p, &N, &D, &B);
@@ -104,15 +104,15 @@ int sq_dp_check(const sq_dp_params *p, sq_error *err)
     if (cells > SQ_DP_MAX_CELLS)
         return sq_error_set(err, SQ_EUSAGE,
                             "budget %d x depth %d x width %d needs %lld table cells, more than the "
-                            "limit of %lld; lower --budget, --depth or --width", N, D, B, cells,
+                            "limit of %lld; lower the budget, depth or width", N, D, B, cells,
                             SQ_DP_MAX_CELLS);
     int rows = p->curve->depth_rows;
     double work = plain_work(N, D, B, rows);
     if (work > (double)SQ_DP_MAX_WORK)
         return sq_error_set(err, SQ_EUSAGE,
                             "budget %d x depth %d x width %d needs up to %.3g solver steps "
-                            "(N^2*D*B/2%s), more than the limit of %lld; lower --budget, --depth "
-                            "or --width", N, D, B, work,
+                            "(N^2*D*B/2%s), more than the limit of %lld; lower the budget, "
+                            "depth or width", N, D, B, work,
                             rows > 1 ? "*min(D, depth rows) with p_by_depth" : "",
                             SQ_DP_MAX_WORK);
     return SQ_OK;

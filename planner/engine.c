@@ -104,7 +104,7 @@ int sq_uniform_search(const sq_curve *c, int budget, int depth, int width, int *
     long long cells = (long long)(D - 1) * budget * budget;
     if (cells > SQ_UNIFORM_MAX_CELLS)
         return sq_error_set(err, SQ_EUSAGE, "level-uniform search: (depth - 1) x budget^2 = %lld "
-                            "memo cells exceeds the limit %lld; lower --budget or --depth",
+                            "memo cells exceeds the limit %lld; lower the budget or the depth",
                             cells, SQ_UNIFORM_MAX_CELLS);
     uniform u = {.N = budget, .D = D, .W = W};
     u.S = calloc((size_t)D * (size_t)(W + 1), sizeof *u.S);
@@ -600,10 +600,10 @@ static int plan_eagle(const sq_engine_plan_params *p, const sq_curve *c,
                       sq_engine_plan_result *out, sq_error *err)
 {
     if (p->budget < 3 || p->depth < 3)
-        return sq_error_set(err, SQ_EUSAGE, "--engine eagle: budget %d and depth %d: EAGLE-1 needs "
+        return sq_error_set(err, SQ_EUSAGE, "engine eagle: budget %d and depth %d: EAGLE-1 needs "
                             "a path of at least 2 tokens (a tree of depth 1 crashes its "
-                            "generate_tree_buffers with IndexError): use --budget 3 or more and "
-                            "--depth 3 or more", p->budget, p->depth);
+                            "generate_tree_buffers with IndexError): use a budget of 3 or more "
+                            "and a depth of 3 or more", p->budget, p->depth);
     int W = p->width > 0 ? p->width : c->width;
     if (W > SQ_EAGLE_MAX_RANK0 + 1)
         W = SQ_EAGLE_MAX_RANK0 + 1;
@@ -657,7 +657,7 @@ static int plan_eagle(const sq_engine_plan_params *p, const sq_curve *c,
     sq_tree_free(t);
     if (rc || !best) {
         sq_tree_free(best);
-        return rc ? rc : sq_error_set(err, SQ_EUSAGE, "--engine eagle: no tree of 2 levels below "
+        return rc ? rc : sq_error_set(err, SQ_EUSAGE, "engine eagle: no tree of 2 levels below "
                                       "the root fits the bounds");
     }
     out->tree = best;
@@ -755,8 +755,8 @@ static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
                          sq_engine_plan_result *out, sq_error *err)
 {
     if (p->budget < 2 || p->depth < 2)
-        return sq_error_set(err, SQ_EUSAGE, "--engine %s: budget %d and depth %d leave no draft "
-                            "step: use --budget 2 or more and --depth 2 or more",
+        return sq_error_set(err, SQ_EUSAGE, "engine %s: budget %d and depth %d leave no draft "
+                            "step: use a budget of 2 or more and a depth of 2 or more",
                             sq_engine_name(p->engine), p->budget, p->depth);
     int Kmax = p->width > 0 ? p->width : c->width;
     if (Kmax > p->budget - 1)
@@ -801,7 +801,7 @@ static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
         return rc;
     }
     if (!out->tree)
-        return sq_error_set(err, SQ_EUSAGE, "--engine %s: no tree with a draft step is worth "
+        return sq_error_set(err, SQ_EUSAGE, "engine %s: no tree with a draft step is worth "
                             "planning under this curve", sq_engine_name(p->engine));
     if (p->hw && out->step_ms > 0) {
         sq_tree *root = sq_tree_new(1);

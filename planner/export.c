@@ -205,11 +205,11 @@ int sq_engine_check(const sq_tree *t, sq_engine e, int max_non_leaves, const cha
                                 "%s: %s: the tree has %d level%s below the root, but EAGLE-1 needs "
                                 "a path of at least 2 tokens (with only depth-1 paths "
                                 "generate_tree_buffers in eagle/model/utils_c.py has no non-leaf "
-                                "below the root and fails with IndexError); plan with --depth 3 "
-                                "or more and --budget 3 or more", file, en, levels - 1,
+                                "below the root and fails with IndexError); plan with a depth of 3 "
+                                "or more and a budget of 3 or more", file, en, levels - 1,
                                 levels - 1 == 1 ? "" : "s");
         return sq_error_set(err, SQ_EDATA, "%s: %s: a root-only tree has no draft step; plan with "
-                            "--budget 2 or more", file, en);
+                            "a budget of 2 or more", file, en);
     }
     if (lim.no_32k_plus_1 && t->n > 1 && (t->n - 1) % 32 == 0)
         return sq_error_set(err, SQ_EDATA,
@@ -217,8 +217,8 @@ int sq_engine_check(const sq_tree *t, sq_engine e, int max_non_leaves, const cha
                             "C++ runtime packs the mask of max_draft_len + 1 tokens into "
                             "divUp(max_draft_len, 32) words, so at max_draft_len %d the last token "
                             "loses its own bit, and the Python runtime's _medusa_setup in versions "
-                            "without the empty-chunk guard raises ValueError; plan with --budget "
-                            "%d or --engine trtllm", file, en, t->n - 1, t->n, t->n - 1, t->n - 1);
+                            "without the empty-chunk guard raises ValueError; plan with a budget "
+                            "of %d, or for engine trtllm", file, en, t->n - 1, t->n, t->n - 1, t->n - 1);
     for (int v = 1; v < t->n; v++) {
         if (lim.max_path && t->depth[v] > lim.max_path)
             return sq_error_set(err, SQ_EDATA,
@@ -227,13 +227,13 @@ int sq_engine_check(const sq_tree *t, sq_engine e, int max_non_leaves, const cha
                                 "computePrefix in speculativeChoicesUtils.cpp shifts a 32-bit int by "
                                 "4 x (length - 1), undefined from 9 tokens on, and on x86 the "
                                 "prefixes collide and nodes get the wrong parent with no error; "
-                                "plan with --depth %d or --engine trtllm",
+                                "plan with a depth of %d, or for engine trtllm",
                                 file, en, path_str(t, v, p1, sizeof p1), t->depth[v],
                                 lim.max_path, lim.max_path + 1, lim.max_path + 1);
         if (lim.max_rank0 >= 0 && t->rank[v] - 1 > lim.max_rank0)
             return sq_error_set(err, SQ_EDATA,
                                 "%s: %s: node %s has 0-based rank %d, but %s takes ranks 0..%d "
-                                "(%s); plan with --width %d or --engine %s",
+                                "(%s); plan with a width of %d, or for engine %s",
                                 file, en, path_str(t, v, p1, sizeof p1), t->rank[v] - 1,
                                 e == SQ_ENGINE_TRTLLM ? "TensorRT-LLM"
                                 : e == SQ_ENGINE_EAGLE ? "EAGLE-1" : "Medusa",
@@ -251,7 +251,7 @@ int sq_engine_check(const sq_tree *t, sq_engine e, int max_non_leaves, const cha
                                 "(eagle/model/utils_c.py generate_tree_buffers, cnets.py "
                                 "topK_genrate) finds a node's parent by counting parent changes "
                                 "among its level's non-leaves, so %s's children would be drafted "
-                                "from another node's hidden state; plan with --engine eagle",
+                                "from another node's hidden state; plan for engine eagle",
                                 file, en, t->depth[late], path_str(t, late, p1, sizeof p1),
                                 path_str(t, early, p2, sizeof p2), p1);
     }
@@ -275,9 +275,9 @@ int sq_engine_check(const sq_tree *t, sq_engine e, int max_non_leaves, const cha
             if (nl[l] > lim.max_non_leaves)
                 rc = sq_error_set(err, SQ_EDATA,
                                   "%s: %s: level %d has %d nodes with children, but the engine "
-                                  "allows %d (max_non_leaves_per_layer%s); plan with --engine trtllm "
-                                  "--max-non-leaves %d, or build the engine with a larger "
-                                  "max_non_leaves_per_layer and pass it as --max-non-leaves",
+                                  "allows %d (max_non_leaves_per_layer%s); plan for engine trtllm "
+                                  "with max_non_leaves %d, or build the engine with a larger "
+                                  "max_non_leaves_per_layer and plan with that value",
                                   file, en, l, nl[l], lim.max_non_leaves,
                                   max_non_leaves > 0 ? "" : ", convert_checkpoint.py's default",
                                   lim.max_non_leaves);
@@ -295,8 +295,8 @@ int sq_engine_check(const sq_tree *t, sq_engine e, int max_non_leaves, const cha
                 rc = sq_error_set(err, SQ_EDATA,
                                   "%s: %s: level %d: node %s has %d children but node %s has %d; "
                                   "vLLM's EAGLE proposer drafts the same number of children for "
-                                  "every node of a level (a k_1 x k_2 x ... tree): plan with "
-                                  "--engine vllm",
+                                  "every node of a level (a k_1 x k_2 x ... tree): plan for "
+                                  "engine vllm",
                                   file, en, t->depth[v],
                                   first == 0 ? "root" : path_str(t, first, p1, sizeof p1),
                                   kids[first], path_str(t, v, p2, sizeof p2), kids[v]);
@@ -312,7 +312,7 @@ int sq_envelope_of(const sq_tree *t, sq_engine e, sq_envelope *out, const char *
     memset(out, 0, sizeof *out);
     if (t->n < 2)
         return sq_error_set(err, SQ_EDATA, "%s: %s: a root-only tree has no draft step; plan "
-                            "with --budget 2 or more", file, sq_engine_name(e));
+                            "with a budget of 2 or more", file, sq_engine_name(e));
     int levels = sq_tree_depth(t);
     int *kids = count_kids(t), *nl = calloc((size_t)levels, sizeof *nl);
     if (!kids || !nl) {

@@ -81,7 +81,7 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
     *out = NULL;
     SQ_ASSERT(prm->target);
     if (!prm->draft && (!isfinite(prm->draft_ms) || prm->draft_ms < 0))
-        return sq_error_set(err, SQ_EUSAGE, "--draft-ms: must be a finite time >= 0");
+        return sq_error_set(err, SQ_EUSAGE, "draft_ms: must be a finite time >= 0");
     sq_hw_result *r = calloc(1, sizeof *r);
     if (!r)
         return sq_error_oom(err, "hardware selection");

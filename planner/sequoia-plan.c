@@ -366,6 +366,12 @@ static int check_options(const plan_opts *o)
     char buf[160];
     if (o->width_given && o->params.width < 1)
         snprintf(buf, sizeof buf, "--width: %d, must be at least 1", o->params.width), why = buf;
+    else if (o->params.budget < 1 || o->params.depth < 1)
+        snprintf(buf, sizeof buf, "%s: %d, must be at least 1", o->params.budget < 1 ? "--budget"
+                 : "--depth", o->params.budget < 1 ? o->params.budget : o->params.depth), why = buf;
+    else if (o->params.budget > SQ_DP_MAX_BUDGET)
+        snprintf(buf, sizeof buf, "--budget: %d exceeds the limit of %d nodes", o->params.budget,
+                 SQ_DP_MAX_BUDGET), why = buf;
     else if (o->curve_name && !o->acc_file)
         why = "--curve needs --acceptance FILE";
     else if ((o->draft_profile || o->draft_ms_given) && !o->target_profile)
@@ -451,8 +457,11 @@ static int load_inputs(plan_opts *o, plan_state *st, sq_error *err)
         fprintf(stderr, PROG ": using the embedded curve \"%s\": %s\n", o->acc_file, builtin_note);
     } else if (o->acc_file) {
         if ((rc = sq_curve_set_load(o->acc_file, &st->set, err)) ||
-            (rc = sq_curve_set_select(st->set, o->curve_name, o->acc_file, &o->params.curve, err)))
+            (rc = sq_curve_set_select(st->set, o->curve_name, o->acc_file, &o->params.curve, err))) {
+            if (st->set && !o->curve_name)
+                sq_cli_hint(err, "pick it with --curve NAME");
             return rc;
+        }
     } else {
         fprintf(stderr, PROG ": no --acceptance given; using %s\n", sq_curve_default_provenance);
     }
@@ -696,6 +705,8 @@ int main(int argc, char **argv)
              !o.quiet)
         print_report(&o, &st);
     state_free(&st);
+    if (rc == SQ_EUSAGE && strstr(err.msg, "linear or constant extrapolation"))
+        sq_cli_hint(&err, "see --extrapolate");
     if (rc) {
         fprintf(stderr, PROG ": %s\n", err.msg);
         return rc;

@@ -691,7 +691,7 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
                             (double)(kv_bytes + act_bytes + w_bytes) / (1 << 30),
                             (double)w_bytes / (1 << 30), (double)kv_bytes / (1 << 30),
                             (double)act_bytes / (1 << 30), s->name, (double)free_b / (1 << 30),
-                            s->offload ? "" : "; try offload mode (--offload)");
+                            s->offload ? "" : "; try the offload mode (weights streamed from host memory)");
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->copy_stream, cudaStreamNonBlocking));

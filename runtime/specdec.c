@@ -118,7 +118,7 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
         return sq_error_set(err, SQ_EUSAGE, "top-p %g must be in (0, 1]", params->top_p);
     if (params->mode != SQ_MODE_GREEDY && params->temperature == 0.0)
         return sq_error_set(err, SQ_EUSAGE,
-                            "temperature 0 is greedy decoding: use --mode greedy");
+                            "temperature 0 is greedy decoding: use the greedy mode");
 
     sq_specdec *sd = calloc(1, sizeof *sd);
     if (!sd)

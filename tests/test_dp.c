@@ -342,7 +342,7 @@ Test(dp, refuses_requests_past_the_limits_at_once)
     prm = sq_dp_default_params();
     prm.budget = 0;
     cr_assert_eq(sq_dp_check(&prm, &err2), SQ_EUSAGE);
-    cr_assert(strstr(err2.msg, "--budget"), "%s", err2.msg);
+    cr_assert(strstr(err2.msg, "budget: 0"), "%s", err2.msg);
 }
 
 Test(dp, depth_and_width_beyond_the_budget_are_unbounded)

@@ -964,7 +964,7 @@ Test(engines, eagle1_misdrafts_the_128_10_plan_and_crashes_on_depth_1)
     sq_engine_plan_result r;
     err = (sq_error){0};
     cr_assert_eq(sq_engine_plan(&p, &r, &err), SQ_EUSAGE);
-    cr_assert(strstr(err.msg, "--depth 3"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "a depth of 3"), "%s", err.msg);
 }
 
 /* Every (budget, depth) of a grid: --engine eagle satisfies the rule, the reproduced EAGLE-1

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,20 @@ int sq_cli_bad_option(const char *prog, int c, char **argv, int optind_now)
     else
         fprintf(stderr, "%s: unknown option '%s' (see --help)\n", prog, argv[optind_now - 1]);
     return SQ_EUSAGE;
+}
+
+void sq_cli_hint(sq_error *err, const char *fmt, ...)
+{
+    if (!err || err->status == SQ_OK)
+        return;
+    size_t used = strlen(err->msg);
+    if (used + 3 >= sizeof err->msg)
+        return;
+    memcpy(err->msg + used, "; ", 3);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->msg + used + 2, sizeof err->msg - used - 2, fmt, ap);
+    va_end(ap);
 }
 
 double sq_now_ms(void)

@@ -28,6 +28,10 @@ int sq_cli_double(const char *prog, const char *opt, const char *s, double *out)
  * SQ_EUSAGE. `optind` is getopt's after the call that returned c. */
 int sq_cli_bad_option(const char *prog, int c, char **argv, int optind_now);
 
+/* Appends "; HINT" to err's message: the tool names its own flag for a problem a library
+ * reported in the library's words. Does nothing when err holds no failure. */
+void sq_cli_hint(sq_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Monotonic clock, milliseconds. */
 double sq_now_ms(void);
 

@@ -1424,7 +1424,7 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
                             "start over)", e.msg);
     if (strcmp(fp, fingerprint) != 0)
         return sq_error_set(err, SQ_EDATA, "%s: was started with other inputs or options (%s; "
-                            "now %s); delete it or drop --resume", w->tmp, fp, fingerprint);
+                            "now %s); delete it, or start over without resuming", w->tmp, fp, fingerprint);
     if (vocab != w->p.vocab || rows < 0)
         return sq_error_set(err, SQ_EDATA, "%s: vocab_size %lld or resume_rows %lld does not fit "
                             "this dump; delete it to start over", w->tmp, vocab, rows);

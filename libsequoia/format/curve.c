@@ -541,7 +541,7 @@ int sq_curve_set_select(const sq_curve_set *set, const char *name, const char *f
         used += (size_t)w;
     }
     if (!name)
-        return sq_error_set(err, SQ_EUSAGE, "%s: holds %d curves, choose one with --curve: %s", file,
+        return sq_error_set(err, SQ_EUSAGE, "%s: holds %d curves, choose one by name: %s", file,
                             set->n, list);
     return sq_error_set(err, SQ_EUSAGE, "%s: no curve named \"%s\"; the file has: %s", file, name,
                         list);

@@ -382,7 +382,7 @@ static int run_ms(const sq_profile_point *pt, int n, double x, sq_extrapolate mo
     }
     if (mode == SQ_EXTRAPOLATE_NONE)
         return sq_error_set(err, SQ_EUSAGE, "%.6g tokens is outside the profile's measured range "
-                            "[%d, %d]; measure it, or allow --extrapolate linear|constant", x,
+                            "[%d, %d]; measure it, or allow linear or constant extrapolation", x,
                             pt[0].tokens, pt[n - 1].tokens);
     int below = x < pt[0].tokens;
     if (mode == SQ_EXTRAPOLATE_CONSTANT || n == 1) {

@@ -15,14 +15,14 @@
 int sq_accept_config_check(const sq_accept_config *cfg, sq_error *err)
 {
     if (!isfinite(cfg->temperature) || cfg->temperature < 0)
-        return sq_error_set(err, SQ_EUSAGE, "--temperature: %g, must be a finite value >= 0",
+        return sq_error_set(err, SQ_EUSAGE, "temperature: %g, must be a finite value >= 0",
                             cfg->temperature);
     if (!(cfg->top_p > 0) || cfg->top_p > 1)
-        return sq_error_set(err, SQ_EUSAGE, "--top-p: %g, must be in (0, 1]", cfg->top_p);
+        return sq_error_set(err, SQ_EUSAGE, "top-p: %g, must be in (0, 1]", cfg->top_p);
     if (cfg->temperature == 0 && cfg->mode != SQ_MODE_GREEDY)
         return sq_error_set(err, SQ_EUSAGE,
-                            "--temperature 0 is greedy decoding: it is allowed only with --mode "
-                            "greedy (--mode %s needs a temperature > 0)",
+                            "temperature 0 is greedy decoding: it is allowed only in greedy mode "
+                            "(mode %s needs a temperature > 0)",
                             sq_mode_name(cfg->mode));
     return SQ_OK;
 }

@@ -278,6 +278,8 @@ static int estimate(char **files, int n_files, est_opts *o)
                     continue;
                 sq_accept_config c = {o->modes[m], o->temps[t], o->top_ps[q]};
                 if ((rc = sq_accept_config_check(&c, &err))) {
+                    if (c.temperature == 0)
+                        sq_cli_hint(&err, "--temperature 0 goes with --mode greedy");
                     fprintf(stderr, PROG ": %s\n", err.msg);
                     return rc;
                 }
