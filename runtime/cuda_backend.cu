@@ -152,6 +152,62 @@ __global__ void k_rope(float *v, size_t stride, const int32_t *pos, const float 
     sq_k_rope_rotate(&a[k], &a[k + npair], cosf(angle), sinf(angle));
 }
 
+/* ---- GEMV for a few rows ------------------------------------------------------------------------
+ * out (N, d_out) f32 = in (N, d_in) 16-bit @ W^T + beta * out, for N <= GEMV_MAX_N tokens (decode
+ * and small trees), where cuBLAS's general kernels stay far below the memory bandwidth (docs/
+ * cuda.md, first H200 run). One warp per output row streams the weight row in 16-byte loads
+ * (8 values) and dots it with the N input rows (small: they stay in L1/L2); float32
+ * accumulation, then a warp reduction. Needs d_in % 8 == 0 (16-byte aligned rows); grid
+ * ceil(d_out / 8) blocks of 256 threads. */
+#define GEMV_MAX_N 8
+
+template <int BF> __device__ __forceinline__ void unpack8(uint4 v, float *f)
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        f[2 * k] = load16<BF>((uint16_t)(w[k] & 0xffffu));
+        f[2 * k + 1] = load16<BF>((uint16_t)(w[k] >> 16));
+    }
+}
+
+template <int BF, int N>
+__global__ void __launch_bounds__(256) k_gemv(float *out, const uint16_t *in, const uint16_t *w,
+                                              int d_in, int d_out, float beta)
+{
+    const int row = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= d_out)   /* the whole warp */
+        return;
+    const uint4 *wr = (const uint4 *)(w + (size_t)row * d_in);
+    const int chunks = d_in / 8;
+    float acc[N];
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        acc[i] = 0.0f;
+#pragma unroll 2
+    for (int c = lane; c < chunks; c += 32) {
+        float wf[8];
+        unpack8<BF>(wr[c], wf);
+#pragma unroll
+        for (int i = 0; i < N; i++) {
+            float xf[8];
+            unpack8<BF>(((const uint4 *)(in + (size_t)i * d_in))[c], xf);
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                acc[i] += wf[k] * xf[k];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        float v = warp_sum(acc[i]);
+        if (lane == 0) {
+            float *o = out + (size_t)i * d_out + row;
+            *o = beta != 0.0f ? v + beta * *o : v;   /* beta == 0: out is not read */
+        }
+    }
+}
+
 /* ---- tree attention (docs/cuda.md, "Attention for tree verification") -------------------------
  *
  * The KV cache holds 16-bit keys (after RoPE) and values. Attention runs in two kernels:
@@ -771,11 +827,36 @@ static int cuda_init(sq_context *ctx, sq_error *err)
     return rc;
 }
 
-/* out (n, d_out) f32 = in (n, d_in) 16-bit @ W^T + beta * out, W (d_out, d_in) row-major.
- * Column-major view: out^T (d_out x n) = W^T' (op T of the d_in x d_out matrix) x in^T. */
+/* out (n, d_out) f32 = in (n, d_in) 16-bit @ W^T + beta * out, W (d_out, d_in) row-major: the
+ * GEMV kernel above for up to GEMV_MAX_N rows, else cuBLAS. Column-major view for cuBLAS:
+ * out^T (d_out x n) = W^T' (op T of the d_in x d_out matrix) x in^T. */
+template <int BF>
+static int gemv(cuda_state *s, float *out, const uint16_t *in, const uint16_t *w, int n, int d_in,
+                int d_out, float beta, sq_error *err)
+{
+    const unsigned blocks = (unsigned)((d_out + 7) / 8);
+    switch (n) {
+#define GEMV_CASE(N)                                                                           \
+    case N:                                                                                    \
+        k_gemv<BF, N><<<blocks, 256, 0, s->stream>>>(out, in, w, d_in, d_out, beta);          \
+        break;
+    GEMV_CASE(1) GEMV_CASE(2) GEMV_CASE(3) GEMV_CASE(4)
+    GEMV_CASE(5) GEMV_CASE(6) GEMV_CASE(7) GEMV_CASE(8)
+#undef GEMV_CASE
+    default:
+        return sq_error_set(err, SQ_ESOFTWARE, "CUDA backend: gemv of %d rows", n);
+    }
+    CUDA_CHECK_LAUNCH();
+    return SQ_OK;
+}
+
 static int gemm(cuda_state *s, float *out, const uint16_t *in, const void *wt, int n, int d_in,
                 int d_out, float beta, sq_error *err)
 {
+    if (n <= GEMV_MAX_N && d_in % 8 == 0 && ((uintptr_t)wt & 15) == 0 &&
+        ((uintptr_t)in & 15) == 0)
+        return s->bf16 ? gemv<1>(s, out, in, (const uint16_t *)wt, n, d_in, d_out, beta, err)
+                       : gemv<0>(s, out, in, (const uint16_t *)wt, n, d_in, d_out, beta, err);
     const float alpha = 1.0f;
     const cudaDataType_t t16 = s->bf16 ? CUDA_R_16BF : CUDA_R_16F;
     CUBLAS_CHECK(cublasGemmEx(s->blas, CUBLAS_OP_T, CUBLAS_OP_N, d_out, n, d_in, &alpha, wt, t16,

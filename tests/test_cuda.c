@@ -99,11 +99,23 @@ static double max_abs(const float *x, size_t n)
     return m;
 }
 
+/* max(m, d), with a NaN d counting as infinitely far */
+static double worse(double m, double d)
+{
+    return isnan(d) ? INFINITY : fmax(m, d);
+}
+
+/* Largest |a - b|; a NaN on either side counts as infinitely far (fmax would drop it, and a
+ * device that returns NaN logits would pass: tests/cuda-emu/mutate.sh's 'offload' mutation). */
 static double max_diff(const float *a, const float *b, size_t n)
 {
     double m = 0.0;
-    for (size_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)a[i] - b[i]));
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d))
+            return INFINITY;
+        m = fmax(m, d);
+    }
     return m;
 }
 
@@ -396,7 +408,7 @@ Test(cuda, softmax_with_temperature_and_top_p_equals_the_verifier)
             double d = 0.0;
             int kept_w = 0, kept_g = 0;
             for (int i = 0; i < n; i++) {
-                d = fmax(d, fabs(got[i] - want[i]));
+                d = worse(d, fabs(got[i] - want[i]));
                 kept_w += want[i] > 0.0;
                 kept_g += got[i] > 0.0;
             }
@@ -442,7 +454,7 @@ Test(cuda, probs_follow_the_rule_at_ties_and_non_finite_logits)
                 double d = 0.0;
                 int kept_w = 0, kept_g = 0;
                 for (int i = 0; i < n; i++) {
-                    d = fmax(d, fabs(got[i] - want[i]));
+                    d = worse(d, fabs(got[i] - want[i]));
                     kept_w += want[i] > 0.0;
                     kept_g += got[i] > 0.0;
                 }

@@ -62,6 +62,7 @@ TESTS=(
     "test-emu-cuda|cuda/offload_computes_what_the_on_device_weights_compute|offload vs device"
     "test-emu-cuda|cuda/greedy_speculative_decoding_equals_target_greedy|greedy spec = AR"
     "test-emu-cuda|cuda/softmax_with_temperature_and_top_p_equals_the_verifier|softmax/top-p"
+    "test-emu-cuda|cuda/probs_follow_the_rule_at_ties_and_non_finite_logits|probs rule"
     "test-emu-cuda|cuda/argmax_and_residual_equal_the_verifier|argmax/residual"
     "test-emu-cuda|cuda/draws_with_and_without_replacement_equal_the_host_computation|draws"
     "test-emu-shapes|emu/edge_shapes_agree_with_the_cpu|edge shapes"

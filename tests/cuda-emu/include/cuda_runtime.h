@@ -31,6 +31,10 @@ struct uint3 {
     unsigned x, y, z;
 };
 
+struct uint4 {
+    unsigned x, y, z, w;
+};
+
 struct dim3 {
     unsigned x, y, z;
     dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
