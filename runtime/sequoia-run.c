@@ -16,6 +16,7 @@
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/base/sha256.h"
+#include "runtime/batchrun.h"
 #include "runtime/model.h"
 #include "runtime/report.h"
 #include "runtime/specdec.h"
@@ -39,7 +40,7 @@ static void usage(FILE *fp)
         "                   [--temperature T] [--top-p P] [--seed S] [-o OUT.txt]\n"
         "                   [--report REPORT.json] [--validate] [--validate-samples N]\n"
         "                   [--context L] [--threads N] [--no-baseline]\n"
-        "                   [--backend cpu|cuda] [--dtype f16|bf16] [--offload]\n"
+        "                   [--backend cpu|cuda] [--dtype f16|bf16] [--offload] [--batch B]\n"
         "       " PROG " dump --draft DIR --target DIR --tokens FILE -o CORPUS.h5\n"
         "                   [--top-k K] [--context L] [--half] [--threads N] [--resume]\n"
         "\n"
@@ -72,7 +73,16 @@ static void usage(FILE *fp)
         "      --context L          KV cache length (default: the models' max_position_embeddings)\n"
         "      --threads N          CPU threads (default: all cores)\n"
         "%s"
-        "      --no-baseline        skip target-only decoding (no measured speedup)\n"
+        "      --no-baseline        skip target-only decoding (no measured speedup)\n",
+        SQ_VALIDATE_ATTN_STEPS, SQ_VALIDATE_P_MIN, CUDA_OPTIONS_HELP);
+    fprintf(fp,
+        "      --batch B            decode B prompts together (the prompt file's sequences,\n"
+        "                           separated by empty lines, in turn) with the same plan: one\n"
+        "                           batched forward per draft level and for the targets' trees;\n"
+        "                           -o gets one line per sequence, the summary and --report give\n"
+        "                           tokens/s over the batch and per sequence against the batch\n"
+        "                           decoded by the target alone; --validate (greedy only) checks\n"
+        "                           each sequence equals the target's greedy decoding\n"
         "  -h, --help               this text\n"
         "      --version            the version\n"
         "\n"
@@ -93,8 +103,7 @@ static void usage(FILE *fp)
         "\n"
         "Exit status: 0 success, 1 a --validate check failed, 64 usage error, 65 invalid input\n"
         "data (plan, model, prompt), 66 input file missing, 70 internal error, 73 cannot create\n"
-        "output, 74 I/O error.\n",
-        SQ_VALIDATE_ATTN_STEPS, SQ_VALIDATE_P_MIN, CUDA_OPTIONS_HELP);
+        "output, 74 I/O error.\n");
 }
 
 static void write_tokens(FILE *fp, const int32_t *t, int n)
@@ -109,7 +118,7 @@ typedef struct run_opts {
     int         max_new, validate, samples, context, threads, baseline;
     sq_specdec_params prm;
     const char *backend, *dtype;
-    int         offload, temp_given;
+    int         offload, temp_given, batch;
 } run_opts;
 
 /* What one run holds. */
@@ -553,7 +562,7 @@ done:
 enum {
     OPT_DRAFT = 1000, OPT_BACKEND, OPT_DTYPE, OPT_OFFLOAD, OPT_TARGET, OPT_PROMPT, OPT_TOP_P, OPT_VALIDATE, OPT_SAMPLES,
     OPT_CONTEXT, OPT_THREADS, OPT_NO_BASELINE, OPT_VERSION, OPT_TOKENS, OPT_TOPK, OPT_HALF,
-    OPT_RESUME,
+    OPT_RESUME, OPT_BATCH,
 };
 
 static int parse_dump(int argc, char **argv)
@@ -637,6 +646,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
         {"backend", required_argument, NULL, OPT_BACKEND},
         {"dtype", required_argument, NULL, OPT_DTYPE},
         {"offload", no_argument, NULL, OPT_OFFLOAD},
+        {"batch", required_argument, NULL, OPT_BATCH},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
         {NULL, 0, NULL, 0},
@@ -694,6 +704,10 @@ static int parse_run(int argc, char **argv, run_opts *o)
         case OPT_BACKEND: o->backend = optarg; break;
         case OPT_DTYPE: o->dtype = optarg; break;
         case OPT_OFFLOAD: o->offload = 1; break;
+        case OPT_BATCH:
+            if (sq_cli_int(PROG, "--batch", optarg, 1, 1 << 20, &o->batch))
+                return SQ_EUSAGE;
+            break;
         case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
         case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return sq_cli_finish(PROG, SQ_OK);
         default: return sq_cli_bad_option(PROG, c, argv, optind);
@@ -739,6 +753,11 @@ static const char *run_misfit(run_opts *o)
     if (o->offload && o->prm.backend != SQ_BACKEND_CUDA)
         return "--offload streams weights to a GPU: it needs --backend cuda";
     o->prm.offload = o->offload;
+    if (o->batch > 1 && o->validate && o->prm.mode != SQ_MODE_GREEDY)
+        return "--validate with --batch checks greedy outputs; the sampled modes' distribution "
+               "test runs with batch 1 (the library's batch test covers them)";
+    if (o->batch > 1 && o->validate && !o->baseline)
+        return "--validate in greedy mode compares with target-only decoding: drop --no-baseline";
     return NULL;
 }
 
@@ -756,5 +775,13 @@ int main(int argc, char **argv)
         return SQ_EUSAGE;
     }
     sq_out_install_signal_handlers();
+    if (o.batch >= 1) {   /* --batch given, even 1: the batch runner and its report */
+        sq_batch_run_opts b = {PROG, o.draft_dir, o.target_dir, o.plan_file, o.prompt_file,
+                               o.out_file, o.report_file, o.batch, o.max_new, o.baseline,
+                               o.validate, o.prm};
+        b.prm.max_context = o.context;
+        b.prm.threads = o.threads;
+        return sq_cli_finish(PROG, sq_batch_run(&b));
+    }
     return sq_cli_finish(PROG, run_main(&o));
 }

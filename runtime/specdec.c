@@ -621,3 +621,456 @@ int sq_specdec_target_probs(sq_specdec *sd, const int32_t *ctx, int n, double *p
     sq_verifier_probs(sd->ver, sd->tlog, target_temperature(sd), sd->prm.top_p, probs);
     return SQ_OK;
 }
+
+/* ---- batches ------------------------------------------------------------------------------ */
+
+struct sq_specdec_batch {
+    int           B;
+    sq_specdec  **sd;      /* (B)                                                          */
+    sq_batch_seq *seqs;    /* (B) one batched forward's sequences                          */
+    int          *idx;     /* (B) the member behind seqs[i]                                */
+    int          *a;       /* (B) draft catch-up tokens of the current step                */
+    int          *pd;      /* (B) draft pending tokens of the current step                 */
+};
+
+uint64_t sq_specdec_batch_seed_of(uint64_t seed, int k)
+{
+    /* k = 0 keeps the seed itself: a batch of one is the plain decoder */
+    return k == 0 ? seed : seed ^ ((uint64_t)k * 0x9E3779B97F4A7C15ull);
+}
+
+static double ctx_bytes(const sq_model_config *c, double slots)
+{
+    return 2.0 * c->n_layers * slots * (double)c->n_kv_heads * c->head_dim * sizeof(float);
+}
+
+double sq_specdec_batch_bytes(const sq_model *draft, const sq_model *target, const sq_plan *plan,
+                              const sq_specdec_params *params, int B)
+{
+    const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
+    int n = plan->tree->n, D = sq_tree_depth(plan->tree);
+    int maxpos = dc->max_position < tc->max_position ? dc->max_position : tc->max_position;
+    double mc = params->max_context > 0 ? params->max_context : maxpos;
+    double tmaxp = n > PREFILL_CHUNK ? n : PREFILL_CHUNK;
+    double dmaxp = n + D + 2 > PREFILL_CHUNK ? n + D + 2 : PREFILL_CHUNK;
+    double mp = tmaxp > dmaxp ? tmaxp : dmaxp, V = tc->vocab_size;
+    double scratch_t = tmaxp * (2.0 * tc->dim + 2.0 * tc->n_heads * tc->head_dim +
+                                2.0 * tc->hidden_dim) * sizeof(float);
+    double scratch_d = dmaxp * (2.0 * dc->dim + 2.0 * dc->n_heads * dc->head_dim +
+                                2.0 * dc->hidden_dim) * sizeof(float);
+    double one = ctx_bytes(tc, mc + tmaxp) + ctx_bytes(dc, mc + dmaxp) + scratch_t + scratch_d +
+                 ((double)n + tmaxp + dmaxp) * V * sizeof(float) + mp * mp +
+                 (mc + D) * sizeof(int32_t);
+    /* the batched forward's scratch: every row of the batch through both models */
+    double rows = (double)B * mp;
+    double batch = rows * (2.0 * tc->dim + 4.0 * tc->n_heads * tc->head_dim + 2.0 * tc->hidden_dim +
+                           tc->head_dim + V) * sizeof(float);
+    return B * one + batch;
+}
+
+void sq_specdec_batch_free(sq_specdec_batch *bt)
+{
+    if (!bt)
+        return;
+    if (bt->sd)
+        for (int k = 0; k < bt->B; k++)
+            sq_specdec_free(bt->sd[k]);
+    free(bt->sd);
+    free(bt->seqs);
+    free(bt->idx);
+    free(bt->a);
+    free(bt->pd);
+    free(bt);
+}
+
+int sq_specdec_batch_new(const sq_model *draft, const sq_model *target, const sq_plan *plan,
+                         const sq_specdec_params *params, const char *plan_file, int B,
+                         sq_specdec_batch **out, sq_error *err)
+{
+    *out = NULL;
+    if (B < 1)
+        return sq_error_set(err, SQ_EUSAGE, "batch %d: needs at least one sequence", B);
+    /* past the machine's memory: refused up front, with what it would take */
+    double need = sq_specdec_batch_bytes(draft, target, plan, params, B);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (have > 0 && need > 0.8 * have)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "batch %d: %d sequences need %.0f bytes (%.2f GiB) of KV caches, "
+                            "logit buffers and scratch, more than 80%% of this machine's %.2f "
+                            "GiB; use a smaller batch or --context", B, B, need,
+                            need / (1 << 30), have / (1 << 30));
+    sq_specdec_batch *bt = calloc(1, sizeof *bt);
+    if (!bt)
+        return sq_error_oom(err, "a batch");
+    bt->B = B;
+    bt->sd = calloc((size_t)B, sizeof *bt->sd);
+    bt->seqs = calloc((size_t)B, sizeof *bt->seqs);
+    bt->idx = calloc((size_t)B, sizeof *bt->idx);
+    bt->a = calloc((size_t)B, sizeof *bt->a);
+    bt->pd = calloc((size_t)B, sizeof *bt->pd);
+    if (!bt->sd || !bt->seqs || !bt->idx || !bt->a || !bt->pd) {
+        sq_specdec_batch_free(bt);
+        return sq_error_oom(err, "a batch");
+    }
+    for (int k = 0; k < B; k++) {
+        sq_specdec_params pk = *params;
+        pk.seed = sq_specdec_batch_seed_of(params->seed, k);
+        int rc = sq_specdec_new(draft, target, plan, &pk, plan_file, &bt->sd[k], err);
+        if (rc) {
+            sq_specdec_batch_free(bt);
+            return rc;
+        }
+    }
+    if (B > 1 && (!sq_context_can_batch(bt->sd[0]->tctx) || !sq_context_can_batch(bt->sd[0]->dctx))) {
+        sq_specdec_batch_free(bt);
+        return sq_error_set(err, SQ_EUSAGE, "batch %d: the %s backend has no batched forward yet "
+                            "(use --backend cpu, or batch 1)", B,
+                            params->backend == SQ_BACKEND_CUDA ? "CUDA" : "chosen");
+    }
+    if (params->check_attention) {
+        sq_specdec_batch_free(bt);
+        return sq_error_set(err, SQ_EUSAGE, "a batch does not run the per-step attention check "
+                            "(check it with batch 1)");
+    }
+    *out = bt;
+    return SQ_OK;
+}
+
+int sq_specdec_batch_size(const sq_specdec_batch *bt)
+{
+    return bt->B;
+}
+
+sq_specdec *sq_specdec_batch_member(sq_specdec_batch *bt, int k)
+{
+    return k >= 0 && k < bt->B ? bt->sd[k] : NULL;
+}
+
+void sq_specdec_batch_seed(sq_specdec_batch *bt, uint64_t seed)
+{
+    for (int k = 0; k < bt->B; k++)
+        sq_specdec_seed(bt->sd[k], sq_specdec_batch_seed_of(seed, k));
+}
+
+int sq_specdec_batch_start(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,
+                           sq_error *err)
+{
+    for (int k = 0; k < bt->B; k++) {
+        int rc = sq_specdec_start(bt->sd[k], prompts[k], n[k], err);
+        if (rc)
+            return rc;
+    }
+    return SQ_OK;
+}
+
+/* One batched forward over seqs[0 .. m) (m may be 0). */
+static int forward_seqs(sq_specdec_batch *bt, int m, sq_error *err)
+{
+    return m > 0 ? sq_context_forward_batch(bt->seqs, m, err) : SQ_OK;
+}
+
+/* Steps 4 and 5 of sq_specdec_step for one sequence whose target logits are in tlog. */
+static int verify_and_commit(sq_specdec *sd, int a, int32_t *out, int *ntok, sq_step_info *info,
+                             sq_error *err)
+{
+    int len = sd->len, D = sd->D;
+    size_t Vs = (size_t)sd->V;
+    int u = 0, cnt = 0, pl = 0, rc;
+    if (info) {
+        if (!info->visit_children)
+            info->visit_children = malloc((size_t)D * sizeof(int));
+        if (!info->visit_rank)
+            info->visit_rank = malloc((size_t)D * sizeof(int));
+        if (!info->visit_children || !info->visit_rank)
+            return sq_error_oom(err, "step info");
+    }
+    for (;;) {
+        sq_verifier_probs(sd->ver, sd->tlog + (size_t)u * Vs, target_temperature(sd),
+                          sd->prm.top_p, sd->p);
+        int k = sd->child_count[u];
+        const double *q = k > 0 ? draft_q(sd, u) : NULL;
+        int32_t bonus = -1;
+        int j = sq_verifier_node(sd->ver, sd->p, q, k ? sd->tok + sd->child_first[u] : NULL, k,
+                                 &bonus);
+        if (info) {
+            info->visit_children[cnt] = k;
+            info->visit_rank[cnt] = j + 1;
+        }
+        if (j < 0) {
+            out[cnt++] = bonus;
+            break;
+        }
+        u = sd->child_first[u] + j;
+        sd->path[pl++] = u;
+        out[cnt++] = sd->tok[u];
+    }
+    sd->keep[0] = 0;
+    for (int i = 0; i < pl; i++)
+        sd->keep[1 + i] = sd->path[i];
+    if ((rc = sq_context_commit(sd->tctx, sd->keep, 1 + pl, err)))
+        return rc;
+    int nk = 0;
+    for (int i = 0; i < a; i++)
+        sd->keep[nk++] = i;
+    for (int i = 0; i < pl && sd->dslot[sd->path[i]] >= 0; i++)
+        sd->keep[nk++] = sd->dslot[sd->path[i]];
+    if ((rc = sq_context_commit(sd->dctx, sd->keep, nk, err)))
+        return rc;
+    memcpy(sd->seq + len, out, (size_t)cnt * sizeof *out);
+    sd->len = len + cnt;
+    *ntok = cnt;
+    if (info) {
+        info->tokens = cnt;
+        info->visits = cnt;
+        info->attn_max_diff = 0.0;
+    }
+    return SQ_OK;
+}
+
+int sq_specdec_batch_step(sq_specdec_batch *bt, const int *active, int32_t *const *out,
+                          int *ntok, sq_step_info *info, sq_error *err)
+{
+    int m = 0, rc;
+    for (int k = 0; k < bt->B; k++) {
+        ntok[k] = 0;
+        if (active && !active[k])
+            continue;
+        sq_specdec *sd = bt->sd[k];
+        SQ_ASSERT(sd->started);
+        if (sd->len - 1 + sd->D > sd->max_context)
+            return sq_error_set(err, SQ_EUSAGE, "sequence %d: context full: %d tokens plus a "
+                                "tree of depth %d exceed %d", k, sd->len, sd->D, sd->max_context);
+        bt->idx[m++] = k;
+    }
+    const int M = m;
+    if (M == 0)
+        return SQ_OK;
+    sq_specdec *s0 = bt->sd[bt->idx[0]];
+    const int n = s0->n, D = s0->D;
+    const size_t Vs = (size_t)s0->V;
+    double t0 = now_ms();
+
+    /* 1. every draft catches up (root last), in one batched forward */
+    int f = 0;
+    for (int i = 0; i < M; i++) {
+        sq_specdec *sd = bt->sd[bt->idx[i]];
+        int dcom = sq_context_committed(sd->dctx), len = sd->len;
+        int a = n > 1 ? len - dcom : 0;
+        SQ_ASSERT(n == 1 || (a >= 1 && a + n <= sd->dmaxp));
+        bt->a[i] = a;
+        for (int r = 0; r < a; r++) {
+            sd->ftok[r] = sd->seq[dcom + r];
+            sd->fpos[r] = dcom + r;
+            for (int j = 0; j < a; j++)
+                sd->mask[(size_t)r * a + j] = j <= r;
+        }
+        if (a > 0)
+            bt->seqs[f++] = (sq_batch_seq){sd->dctx, sd->ftok, sd->fpos, sd->mask, a, sd->dbuf};
+    }
+    if ((rc = forward_seqs(bt, f, err)))
+        return rc;
+    for (int i = 0; i < M; i++) {
+        sq_specdec *sd = bt->sd[bt->idx[i]];
+        int a = bt->a[i];
+        if (a > 0)
+            memcpy(sd->dlog, sd->dbuf + (size_t)(a - 1) * Vs, Vs * sizeof(float));
+        for (int u = 0; u < n; u++)
+            sd->dslot[u] = -1;
+        sd->dslot[0] = a - 1;
+        sd->tok[0] = sd->seq[sd->len - 1];
+        bt->pd[i] = a;
+    }
+
+    /* 2. the trees grow level by level, one batched draft forward per level */
+    for (int l = 0; l < D; l++) {
+        int fed = 0;
+        f = 0;
+        for (int i = 0; i < M; i++) {
+            sq_specdec *sd = bt->sd[bt->idx[i]];
+            for (int u = sd->level_start[l]; u < sd->level_start[l + 1]; u++)
+                if (sd->child_count[u] > 0)
+                    sq_verifier_propose(sd->ver, draft_q(sd, u), sd->dlog + (size_t)u * Vs,
+                                        sd->child_count[u], sd->tok + sd->child_first[u]);
+            if (l + 1 >= D)
+                continue;
+            int mm = 0;
+            for (int u = sd->level_start[l + 1]; u < sd->level_start[l + 2]; u++)
+                if (sd->child_count[u] > 0)
+                    sd->keep[mm++] = u;
+            fed = mm;
+            if (mm == 0)
+                continue;
+            int pd = bt->pd[i], a = bt->a[i], width = pd + mm, len = sd->len;
+            memset(sd->mask, 0, (size_t)mm * (size_t)width);
+            for (int r = 0; r < mm; r++) {
+                int u = sd->keep[r];
+                uint8_t *row = sd->mask + (size_t)r * width;
+                sd->ftok[r] = sd->tok[u];
+                sd->fpos[r] = len - 1 + l + 1;
+                for (int j = 0; j < a; j++)
+                    row[j] = 1;
+                for (int w = sd->parent[u]; w > 0; w = sd->parent[w])
+                    row[sd->dslot[w]] = 1;
+                row[pd + r] = 1;
+            }
+            bt->seqs[f++] = (sq_batch_seq){sd->dctx, sd->ftok, sd->fpos, sd->mask, mm, sd->dbuf};
+        }
+        if (l + 1 >= D || fed == 0)
+            break;
+        if ((rc = forward_seqs(bt, f, err)))
+            return rc;
+        for (int i = 0; i < M; i++) {
+            sq_specdec *sd = bt->sd[bt->idx[i]];
+            for (int r = 0; r < fed; r++) {
+                int u = sd->keep[r];
+                memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)r * Vs, Vs * sizeof(float));
+                sd->dslot[u] = bt->pd[i] + r;
+            }
+            bt->pd[i] += fed;
+        }
+    }
+    double t1 = now_ms();
+
+    /* 3. the targets read their trees in one batched forward */
+    for (int i = 0; i < M; i++) {
+        sq_specdec *sd = bt->sd[bt->idx[i]];
+        tree_inputs(sd, sd->len);
+        bt->seqs[i] = (sq_batch_seq){sd->tctx, sd->ftok, sd->fpos, sd->mask, n, sd->tlog};
+    }
+    if ((rc = forward_seqs(bt, M, err)))
+        return rc;
+    double t2 = now_ms();
+
+    /* 4, 5. verification and commits, per sequence */
+    for (int i = 0; i < M; i++) {
+        int k = bt->idx[i];
+        if ((rc = verify_and_commit(bt->sd[k], bt->a[i], out[k], &ntok[k], info ? &info[k] : NULL,
+                                    err)))
+            return rc;
+    }
+    double t3 = now_ms();
+    if (info)
+        for (int i = 0; i < M; i++) {
+            sq_step_info *in = &info[bt->idx[i]];
+            in->draft_ms = t1 - t0;
+            in->target_ms = t2 - t1;
+            in->verify_ms = t3 - t2;
+        }
+    return SQ_OK;
+}
+
+int sq_specdec_batch_generate(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,
+                              int max_new, int32_t *const *out, int *steps, int *batch_steps,
+                              sq_step_info *infos, sq_error *err)
+{
+    const int B = bt->B;
+    *batch_steps = 0;
+    for (int k = 0; k < B; k++) {
+        steps[k] = 0;
+        sq_specdec *sd = bt->sd[k];
+        if (n[k] + max_new - 1 + sd->D > sd->max_context)
+            return sq_error_set(err, SQ_EUSAGE,
+                                "sequence %d: prompt of %d tokens + %d new tokens + a tree of "
+                                "depth %d exceed the context of %d tokens", k, n[k], max_new,
+                                sd->D, sd->max_context);
+    }
+    int rc = sq_specdec_batch_start(bt, prompts, n, err);
+    if (rc)
+        return rc;
+    int D = bt->sd[0]->D;
+    int *active = malloc((size_t)B * sizeof *active), *done = calloc((size_t)B, sizeof *done);
+    int *ntok = malloc((size_t)B * sizeof *ntok);
+    int32_t *buf = malloc((size_t)B * (size_t)D * sizeof *buf);
+    int32_t **bufs = malloc((size_t)B * sizeof *bufs);
+    sq_step_info *si = calloc((size_t)B, sizeof *si);
+    if (!active || !done || !ntok || !buf || !bufs || !si) {
+        rc = sq_error_oom(err, "batch step buffers");
+        goto end;
+    }
+    for (int k = 0; k < B; k++) {
+        active[k] = 1;
+        bufs[k] = buf + (size_t)k * D;
+    }
+    for (int running = B; running > 0;) {
+        sq_step_info *info = NULL;
+        if (infos) {
+            for (int k = 0; k < B; k++)
+                si[k] = active[k] ? infos[(size_t)k * max_new + steps[k]] : (sq_step_info){0};
+            info = si;
+        }
+        if ((rc = sq_specdec_batch_step(bt, active, bufs, ntok, info, err)))
+            break;
+        (*batch_steps)++;
+        for (int k = 0; k < B; k++) {
+            if (!active[k])
+                continue;
+            if (infos)
+                infos[(size_t)k * max_new + steps[k]] = si[k];
+            steps[k]++;
+            for (int i = 0; i < ntok[k] && done[k] < max_new; i++)
+                out[k][done[k]++] = bufs[k][i];
+            if (done[k] == max_new) {
+                active[k] = 0;
+                running--;
+            }
+        }
+    }
+end:
+    free(active);
+    free(done);
+    free(ntok);
+    free(buf);
+    free(bufs);
+    free(si);
+    return rc;
+}
+
+int sq_specdec_batch_autoregressive(sq_specdec_batch *bt, const int32_t *const *prompts,
+                                    const int *n, int max_new, uint64_t seed,
+                                    int32_t *const *out, sq_error *err)
+{
+    const int B = bt->B;
+    int rc;
+    for (int k = 0; k < B; k++) {
+        sq_specdec *sd = bt->sd[k];
+        if ((rc = check_prompt(sd, prompts[k], n[k], err)))
+            return rc;
+        if (n[k] + max_new > sd->max_context)
+            return sq_error_set(err, SQ_EUSAGE, "sequence %d: prompt of %d tokens + %d new "
+                                "tokens exceed the context of %d tokens", k, n[k], max_new,
+                                sd->max_context);
+        sd->started = 0;
+        sq_context_reset(sd->tctx);
+        if ((rc = prefill(sd, sd->tctx, sd->tmaxp, sd->tlog, prompts[k], n[k] - 1, 0, err)))
+            return rc;
+        sq_verifier_seed(sd->ver, sq_specdec_batch_seed_of(seed, k));
+        sd->ftok[0] = prompts[k][n[k] - 1];
+        sd->mask[0] = 1;
+    }
+    int32_t zero = 0;
+    for (int i = 0; i < max_new; i++) {
+        for (int k = 0; k < B; k++) {
+            sq_specdec *sd = bt->sd[k];
+            sd->fpos[0] = n[k] - 1 + i;
+            bt->seqs[k] = (sq_batch_seq){sd->tctx, sd->ftok, sd->fpos, sd->mask, 1, sd->tlog};
+        }
+        if ((rc = forward_seqs(bt, B, err)))
+            return rc;
+        for (int k = 0; k < B; k++) {
+            sq_specdec *sd = bt->sd[k];
+            if ((rc = sq_context_commit(sd->tctx, &zero, 1, err)))
+                return rc;
+            int32_t next;
+            if (sd->prm.mode == SQ_MODE_GREEDY) {
+                next = sq_argmax_f(sd->tlog, sd->V);
+            } else {
+                sq_verifier_probs(sd->ver, sd->tlog, sd->prm.temperature, sd->prm.top_p, sd->p);
+                next = sq_verifier_sample(sd->ver, sd->p);
+            }
+            out[k][i] = next;
+            sd->ftok[0] = next;
+        }
+    }
+    return SQ_OK;
+}

@@ -111,4 +111,60 @@ int sq_specdec_target_probs(sq_specdec *sd, const int32_t *ctx, int n, double *p
 
 void sq_step_info_clear(sq_step_info *info);
 
+/* ---- a batch: B sequences decoded together with one plan (serving) ----------------------------
+ *
+ * B decoders, each with its own draft and target contexts (KV caches), sequence and verifier
+ * generator, step in lockstep: the catch-up forward and every level's forward of the draft, and
+ * the target's tree forward, are each one sq_context_forward_batch over the sequences still
+ * running, so the weights are read once per forward for the whole batch; proposals,
+ * verification and commits are per sequence, exactly as sq_specdec_step does them. Every
+ * sequence therefore produces what it would alone, from the same generator state (token for
+ * token for greedy, up to the products' float rounding). Sequence k's generator starts from
+ * sq_specdec_batch_seed_of(seed, k). */
+typedef struct sq_specdec_batch sq_specdec_batch;
+
+/* Errors as sq_specdec_new; SQ_EUSAGE when the backend has no batched forward and B > 1, or
+ * when B decoders' caches would not fit in memory (the message gives the bytes needed). */
+int sq_specdec_batch_new(const sq_model *draft, const sq_model *target, const sq_plan *plan,
+                         const sq_specdec_params *params, const char *plan_file, int B,
+                         sq_specdec_batch **out, sq_error *err);
+void sq_specdec_batch_free(sq_specdec_batch *bt);
+
+int sq_specdec_batch_size(const sq_specdec_batch *bt);
+/* Sequence k's decoder (to seed it, read its length, or run it alone). */
+sq_specdec *sq_specdec_batch_member(sq_specdec_batch *bt, int k);
+uint64_t sq_specdec_batch_seed_of(uint64_t seed, int k);
+/* Reseeds sequence k's generator with sq_specdec_batch_seed_of(seed, k), for every k. */
+void sq_specdec_batch_seed(sq_specdec_batch *bt, uint64_t seed);
+
+/* Bytes of KV caches and scratch that B decoders of this plan and these models take (an
+ * estimate that leaves out the mapped weights). */
+double sq_specdec_batch_bytes(const sq_model *draft, const sq_model *target, const sq_plan *plan,
+                              const sq_specdec_params *params, int B);
+
+/* Starts sequence k on prompts[k] (n[k] >= 1 tokens; lengths may differ). */
+int sq_specdec_batch_start(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,
+                           sq_error *err);
+
+/* One step of every sequence k with active[k] != 0 (NULL: all). out[k] (capacity: the depth)
+ * receives ntok[k] tokens (0 for an inactive sequence); info, when not NULL, (B) per-sequence
+ * step infos (the times are the batch step's). */
+int sq_specdec_batch_step(sq_specdec_batch *bt, const int *active, int32_t *const *out,
+                          int *ntok, sq_step_info *info, sq_error *err);
+
+/* Runs batch steps from the prompts until every sequence has max_new tokens; a sequence that
+ * has them leaves the batch (the others go on in a smaller one). out[k]: (max_new). steps[k]:
+ * the steps sequence k took; *batch_steps: batch steps in all. infos, when not NULL, is
+ * (B, max_new) per-sequence step infos, row k at infos + k * max_new. */
+int sq_specdec_batch_generate(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,
+                              int max_new, int32_t *const *out, int *steps, int *batch_steps,
+                              sq_step_info *infos, sq_error *err);
+
+/* Plain decoding of the batch with the target alone: one batched forward of one token per
+ * sequence per step (argmax for greedy, else a draw from sequence k's generator reseeded with
+ * sq_specdec_batch_seed_of(seed, k)). out[k]: (max_new). */
+int sq_specdec_batch_autoregressive(sq_specdec_batch *bt, const int32_t *const *prompts,
+                                    const int *n, int max_new, uint64_t seed,
+                                    int32_t *const *out, sq_error *err);
+
 #endif

@@ -336,6 +336,227 @@ ParameterizedTest(loss_cfg *c, run, sampled_modes_are_lossless_on_the_first_two_
     tu_rmtree(dir);
 }
 
+/* ---- batches (sq_specdec_batch) ------------------------------------------------------------ */
+
+static sq_specdec_batch *new_batch(const sq_model *d, const sq_model *t, const sq_plan *plan,
+                                   sq_mode mode, double temp, double top_p, uint64_t seed, int B)
+{
+    sq_specdec_params prm = sq_specdec_default_params();
+    prm.mode = mode;
+    prm.top_p = top_p;
+    prm.temperature = mode == SQ_MODE_GREEDY ? 0.0 : temp;
+    prm.seed = seed;
+    prm.threads = 1;
+    sq_specdec_batch *bt;
+    sq_error err = {0};
+    cr_assert_eq(sq_specdec_batch_new(d, t, plan, &prm, "plan.json", B, &bt, &err), 0, "%s",
+                 err.msg);
+    return bt;
+}
+
+/* B prompts of different lengths decoded together: each sequence's greedy output equals its own
+ * separate run (speculative and target alone) token for token, on chains, stars, DP trees and
+ * the root-only plan; the batched target-only decoding agrees too. */
+Test(run, batch_greedy_output_equals_separate_runs_with_prompts_of_different_lengths)
+{
+    char *dir = tu_tmpdir();
+    char *dp = write_model(dir, "draft", 2, 97), *tp = write_model(dir, "target", 1, 97);
+    sq_model *draft = load(dp), *target = load(tp);
+    sq_plan *plans[] = {chain_plan(5, "greedy"), star_plan(6, "greedy"), dp_plan(32, 6, 0),
+                        dp_plan(16, 4, 3), chain_plan(1, "greedy")};
+    const char *names[] = {"chain 5", "star 6", "DP 32x6", "DP 16x4 width 3", "root only"};
+    enum { B = 5, NEW = 40 };
+    const int32_t pr[B][9] = {{1, 2, 3, 4, 5, 6}, {96, 0, 50}, {7}, {3, 1, 4, 1, 5, 9, 2, 6, 5},
+                              {42, 42}};
+    const int plen[B] = {6, 3, 1, 9, 2};
+    const int32_t *prompts[B];
+    for (int k = 0; k < B; k++)
+        prompts[k] = pr[k];
+    for (size_t p = 0; p < sizeof plans / sizeof *plans; p++) {
+        int Bs = p % 2 ? B : 3;   /* batches of 3 and of 5 */
+        sq_specdec_batch *bt = new_batch(draft, target, plans[p], SQ_MODE_GREEDY, 0, 1, 1, Bs);
+        sq_specdec *alone = new_sd(draft, target, plans[p], SQ_MODE_GREEDY, 0, 1);
+        static int32_t got[B][NEW], base[B][NEW];
+        int32_t *outs[B], *bases[B];
+        for (int k = 0; k < B; k++) {
+            outs[k] = got[k];
+            bases[k] = base[k];
+        }
+        int steps[B], bsteps;
+        sq_error err = {0};
+        cr_assert_eq(sq_specdec_batch_generate(bt, prompts, plen, NEW, outs, steps, &bsteps, NULL,
+                                               &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_specdec_batch_autoregressive(bt, prompts, plen, NEW, 0, bases, &err), 0,
+                     "%s", err.msg);
+        int most = 0;
+        for (int k = 0; k < Bs; k++) {
+            int32_t spec[NEW], ar[NEW];
+            int st[NEW], nsteps;
+            cr_assert_eq(sq_specdec_generate(alone, prompts[k], plen[k], NEW, spec, st, &nsteps,
+                                             NULL, &err), 0, "%s", err.msg);
+            cr_assert_eq(sq_specdec_autoregressive(alone, prompts[k], plen[k], NEW, 0, ar, &err),
+                         0, "%s", err.msg);
+            for (int i = 0; i < NEW; i++) {
+                cr_assert_eq(got[k][i], spec[i], "%s, batch %d, sequence %d: token %d: batched "
+                             "%d, alone %d", names[p], Bs, k, i, got[k][i], spec[i]);
+                cr_assert_eq(got[k][i], ar[i], "%s sequence %d token %d vs target", names[p], k,
+                             i);
+                cr_assert_eq(base[k][i], ar[i], "%s sequence %d token %d: batched target-only",
+                             names[p], k, i);
+            }
+            cr_assert_eq(steps[k], nsteps, "%s sequence %d: the same steps as alone", names[p],
+                         k);
+            most = steps[k] > most ? steps[k] : most;
+        }
+        cr_assert_eq(bsteps, most, "the batch runs until its slowest sequence is done");
+        sq_specdec_free(alone);
+        sq_specdec_batch_free(bt);
+    }
+    for (size_t p = 0; p < sizeof plans / sizeof *plans; p++)
+        sq_plan_free(plans[p]);
+    sq_model_free(draft);
+    sq_model_free(target);
+    tu_rmtree(dir);
+}
+
+/* The chi-square losslessness test of sampled_modes_are_lossless_on_the_first_two_tokens, with
+ * every sample drawn inside a batch of 3 (each sequence with its own generator). */
+ParameterizedTestParameters(run, batch_sampled_modes_are_lossless_on_the_first_two_tokens)
+{
+    static loss_cfg cfgs[] = {
+        {SQ_MODE_STOCHASTIC, 1.0, 1.0}, {SQ_MODE_STOCHASTIC, 0.3, 1.0},
+        {SQ_MODE_SPECINFER, 1.0, 1.0},  {SQ_MODE_TOPK, 1.0, 1.0},
+    };
+    return cr_make_param_array(loss_cfg, cfgs, sizeof cfgs / sizeof *cfgs);
+}
+
+ParameterizedTest(loss_cfg *c, run, batch_sampled_modes_are_lossless_on_the_first_two_tokens)
+{
+    enum { V = 12, B = 3, R = 1000 };
+    char *dir = tu_tmpdir();
+    char *tp = tu_path(dir, "target"), *dp = tu_path(dir, "draft");
+    sq_random_model_params mp = sq_random_model_default_params();
+    mp.seed = 21;
+    mp.config.vocab_size = V;
+    mp.config.n_layers = 3;
+    sq_error werr = {0};
+    cr_assert_eq(sq_model_write_random(tp, &mp, &werr), 0, "%s", werr.msg);
+    mp.config.n_layers = 1;
+    cr_assert_eq(sq_model_write_random(dp, &mp, &werr), 0, "%s", werr.msg);
+    char *op = write_model(dir, "other", 22, V);
+    sq_model *draft = load(dp), *target = load(tp), *other = load(op);
+    const int parent[] = {-1, 0, 0, 0, 1, 1, 2};
+    sq_plan *plan = plan_from_parents(parent, 7, "stochastic");
+    sq_specdec_batch *bt = new_batch(draft, target, plan, c->mode, c->temperature, c->top_p, 3, B);
+    const int32_t prompt[3] = {5, 1, 7};
+    const int32_t *prompts[B] = {prompt, prompt, prompt};
+    const int plen[B] = {3, 3, 3};
+    static double cnt1[V], cnt2[V * V], p0[V], p2[V * V];
+    memset(cnt1, 0, sizeof cnt1);
+    memset(cnt2, 0, sizeof cnt2);
+    sq_error err = {0};
+    int same = 0;
+    for (int i = 0; i < R; i++) {
+        sq_specdec_batch_seed(bt, 1000 + (uint64_t)i);
+        cr_assert_eq(sq_specdec_batch_start(bt, prompts, plen, &err), 0, "%s", err.msg);
+        int32_t seq[B][8], buf[B][8];
+        int32_t *outs[B] = {buf[0], buf[1], buf[2]};
+        int n[B] = {0}, ntok[B], active[B];
+        for (;;) {
+            int any = 0;
+            for (int k = 0; k < B; k++)
+                any |= active[k] = n[k] < 2;
+            if (!any)
+                break;
+            cr_assert_eq(sq_specdec_batch_step(bt, active, outs, ntok, NULL, &err), 0, "%s",
+                         err.msg);
+            for (int k = 0; k < B; k++) {
+                cr_assert(active[k] || ntok[k] == 0, "an inactive sequence does not move");
+                for (int j = 0; j < ntok[k] && n[k] < 8; j++)
+                    seq[k][n[k]++] = buf[k][j];
+            }
+        }
+        for (int k = 0; k < B; k++) {
+            cnt1[seq[k][0]] += 1;
+            cnt2[seq[k][0] * V + seq[k][1]] += 1;
+        }
+        same += seq[0][0] == seq[1][0] && seq[0][1] == seq[1][1] && seq[1][0] == seq[2][0] &&
+                seq[1][1] == seq[2][1];
+    }
+    sq_specdec *sd = sq_specdec_batch_member(bt, 0);
+    cr_assert_eq(sq_specdec_target_probs(sd, prompt, 3, p0, &err), 0, "%s", err.msg);
+    for (int a = 0; a < V; a++) {
+        int32_t ctx[4] = {5, 1, 7, a};
+        double p1[V];
+        cr_assert_eq(sq_specdec_target_probs(sd, ctx, 4, p1, &err), 0, "%s", err.msg);
+        for (int b = 0; b < V; b++)
+            p2[a * V + b] = p0[a] * p1[b];
+    }
+    sq_chisq r1 = sq_chisq_gof(cnt1, p0, V, 5.0), r2 = sq_chisq_gof(cnt2, p2, V * V, 5.0);
+    cr_log_info("batch %s T=%.1f: first token X2=%.1f df=%d p=%.4f; pair X2=%.1f df=%d p=%.4f; "
+                "%d of %d batches drew the same pair in every sequence", sq_mode_name(c->mode),
+                c->temperature, r1.stat, r1.df, r1.p_value, r2.stat, r2.df, r2.p_value, same, R);
+    cr_assert_geq(r1.p_value, P_MIN, "first token: X2=%.2f df=%d p=%g", r1.stat, r1.df,
+                  r1.p_value);
+    cr_assert_geq(r2.p_value, P_MIN, "first two tokens: X2=%.2f df=%d p=%g", r2.stat, r2.df,
+                  r2.p_value);
+    cr_assert_geq(r1.df, 2, "the test has bins to compare");
+    /* independent generators: three equal pairs as often as the target's distribution makes
+     * them (shared generators would give R) */
+    double e3 = 0;
+    for (int x = 0; x < V * V; x++)
+        e3 += p2[x] * p2[x] * p2[x];
+    double lim = R * e3 + 5 * sqrt(R * e3 * (1 - e3)) + 5;
+    cr_assert_leq(same, lim, "the sequences of a batch draw from their own generators: %d equal "
+                  "of %d, independence expects %.1f", same, R, R * e3);
+    if (c->temperature == 1.0 && c->mode == SQ_MODE_STOCHASTIC) {
+        sq_specdec_params prm = sq_specdec_default_params();
+        prm.threads = 1;
+        sq_specdec *ds;
+        cr_assert_eq(sq_specdec_new(other, other, plan, &prm, "plan.json", &ds, &err), 0);
+        double q0[V];
+        cr_assert_eq(sq_specdec_target_probs(ds, prompt, 3, q0, &err), 0, "%s", err.msg);
+        sq_chisq rq = sq_chisq_gof(cnt1, q0, V, 5.0);
+        cr_assert_lt(rq.p_value, P_MIN, "the test has power against another model: p=%g",
+                     rq.p_value);
+        sq_specdec_free(ds);
+    }
+    sq_specdec_batch_free(bt);
+    sq_plan_free(plan);
+    sq_model_free(draft);
+    sq_model_free(target);
+    sq_model_free(other);
+    tu_rmtree(dir);
+}
+
+Test(run, batch_past_the_machines_memory_is_refused_up_front_with_the_bytes_needed)
+{
+    char *dir = tu_tmpdir();
+    char *dp = write_model(dir, "draft", 2, 97), *tp = write_model(dir, "target", 1, 97);
+    sq_model *draft = load(dp), *target = load(tp);
+    sq_plan *plan = chain_plan(4, "greedy");
+    sq_specdec_params prm = sq_specdec_default_params();
+    prm.mode = SQ_MODE_GREEDY;
+    prm.temperature = 0;
+    sq_specdec_batch *bt = NULL;
+    sq_error err = {0};
+    /* a million sequences: the caches alone are far past any machine's memory */
+    cr_assert_eq(sq_specdec_batch_new(draft, target, plan, &prm, "plan.json", 1 << 20, &bt, &err),
+                 SQ_EUSAGE);
+    cr_assert_null(bt);
+    cr_assert(strstr(err.msg, "batch 1048576") && strstr(err.msg, "bytes"), "%s", err.msg);
+    double one = sq_specdec_batch_bytes(draft, target, plan, &prm, 1);
+    double four = sq_specdec_batch_bytes(draft, target, plan, &prm, 4);
+    cr_assert(one > 0 && four > 3.9 * one && four < 4.1 * one, "%g vs %g", one, four);
+    err = (sq_error){0};
+    cr_assert_eq(sq_specdec_batch_new(draft, target, plan, &prm, "plan.json", 0, &bt, &err),
+                 SQ_EUSAGE);
+    sq_plan_free(plan);
+    sq_model_free(draft);
+    sq_model_free(target);
+    tu_rmtree(dir);
+}
+
 /* ---- token files -------------------------------------------------------------------------- */
 
 Test(run, token_files_text_and_hdf5)
@@ -474,6 +695,87 @@ Test(run, cli_greedy_validate_and_report)
     for (char *s = strtok(copy, " \n"); s; s = strtok(NULL, " \n"), i++)
         cr_assert_eq(atoi(s), cJSON_GetArrayItem(ar, i)->valueint);
     cJSON_Delete(j);
+    tu_rmtree(f.dir);
+}
+
+/* sequoia-run --batch: prompts of different lengths in one batch, one output line each, every
+ * line equal to that prompt's own run token for token; the report's rates; refusals. */
+Test(run, cli_batch_greedy_equals_separate_runs_and_reports_rates)
+{
+    cli_fixture f = fixture();
+    const char *ps[3] = {"5 17 42 8 9 1", "60", "3 3 90 12"};
+    char *prompts = tu_path(f.dir, "prompts.txt");
+    char text[256];
+    snprintf(text, sizeof text, "%s\n\n%s\n\n%s\n", ps[0], ps[1], ps[2]);
+    tu_write(prompts, text);
+    char *out = tu_path(f.dir, "out.txt"), *rep = tu_path(f.dir, "report.json");
+    char *argv[] = {(char *)run_bin(), "--draft", f.draft, "--target", f.target, "--plan", f.plan,
+                    "--prompt", prompts, "-n", "24", "--mode", "greedy", "--batch", "4",
+                    "-o", out, "--report", rep, "--validate", "--threads", "1", NULL};
+    char *so, *se;
+    cr_assert_eq(run_tool(argv, &so, &se), 0, "stderr: %s", se);
+    cr_assert(strstr(se, "tokens/s over the batch") && strstr(se, "identical"), "%s", se);
+    char *lines = tu_read(out, NULL);
+    char *line[5] = {0};
+    int nl = 0;
+    for (char *sv, *l = strtok_r(lines, "\n", &sv); l && nl < 5; l = strtok_r(NULL, "\n", &sv))
+        line[nl++] = l;
+    cr_assert_eq(nl, 4, "one line per sequence");
+    cr_assert_str_eq(line[0], line[3], "sequence 3 reads prompt 0 again");
+    for (int k = 0; k < 3; k++) {
+        char *one = tu_path(f.dir, "one.txt"), *oout = tu_path(f.dir, "one_out.txt");
+        snprintf(text, sizeof text, "%s\n", ps[k]);
+        tu_write(one, text);
+        char *a1[] = {(char *)run_bin(), "--draft", f.draft, "--target", f.target, "--plan",
+                      f.plan, "--prompt", one, "-n", "24", "--mode", "greedy", "-o", oout,
+                      "--no-baseline", "--threads", "1", NULL};
+        char *so1, *se1;
+        cr_assert_eq(run_tool(a1, &so1, &se1), 0, "stderr: %s", se1);
+        char *alone = tu_read(oout, NULL);
+        alone[strcspn(alone, "\n")] = 0;
+        cr_assert_str_eq(line[k], alone, "sequence %d: batched and alone differ", k);
+        free(alone);
+        free(so1);
+        free(se1);
+        free(one);
+        free(oout);
+    }
+    cJSON *j;
+    sq_error err = {0};
+    cr_assert_eq(sq_json_load(rep, &j, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "format")->valuestring, "sequoia-run-batch");
+    cr_assert_eq(cJSON_GetObjectItem(j, "batch")->valueint, 4);
+    double tps = cJSON_GetObjectItem(j, "tokens_per_s")->valuedouble;
+    double per = cJSON_GetObjectItem(j, "tokens_per_s_per_sequence")->valuedouble;
+    cr_assert(tps > 0 && fabs(tps - 4 * per) < 1e-6 * tps, "%g vs 4 x %g", tps, per);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "greedy_equals_target")));
+    cJSON *seqs = cJSON_GetObjectItem(j, "sequences");
+    cr_assert_eq(cJSON_GetArraySize(seqs), 4);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(seqs, 1), "prompt_tokens")->valueint, 1);
+    cJSON_Delete(j);
+    free(lines);
+    free(so);
+    free(se);
+    /* refusals: a zero batch, a batch past the machine's memory (with the bytes), sampled
+     * --validate with a batch */
+    struct {
+        const char *batch, *mode, *expect;
+        int validate;
+    } bad[] = {
+        {"0", "greedy", "--batch", 0},
+        {"1000000", "greedy", "bytes", 0},
+        {"2", "stochastic", "--validate", 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *a[] = {(char *)run_bin(), "--draft", f.draft, "--target", f.target, "--plan", f.plan,
+                     "--prompt", prompts, "-n", "4", "--mode", (char *)bad[i].mode, "--batch",
+                     (char *)bad[i].batch, "-o", out, bad[i].validate ? "--validate" : NULL,
+                     NULL};
+        cr_assert_eq(run_tool(a, &so, &se), 64, "case %zu: %s", i, se);
+        cr_assert(strstr(se, bad[i].expect), "case %zu: %s", i, se);
+        free(so);
+        free(se);
+    }
     tu_rmtree(f.dir);
 }
 

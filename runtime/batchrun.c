@@ -1,0 +1,224 @@
+/* sequoia-run --batch: see batchrun.h. */
+#include "runtime/batchrun.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/cli.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
+#include "runtime/model.h"
+#include "runtime/tokens.h"
+
+typedef struct batch_state {
+    sq_plan          *plan;
+    sq_model         *draft, *target;
+    sq_tokens        *prompt;
+    sq_specdec_batch *bt;
+    const int32_t   **prompts;   /* (B) */
+    int              *plen;      /* (B) */
+    int32_t          *gen, *base;           /* (B, max_new) */
+    int32_t         **gen_rows, **base_rows;
+    int              *steps;     /* (B) */
+    int               batch_steps;
+    double            spec_ms, base_ms;
+} batch_state;
+
+static void state_free(batch_state *st)
+{
+    sq_specdec_batch_free(st->bt);
+    free(st->prompts);
+    free(st->plen);
+    free(st->gen);
+    free(st->base);
+    free(st->gen_rows);
+    free(st->base_rows);
+    free(st->steps);
+    sq_tokens_free(st->prompt);
+    sq_model_free(st->draft);
+    sq_model_free(st->target);
+    sq_plan_free(st->plan);
+}
+
+static int setup(const sq_batch_run_opts *o, batch_state *st, sq_error *err)
+{
+    int rc;
+    if ((rc = sq_plan_load(o->plan_file, &st->plan, err)) ||
+        (rc = sq_model_load(o->draft_dir, &st->draft, err)) ||
+        (rc = sq_model_load(o->target_dir, &st->target, err)) ||
+        (rc = sq_tokens_load(o->prompt_file, &st->prompt, err)))
+        return rc;
+    const sq_model_config *tcfg = sq_model_get_config(st->target);
+    if ((rc = sq_tokens_check_vocab(st->prompt, tcfg->vocab_size, o->prompt_file, err)))
+        return rc;
+    if ((rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &o->prm, o->plan_file,
+                                   o->batch, &st->bt, err)))
+        return rc;
+    const int B = o->batch;
+    size_t cells = (size_t)B * (size_t)o->max_new;
+    st->prompts = malloc((size_t)B * sizeof *st->prompts);
+    st->plen = malloc((size_t)B * sizeof *st->plen);
+    st->gen = malloc(cells * sizeof *st->gen);
+    st->base = malloc(cells * sizeof *st->base);
+    st->gen_rows = malloc((size_t)B * sizeof *st->gen_rows);
+    st->base_rows = malloc((size_t)B * sizeof *st->base_rows);
+    st->steps = malloc((size_t)B * sizeof *st->steps);
+    if (!st->prompts || !st->plen || !st->gen || !st->base || !st->gen_rows || !st->base_rows ||
+        !st->steps)
+        return sq_error_oom(err, "batch buffers");
+    sq_specdec *sd = sq_specdec_batch_member(st->bt, 0);
+    int D = sq_specdec_depth(sd), ctxlen = sq_specdec_max_context(sd);
+    for (int k = 0; k < B; k++) {
+        int64_t s = k % st->prompt->sequences;
+        int64_t a = st->prompt->offsets[s], b = st->prompt->offsets[s + 1];
+        if (b - a + o->max_new - 1 + D > ctxlen)
+            return sq_error_set(err, SQ_EUSAGE, "%s: sequence %lld: %lld prompt tokens + %d new "
+                                "tokens + a tree of depth %d exceed the context of %d tokens "
+                                "(see --context)", o->prompt_file, (long long)s + 1,
+                                (long long)(b - a), o->max_new, D, ctxlen);
+        st->prompts[k] = st->prompt->ids + a;
+        st->plen[k] = (int)(b - a);
+        st->gen_rows[k] = st->gen + (size_t)k * o->max_new;
+        st->base_rows[k] = st->base + (size_t)k * o->max_new;
+    }
+    return SQ_OK;
+}
+
+static int decode(const sq_batch_run_opts *o, batch_state *st, sq_error *err)
+{
+    int rc;
+    sq_specdec_batch_seed(st->bt, o->prm.seed);
+    double t0 = sq_now_ms();
+    if ((rc = sq_specdec_batch_generate(st->bt, st->prompts, st->plen, o->max_new, st->gen_rows,
+                                        st->steps, &st->batch_steps, NULL, err)))
+        return rc;
+    st->spec_ms = sq_now_ms() - t0;
+    st->base_ms = NAN;
+    if (o->baseline) {
+        t0 = sq_now_ms();
+        if ((rc = sq_specdec_batch_autoregressive(st->bt, st->prompts, st->plen, o->max_new,
+                                                  o->prm.seed, st->base_rows, err)))
+            return rc;
+        st->base_ms = sq_now_ms() - t0;
+    }
+    return SQ_OK;
+}
+
+static cJSON *report_json(const sq_batch_run_opts *o, const batch_state *st, int greedy_ok)
+{
+    const int B = o->batch;
+    double toks = (double)B * o->max_new;
+    long seq_steps = 0;
+    for (int k = 0; k < B; k++)
+        seq_steps += st->steps[k];
+    cJSON *j = cJSON_CreateObject();
+    if (!j)
+        return NULL;
+    sq_json_add(j, "format", cJSON_CreateString("sequoia-run-batch"));
+    sq_json_add(j, "version", cJSON_CreateNumber(1));
+    sq_json_add(j, "draft", cJSON_CreateString(o->draft_dir));
+    sq_json_add(j, "target", cJSON_CreateString(o->target_dir));
+    sq_json_add(j, "plan", cJSON_CreateString(o->plan_file));
+    sq_json_add(j, "prompt", cJSON_CreateString(o->prompt_file));
+    sq_json_add(j, "mode", cJSON_CreateString(sq_mode_name(o->prm.mode)));
+    sq_json_add(j, "batch", cJSON_CreateNumber(B));
+    sq_json_add(j, "plan_nodes", cJSON_CreateNumber(st->plan->tree->n));
+    sq_json_add(j, "plan_depth", cJSON_CreateNumber(sq_tree_depth(st->plan->tree)));
+    sq_json_add(j, "plan_expected_tokens", cJSON_CreateNumber(st->plan->expected_tokens));
+    sq_json_add(j, "max_new_tokens", cJSON_CreateNumber(o->max_new));
+    sq_json_add(j, "batch_steps", cJSON_CreateNumber(st->batch_steps));
+    sq_json_add(j, "tokens_per_step", cJSON_CreateNumber(toks / (double)seq_steps));
+    sq_json_add(j, "spec_ms", cJSON_CreateNumber(st->spec_ms));
+    sq_json_add(j, "tokens_per_s", cJSON_CreateNumber(toks / (st->spec_ms / 1e3)));
+    sq_json_add(j, "tokens_per_s_per_sequence",
+                cJSON_CreateNumber(o->max_new / (st->spec_ms / 1e3)));
+    if (o->baseline) {
+        sq_json_add(j, "base_ms", cJSON_CreateNumber(st->base_ms));
+        sq_json_add(j, "base_tokens_per_s", cJSON_CreateNumber(toks / (st->base_ms / 1e3)));
+        sq_json_add(j, "speedup", cJSON_CreateNumber(st->base_ms / st->spec_ms));
+    }
+    if (greedy_ok >= 0)
+        sq_json_add(j, "greedy_equals_target", cJSON_CreateBool(greedy_ok));
+    cJSON *seqs = cJSON_CreateArray();
+    for (int k = 0; k < B && seqs; k++) {
+        cJSON *s = cJSON_CreateObject();
+        if (!s)
+            break;
+        sq_json_add(s, "prompt_tokens", cJSON_CreateNumber(st->plen[k]));
+        sq_json_add(s, "steps", cJSON_CreateNumber(st->steps[k]));
+        sq_json_add(s, "tokens_per_step",
+                    cJSON_CreateNumber((double)o->max_new / (double)st->steps[k]));
+        cJSON_AddItemToArray(seqs, s);
+    }
+    sq_json_add(j, "sequences", seqs);
+    return j;
+}
+
+int sq_batch_run(const sq_batch_run_opts *o)
+{
+    sq_error err = {0};
+    int rc;
+    enum { TOKENS, REPORT, N_OUT };
+    sq_out *out[N_OUT] = {NULL, NULL};
+    batch_state st = {0};
+    cJSON *rep = NULL;
+    int greedy_ok = -1;
+    if (!(rc = sq_out_open(&out[TOKENS], o->out_file ? o->out_file : "-", &err)) &&
+        !(o->report_file && (rc = sq_out_open(&out[REPORT], o->report_file, &err))) &&
+        !(rc = setup(o, &st, &err)) && !(rc = decode(o, &st, &err))) {
+        if (o->validate) {
+            /* greedy (checked by run_misfit): each sequence equals the target alone */
+            greedy_ok = 1;
+            for (size_t i = 0; i < (size_t)o->batch * o->max_new; i++)
+                if (st.gen[i] != st.base[i]) {
+                    greedy_ok = 0;
+                    fprintf(stderr, "%s: validate: sequence %zu differs from the target's greedy "
+                            "decoding at token %zu: FAILED\n", o->prog, i / o->max_new,
+                            i % o->max_new);
+                    break;
+                }
+        }
+        FILE *fp = sq_out_stream(out[TOKENS]);
+        for (int k = 0; k < o->batch; k++) {
+            for (int i = 0; i < o->max_new; i++)
+                fprintf(fp, i ? " %d" : "%d", (int)st.gen_rows[k][i]);
+            fputc('\n', fp);
+        }
+        if (out[REPORT] && !(rep = report_json(o, &st, greedy_ok)))
+            rc = sq_error_oom(&err, "report");
+        else if (out[REPORT])
+            sq_json_print(sq_out_stream(out[REPORT]), rep);
+        if (!rc)
+            rc = sq_cli_commit(out, N_OUT, &err);
+        if (!rc) {
+            double toks = (double)o->batch * o->max_new;
+            long seq_steps = 0;
+            for (int k = 0; k < o->batch; k++)
+                seq_steps += st.steps[k];
+            fprintf(stderr, "%s: batch %d: %d tokens per sequence in %d batch steps, %.3f "
+                    "tokens/step (plan expects %.3f); %.1f tokens/s over the batch, %.1f per "
+                    "sequence\n", o->prog, o->batch, o->max_new, st.batch_steps,
+                    toks / (double)seq_steps, st.plan->expected_tokens,
+                    toks / (st.spec_ms / 1e3), o->max_new / (st.spec_ms / 1e3));
+            if (o->baseline)
+                fprintf(stderr, "%s: batch %d: target alone %.1f tokens/s over the batch: speedup "
+                        "%.2fx\n", o->prog, o->batch, toks / (st.base_ms / 1e3),
+                        st.base_ms / st.spec_ms);
+            if (greedy_ok == 1)
+                fprintf(stderr, "%s: validate: every sequence's greedy output identical to the "
+                        "target's: ok\n", o->prog);
+            if (greedy_ok == 0)
+                rc = sq_error_set(&err, SQ_EFAIL, "validation failed");
+        }
+    }
+    for (int i = 0; i < N_OUT; i++)
+        sq_out_abort(out[i]);
+    cJSON_Delete(rep);
+    state_free(&st);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", o->prog, err.msg);
+    return rc;
+}
