@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# Plans for serving, proved on this machine (issue 18; docs/benchmarks.md, "Ladder"):
+#   batch profiles of both models -> sequoia-plan --ladder -> at each batch size b, the ladder's
+#   plan decoded by sequoia-run --batch b against the same batch decoded by the target alone,
+# then a table of predicted against measured throughput (tokens/s over the batch) and speedup,
+# and the predicted crossover (the smallest batch from which no tree pays) against the measured
+# one. To find the measured crossover, each batch size also runs the trees of the other rungs
+# that pay somewhere (the best tree of batch 1, ...): speculation pays at b when one of them
+# beats plain decoding at b by more than the noise (MARGIN).
+#
+#   examples/ladder.sh [OUT_DIR]                 (default OUT_DIR: data/ladder)
+#
+# Environment: BUILD (default build), DRAFT, TARGET (default the shipped pair in data/models),
+# CURVES (acceptance curves; default data/pipeline/curves.json for the shipped pair, otherwise
+# estimated here from a corpus dumped with sequoia-run dump), CURVE (default greedy@T0), MODE
+# (default greedy), BATCHES (default 1,2,4,8), BUDGET (default 64), DEPTH (default 10),
+# THREADS (default 1: the shipped models are tiny, and one thread is fastest for them),
+# PROMPTS (default 8), NEW_TOKENS (default 128), PREFIX (default 128: about the mean context of
+# the runs), REPEAT (profile samples per point, default 30), ROUNDS (runs per batch size, the
+# median taken; default 3), MARGIN (default 0.05).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BUILD=${BUILD:-build}
+OUT=${1:-data/ladder}
+DRAFT=${DRAFT:-data/models/draft}
+TARGET=${TARGET:-data/models/target}
+CURVE=${CURVE:-greedy@T0}
+MODE=${MODE:-greedy}
+BATCHES=${BATCHES:-1,2,4,8}
+BUDGET=${BUDGET:-64}
+DEPTH=${DEPTH:-10}
+THREADS=${THREADS:-1}
+PROMPTS=${PROMPTS:-8}
+NEW_TOKENS=${NEW_TOKENS:-128}
+PREFIX=${PREFIX:-128}
+REPEAT=${REPEAT:-30}
+ROUNDS=${ROUNDS:-3}
+MARGIN=${MARGIN:-0.05}
+HELDOUT=data/heldout.txt
+PLAN=$BUILD/planner/sequoia-plan
+ACCEPT=$BUILD/planner/sequoia-accept
+PROFILE=$BUILD/profiler/sequoia-profile
+RUN=$BUILD/runtime/sequoia-run
+
+for tool in "$PLAN" "$ACCEPT" "$PROFILE" "$RUN"; do
+    if [ ! -x "$tool" ]; then
+        echo "ladder.sh: $tool is missing: run ./setup.sh first" >&2
+        exit 66
+    fi
+done
+mkdir -p "$OUT/plans" "$OUT/runs"
+say() { printf '\n== %s\n' "$*" >&2; }
+bytes_to_ids() { od -An -v -tu1 | tr -s ' \n' '\n' | sed '/^$/d'; }
+
+say "0. machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+date -u +%FT%TZ > "$OUT/when.txt"
+cut -d' ' -f1-3 /proc/loadavg >> "$OUT/when.txt"
+
+say "1. prompts: $PROMPTS pieces of 64 bytes of held-out text, one sequence each"
+: > "$OUT/prompts.txt"
+for i in $(seq 0 $((PROMPTS - 1))); do
+    head -c $((65536 + i * 8192 + 64)) "$HELDOUT" | tail -c 64 | bytes_to_ids | tr '\n' ' ' >> "$OUT/prompts.txt"
+    printf '\n\n' >> "$OUT/prompts.txt"
+done
+
+if [ -z "${CURVES:-}" ]; then
+    if [ "$TARGET" = data/models/target ] && [ "$DRAFT" = data/models/draft ]; then
+        CURVES=data/pipeline/curves.json
+    else
+        say "1b. acceptance curves of $DRAFT against $TARGET (dump + sequoia-accept)"
+        head -c 32768 "$HELDOUT" | bytes_to_ids |
+            awk '{ printf "%s%s", $1, (NR % 256 == 0 ? "\n\n" : " ") } END { print "" }' > "$OUT/corpus_tokens.txt"
+        "$RUN" dump --draft "$DRAFT" --target "$TARGET" --tokens "$OUT/corpus_tokens.txt" \
+            -o "$OUT/corpus.h5" --context 256 --threads "$THREADS"
+        "$ACCEPT" "$OUT/corpus.h5" --mode greedy --width 16 --seed 1 -o "$OUT/curves.json"
+        rm -f "$OUT/corpus.h5"
+        CURVES=$OUT/curves.json
+    fi
+fi
+
+say "2. batch profiles (batch $BATCHES, prefix $PREFIX, $REPEAT samples a point)"
+TOKENS=1,2,3,4,5,6,8,10,12,16,20,24,32,48,64
+[ "$BUDGET" -gt 64 ] && TOKENS=$TOKENS,96,128
+for m in target draft; do
+    dir=$TARGET
+    [ "$m" = draft ] && dir=$DRAFT
+    "$PROFILE" --model "$dir" --batch "$BATCHES" --tokens "$TOKENS" --prefix "$PREFIX" \
+        --repeat "$REPEAT" --warmup 3 --threads "$THREADS" -o "$OUT/profile_$m.json" \
+        --svg "$OUT/profile_$m.svg" --quiet > "$OUT/profile_$m.txt"
+done
+
+say "3. the ladder (sequoia-plan --ladder, curve $CURVE, budget $BUDGET, depth $DEPTH)"
+"$PLAN" --ladder --target-profile "$OUT/profile_target.json" --draft-profile "$OUT/profile_draft.json" \
+    -a "$CURVES" -c "$CURVE" -n "$BUDGET" -d "$DEPTH" --extrapolate constant \
+    -o "$OUT/ladder.json" --ladder-plans "$OUT/plans" --svg "$OUT/ladder.svg" --schedule "$OUT/schedule.json" \
+    2> "$OUT/ladder.txt" || { cat "$OUT/ladder.txt" >&2; exit 1; }
+cat "$OUT/ladder.txt" >&2
+
+say "4. every rung's plan at every batch size (sequoia-run --batch, $ROUNDS rounds, median)"
+IFS=, read -r -a BS <<< "$BATCHES"
+for round in $(seq 1 "$ROUNDS"); do
+    for b in "${BS[@]}"; do
+        for p in "${BS[@]}"; do
+            plan=$OUT/plans/plan-b$p.json
+            "$RUN" --draft "$DRAFT" --target "$TARGET" --plan "$plan" --prompt "$OUT/prompts.txt" \
+                --batch "$b" -n "$NEW_TOKENS" --mode "$MODE" --threads "$THREADS" --validate \
+                -o "$OUT/runs/tokens.txt" --report "$OUT/runs/b${b}_plan${p}_r$round.json" \
+                2>> "$OUT/runs/log.txt"
+        done
+    done
+done
+
+say "5. predicted against measured"
+python3 - "$OUT" "$BATCHES" "$ROUNDS" "$MARGIN" <<'EOF'
+import json, statistics, sys
+out, batches, rounds, margin = sys.argv[1], [int(b) for b in sys.argv[2].split(',')], int(sys.argv[3]), float(sys.argv[4])
+lad = json.load(open(f"{out}/ladder.json"))
+rungs = {r["batch"]: r for r in lad["rungs"]}
+def run(b, p, r):
+    return json.load(open(f"{out}/runs/b{b}_plan{p}_r{r}.json"))
+rows, table = [], []
+meas_pays = {}
+for b in batches:
+    rg = rungs[b]
+    best = rg["tree"]
+    reps = [run(b, b, r) for r in range(1, rounds + 1)]
+    tps = statistics.median(x["tokens_per_s"] for x in reps)
+    base = statistics.median(x["base_tokens_per_s"] for x in reps)
+    spd = statistics.median(x["speedup"] for x in reps)
+    tstep = statistics.median(x["tokens_per_step"] for x in reps)
+    pred_tps = best["tokens_per_second"]
+    # the measured crossover: does any rung's tree with more than the root beat plain
+    # decoding at b (by more than the margin)?
+    cands = {}
+    for p in batches:
+        if rungs[p]["tree"]["size"] > 1:
+            cands[p] = statistics.median(run(b, p, r)["speedup"] for r in range(1, rounds + 1))
+    pays = any(s > 1 + margin for s in cands.values())
+    meas_pays[b] = pays
+    row = dict(batch=b, tree_size=best["size"], tree_depth=best["depth"],
+               predicted_tokens_per_step=best["expected_tokens"], measured_tokens_per_step=tstep,
+               predicted_tokens_per_s=pred_tps, measured_tokens_per_s=tps,
+               ratio=tps / pred_tps, predicted_speedup=best["speedup"], measured_speedup=spd,
+               predicted_plain_tokens_per_s=rg["plain_tokens_per_second"], measured_plain_tokens_per_s=base,
+               plain_ratio=base / rg["plain_tokens_per_second"],
+               predicted_pays=bool(rg["speculation_pays"]), measured_pays=pays,
+               other_trees_measured_speedup={str(k): v for k, v in cands.items()})
+    rows.append(row)
+pred_x = lad.get("crossover_batch", 0)
+meas_x = 0
+for i, b in enumerate(batches):
+    if all(not meas_pays[c] for c in batches[i:]):
+        meas_x = b
+        break
+def step(x):
+    return batches.index(x) if x in batches else len(batches)
+summary = dict(rows=rows, predicted_crossover=pred_x, measured_crossover=meas_x,
+               crossover_within_one_step=abs(step(pred_x) - step(meas_x)) <= 1,
+               throughput_within_15pct=all(abs(r["ratio"] - 1) <= 0.15 for r in rows),
+               margin=margin, rounds=rounds)
+json.dump(summary, open(f"{out}/measured.json", "w"), indent=2)
+with open(f"{out}/measured.txt", "w") as f:
+    f.write(f"{'batch':>5} {'tree':>7} {'tok/step pred':>13} {'meas':>6} {'tok/s pred':>10} "
+            f"{'meas':>8} {'ratio':>6} {'plain pred':>10} {'meas':>8} {'speedup pred':>12} {'meas':>6}  pays pred/meas\n")
+    for r in rows:
+        f.write(f"{r['batch']:>5} {r['tree_size']:>3}/{r['tree_depth']:<3} {r['predicted_tokens_per_step']:>13.3f} "
+                f"{r['measured_tokens_per_step']:>6.3f} {r['predicted_tokens_per_s']:>10.0f} "
+                f"{r['measured_tokens_per_s']:>8.0f} {r['ratio']:>6.3f} {r['predicted_plain_tokens_per_s']:>10.0f} "
+                f"{r['measured_plain_tokens_per_s']:>8.0f} {r['predicted_speedup']:>12.3f} "
+                f"{r['measured_speedup']:>6.3f}  {'yes' if r['predicted_pays'] else 'no'}/{'yes' if r['measured_pays'] else 'no'}\n")
+    f.write(f"\npredicted crossover: batch {pred_x or 'none'}; measured: batch {meas_x or 'none'} "
+            f"({'within' if summary['crossover_within_one_step'] else 'NOT within'} one batch step)\n")
+    f.write(f"throughput within 15% of the prediction at every batch size: "
+            f"{'yes' if summary['throughput_within_15pct'] else 'no'}\n")
+print(open(f"{out}/measured.txt").read())
+EOF
