@@ -463,3 +463,82 @@ Test(kernels, nucleus_by_bisection_keeps_what_the_host_rule_keeps)
                          tau, want[i] > 0);
     }
 }
+
+/* ---- the host softmax's own exp and the vectorised argmax (issue 17) ---------------------- */
+
+static int64_t ulps_apart(double a, double b)
+{
+    int64_t x, y;
+    memcpy(&x, &a, sizeof x);
+    memcpy(&y, &b, sizeof y);
+    return x > y ? x - y : y - x;
+}
+
+Test(kernels, softmax_exp_is_within_2_ulp_of_libm)
+{
+    int64_t worst = 0;
+    for (int i = 0; i < 2000000; i++) {
+        double x = i % 4 ? -40.0 * urand() : -745.0 * urand();
+        double got = sq_exp_nonpos(x), want = exp(x);
+        int64_t u = ulps_apart(got, want);
+        cr_assert_leq(u, 2, "exp(%.17g): %.17g, libm %.17g (%lld ulp)", x, got, want, (long long)u);
+        if (u > worst)
+            worst = u;
+    }
+    cr_assert_eq(sq_exp_nonpos(0.0), 1.0);
+    cr_assert_eq(sq_exp_nonpos(-INFINITY), 0.0);
+    cr_assert(isnan(sq_exp_nonpos(NAN)));
+    cr_assert_eq(sq_exp_nonpos(-800.0), 0.0);
+    cr_assert_eq(sq_exp_nonpos(-720.0), exp(-720.0)); /* subnormal: libm's */
+    cr_log_info("largest error: %lld ulp", (long long)worst);
+}
+
+Test(kernels, equal_logits_get_bitwise_equal_probabilities_wherever_they_sit)
+{
+    /* the row is processed eight values at a time plus a scalar tail: a value must not depend on
+     * which of the two computes it */
+    for (int trial = 0; trial < 200; trial++) {
+        int n = 1 + (int)(rnd() % 77);
+        float l[77];
+        float pool[5] = {frand(-30, 5), frand(-30, 5), -INFINITY, frand(-3, 3), 2.5f};
+        for (int i = 0; i < n; i++)
+            l[i] = pool[rnd() % 5];
+        double T = 0.2 + 2 * urand();
+        double P[77];
+        sq_probs_from_logits(l, n, T, 1.0, P, NULL);
+        int usable = 0;
+        for (int i = 0; i < n; i++)
+            usable |= l[i] != -INFINITY;
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            sum += P[i];
+            for (int j = 0; j < i; j++)
+                if (l[i] == l[j])
+                    cr_assert(memcmp(&P[i], &P[j], sizeof P[i]) == 0, "trial %d: tokens %d and %d",
+                              trial, j, i);
+            if (l[i] == -INFINITY && usable)
+                cr_assert_eq(P[i], 0.0);
+        }
+        cr_assert(fabs(sum - 1) < 1e-12, "trial %d: sum %.17g", trial, sum);
+    }
+}
+
+Test(kernels, vectorised_argmax_equals_the_elementwise_rule)
+{
+    for (int trial = 0; trial < 3000; trial++) {
+        int n = 1 + (int)(rnd() % 100);
+        float x[100];
+        for (int i = 0; i < n; i++) {
+            int kind = (int)(rnd() % 12);
+            x[i] = kind == 0 ? NAN : kind == 1 ? -INFINITY : kind == 2 ? INFINITY
+                 : kind == 3 ? -0.0f : kind == 4 ? 0.0f : (float)(int)(rnd() % 5);
+            if (trial % 3 == 0 && kind == 2)
+                x[i] = 1.0f; /* rows without +inf too */
+        }
+        int want = -1;
+        for (int i = 0; i < n; i++)
+            if (sq_k_argmax_takes(want < 0 ? 0.0f : x[want], want, x[i], i))
+                want = i;
+        cr_assert_eq(sq_argmax_f(x, n), want < 0 ? 0 : want, "trial %d", trial);
+    }
+}

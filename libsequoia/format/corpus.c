@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include <hdf5.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "libsequoia/base/io.h"
 
@@ -344,6 +347,11 @@ static int dataset_open(sq_corpus *c, const char *dpath, int rank, H5T_class_t c
                 cache = CACHE_MIN_BYTES;
             if (cache > CACHE_MAX_BYTES)
                 cache = CACHE_MAX_BYTES;
+            /* Unfiltered chunks need no cache: without one HDF5 reads the selected part of a
+             * chunk straight from the file into the caller's buffer, instead of into the cache
+             * and then copying it (issue 17: the copy was a fifth of a read). */
+            if (H5Pget_nfilters(dcpl) == 0)
+                cache = 0;
             hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
             if (dapl >= 0 && H5Pset_chunk_cache(dapl, CACHE_SLOTS, cache, 1.0) >= 0) {
                 hid_t ds2 = H5Dopen2(c->file, dpath, dapl);
@@ -686,9 +694,36 @@ static int read_rows(sq_corpus *c, hid_t ds, const char *name, hid_t mem_type, i
 }
 
 /* The first non-finite value of a (count, width) block, as an error naming the row. */
+/* Any NaN or infinity among n floats: an exponent of all ones, OR-ed over the block without an
+ * early exit, four floats at a time with SSE2 (issue 17: the scalar early-exit loop was 40% of
+ * a read). */
+static int any_nonfinite(const float *v, size_t n)
+{
+    uint32_t bad = 0;
+    size_t i = 0;
+#ifdef __SSE2__
+    const __m128i expo = _mm_set1_epi32(0x7f800000);
+    __m128i acc = _mm_setzero_si128();
+    for (; i + 8 <= n; i += 8) {
+        __m128i a = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)(v + i)), expo);
+        __m128i b = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)(v + i + 4)), expo);
+        acc = _mm_or_si128(acc, _mm_or_si128(_mm_cmpeq_epi32(a, expo), _mm_cmpeq_epi32(b, expo)));
+    }
+    bad = (uint32_t)_mm_movemask_epi8(acc);
+#endif
+    for (; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, v + i, sizeof b);
+        bad |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    return bad != 0;
+}
+
 static int check_finite(sq_corpus *c, const char *name, const float *v, int64_t row0, int count,
                         int width, sq_error *err)
 {
+    if (!any_nonfinite(v, (size_t)count * (size_t)width))
+        return SQ_OK;
     for (int r = 0; r < count; r++) {
         const float *row = v + (size_t)r * (size_t)width;
         for (int j = 0; j < width; j++) {

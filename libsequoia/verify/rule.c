@@ -10,13 +10,71 @@
 
 /* ---- orders ------------------------------------------------------------------------------------ */
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SQ_RULE_AVX2 1
+static int has_avx2(void)
+{
+    return __builtin_cpu_supports("avx2");
+}
+#else
+static int has_avx2(void)
+{
+    return 0;
+}
+#endif
+
+/* The argmax in two passes (issue 17): the largest usable value m, then the first index holding
+ * it. That is sq_k_argmax_takes's answer: NaN never compares larger so it is skipped, a row
+ * whose largest value is -inf has no usable logit (0), and the first index equal to m is the
+ * lowest index among the ties (-0 == +0 included, as in sq_k_argmax_takes). */
+static float max_usable_scalar(const float *x, int n)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+#ifdef SQ_RULE_AVX2
+/* max_ps(x, m) is x > m ? x : m lane by lane, NaN in x keeping m: the scalar rule above. */
+__attribute__((target("avx2"))) static float max_usable_avx2(const float *x, int n)
+{
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    float l0[8], l1[8];
+    _mm256_storeu_ps(l0, m0);
+    _mm256_storeu_ps(l1, m1);
+    float m = -INFINITY;
+    for (int k = 0; k < 8; k++) {
+        m = l0[k] > m ? l0[k] : m;
+        m = l1[k] > m ? l1[k] : m;
+    }
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+#endif
+
 int sq_argmax_f(const float *x, int n)
 {
-    int best = -1;
-    for (int i = 0; i < n; i++)
-        if (sq_k_argmax_takes(best < 0 ? 0.0f : x[best], best, x[i], i))
-            best = i;
-    return best < 0 ? 0 : best;
+    float m;
+#ifdef SQ_RULE_AVX2
+    if (has_avx2())
+        m = max_usable_avx2(x, n);
+    else
+#endif
+        m = max_usable_scalar(x, n);
+    if (!sq_k_logit_usable(m))
+        return 0;
+    int i = 0;
+    while (x[i] != m)
+        i++;
+    return i;
 }
 
 int sq_argmax_d(const double *x, int n)
@@ -130,6 +188,168 @@ static double nucleus_threshold(double *v, int n, double top_p)
     return 0.0;   /* rounding kept the whole mass below top_p: keep every token */
 }
 
+/* ---- exp for the softmax ------------------------------------------------------------------- */
+
+/* exp(x) for x <= 0 (the softmax's exponents), four at a time where the CPU has AVX2 and one at
+ * a time otherwise, with the same IEEE operations in both, so that a value does not depend on
+ * where it sits in the row (tied logits keep exactly tied probabilities). Within 2 ulp of the
+ * correctly rounded exp (tests/test_kernels.c measures it against libm). Method: Cody-Waite
+ * reduction x = k·ln2 + r, |r| <= ln2/2, with ln2 split in two so that k·ln2_hi is exact, the
+ * Taylor polynomial of degree 13 for exp(r) (truncation below 1e-17 relative) by Horner, and
+ * 2^k put into the exponent bits. No fused multiply-add, so nothing depends on the compiler's
+ * contraction. x below -708 (subnormal or zero results) goes to libm's exp; NaN gives NaN and
+ * -inf gives 0. */
+#define EXP_LOW (-708.0)
+static const double exp_ln2_hi = 6.93147180369123816490e-01; /* 0x3fe62e42fee00000 */
+static const double exp_ln2_lo = 1.90821492927058770002e-10;
+static const double exp_inv_ln2 = 1.44269504088896338700e+00;
+static const double exp_c[14] = {
+    1.0,
+    1.0,
+    1.0 / 2,
+    1.0 / 6,
+    1.0 / 24,
+    1.0 / 120,
+    1.0 / 720,
+    1.0 / 5040,
+    1.0 / 40320,
+    1.0 / 362880,
+    1.0 / 3628800,
+    1.0 / 39916800,
+    1.0 / 479001600,
+    1.0 / 6227020800,
+};
+
+static double exp_nonpos(double x)
+{
+    if (!(x >= EXP_LOW))
+        return x == -INFINITY ? 0.0 : exp(x); /* NaN stays NaN */
+    double k = nearbyint(x * exp_inv_ln2);
+    double r = (x - k * exp_ln2_hi) - k * exp_ln2_lo;
+    double p = exp_c[13];
+    for (int i = 12; i >= 0; i--)
+        p = p * r + exp_c[i];
+    uint64_t bits = (uint64_t)((int64_t)k + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* Softmax numerators of a row whose largest usable logit mx is finite: sq_k_softmax_temp's
+ * (logit - max) / T, with exp_nonpos for exp; NaN and -inf logits weigh 0. Returns their sum. */
+static double softmax_scalar(const float *logits, int V, float mx, double temperature,
+                             double *probs)
+{
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) {
+        double e = exp_nonpos(((double)logits[i] - (double)mx) / temperature);
+        probs[i] = e == e ? e : 0.0;
+        sum += probs[i];
+    }
+    return sum;
+}
+
+#ifdef SQ_RULE_AVX2
+__attribute__((target("avx2"))) static __m256d exp_nonpos_avx2(__m256d x)
+{
+    const __m256d hi = _mm256_set1_pd(exp_ln2_hi), lo = _mm256_set1_pd(exp_ln2_lo);
+    __m256d k = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(exp_inv_ln2)),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, hi)), _mm256_mul_pd(k, lo));
+    __m256d p = _mm256_set1_pd(exp_c[13]);
+    for (int i = 12; i >= 0; i--)
+        p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(exp_c[i]));
+    /* 2^k: k + 1023 + 2^52 holds k + 1023 in its low mantissa bits */
+    __m256d biased = _mm256_add_pd(k, _mm256_set1_pd(1023.0 + 4503599627370496.0));
+    __m256i e = _mm256_slli_epi64(_mm256_castpd_si256(biased), 52);
+    return _mm256_mul_pd(p, _mm256_castsi256_pd(e));
+}
+
+__attribute__((target("avx2"))) static double softmax_avx2(const float *logits, int V, float mx,
+                                                           double temperature, double *probs)
+{
+    const __m256d vmx = _mm256_set1_pd((double)mx), vt = _mm256_set1_pd(temperature);
+    const __m256d low = _mm256_set1_pd(EXP_LOW);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= V; i += 8) {
+        __m256d x0 = _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + i)), vmx), vt);
+        __m256d x1 =
+            _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + i + 4)), vmx), vt);
+        /* in range (x >= -708, false for NaN): the vector exp; otherwise the scalar path */
+        __m256d in0 = _mm256_cmp_pd(x0, low, _CMP_GE_OQ), in1 = _mm256_cmp_pd(x1, low, _CMP_GE_OQ);
+        __m256d e0 = _mm256_and_pd(exp_nonpos_avx2(x0), in0);
+        __m256d e1 = _mm256_and_pd(exp_nonpos_avx2(x1), in1);
+        if ((_mm256_movemask_pd(in0) & _mm256_movemask_pd(in1)) != 0xF) {
+            double t0[4], t1[4], y0[4], y1[4];
+            _mm256_storeu_pd(t0, e0);
+            _mm256_storeu_pd(t1, e1);
+            _mm256_storeu_pd(y0, x0);
+            _mm256_storeu_pd(y1, x1);
+            for (int k = 0; k < 4; k++) {
+                if (!(y0[k] >= EXP_LOW)) {
+                    double e = exp_nonpos(y0[k]);
+                    t0[k] = e == e ? e : 0.0;
+                }
+                if (!(y1[k] >= EXP_LOW)) {
+                    double e = exp_nonpos(y1[k]);
+                    t1[k] = e == e ? e : 0.0;
+                }
+            }
+            e0 = _mm256_loadu_pd(t0);
+            e1 = _mm256_loadu_pd(t1);
+        }
+        _mm256_storeu_pd(probs + i, e0);
+        _mm256_storeu_pd(probs + i + 4, e1);
+        s0 = _mm256_add_pd(s0, e0);
+        s1 = _mm256_add_pd(s1, e1);
+    }
+    double l[4];
+    _mm256_storeu_pd(l, _mm256_add_pd(s0, s1));
+    double sum = (l[0] + l[1]) + (l[2] + l[3]);
+    for (; i < V; i++) {
+        double e = exp_nonpos(((double)logits[i] - (double)mx) / temperature);
+        probs[i] = e == e ? e : 0.0;
+        sum += probs[i];
+    }
+    return sum;
+}
+#endif
+
+/* probs[i] /= sum; returns how many are positive. */
+static int normalise_scalar(double *probs, int V, double sum)
+{
+    int nz = 0;
+    for (int i = 0; i < V; i++) {
+        probs[i] /= sum;
+        nz += probs[i] > 0.0;
+    }
+    return nz;
+}
+
+#ifdef SQ_RULE_AVX2
+__attribute__((target("avx2"))) static int normalise_avx2(double *probs, int V, double sum)
+{
+    const __m256d s = _mm256_set1_pd(sum), zero = _mm256_setzero_pd();
+    int nz = 0, i = 0;
+    for (; i + 4 <= V; i += 4) {
+        __m256d p = _mm256_div_pd(_mm256_loadu_pd(probs + i), s);
+        _mm256_storeu_pd(probs + i, p);
+        nz += __builtin_popcount((unsigned)_mm256_movemask_pd(_mm256_cmp_pd(p, zero, _CMP_GT_OQ)));
+    }
+    for (; i < V; i++) {
+        probs[i] /= sum;
+        nz += probs[i] > 0.0;
+    }
+    return nz;
+}
+#endif
+
+double sq_exp_nonpos(double x)
+{
+    return exp_nonpos(x);
+}
+
 int sq_probs_from_logits(const float *logits, int V, double temperature, double top_p,
                          double *probs, double *scratch)
 {
@@ -143,20 +363,36 @@ int sq_probs_from_logits(const float *logits, int V, double temperature, double 
     /* NaN as the maximum: no usable logit, every token weighs 1 */
     float mx = sq_k_logit_usable(logits[best]) ? logits[best] : NAN;
     double sum = 0.0;
-    for (int i = 0; i < V; i++) {
-        probs[i] = sq_k_softmax_temp(logits[i], mx, temperature);
-        sum += probs[i];
+    if (isfinite(mx)) {
+        /* the common case, vectorised (issue 17) */
+#ifdef SQ_RULE_AVX2
+        if (has_avx2())
+            sum = softmax_avx2(logits, V, mx, temperature, probs);
+        else
+#endif
+            sum = softmax_scalar(logits, V, mx, temperature, probs);
+    } else {
+        for (int i = 0; i < V; i++) {
+            probs[i] = sq_k_softmax_temp(logits[i], mx, temperature);
+            sum += probs[i];
+        }
     }
     /* sum >= 1: the best token weighs exp(0) = 1 */
     int nz = 0;
+#ifdef SQ_RULE_AVX2
+    if (has_avx2())
+        nz = normalise_avx2(probs, V, sum);
+    else
+#endif
+        nz = normalise_scalar(probs, V, sum);
+    if (!(top_p < 1.0))
+        return nz;
+    nz = 0;
     for (int i = 0; i < V; i++) {
-        probs[i] /= sum;
-        if (probs[i] > 0.0 && top_p < 1.0)
+        if (probs[i] > 0.0)
             scratch[nz] = probs[i];
         nz += probs[i] > 0.0;
     }
-    if (!(top_p < 1.0))
-        return nz;
     double tau = nucleus_threshold(scratch, nz, top_p);
     double kept = 0.0;
     nz = 0;

@@ -28,6 +28,11 @@
 int sq_probs_from_logits(const float *logits, int V, double temperature, double top_p,
                          double *probs, double *scratch);
 
+/* exp(x) for x <= 0 as the softmax of sq_probs_from_logits computes it (within 2 ulp of the
+ * correctly rounded value; the same bits whether the row is processed four values at a time or
+ * one). */
+double sq_exp_nonpos(double x);
+
 /* Index of the largest usable logit (not NaN, not -inf), lowest index on ties; 0 when none is
  * usable. */
 int sq_argmax_f(const float *x, int n);
