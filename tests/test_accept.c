@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "planner/accept/accept.h"
 #include "planner/regress.h"
@@ -800,4 +801,82 @@ Test(accept, optimal_F_delta_method_matches_a_sequence_bootstrap)
               sqrt(var));
     sq_accept_stats_free(s);
     gsl_rng_free(rng);
+}
+
+/* Issue 17: where the corpus allows it the reading thread only fetches the stored chunks and the
+ * workers inflate and check them. Whatever the path (raw chunks in place, deflated chunks, float16
+ * chunks, or whole rows read by HDF5 when a batch is not a whole number of chunks), the thread
+ * count and the batch size, the statistics are the same bits. */
+Test(accept, corpus_results_do_not_depend_on_how_the_corpus_is_read, .timeout = 300)
+{
+    enum { VV = 20000, NN = 122 };
+    char *dir = tu_tmpdir();
+    float *t = malloc(sizeof(float) * (size_t)NN * VV), *d = malloc(sizeof(float) * (size_t)NN * VV);
+    cr_assert(t && d);
+    uint64_t x = 12345;
+    for (size_t i = 0; i < (size_t)NN * VV; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        /* on a grid of 1/8 so that float16 holds them exactly */
+        t[i] = (float)((int)(x >> 40) % 64) / 8.0f - 4.0f;
+        d[i] = t[i] + (float)((int)(x >> 20) % 9 - 4) / 8.0f;
+    }
+    double ref[16], refse[16];
+    int have_ref = 0;
+    for (int kind = 0; kind < 3; kind++) {
+        char name[32];
+        snprintf(name, sizeof name, "c%d.h5", kind);
+        char *path = tu_path(dir, name);
+        sq_error err = {0};
+        sq_corpus_writer_params wp = sq_corpus_writer_default_params();
+        wp.vocab = VV;
+        wp.chunk_rows = 4;
+        wp.compression = kind == 0 ? 0 : 1;
+        wp.half = kind == 2;
+        sq_corpus_writer *w;
+        cr_assert_eq(sq_corpus_writer_open(path, &wp, &w, &err), SQ_OK, "%s", err.msg);
+        for (int r0 = 0; r0 < NN; r0 += 10) {
+            int n = NN - r0 < 10 ? NN - r0 : 10;
+            cr_assert_eq(sq_corpus_writer_append(w, t + (size_t)r0 * VV, d + (size_t)r0 * VV,
+                                                 NULL, n, &err), SQ_OK, "%s", err.msg);
+            cr_assert_eq(sq_corpus_writer_end_sequence(w, &err), SQ_OK, "%s", err.msg);
+        }
+        cr_assert_eq(sq_corpus_writer_commit(w, &err), SQ_OK, "%s", err.msg);
+        sq_corpus *c;
+        cr_assert_eq(sq_corpus_open(path, &c, &err), SQ_OK, "%s", err.msg);
+        cr_assert_eq(sq_corpus_raw_rows(c), 4);
+        /* batches of 104 rows (whole chunks: raw) or all 122 at once (not whole: whole rows) */
+        const size_t batches[2] = {16u << 20, 64u << 20};
+        for (int b = 0; b < 2; b++)
+            for (int threads = 1; threads <= 2; threads++) {
+                sq_accept_config cfg = {SQ_MODE_STOCHASTIC, 0.8, 1.0};
+                sq_accept_params prm = sq_accept_default_params();
+                prm.width = 8;
+                prm.samples = 1;
+                prm.seed = 5;
+                prm.threads = threads;
+                prm.batch_bytes = batches[b];
+                sq_accept_stats *st = sq_accept_stats_new(8);
+                cr_assert_eq(sq_accept_run(c, path, 1, &cfg, 1, &prm, &st, &err), SQ_OK, "%s",
+                             err.msg);
+                double p[16], se[16];
+                sq_accept_stats_estimate(st, p, se);
+                sq_accept_stats_free(st);
+                if (!have_ref) {
+                    memcpy(ref, p, sizeof ref);
+                    memcpy(refse, se, sizeof refse);
+                    have_ref = 1;
+                    cr_assert_gt(p[0], 0.0);
+                }
+                cr_assert(memcmp(p, ref, 8 * sizeof *p) == 0 && memcmp(se, refse, 8 * sizeof *se) == 0,
+                          "kind %d batch %zu threads %d: p1 %.17g vs %.17g", kind, batches[b],
+                          threads, p[0], ref[0]);
+            }
+        sq_corpus_close(c);
+        unlink(path);
+        free(path);
+    }
+    free(t);
+    free(d);
+    tu_rmtree(dir);
+    free(dir);
 }

@@ -1044,3 +1044,97 @@ Test(corpus, same_content_gives_identical_files)
     free(path[0]);
     free(path[1]);
 }
+
+/* ---- raw chunks decoded outside HDF5 (issue 17) ------------------------------------------- */
+
+Test(corpus, raw_chunks_decode_to_what_sq_corpus_read_reads)
+{
+    /* float32 and float16, with and without shuffle + deflate; 23 rows in chunks of 4, so the
+     * last chunk is partial */
+    const int V = 37, N = 23, lens[3] = {9, 1, 13};
+    float *tl = make_logits(N, V, 31), *dl = make_logits(N, V, 32);
+    char *dir = tu_tmpdir();
+    for (int kind = 0; kind < 4; kind++) {
+        char *path = tu_path(dir, kind % 2 ? "raw-deflate.h5" : "raw-plain.h5");
+        sq_corpus_writer_params p = sq_corpus_writer_default_params();
+        p.vocab = V;
+        p.chunk_rows = 4;
+        p.compression = kind % 2;
+        p.half = kind / 2;
+        write_corpus(path, p, lens, 3, 5, tl, dl, NULL);
+        sq_corpus *c = open_ok(path);
+        cr_assert_eq(sq_corpus_raw_rows(c), 4, "kind %d", kind);
+        float *want_t = malloc(sizeof(float) * (size_t)(N * V));
+        float *want_d = malloc(sizeof(float) * (size_t)(N * V));
+        read_all(c, 7, want_t, want_d, NULL);
+        float rows[4 * 37];
+        sq_corpus_raw raw = {0};
+        unsigned char *work = NULL;
+        size_t work_cap = 0;
+        sq_error err = {0};
+        for (int model = 0; model < 2; model++)
+            for (int ch = 0; ch * 4 < N; ch++) {
+                memset(rows, 0xff, sizeof rows);
+                cr_assert_eq(sq_corpus_read_raw(c, model, ch, rows, &raw, &err), 0, "%s", err.msg);
+                cr_assert_eq(raw.in_place, kind == 0, "kind %d", kind);
+                cr_assert_eq(sq_corpus_decode_raw(c, &raw, rows, &work, &work_cap, &err), 0,
+                             "%s", err.msg);
+                int count = N - ch * 4 < 4 ? N - ch * 4 : 4;
+                const float *want = (model ? want_d : want_t) + (size_t)(ch * 4) * (size_t)V;
+                cr_assert_eq(memcmp(rows, want, sizeof(float) * (size_t)(count * V)), 0,
+                             "kind %d model %d chunk %d", kind, model, ch);
+            }
+        sq_corpus_raw_clear(&raw);
+        free(work);
+        free(want_t);
+        free(want_d);
+        sq_corpus_close(c);
+        unlink(path);
+        free(path);
+    }
+    free(tl);
+    free(dl);
+    tu_rmtree(dir);
+}
+
+Test(corpus, raw_decoding_reports_the_first_bad_row_like_sq_corpus_read)
+{
+    spec s = spec_default();
+    s.bad_model = 1;
+    s.bad_row = 7;
+    s.bad_col = 3;
+    s.bad_row2 = 9;
+    s.bad_value = INFINITY;
+    char *dir = tu_tmpdir();
+    char *path = tu_path(dir, "bad.h5");
+    build(path, &s);
+    sq_error err = {0};
+    sq_corpus *c = NULL;
+    if (sq_corpus_open(path, &c, &err) == SQ_OK) {
+        int rows = sq_corpus_raw_rows(c);
+        cr_assert_gt(rows, 0);
+        float *out = malloc(sizeof(float) * (size_t)rows * 10);
+        sq_corpus_raw raw = {0};
+        unsigned char *work = NULL;
+        size_t cap = 0;
+        int failed = 0;
+        for (int ch = 0; ch * rows < 12 && !failed; ch++) {
+            cr_assert_eq(sq_corpus_read_raw(c, 1, ch, out, &raw, &err), 0, "%s", err.msg);
+            failed = sq_corpus_decode_raw(c, &raw, out, &work, &cap, &err) != 0;
+        }
+        cr_assert(failed);
+        cr_assert_eq(err.status, SQ_EDATA);
+        cr_assert(strstr(err.msg, "/draft/logits: row 7:") && strstr(err.msg, "+inf"), "%s",
+                  err.msg);
+        sq_corpus_raw_clear(&raw);
+        free(work);
+        free(out);
+        sq_corpus_close(c);
+    } else {
+        /* the open itself may check every row: then it already names the row */
+        cr_assert(strstr(err.msg, "/draft/logits: row 7:"), "%s", err.msg);
+    }
+    unlink(path);
+    free(path);
+    tu_rmtree(dir);
+}

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <hdf5.h>
+#include <zlib.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -156,6 +157,13 @@ typedef struct corpus_model {
     hid_t   ids;             /* /m/topk_ids, or H5I_INVALID_HID                             */
     char    logits_name[32]; /* "/target/logits", ...                                      */
     char    ids_name[32];
+    /* raw chunk reads (sq_corpus_read_raw): dense little-endian logits in chunks of whole rows,
+     * filters none, shuffle, deflate or shuffle then deflate */
+    int     raw_ok;
+    int     chunk_rows;
+    int     esz;             /* 2 or 4                                                      */
+    int     shuffle_at;      /* its index in the filter pipeline, or -1                     */
+    int     deflate_at;
 } corpus_model;
 
 struct sq_corpus {
@@ -373,6 +381,51 @@ static int dataset_open(sq_corpus *c, const char *dpath, int rank, H5T_class_t c
     return SQ_OK;
 }
 
+/* Whether chunks of a dense dataset can be read raw and decoded here (see corpus_model). */
+static void raw_setup(corpus_model *m, hid_t ft, hsize_t cols)
+{
+    m->raw_ok = 0;
+    m->shuffle_at = m->deflate_at = -1;
+    const uint16_t probe = 1;
+    unsigned char first;
+    memcpy(&first, &probe, 1);
+    if (ft < 0 || first != 1 || H5Tget_order(ft) != H5T_ORDER_LE)
+        return;
+    size_t esz = H5Tget_size(ft);
+    if (!(esz == 4 || (esz == 2 && m->half)))
+        return;
+    if (esz == 4 && H5Tequal(ft, H5T_IEEE_F32LE) <= 0)
+        return;
+    hid_t dcpl = H5Dget_create_plist(m->logits);
+    if (dcpl < 0)
+        return;
+    hsize_t cd[2];
+    int ok = H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 2, cd) == 2 &&
+             cd[1] == cols && cd[0] >= 1 && cd[0] <= INT_MAX;
+    int nf = ok ? H5Pget_nfilters(dcpl) : -1;
+    ok = ok && nf >= 0 && nf <= 2;
+    for (int i = 0; ok && i < nf; i++) {
+        unsigned flags, cdv[8];
+        size_t ncd = 8;
+        char name[64];
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &ncd, cdv, sizeof name, name,
+                                         NULL);
+        if (id == H5Z_FILTER_SHUFFLE && m->shuffle_at < 0 && m->deflate_at < 0)
+            m->shuffle_at = i;
+        else if (id == H5Z_FILTER_DEFLATE && m->deflate_at < 0)
+            m->deflate_at = i;
+        else
+            ok = 0;
+    }
+    H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    if (ok) {
+        m->raw_ok = 1;
+        m->chunk_rows = (int)cd[0];
+        m->esz = (int)esz;
+    }
+}
+
 static int model_open(sq_corpus *c, int k, sq_error *err)
 {
     corpus_model *m = &c->m[k];
@@ -390,6 +443,7 @@ static int model_open(sq_corpus *c, int k, sq_error *err)
             return rc;
         hid_t ft = H5Dget_type(m->logits);
         m->half = ft >= 0 && is_ieee_half(ft);
+        raw_setup(m, ft, dims[1]);
         if (ft >= 0)
             H5Tclose(ft);
         m->width = (int)(dims[1] > INT_MAX ? INT_MAX : dims[1]);
@@ -835,6 +889,114 @@ int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *
                                     c->info.vocab);
     }
     return SQ_OK;
+}
+
+/* ---- raw chunks, decoded outside HDF5 (issue 17) ------------------------------------------ */
+
+int sq_corpus_raw_rows(const sq_corpus *c)
+{
+    const corpus_model *t = &c->m[0], *d = &c->m[1];
+    if (!t->raw_ok || !d->raw_ok || t->chunk_rows != d->chunk_rows)
+        return 0;
+    return t->chunk_rows;
+}
+
+void sq_corpus_raw_clear(sq_corpus_raw *r)
+{
+    free(r->data);
+    memset(r, 0, sizeof *r);
+}
+
+static int grow(unsigned char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 0;
+    unsigned char *b = realloc(*buf, need);
+    if (!b)
+        return -1;
+    *buf = b;
+    *cap = need;
+    return 0;
+}
+
+int sq_corpus_read_raw(sq_corpus *c, int model, int64_t chunk, float *direct, sq_corpus_raw *r,
+                       sq_error *err)
+{
+    corpus_model *m = &c->m[model];
+    SQ_ASSERT(sq_corpus_raw_rows(c) > 0 && model >= 0 && model <= 1);
+    hsize_t off[2] = {(hsize_t)chunk * (hsize_t)m->chunk_rows, 0};
+    hsize_t size = 0;
+    char d[256];
+    if (H5Dget_chunk_storage_size(m->logits, off, &size) < 0 || size == 0)
+        return sq_error_set(err, SQ_EIO, "%s: %s: cannot find the chunk of row %llu: %s", c->path,
+                            m->logits_name, (unsigned long long)off[0], h5_detail(d));
+    /* stored as the rows themselves: straight into the caller's rows */
+    r->in_place = direct && m->esz == 4 && m->shuffle_at < 0 && m->deflate_at < 0 &&
+                  (size_t)size == (size_t)m->chunk_rows * (size_t)c->info.vocab * sizeof(float);
+    if (!r->in_place && grow(&r->data, &r->cap, (size_t)size))
+        return sq_error_oom(err, "raw chunk");
+    uint32_t mask = 0;
+    if (H5Dread_chunk(m->logits, H5P_DEFAULT, off, &mask, r->in_place ? (void *)direct : r->data) < 0)
+        return sq_error_set(err, SQ_EIO, "%s: %s: cannot read the chunk of row %llu: %s", c->path,
+                            m->logits_name, (unsigned long long)off[0], h5_detail(d));
+    r->size = (size_t)size;
+    r->mask = mask;
+    r->model = model;
+    r->chunk = chunk;
+    return SQ_OK;
+}
+
+int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
+                         unsigned char **work, size_t *work_cap, sq_error *err)
+{
+    const corpus_model *m = &c->m[r->model];
+    const int V = c->info.vocab;
+    const int64_t row0 = r->chunk * (int64_t)m->chunk_rows;
+    const int count = (int)(c->info.rows - row0 < m->chunk_rows ? c->info.rows - row0
+                                                                 : m->chunk_rows);
+    const size_t n = (size_t)m->chunk_rows * (size_t)V, bytes = n * (size_t)m->esz;
+    if (r->in_place)
+        return check_finite((sq_corpus *)c, m->logits_name, out, row0, count, V, err);
+    const unsigned char *src = r->data;
+    size_t have = r->size;
+    /* the pipeline backwards: inflate, then unshuffle */
+    if (m->deflate_at >= 0 && !(r->mask >> m->deflate_at & 1)) {
+        if (grow(work, work_cap, 2 * bytes))
+            return sq_error_oom(err, "chunk decoding");
+        uLongf got = (uLongf)bytes;
+        if (uncompress(*work, &got, src, (uLong)have) != Z_OK || got != bytes)
+            return sq_error_set(err, SQ_EDATA, "%s: %s: the chunk of row %lld does not inflate to "
+                                "%zu bytes", c->path, m->logits_name, (long long)row0, bytes);
+        src = *work;
+        have = got;
+    }
+    if (have != bytes)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: the chunk of row %lld holds %zu bytes, not %zu",
+                            c->path, m->logits_name, (long long)row0, have, bytes);
+    if (m->shuffle_at >= 0 && !(r->mask >> m->shuffle_at & 1)) {
+        /* byte plane b holds byte b of every element */
+        if (grow(work, work_cap, 2 * bytes))
+            return sq_error_oom(err, "chunk decoding");
+        unsigned char *dst = *work + bytes;
+        const size_t used = (size_t)count * (size_t)V;
+        for (int b = 0; b < m->esz; b++) {
+            const unsigned char *plane = src + (size_t)b * n;
+            for (size_t i = 0; i < used; i++)
+                dst[i * (size_t)m->esz + (size_t)b] = plane[i];
+        }
+        src = dst;
+    }
+    const size_t used = (size_t)count * (size_t)V;
+    if (m->esz == 4) {
+        memcpy(out, src, used * sizeof(float));
+    } else {
+        for (size_t i = 0; i < used; i++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * i, sizeof h);
+            out[i] = sq_half_to_float(h);
+        }
+    }
+    return check_finite((sq_corpus *)c, m->logits_name, out, row0, count, V, err);
 }
 
 /* ============================================================================================

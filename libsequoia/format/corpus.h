@@ -59,6 +59,36 @@ const int64_t *sq_corpus_seq_offsets(const sq_corpus *c);
 int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *draft,
                    int32_t *tokens, sq_error *err);
 
+/* Raw chunks, for decoding in several threads (issue 17): HDF5 runs one call at a time, and
+ * inflating a chunk inside it kept one thread busy for the whole corpus. sq_corpus_read_raw
+ * (under HDF5, one thread) fetches a chunk of a model's logits as stored; sq_corpus_decode_raw
+ * (no HDF5 call: any thread, one sq_corpus_raw per thread) inflates, unshuffles and widens it
+ * into the chunk's rows as float32, with sq_corpus_read's finite check and messages. The rows of
+ * chunk i are [i·rows, min((i+1)·rows, N)).
+ *
+ * sq_corpus_raw_rows: the rows per chunk when both models' dense logits allow it (little-endian
+ * float32 or float16 in chunks of whole rows, filters shuffle and/or deflate, both models
+ * chunked alike), else 0 (sparse corpora, other layouts: use sq_corpus_read). */
+typedef struct sq_corpus_raw {
+    unsigned char *data;          /* the stored bytes (malloc'd, grown)                */
+    size_t size, cap;
+    uint32_t mask;                /* HDF5's filter mask of the chunk                   */
+    int in_place;                 /* unfiltered float32: read straight into `direct`   */
+    int model;                    /* 0 target, 1 draft                                 */
+    int64_t chunk;
+} sq_corpus_raw;
+
+int sq_corpus_raw_rows(const sq_corpus *c);
+/* direct (may be NULL): where the chunk's rows go (chunk rows x V floats of room); a chunk
+ * stored unfiltered as float32 is read straight there (raw->in_place), and decoding it is then
+ * only the finite check of those rows, in place (out must be direct). */
+int sq_corpus_read_raw(sq_corpus *c, int model, int64_t chunk, float *direct, sq_corpus_raw *raw,
+                       sq_error *err);
+/* work, *work_cap: the caller's scratch (malloc'd and grown here; one per thread). */
+int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *raw, float *out,
+                         unsigned char **work, size_t *work_cap, sq_error *err);
+void sq_corpus_raw_clear(sq_corpus_raw *raw);
+
 /* IEEE 754 binary16 conversions used for float16 corpora (exact widening; narrowing rounds to
  * nearest, ties to even, and gives infinity past 65504). */
 float sq_half_to_float(uint16_t h);

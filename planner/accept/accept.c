@@ -783,6 +783,17 @@ typedef struct run_ctx {
     int rows;
     double *res;                /* (rows, n_cfg, W)                           */
     atomic_int next;
+    /* raw mode: the workers first decode the batch's chunks into target/draft */
+    const sq_corpus *corpus;
+    const sq_corpus_raw *items; /* (n_items) the batch's stored chunks        */
+    int n_items, chunk_rows;
+    atomic_int next_item;
+    pthread_mutex_t mu;         /* the gate, and the first decoding error     */
+    pthread_cond_t cv;
+    int parties, arrived, open;
+    int failed;
+    int64_t fail_key;
+    sq_error fail;
 } run_ctx;
 
 typedef struct worker {
@@ -790,6 +801,8 @@ typedef struct worker {
     sq_accept_ws *ws;
     gsl_rng *rng;
     double *P, *Q;              /* (V)                                        */
+    unsigned char *work;        /* chunk decoding scratch                     */
+    size_t work_cap;
     pthread_t thread;
 } worker;
 
@@ -822,10 +835,52 @@ static void compute_row(worker *w, int i)
     }
 }
 
+/* Raw mode, before the rows: decode chunks until none is left, then wait for every worker
+ * (the rows need every chunk). The error of the earliest chunk (target before draft, as
+ * sq_corpus_read checks them) is kept. */
+static void decode_chunks(worker *w)
+{
+    run_ctx *c = w->ctx;
+    pthread_mutex_lock(&c->mu);
+    while (!c->open)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    for (;;) {
+        int i = atomic_fetch_add(&c->next_item, 1);
+        if (i >= c->n_items)
+            break;
+        const sq_corpus_raw *r = &c->items[i];
+        int64_t first = r->chunk * (int64_t)c->chunk_rows - c->row0;
+        float *dst = (float *)(r->model ? c->draft : c->target) + (size_t)first * (size_t)c->V;
+        sq_error e = {0};
+        if (sq_corpus_decode_raw(c->corpus, r, dst, &w->work, &w->work_cap, &e)) {
+            int64_t key = ((int64_t)r->model << 40) + r->chunk;
+            pthread_mutex_lock(&c->mu);
+            if (!c->failed || key < c->fail_key) {
+                c->failed = 1;
+                c->fail_key = key;
+                c->fail = e;
+            }
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
+    pthread_mutex_lock(&c->mu);
+    if (++c->arrived == c->parties)
+        pthread_cond_broadcast(&c->cv);
+    while (c->arrived < c->parties)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
     run_ctx *c = w->ctx;
+    if (c->items) {
+        decode_chunks(w);
+        if (c->failed)
+            return NULL;
+    }
     for (;;) {
         int i = atomic_fetch_add(&c->next, 1);
         if (i >= c->rows)
@@ -833,6 +888,25 @@ static void *worker_main(void *arg)
         compute_row(w, i);
     }
     return NULL;
+}
+
+/* The stored chunks of rows [row0, row0 + count) of both models, target first; unfiltered
+ * float32 ones straight into their rows of target/draft ((batch rows, V) each). */
+static int read_raw_batch(sq_corpus *corpus, int64_t row0, int count, int chunk_rows,
+                          float *target, float *draft, int V, sq_corpus_raw *items, int *n,
+                          sq_error *err)
+{
+    int k = 0;
+    for (int model = 0; model < 2; model++)
+        for (int64_t ch = row0 / chunk_rows; ch * chunk_rows < row0 + count; ch++) {
+            float *rows = (model ? draft : target) +
+                          (size_t)(ch * chunk_rows - row0) * (size_t)V;
+            int rc = sq_corpus_read_raw(corpus, model, ch, rows, &items[k++], err);
+            if (rc)
+                return rc;
+        }
+    *n = k;
+    return SQ_OK;
 }
 
 int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
@@ -884,6 +958,8 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     double *acc = calloc((size_t)n_cfg * (size_t)W, sizeof *acc);
     worker *ws = calloc((size_t)threads, sizeof *ws);
     sq_accept_stats **part = calloc((size_t)n_cfg, sizeof *part);
+    sq_corpus_raw *raw[2] = {NULL, NULL};
+    int n_items[2] = {0, 0}, n_raw = 0, sync_made = 0;
     int rc = SQ_OK;
     if (units < 0 || !cfg_keys || !buf[0] || !buf[1] || !res || !acc || !ws || !part) {
         rc = sq_error_oom(err, "estimation buffers");
@@ -916,21 +992,59 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     int64_t row = 0;
     int count = (int)batch;
     size_t half = (size_t)batch * (size_t)V;
-    if ((rc = sq_corpus_read(corpus, 0, count, buf[0], buf[0] + half, NULL, err)))
+    /* Raw mode (issue 17): the reading thread only fetches the stored chunks; the workers
+     * inflate and check them, then compute. Otherwise the reading thread reads whole rows. */
+    const int raw_rows = batch % (sq_corpus_raw_rows(corpus) > 0 ? sq_corpus_raw_rows(corpus) : 1)
+                             == 0 ? sq_corpus_raw_rows(corpus) : 0;
+    const int per_model = raw_rows > 0 ? (int)((batch + raw_rows - 1) / raw_rows) : 0;
+    if (raw_rows > 0) {
+        for (int b = 0; b < 2; b++)
+            if (!(raw[b] = calloc((size_t)(2 * per_model), sizeof *raw[b]))) {
+                rc = sq_error_oom(err, "raw chunk buffers");
+                goto done;
+            }
+        n_raw = 2 * per_model;
+        ctx.corpus = corpus;
+        ctx.chunk_rows = raw_rows;
+        if (pthread_mutex_init(&ctx.mu, NULL) || pthread_cond_init(&ctx.cv, NULL)) {
+            rc = sq_error_set(err, SQ_ESOFTWARE, "cannot create a mutex");
+            goto done;
+        }
+        sync_made = 1;
+        rc = read_raw_batch(corpus, 0, count, raw_rows, buf[0], buf[0] + half, V, raw[0],
+                            &n_items[0], err);
+    } else {
+        rc = sq_corpus_read(corpus, 0, count, buf[0], buf[0] + half, NULL, err);
+    }
+    if (rc)
         goto done;
     int64_t unit = 0;
     double unit_n = 0;
     while (row < N) {
         ctx.target = buf[cur];
-        ctx.draft = buf[cur] + half;
+        ctx.draft = ctx.target + half;
         ctx.row0 = row;
         ctx.rows = count;
         atomic_store(&ctx.next, 0);
+        if (raw_rows > 0) {
+            ctx.items = raw[cur];
+            ctx.n_items = n_items[cur];
+            atomic_store(&ctx.next_item, 0);
+            ctx.arrived = ctx.open = ctx.failed = 0;
+        }
         int started = 0;
         for (int t = 0; t < threads; t++) {
             if (pthread_create(&ws[t].thread, NULL, worker_main, &ws[t]) != 0)
                 break;
             started++;
+        }
+        if (raw_rows > 0) {
+            /* the workers decode, then wait for each other: now that it is known how many */
+            pthread_mutex_lock(&ctx.mu);
+            ctx.parties = started > 0 ? started : 1;
+            ctx.open = 1;
+            pthread_cond_broadcast(&ctx.cv);
+            pthread_mutex_unlock(&ctx.mu);
         }
         if (started == 0)
             worker_main(&ws[0]); /* no thread could start: compute here */
@@ -938,11 +1052,21 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         int64_t next_row = row + count;
         int next_count = (int)(N - next_row < batch ? N - next_row : batch);
         int rrc = SQ_OK;
-        if (next_count > 0)
+        if (next_count > 0 && raw_rows > 0)
+            rrc = read_raw_batch(corpus, next_row, next_count, raw_rows, buf[1 - cur],
+                                 buf[1 - cur] + half, V, raw[1 - cur], &n_items[1 - cur], err);
+        else if (next_count > 0)
             rrc = sq_corpus_read(corpus, next_row, next_count, buf[1 - cur],
                                  buf[1 - cur] + half, NULL, err);
         for (int t = 0; t < started; t++)
             pthread_join(ws[t].thread, NULL);
+        if (raw_rows > 0 && ctx.failed) {
+            /* a bad chunk of this batch comes before anything of the next */
+            if (err)
+                *err = ctx.fail;
+            rc = ctx.fail.status;
+            goto done;
+        }
         if (rrc) {
             rc = rrc;
             goto done;
@@ -974,8 +1098,18 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     }
 
 done:
+    for (int b = 0; b < 2; b++) {
+        for (int i = 0; raw[b] && i < n_raw; i++)
+            sq_corpus_raw_clear(&raw[b][i]);
+        free(raw[b]);
+    }
+    if (sync_made) {
+        pthread_mutex_destroy(&ctx.mu);
+        pthread_cond_destroy(&ctx.cv);
+    }
     if (ws)
         for (int t = 0; t < threads; t++) {
+            free(ws[t].work);
             sq_accept_ws_free(ws[t].ws);
             if (ws[t].rng)
                 gsl_rng_free(ws[t].rng);
