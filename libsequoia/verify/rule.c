@@ -58,6 +58,21 @@ __attribute__((target("avx2"))) static float max_usable_avx2(const float *x, int
         m = x[i] > m ? x[i] : m;
     return m;
 }
+
+/* The first index holding m (there is one), eight at a time. */
+__attribute__((target("avx2"))) static int first_equal_avx2(const float *x, int n, float m)
+{
+    const __m256 vm = _mm256_set1_ps(m);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (mask)
+            return i + __builtin_ctz((unsigned)mask);
+    }
+    while (x[i] != m)
+        i++;
+    return i;
+}
 #endif
 
 int sq_argmax_f(const float *x, int n)
@@ -71,6 +86,10 @@ int sq_argmax_f(const float *x, int n)
         m = max_usable_scalar(x, n);
     if (!sq_k_logit_usable(m))
         return 0;
+#ifdef SQ_RULE_AVX2
+    if (has_avx2())
+        return first_equal_avx2(x, n, m);
+#endif
     int i = 0;
     while (x[i] != m)
         i++;
