@@ -1095,6 +1095,7 @@ Test(corpus, raw_chunks_decode_to_what_sq_corpus_read_reads)
     free(tl);
     free(dl);
     tu_rmtree(dir);
+    free(dir);
 }
 
 Test(corpus, raw_decoding_reports_the_first_bad_row_like_sq_corpus_read)
@@ -1137,4 +1138,5 @@ Test(corpus, raw_decoding_reports_the_first_bad_row_like_sq_corpus_read)
     unlink(path);
     free(path);
     tu_rmtree(dir);
+    free(dir);
 }
