@@ -909,7 +909,7 @@ Test(corpus, sigterm_during_a_write_removes_the_temporary_file)
         sq_corpus_writer *w;
         float row[8] = {0};
         if (sq_corpus_writer_open(path, &p, &w, &err) ||
-            sq_corpus_writer_append(w, row, row, NULL, 1, &err) || tu_count_entries(dir) != 1)
+            sq_corpus_writer_append(w, row, row, NULL, 1, &err) || tu_count_entries(dir) > 1)
             _exit(3);
         raise(SIGTERM);
         _exit(4); /* not reached */
@@ -931,7 +931,9 @@ Test(corpus, writer_abort_leaves_nothing_and_keeps_the_old_file)
     sq_error err = {0};
     sq_corpus_writer *w;
     cr_assert_eq(sq_corpus_writer_open(path, &p, &w, &err), SQ_OK, "%s", err.msg);
-    cr_assert_eq(tu_count_entries(dir), 2, "the temporary file sits beside the destination");
+    /* the temporary file is anonymous (O_TMPFILE) on this file system, or named beside it */
+    int during = tu_count_entries(dir);
+    cr_assert(during == 1 || during == 2, "%d entries while writing", during);
     float row[8] = {0};
     cr_assert_eq(sq_corpus_writer_append(w, row, row, NULL, 1, &err), SQ_OK);
     sq_corpus_writer_abort(w);

@@ -1,11 +1,13 @@
 #include "tests/testutil.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -179,4 +181,17 @@ void tu_rmtree(const char *dir)
     }
     closedir(d);
     rmdir(dir);
+}
+
+int tu_mkchar(const char *path, unsigned major, unsigned minor)
+{
+    if (mknod(path, S_IFCHR | 0666, makedev(major, minor)) != 0)
+        return errno;
+    return 0;
+}
+
+int tu_is_char_device(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
 }

@@ -29,6 +29,14 @@ char *tu_source_path(const char *rel);
  * (128 + signal when killed). *out and *err are malloc'd strings (may be NULL args). */
 int tu_run(char *const argv[], char **out, char **err);
 
+/* A private character device node at `path` (mknod in a scratch folder; tests never write to
+ * a real /dev path): (1, 3) reads and writes like /dev/null, (1, 7) like /dev/full. Returns 0,
+ * or errno when mknod is not allowed (the caller skips with a message). */
+int tu_mkchar(const char *path, unsigned major, unsigned minor);
+
+/* 1 when path is (still) a character device. */
+int tu_is_char_device(const char *path);
+
 /* Removes a directory tree. */
 void tu_rmtree(const char *dir);
 

@@ -1,3 +1,5 @@
+/* _GNU_SOURCE for O_TMPFILE and AT_EMPTY_PATH (Linux, open(2) and linkat(2)). */
+#define _GNU_SOURCE
 #include "libsequoia/base/io.h"
 
 #include <errno.h>
@@ -5,7 +7,11 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, sq_error *err)
@@ -118,6 +124,9 @@ static void on_fatal_signal(int sig)
 
 void sq_out_install_signal_handlers(void)
 {
+    /* Past `ulimit -f`, a write fails with EFBIG (an I/O error, exit 74, the temporary file
+     * removed) instead of killing the process with SIGXFSZ. */
+    signal(SIGXFSZ, SIG_IGN);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_fatal_signal;
@@ -127,15 +136,152 @@ void sq_out_install_signal_handlers(void)
     sigaction(SIGHUP, &sa, NULL);
 }
 
-/* ---- atomic output ---------------------------------------------------------------------- */
+/* ---- atomic output ----------------------------------------------------------------------
+ *
+ * Three ways to write, chosen when the output is opened (docs/robustness.md):
+ *   - "-" and every path that exists and is neither a regular file nor a directory (a character
+ *     or block device, a FIFO, a socket) are written directly: /dev/null must stay a device,
+ *     and a pipe has no directory to put a temporary file in. A write error is still SQ_EIO.
+ *   - otherwise an anonymous file (O_TMPFILE) in the destination's directory, given a name
+ *     only at commit (linkat, then rename over the destination): a process killed with
+ *     SIGKILL leaves nothing behind, because the file never had a name;
+ *   - where the file system has no O_TMPFILE, a named temporary "dir/.name.tmp-XXXXXX", which
+ *     SIGINT/SIGTERM/SIGHUP and every failure remove (SIGKILL cannot be caught: it stays). */
+
+enum out_kind { OUT_STDOUT, OUT_DIRECT, OUT_ANON, OUT_NAMED };
 
 struct sq_out {
     FILE *fp;
-    int   is_stdout;
+    int   kind;                 /* enum out_kind              */
+    int   prepared;             /* OUT_ANON: flushed, fsynced */
     int   slot;                 /* index in pending[], or -1 */
     char *path;                 /* destination                */
-    char *tmp;                  /* temporary file beside it   */
+    char *tmp;                  /* OUT_NAMED: the temporary file beside it */
 };
+
+/* "dir/name" -> the directory part with its slash ("dir/", or "" for a bare name). */
+static size_t dir_len(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? (size_t)(slash - path) + 1 : 0;
+}
+
+/* Opens an anonymous file in path's directory; -1 with errno when the file system (or the
+ * kernel) cannot. */
+static int anon_open(const char *path)
+{
+#ifdef O_TMPFILE
+    size_t dl = dir_len(path);
+    char dir[SQ_PATH_MAX];
+    if (dl == 0)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)dl, path);
+    /* The mode is applied with the umask, as a plain fopen() would create the file. */
+    return open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+#else
+    (void)path;
+    errno = EOPNOTSUPP;
+    return -1;
+#endif
+}
+
+/* Fills the trailing "XXXXXX" of name with random letters. */
+static void random_suffix(char *name)
+{
+    static const char set[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    static unsigned long counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long x = (unsigned long long)ts.tv_nsec ^ ((unsigned long long)getpid() << 20) ^
+                           (unsigned long long)(++counter * 0x9e3779b97f4a7c15ULL);
+    unsigned char rnd[6];
+    if (getrandom(rnd, sizeof rnd, GRND_NONBLOCK) == (ssize_t)sizeof rnd)
+        for (int i = 0; i < 6; i++)
+            x ^= (unsigned long long)rnd[i] << (8 * i);
+    char *p = name + strlen(name) - 6;
+    for (int i = 0; i < 6; i++) {
+        p[i] = set[x % (sizeof set - 1)];
+        x /= sizeof set - 1;
+    }
+}
+
+/* Gives the anonymous file fd the name `path` (which must not exist): linkat by descriptor
+ * where the process may (CAP_DAC_READ_SEARCH), else through /proc/self/fd (linkat(2)). */
+static int anon_link(int fd, const char *path)
+{
+#ifdef AT_EMPTY_PATH
+    if (linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH) == 0)
+        return 0;
+#endif
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    return linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+}
+
+/* Names the anonymous file fd and renames it over `path`. SIGINT/SIGTERM/SIGHUP stay blocked
+ * for the few system calls in between, so that the name never outlives the process. */
+static int anon_commit(int fd, const char *path, sq_error *err)
+{
+    size_t n = strlen(path) + 32;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return sq_error_oom(err, "temporary path");
+    size_t dl = dir_len(path);
+    sigset_t old;
+    signals_block(&old);
+    int rc = SQ_OK, linked = 0;
+    for (int attempt = 0; attempt < 100 && !linked; attempt++) {
+        snprintf(tmp, n, "%.*s.%s.tmp-XXXXXX", (int)dl, path, path + dl);
+        random_suffix(tmp);
+        if (anon_link(fd, tmp) == 0)
+            linked = 1;
+        else if (errno != EEXIST)
+            break;
+    }
+    if (!linked)
+        rc = sq_error_set(err, SQ_ECANTCREAT, "%s: cannot give the new file a name: %s", path,
+                          strerror(errno));
+    else if (rename(tmp, path) != 0) {
+        rc = sq_error_set(err, SQ_ECANTCREAT, "%s: cannot rename the temporary file into place: %s",
+                          path, strerror(errno));
+        unlink(tmp);
+    }
+    signals_restore(&old);
+    free(tmp);
+    return rc;
+}
+
+/* Connects to a listening Unix socket at path, for writing. */
+static int socket_open(const char *path)
+{
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof sa.sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+int sq_out_is_direct(const char *path)
+{
+    if (strcmp(path, "-") == 0)
+        return 1;
+    struct stat st;
+    return stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
 
 int sq_out_open(sq_out **outp, const char *path, sq_error *err)
 {
@@ -146,14 +292,9 @@ int sq_out_open(sq_out **outp, const char *path, sq_error *err)
     o->slot = -1;
     if (strcmp(path, "-") == 0) {
         o->fp = stdout;
-        o->is_stdout = 1;
+        o->kind = OUT_STDOUT;
         *outp = o;
         return SQ_OK;
-    }
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
-        free(o);
-        return sq_error_set(err, SQ_ECANTCREAT, "%s: is a directory, expected a file path", path);
     }
     size_t n = strlen(path);
     if (n + 32 > SQ_PATH_MAX) {
@@ -161,30 +302,60 @@ int sq_out_open(sq_out **outp, const char *path, sq_error *err)
         return sq_error_set(err, SQ_ECANTCREAT, "%s: path is too long", path);
     }
     o->path = strdup(path);
-    o->tmp = malloc(n + 32);
-    if (!o->path || !o->tmp) {
-        free(o->path);
-        free(o->tmp);
+    if (!o->path) {
         free(o);
         return sq_error_oom(err, "output path");
     }
-    /* "dir/name" -> "dir/.name.tmp-XXXXXX": same directory, so rename() is atomic. */
-    const char *slash = strrchr(path, '/');
-    size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
-    snprintf(o->tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, path + dirlen);
-    sigset_t old;
-    signals_block(&old);
-    int fd = mkstemp(o->tmp);
-    if (fd >= 0)
-        o->slot = pending_add(o->tmp);
-    signals_restore(&old);
-    if (fd < 0) {
-        int e = errno;
+    struct stat st;
+    int fd = -1;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         free(o->path);
-        free(o->tmp);
         free(o);
-        return sq_error_set(err, SQ_ECANTCREAT, "%s: cannot create a temporary file beside it: %s",
-                            path, strerror(e));
+        return sq_error_set(err, SQ_ECANTCREAT, "%s: is a directory, expected a file path", path);
+    }
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        /* A device, FIFO or socket: written in place, never replaced. */
+        o->kind = OUT_DIRECT;
+        fd = S_ISSOCK(st.st_mode) ? socket_open(path)
+                                  : open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0) {
+            int e = errno;
+            free(o->path);
+            free(o);
+            return sq_error_set(err, SQ_ECANTCREAT, "%s: cannot open for writing: %s", path,
+                                strerror(e));
+        }
+    } else {
+        fd = anon_open(path);
+        if (fd >= 0) {
+            o->kind = OUT_ANON;
+        } else {
+            o->kind = OUT_NAMED;
+            o->tmp = malloc(n + 32);
+            if (!o->tmp) {
+                free(o->path);
+                free(o);
+                return sq_error_oom(err, "output path");
+            }
+            /* "dir/name" -> "dir/.name.tmp-XXXXXX": same directory, so rename() is atomic. */
+            size_t dl = dir_len(path);
+            snprintf(o->tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dl, path, path + dl);
+            sigset_t old;
+            signals_block(&old);
+            fd = mkstemp(o->tmp);
+            if (fd >= 0)
+                o->slot = pending_add(o->tmp);
+            signals_restore(&old);
+            if (fd < 0) {
+                int e = errno;
+                free(o->path);
+                free(o->tmp);
+                free(o);
+                return sq_error_set(err, SQ_ECANTCREAT,
+                                    "%s: cannot create a temporary file beside it: %s", path,
+                                    strerror(e));
+            }
+        }
     }
     o->fp = fdopen(fd, "w");
     if (!o->fp) {
@@ -213,28 +384,42 @@ void sq_out_abort(sq_out *o)
 {
     if (!o)
         return;
-    if (!o->is_stdout) {
+    if (o->kind != OUT_STDOUT) {
         if (o->fp)
-            fclose(o->fp);
-        unlink(o->tmp);
-        pending_drop(o->slot);
+            fclose(o->fp); /* an anonymous file vanishes with its last descriptor */
+        if (o->kind == OUT_NAMED) {
+            unlink(o->tmp);
+            pending_drop(o->slot);
+        }
     }
     out_free(o);
 }
 
+/* Flushes the stream; SQ_EIO naming `what` when anything written so far failed. */
+static int flush_checked(FILE *fp, const char *what, sq_error *err)
+{
+    int bad = ferror(fp);
+    int e = bad ? errno : 0;
+    if (fflush(fp) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad)
+        return sq_error_set(err, SQ_EIO, "%s: write error: %s", what,
+                            e ? strerror(e) : "the stream failed");
+    return SQ_OK;
+}
+
 int sq_out_prepare(sq_out *o, sq_error *err)
 {
-    if (o->is_stdout) {
-        if (ferror(stdout) || fflush(stdout) != 0)
-            return sq_error_set(err, SQ_EIO, "standard output: write error: %s", strerror(errno));
-        return SQ_OK;
-    }
-    if (!o->fp)
+    if (o->kind == OUT_STDOUT)
+        return flush_checked(stdout, "standard output", err);
+    if (!o->fp || o->prepared)
         return SQ_OK; /* prepared already */
-    int rc = SQ_OK;
-    if (ferror(o->fp) || fflush(o->fp) != 0)
-        rc = sq_error_set(err, SQ_EIO, "%s: write error: %s", o->path, strerror(errno));
-    if (rc == SQ_OK) {
+    int rc = flush_checked(o->fp, o->path, err);
+    if (o->kind == OUT_DIRECT)
+        return rc; /* nothing to sync on a device, FIFO or socket */
+    if (rc == SQ_OK && o->kind == OUT_NAMED) {
         /* mkstemp makes the file 0600; give it the mode a plain fopen() would have. */
         mode_t mask = umask(0);
         umask(mask);
@@ -243,6 +428,11 @@ int sq_out_prepare(sq_out *o, sq_error *err)
     }
     if (rc == SQ_OK && fsync(fileno(o->fp)) != 0 && errno != EINVAL)
         rc = sq_error_set(err, SQ_EIO, "%s: fsync: %s", o->path, strerror(errno));
+    if (o->kind == OUT_ANON) {
+        /* The descriptor stays open until the commit: closing it would drop the file. */
+        o->prepared = rc == SQ_OK;
+        return rc;
+    }
     if (fclose(o->fp) != 0 && rc == SQ_OK)
         rc = sq_error_set(err, SQ_EIO, "%s: close: %s", o->path, strerror(errno));
     o->fp = NULL;
@@ -251,20 +441,30 @@ int sq_out_prepare(sq_out *o, sq_error *err)
 
 int sq_out_commit(sq_out *o, sq_error *err)
 {
-    if (o->is_stdout) {
-        int bad = ferror(stdout) || fflush(stdout) != 0;
+    if (o->kind == OUT_STDOUT) {
+        int rc = flush_checked(stdout, "standard output", err);
         out_free(o);
-        if (bad)
-            return sq_error_set(err, SQ_EIO, "standard output: write error: %s", strerror(errno));
-        return SQ_OK;
+        return rc;
     }
     int rc = sq_out_prepare(o, err);
-    if (rc == SQ_OK && rename(o->tmp, o->path) != 0)
-        rc = sq_error_set(err, SQ_ECANTCREAT, "%s: cannot rename the temporary file into place: %s",
-                          o->path, strerror(errno));
-    if (rc != SQ_OK)
-        unlink(o->tmp);
-    pending_drop(o->slot);
+    if (o->kind == OUT_DIRECT) {
+        if (fclose(o->fp) != 0 && rc == SQ_OK)
+            rc = sq_error_set(err, SQ_EIO, "%s: write error: %s", o->path, strerror(errno));
+        o->fp = NULL;
+    } else if (o->kind == OUT_ANON) {
+        if (rc == SQ_OK)
+            rc = anon_commit(fileno(o->fp), o->path, err);
+        fclose(o->fp);
+        o->fp = NULL;
+    } else {
+        if (rc == SQ_OK && rename(o->tmp, o->path) != 0)
+            rc = sq_error_set(err, SQ_ECANTCREAT,
+                              "%s: cannot rename the temporary file into place: %s", o->path,
+                              strerror(errno));
+        if (rc != SQ_OK)
+            unlink(o->tmp);
+        pending_drop(o->slot);
+    }
     out_free(o);
     return rc;
 }
@@ -283,7 +483,22 @@ int sq_file_write_atomic(const char *path, const char *data, size_t len, sq_erro
     return sq_out_commit(o, err);
 }
 
-/* ---- temporary files written by other libraries ------------------------------------------ */
+/* ---- temporary files written by other libraries ------------------------------------------
+ *
+ * HDF5 wants a file name. Where the file system has O_TMPFILE, the name handed out is the
+ * anonymous file's /proc/self/fd/N link (opening it reopens the same file, proc(5)), and the
+ * slot is -2 - N, so that a killed process leaves nothing; otherwise a named temporary file,
+ * registered for the signal handler, with slot >= -1. */
+
+static int slot_fd(int slot)
+{
+    return slot <= -2 ? -2 - slot : -1;
+}
+
+int sq_temp_is_anonymous(int slot)
+{
+    return slot_fd(slot) >= 0;
+}
 
 int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
 {
@@ -298,9 +513,19 @@ int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
     char *tmp = malloc(n + 32);
     if (!tmp)
         return sq_error_oom(err, "temporary path");
-    const char *slash = strrchr(path, '/');
-    size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
-    snprintf(tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dirlen, path, path + dirlen);
+    int afd = anon_open(path);
+    if (afd >= 0) {
+        snprintf(tmp, n + 32, "/proc/self/fd/%d", afd);
+        struct stat pst;
+        if (stat(tmp, &pst) == 0 && S_ISREG(pst.st_mode)) {
+            *slot = -2 - afd;
+            *tmpp = tmp;
+            return SQ_OK;
+        }
+        close(afd); /* no /proc: fall back to a named file */
+    }
+    size_t dl = dir_len(path);
+    snprintf(tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dl, path, path + dl);
     sigset_t old;
     signals_block(&old);
     int fd = mkstemp(tmp);
@@ -320,6 +545,11 @@ int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
 
 void sq_temp_discard(const char *tmp, int slot)
 {
+    int afd = slot_fd(slot);
+    if (afd >= 0) {
+        close(afd);
+        return;
+    }
     if (tmp)
         unlink(tmp);
     pending_drop(slot);
@@ -328,6 +558,15 @@ void sq_temp_discard(const char *tmp, int slot)
 int sq_temp_commit(const char *tmp, int slot, const char *path, sq_error *err)
 {
     int rc = SQ_OK;
+    int afd = slot_fd(slot);
+    if (afd >= 0) {
+        if (fsync(afd) != 0 && errno != EINVAL)
+            rc = sq_error_set(err, SQ_EIO, "%s: fsync: %s", path, strerror(errno));
+        if (rc == SQ_OK)
+            rc = anon_commit(afd, path, err);
+        close(afd);
+        return rc;
+    }
     int fd = open(tmp, O_RDWR | O_CLOEXEC);
     if (fd < 0)
         rc = sq_error_set(err, SQ_EIO, "%s: cannot reopen the temporary file %s: %s", path, tmp,
@@ -349,4 +588,87 @@ int sq_temp_commit(const char *tmp, int slot, const char *path, sq_error *err)
         unlink(tmp);
     pending_drop(slot);
     return rc;
+}
+
+/* ---- outputs that would destroy an input or each other ------------------------------------ */
+
+/* What a path will be once written: the file it names when that exists (symlinks followed),
+ * else the name inside its (existing) directory. */
+typedef struct path_id {
+    int    exists;
+    int    regular;
+    dev_t  dev;
+    ino_t  ino;
+    const char *base;    /* exists == 0: the last component */
+} path_id;
+
+static int path_identify(const char *path, path_id *id)
+{
+    memset(id, 0, sizeof *id);
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        id->exists = 1;
+        id->regular = S_ISREG(st.st_mode);
+        id->dev = st.st_dev;
+        id->ino = st.st_ino;
+        return 0;
+    }
+    /* Absent: identify its directory, so that "x", "./x" and "d/../x" compare equal. */
+    size_t dl = dir_len(path);
+    char dir[SQ_PATH_MAX];
+    if (dl >= sizeof dir)
+        return -1;
+    if (dl == 0)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)dl, path);
+    if (stat(dir, &st) != 0)
+        return -1;
+    id->dev = st.st_dev;
+    id->ino = st.st_ino;
+    id->base = path + dl;
+    id->regular = 1;
+    return 0;
+}
+
+static int path_id_same(const path_id *a, const path_id *b)
+{
+    if (a->exists != b->exists || a->dev != b->dev || a->ino != b->ino)
+        return 0;
+    return a->exists || strcmp(a->base, b->base) == 0;
+}
+
+int sq_paths_check(const sq_path_use *inputs, int n_in, const sq_path_use *outputs, int n_out,
+                   sq_error *err)
+{
+    for (int i = 0; i < n_out; i++) {
+        const sq_path_use *o = &outputs[i];
+        if (!o->path || strcmp(o->path, "-") == 0)
+            continue;
+        path_id oid;
+        if (path_identify(o->path, &oid) != 0 || !oid.regular)
+            continue; /* a device or FIFO may take several streams; a bad path fails later */
+        for (int j = 0; j < n_in; j++) {
+            const sq_path_use *in = &inputs[j];
+            if (!in->path || strcmp(in->path, "-") == 0)
+                continue;
+            path_id iid;
+            if (oid.exists && path_identify(in->path, &iid) == 0 && path_id_same(&oid, &iid))
+                return sq_error_set(err, SQ_EUSAGE,
+                                    "%s %s: is the same file as the input %s %s; refusing to "
+                                    "overwrite an input", o->option, o->path, in->option,
+                                    in->path);
+        }
+        for (int j = 0; j < i; j++) {
+            const sq_path_use *p = &outputs[j];
+            if (!p->path || strcmp(p->path, "-") == 0)
+                continue;
+            path_id pid;
+            if (path_identify(p->path, &pid) == 0 && path_id_same(&oid, &pid))
+                return sq_error_set(err, SQ_EUSAGE,
+                                    "%s %s and %s %s: name the same file; one output would be "
+                                    "lost", p->option, p->path, o->option, o->path);
+        }
+    }
+    return SQ_OK;
 }

@@ -1,9 +1,13 @@
-/* File input and atomic file output.
+/* File input and atomic file output (docs/robustness.md).
  *
- * No tool ever leaves a half-written file behind (DESIGN.md §8): every output is written to a
- * temporary file in the destination's directory, flushed, fsynced and renamed over the
- * destination. On any failure, and on SIGINT/SIGTERM once sq_out_install_signal_handlers() has
- * run, the temporary file is unlinked and the old destination stays as it was. */
+ * No tool ever leaves a half-written file behind: an output that is absent or a regular file is
+ * written to a temporary file in the destination's directory, flushed, fsynced and renamed over
+ * the destination. The temporary file is anonymous (O_TMPFILE) where the file system allows, so
+ * that even SIGKILL leaves nothing; otherwise it is named ".NAME.tmp-XXXXXX" and unlinked on any
+ * failure, and on SIGINT/SIGTERM/SIGHUP once sq_out_install_signal_handlers() has run.
+ * Anything else that exists (a character or block device, a FIFO, a socket) and "-" is written
+ * directly, never replaced: `-o /dev/null` keeps /dev/null a device. A write error there is
+ * still SQ_EIO. */
 #ifndef SQ_BASE_IO_H
 #define SQ_BASE_IO_H
 
@@ -20,8 +24,12 @@ int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, s
 typedef struct sq_out sq_out;
 
 /* Starts an atomic write of `path`; "-" means standard output (written directly, and
- * checked at commit). Errors: SQ_ECANTCREAT. */
+ * checked at commit), and so is a path that exists and is neither a regular file nor a
+ * directory. Errors: SQ_ECANTCREAT. */
 int sq_out_open(sq_out **out, const char *path, sq_error *err);
+
+/* 1 when sq_out_open would write `path` directly ("-", a device, FIFO or socket). */
+int sq_out_is_direct(const char *path);
 
 /* The stream to write to. */
 FILE *sq_out_stream(sq_out *out);
@@ -42,18 +50,34 @@ void sq_out_abort(sq_out *out);
 /* Convenience: writes `len` bytes atomically. */
 int sq_file_write_atomic(const char *path, const char *data, size_t len, sq_error *err);
 
-/* SIGINT and SIGTERM unlink every temporary file still open, then the process dies of the
- * signal as it would have. Call once at the start of main(). */
+/* SIGINT, SIGTERM and SIGHUP unlink every named temporary file still open, then the process
+ * dies of the signal as it would have; SIGXFSZ is ignored, so that a write past `ulimit -f`
+ * fails with EFBIG (SQ_EIO, temporary removed). Call once at the start of main(). */
 void sq_out_install_signal_handlers(void);
 
 /* Temporary files created by other libraries (HDF5 needs a file name, not a stream).
- * sq_temp_create makes an empty file "dir/.name.tmp-XXXXXX" beside `path` (mode 0600) and
- * registers it, so that a signal unlinks it; *tmp is malloc'd. sq_temp_commit gives it the mode a
+ * sq_temp_create makes an empty file beside `path` and puts a name for it in *tmp (malloc'd):
+ * an anonymous file's /proc/self/fd/N where O_TMPFILE works, else "dir/.name.tmp-XXXXXX"
+ * (mode 0600), registered so that a signal unlinks it. *slot is opaque. sq_temp_commit gives it the mode a
  * plain fopen() would have, fsyncs it and renames it over `path` (unlinking it on failure);
  * sq_temp_discard unlinks it. Both unregister it; neither frees tmp.
  * Errors: SQ_ECANTCREAT, SQ_EIO. */
 int sq_temp_create(const char *path, char **tmp, int *slot, sq_error *err);
 int sq_temp_commit(const char *tmp, int slot, const char *path, sq_error *err);
 void sq_temp_discard(const char *tmp, int slot);
+/* 1 when the temporary file of `slot` is anonymous (named by its /proc/self/fd link). */
+int sq_temp_is_anonymous(int slot);
+
+/* Outputs that would destroy something. Each use is an option name ("-o", "--table", "the
+ * corpus argument") and a path (NULL or "-" entries are skipped). Refuses an output that is
+ * the same file as an input (device and inode, symlinks followed), and two outputs that would
+ * be the same file (an absent one compares by directory and name). Devices and FIFOs may be
+ * named several times. Called before any work. Errors: SQ_EUSAGE naming both options. */
+typedef struct sq_path_use {
+    const char *option;
+    const char *path;
+} sq_path_use;
+int sq_paths_check(const sq_path_use *inputs, int n_in, const sq_path_use *outputs, int n_out,
+                   sq_error *err);
 
 #endif

@@ -1239,6 +1239,11 @@ static int writer_create_file(sq_corpus_writer *w, const sq_corpus_writer_params
     hid_t fapl = h5_fapl_new();
     if (fapl >= 0)
         H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+    /* An anonymous temporary file is named by its /proc/self/fd link, which HDF5's default
+     * (sec2) driver resolves to a path that does not exist; the stdio driver opens the name as
+     * given (H5F__build_actual_name in HDF5 1.10 only resolves links for POSIX-handle drivers). */
+    if (fapl >= 0 && sq_temp_is_anonymous(w->slot))
+        H5Pset_fapl_stdio(fapl);
     w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl >= 0 ? fapl : H5P_DEFAULT);
     if (fapl >= 0)
         H5Pclose(fapl);
