@@ -78,6 +78,43 @@ static void good_corpus(const char *path)
     cr_assert_eq(sq_corpus_writer_commit(w, &err), 0, "%s", err.msg);
 }
 
+/* A good corpus with /tokens whose row `row` is then overwritten with `id` (the writer refuses
+ * ids outside [0, V), so the bad one is written with HDF5 directly). */
+static void corpus_with_token(const char *path, int row, int id)
+{
+    sq_corpus_writer_params p = sq_corpus_writer_default_params();
+    p.vocab = 8;
+    p.draft = "d";
+    p.target = "t";
+    sq_corpus_writer *w;
+    sq_error err = {0};
+    cr_assert_eq(sq_corpus_writer_open(path, &p, &w, &err), 0, "%s", err.msg);
+    float t[8], d[8];
+    for (int r = 0; r < 20; r++) {
+        for (int j = 0; j < 8; j++) {
+            t[j] = (float)((r * 7 + j * 3) % 11);
+            d[j] = (float)((r * 5 + j) % 7);
+        }
+        int32_t tok = r % 8;
+        cr_assert_eq(sq_corpus_writer_append(w, t, d, &tok, 1, &err), 0, "%s", err.msg);
+    }
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), 0, "%s", err.msg);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert(f >= 0);
+    hid_t ds = H5Dopen2(f, "/tokens", H5P_DEFAULT);
+    cr_assert(ds >= 0);
+    hid_t fs = H5Dget_space(ds);
+    hsize_t start = (hsize_t)row, one = 1;
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, &start, NULL, &one, NULL);
+    hid_t ms = H5Screate_simple(1, &one, NULL);
+    int32_t v = id;
+    cr_assert(H5Dwrite(ds, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, &v) >= 0);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(ds);
+    H5Fclose(f);
+}
+
 /* A corpus whose attributes and dataset extents claim V columns (never written: chunked). */
 static void claiming_corpus(const char *path, long long V)
 {
@@ -182,6 +219,12 @@ static void make_world(const char *dir)
     free(bytes);
     free(p);
     put(dir, "corpus-empty.h5", "");
+    p = tu_path(dir, "corpus-tok999.h5");
+    corpus_with_token(p, 5, 999);
+    free(p);
+    p = tu_path(dir, "corpus-tokneg.h5");
+    corpus_with_token(p, 13, -3);
+    free(p);
     put(dir, "corpus-json.h5", CURVE("[0.5]"));
     p = tu_path(dir, "corpus-v31.h5");
     claiming_corpus(p, 1LL << 31);
@@ -259,6 +302,9 @@ static const bad_case cases[] = {
     {"empty_profile_csv", PROFILE, {"--import", "@/prof-empty.csv", "-o", OUT}, 65, {"prof-empty.csv"}},
     {"empty_corpus", ACCEPT, {"@/corpus-empty.h5", "-q", "-o", OUT}, 65, {"corpus-empty.h5", "not an HDF5 file"}},
     {"truncated_corpus", ACCEPT, {"@/corpus-trunc.h5", "-q", "-o", OUT}, 65, {"corpus-trunc.h5"}},
+    /* token ids outside [0, V) (issue 14) */
+    {"corpus_token_id_past_vocab", ACCEPT, {"@/corpus-tok999.h5", "-q", "-o", OUT}, 65, {"corpus-tok999.h5", "/tokens: row 5", "token id 999 is outside the vocabulary [0, 8)"}},
+    {"corpus_token_id_negative", ACCEPT, {"@/corpus-tokneg.h5", "-q", "-o", OUT}, 65, {"corpus-tokneg.h5", "/tokens: row 13", "token id -3"}},
     {"json_as_corpus", ACCEPT, {"@/corpus-json.h5", "-q", "-o", OUT}, 65, {"corpus-json.h5", "not an HDF5 file"}},
     {"empty_config", RUN, {"dump", "--draft", "@/m-cfg-empty", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"config.json", "empty file"}},
     {"empty_safetensors", RUN, {"dump", "--draft", "@/m-st-empty", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"model.safetensors"}},
@@ -534,6 +580,49 @@ Test(badinput, full_disk_is_exit_74_and_keeps_the_old_output)
         int st = run_limited(cmds[i], 64 * 1024, &se);
         cr_assert_eq(st, 74, "%s: exit %d: %s", cmds[i][0], st, se);
         cr_assert(strstr(se, dir) && (strstr(se, "write") || strstr(se, "File too large")), "%s", se);
+        free(se);
+    }
+    const char *outs[] = {table, plan, dump};
+    for (int i = 0; i < 3; i++) {
+        char *now = tu_read(outs[i], NULL);
+        cr_assert(now && !strcmp(now, OLD_TEXT), "%s was changed", outs[i]);
+        free(now);
+    }
+    cr_assert_eq(count_temps(dir), 0, "no temporary file remains");
+    tu_rmtree(dir);
+}
+
+/* `ulimit -f` (issue 14): with SIGXFSZ at its default, as a shell leaves it, the tools ignore
+ * it themselves, so the write fails with EFBIG: exit 74 and the temporary file removed, not
+ * death by signal (exit 128 + 25 = 153). */
+Test(badinput, ulimit_f_is_exit_74_not_death_by_sigxfsz)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *table = tu_path(dir, "table.json"), *plan = tu_path(dir, "plan.json");
+    char *model = tu_path(dir, "model"), *toks = tu_path(dir, "long.txt"), *dump = tu_path(dir, "c.h5");
+    FILE *fp = fopen(toks, "w");
+    for (int i = 0; i < 3000; i++)
+        fprintf(fp, "%d ", (i * 37) % 97);
+    fclose(fp);
+    tu_write(table, OLD_TEXT);
+    tu_write(plan, OLD_TEXT);
+    tu_write(dump, OLD_TEXT);
+    char *a1[] = {getenv("SQ_PLAN_BIN"), "-q", "--budget", "512", "--depth", "64", "-o", plan,
+                  "--table", table, NULL};
+    char *a2[] = {getenv("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model, "--tokens", toks,
+                  "--context", "256", "-o", dump, NULL};
+    char **cmds[] = {a1, a2};
+    signal(SIGXFSZ, SIG_DFL);
+    struct rlimit old, rl = {64 * 1024, 64 * 1024};
+    cr_assert_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    for (int i = 0; i < 2; i++) {
+        char *se = NULL;
+        cr_assert_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+        int st = tu_run(cmds[i], NULL, &se);
+        setrlimit(RLIMIT_FSIZE, &old);
+        cr_assert_eq(st, 74, "%s: exit %d (153: killed by SIGXFSZ): %s", cmds[i][0], st, se);
+        cr_assert(strstr(se, dir) && strstr(se, "File too large"), "%s", se);
         free(se);
     }
     const char *outs[] = {table, plan, dump};

@@ -177,6 +177,8 @@ struct sq_corpus {
     float         *sp_logits;     /* (sp_cap): scratch of sparse reads, (count, K)        */
     int32_t       *sp_ids;        /* (sp_cap)                                             */
     size_t         sp_cap;
+    int32_t       *tok_scratch;   /* (tok_cap): /tokens rows read only to be checked      */
+    size_t         tok_cap;
 };
 
 /* ---- attributes ------------------------------------------------------------------------- */
@@ -704,6 +706,7 @@ void sq_corpus_close(sq_corpus *c)
     free(c->offsets);
     free(c->sp_logits);
     free(c->sp_ids);
+    free(c->tok_scratch);
     free(c->path);
     free(c);
 }
@@ -873,11 +876,23 @@ int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *
         return rc;
     if (draft && (rc = read_model(c, 1, row0, count, draft, err)))
         return rc;
-    if (tokens) {
-        if (!c->info.has_tokens) {
-            for (int i = 0; i < count; i++)
-                tokens[i] = -1;
-            return SQ_OK;
+    if (tokens && !c->info.has_tokens) {
+        for (int i = 0; i < count; i++)
+            tokens[i] = -1;
+        return SQ_OK;
+    }
+    if (c->info.has_tokens) {
+        /* /tokens is checked even when the caller does not want it: a corpus with ids outside
+         * [0, V) is malformed whoever reads it (4 bytes a row, beside 2 V floats). */
+        if (!tokens) {
+            if ((size_t)count > c->tok_cap) {
+                int32_t *t = realloc(c->tok_scratch, (size_t)count * sizeof *t);
+                if (!t)
+                    return sq_error_oom(err, "token buffer");
+                c->tok_scratch = t;
+                c->tok_cap = (size_t)count;
+            }
+            tokens = c->tok_scratch;
         }
         if ((rc = read_rows(c, c->tokens, "/tokens", H5T_NATIVE_INT32, row0, count, 0, tokens, err)))
             return rc;
