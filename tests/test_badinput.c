@@ -115,6 +115,33 @@ static void corpus_with_token(const char *path, int row, int id)
     H5Fclose(f);
 }
 
+/* A good corpus whose first chunk of /target/logits is overwritten with garbage: it opens,
+ * and the chunk no longer inflates. */
+static void corpus_with_bad_chunk(const char *path)
+{
+    good_corpus(path);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    cr_assert(f >= 0);
+    hid_t ds = H5Dopen2(f, "/target/logits", H5P_DEFAULT);
+    cr_assert(ds >= 0);
+    hsize_t offset[2] = {0, 0};
+    unsigned mask;
+    haddr_t addr;
+    hsize_t size;
+    cr_assert(H5Dget_chunk_info_by_coord(ds, offset, &mask, &addr, &size) >= 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+    cr_assert(size > 4);
+    int fd = open(path, O_WRONLY);
+    cr_assert(fd >= 0);
+    unsigned char junk[4096];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (unsigned char)(0xa5 ^ (i * 29));
+    size_t n = size - 2 < sizeof junk ? size - 2 : sizeof junk;
+    cr_assert_eq(pwrite(fd, junk, n, (off_t)addr + 2), (ssize_t)n);
+    close(fd);
+}
+
 /* A corpus whose attributes and dataset extents claim V columns (never written: chunked). */
 static void claiming_corpus(const char *path, long long V)
 {
@@ -219,6 +246,20 @@ static void make_world(const char *dir)
     free(bytes);
     free(p);
     put(dir, "corpus-empty.h5", "");
+    p = tu_path(dir, "corpus-badchunk.h5");
+    corpus_with_bad_chunk(p);
+    free(p);
+    put(dir, "deep.json", "");
+    p = tu_path(dir, "deep.json");
+    FILE *deep = fopen(p, "w");
+    cr_assert_not_null(deep);
+    for (int i = 0; i < 1500; i++)
+        fputc('[', deep);
+    for (int i = 0; i < 1500; i++)
+        fputc(']', deep);
+    fputc('\n', deep);
+    cr_assert_eq(fclose(deep), 0);
+    free(p);
     p = tu_path(dir, "corpus-tok999.h5");
     corpus_with_token(p, 5, 999);
     free(p);
@@ -302,6 +343,9 @@ static const bad_case cases[] = {
     {"empty_profile_csv", PROFILE, {"--import", "@/prof-empty.csv", "-o", OUT}, 65, {"prof-empty.csv"}},
     {"empty_corpus", ACCEPT, {"@/corpus-empty.h5", "-q", "-o", OUT}, 65, {"corpus-empty.h5", "not an HDF5 file"}},
     {"truncated_corpus", ACCEPT, {"@/corpus-trunc.h5", "-q", "-o", OUT}, 65, {"corpus-trunc.h5"}},
+    /* damage and depth reported as what they are (issue 14) */
+    {"corrupt_corpus_chunk", ACCEPT, {"@/corpus-badchunk.h5", "-q", "-o", OUT}, 65, {"corpus-badchunk.h5", "/target/logits", "damaged"}},
+    {"json_nested_too_deep", PLAN, {"--acceptance", "@/deep.json", "-o", OUT}, 65, {"deep.json:1:1001", "nested too deep"}},
     /* token ids outside [0, V) (issue 14) */
     {"corpus_token_id_past_vocab", ACCEPT, {"@/corpus-tok999.h5", "-q", "-o", OUT}, 65, {"corpus-tok999.h5", "/tokens: row 5", "token id 999 is outside the vocabulary [0, 8)"}},
     {"corpus_token_id_negative", ACCEPT, {"@/corpus-tokneg.h5", "-q", "-o", OUT}, 65, {"corpus-tokneg.h5", "/tokens: row 13", "token id -3"}},

@@ -70,6 +70,29 @@ static size_t utf8_len(const unsigned char *p, size_t n)
     return k;
 }
 
+/* Where the nesting of arrays and objects (outside strings) first goes past `limit`, or NULL. */
+static const char *too_deep(const char *text, size_t len, int limit)
+{
+    int depth = 0, in_string = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+        } else if (c == '"') {
+            in_string = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit)
+                return text + i;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return NULL;
+}
+
 int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, sq_error *err)
 {
     *out = NULL;
@@ -94,6 +117,13 @@ int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, s
     if (!root) {
         const char *at = end ? end : cJSON_GetErrorPtr();
         int line = 0, col = 0;
+        /* cJSON refuses more than CJSON_NESTING_LIMIT levels as a parse error: say so. */
+        const char *deep = too_deep(text, len, CJSON_NESTING_LIMIT);
+        if (deep && (!at || deep <= at)) {
+            line_col(text, deep, &line, &col);
+            return sq_error_set(err, SQ_EDATA, "%s:%d:%d: nested too deep (more than %d levels of "
+                                "arrays and objects)", file, line, col, CJSON_NESTING_LIMIT);
+        }
         if (at && at >= text && at <= text + len)
             line_col(text, at, &line, &col);
         return sq_error_set(err, SQ_EDATA, "%s:%d:%d: malformed JSON", file, line, col);

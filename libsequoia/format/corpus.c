@@ -58,6 +58,22 @@ static herr_t walk_innermost(unsigned n, const H5E_error2_t *e, void *data)
     return 0;
 }
 
+static herr_t walk_read_error(unsigned n, const H5E_error2_t *e, void *data)
+{
+    (void)n;
+    if (e->min_num == H5E_READERROR || e->min_num == H5E_SEEKERROR)
+        *(int *)data = 1;
+    return 0;
+}
+
+/* 1 when the HDF5 error stack holds a failed system read (the disk, not the file's bytes). */
+static int h5_is_read_error(void)
+{
+    int found = 0;
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_read_error, &found);
+    return found;
+}
+
 /* The most specific message on the HDF5 error stack (or ""); clears the stack. */
 static const char *h5_detail(char buf[256])
 {
@@ -742,10 +758,14 @@ static int read_rows(sq_corpus *c, hid_t ds, const char *name, hid_t mem_type, i
     if (fs >= 0)
         H5Sclose(fs);
     if (!ok) {
+        /* A chunk that does not decompress (or a bad checksum) is damage in the file: data,
+         * 65. Only a failed read() of the disk is an I/O error, 74. */
+        int io = h5_is_read_error();
         char d[256];
         h5_detail(d);
-        return sq_error_set(err, SQ_EIO, "%s: %s: cannot read rows %lld..%lld%s%s", c->path, name,
-                            (long long)row0, (long long)(row0 + count - 1), *d ? ": " : "", d);
+        return sq_error_set(err, io ? SQ_EIO : SQ_EDATA, "%s: %s: cannot read rows %lld..%lld%s%s%s",
+                            c->path, name, (long long)row0, (long long)(row0 + count - 1),
+                            io ? "" : " (the file is damaged)", *d ? ": " : "", d);
     }
     return SQ_OK;
 }
