@@ -485,6 +485,8 @@ Test(interrupt, resume_refuses_a_partial_dump_of_other_inputs)
     argv[7] = toks;
     cr_assert_eq(tu_run(argv, NULL, &se), 65, "%s", se);
     cr_assert(strstr(se, "c.h5.partial") && strstr(se, "delete it"), "%s", se);
+    /* issue 14: the reason is given, never "()" */
+    cr_assert(!strstr(se, "()") && strstr(se, "not an HDF5 file"), "%s", se);
     free(se);
     tu_rmtree(dir);
 }

@@ -1644,9 +1644,17 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
     w->file = H5Fopen(w->tmp, H5F_ACC_RDWR, fapl >= 0 ? fapl : H5P_DEFAULT);
     if (fapl >= 0)
         H5Pclose(fapl);
-    if (w->file < 0)
+    if (w->file < 0) {
+        /* HDF5 often leaves no message (a file of other bytes): say what we know. */
+        h5_detail(d);
+        if (!*d) {
+            htri_t is = H5Fis_hdf5(w->tmp);
+            H5Eclear2(H5E_DEFAULT);
+            snprintf(d, sizeof d, "%s", is <= 0 ? "not an HDF5 file" : "HDF5 could not open it");
+        }
         return sq_error_set(err, SQ_EDATA, "%s: cannot reopen the partial dump (%s); delete it to "
-                            "start over", w->tmp, h5_detail(d));
+                            "start over", w->tmp, d);
+    }
     long long rows = -1, vocab = -1;
     char fp[SQ_CORPUS_MAX_FINGERPRINT + 2];
     fp[0] = '\0';
