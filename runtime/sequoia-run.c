@@ -13,6 +13,7 @@
 #include "libsequoia/format/corpus.h"
 #include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
+#include "libsequoia/base/progress.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/base/sha256.h"
@@ -39,10 +40,10 @@ static void usage(FILE *fp)
         "                   [--max-new-tokens N] [--mode stochastic|specinfer|greedy|topk]\n"
         "                   [--temperature T] [--top-p P] [--seed S] [-o OUT.txt]\n"
         "                   [--report REPORT.json] [--validate] [--validate-samples N]\n"
-        "                   [--context L] [--threads N] [--no-baseline]\n"
+        "                   [--context L] [--threads N] [--no-baseline] [-q]\n"
         "                   [--backend cpu|cuda] [--dtype f16|bf16] [--offload] [--batch B]\n"
         "       " PROG " dump --draft DIR --target DIR --tokens FILE -o CORPUS.h5\n"
-        "                   [--top-k K] [--context L] [--half] [--threads N] [--resume]\n"
+        "                   [--top-k K] [--context L] [--half] [--threads N] [--resume] [-q]\n"
         "\n"
         "Runs tree speculative decoding (arXiv 2402.12374) exactly as the plan says: per step the\n"
         "draft grows the tree level by level (one draft forward per level), the target verifies\n"
@@ -83,6 +84,7 @@ static void usage(FILE *fp)
         "                           tokens/s over the batch and per sequence against the batch\n"
         "                           decoded by the target alone; --validate (greedy only) checks\n"
         "                           each sequence equals the target's greedy decoding\n"
+        "  -q, --quiet              no progress line (it is drawn only on a terminal)\n"
         "  -h, --help               this text\n"
         "      --version            the version\n"
         "\n"
@@ -115,7 +117,7 @@ static void write_tokens(FILE *fp, const int32_t *t, int n)
 
 typedef struct run_opts {
     const char *draft_dir, *target_dir, *plan_file, *prompt_file, *out_file, *report_file;
-    int         max_new, validate, samples, context, threads, baseline;
+    int         max_new, validate, samples, context, threads, baseline, quiet;
     sq_specdec_params prm;
     const char *backend, *dtype;
     int         offload, temp_given, batch;
@@ -238,9 +240,15 @@ static int run_decode(const run_opts *o, run_state *st, sq_run_record *r, sq_err
             return rc;
         if (o->prm.mode == SQ_MODE_GREEDY)
             sq_validate_greedy(st->gen, st->base, o->max_new, &st->val);
-        else if ((rc = sq_validate_distribution(st->sd, o->prm.seed, o->samples,
-                                                st->prompt->ids, st->L, &st->val, err)))
-            return rc;
+        else {
+            sq_progress pg;
+            sq_progress_start(&pg, PROG, "validate", "seeds", o->quiet, 0);
+            rc = sq_validate_distribution(st->sd, o->prm.seed, o->samples, st->prompt->ids,
+                                          st->L, &st->val, sq_progress_callback, &pg, err);
+            sq_progress_end(&pg);
+            if (rc)
+                return rc;
+        }
     }
     const sq_model_config *tcfg = sq_model_get_config(st->target);
     r->draft = o->draft_dir;
@@ -337,7 +345,7 @@ static int run_main(run_opts *o)
 
 typedef struct dump_opts {
     const char *draft_dir, *target_dir, *tokens_file, *out_file;
-    int         topk, context, half, threads, resume;
+    int         topk, context, half, threads, resume, quiet;
 } dump_opts;
 
 #define DUMP_CHUNK 128
@@ -458,6 +466,12 @@ static int dump_main(const dump_opts *o)
     } else if ((rc = sq_corpus_writer_open(o->out_file, &wp, &w, &err))) {
         goto done;
     }
+    int64_t total_rows = 0;
+    for (int64_t s = 0; s < toks->sequences; s++)
+        if (toks->offsets[s + 1] - toks->offsets[s] > 1)
+            total_rows += toks->offsets[s + 1] - toks->offsets[s] - 1;
+    sq_progress pg;
+    sq_progress_start(&pg, PROG, o->out_file, "positions", o->quiet, 0);
     for (int64_t s = 0; s < toks->sequences; s++) {
         int64_t b = toks->offsets[s], e = toks->offsets[s + 1];
         int64_t before = rows;
@@ -507,12 +521,14 @@ static int dump_main(const dump_opts *o)
                                                   next + skip, r - skip, &err)))
                     goto done;
                 rows += r;
+                sq_progress_update(&pg, rows, total_rows);
                 if (dump_stop_signal) {
                     int sig = dump_stop_signal;
                     if ((rc = sq_corpus_writer_checkpoint(w, &err)))
                         goto done;
                     sq_corpus_writer_abort(w);  /* keeps the partial file */
                     w = NULL;
+                    sq_progress_end(&pg);
                     fprintf(stderr, PROG ": %s: interrupted after %lld positions; run the same "
                             "command with --resume to go on\n", partial, (long long)rows);
                     signal(sig, SIG_DFL);
@@ -525,6 +541,7 @@ static int dump_main(const dump_opts *o)
         if (rows > before && (rc = sq_corpus_writer_end_sequence(w, &err)))
             goto done;
     }
+    sq_progress_end(&pg);
     if (rows == 0) {
         rc = sq_error_set(&err, SQ_EDATA, "%s: no sequence has two tokens: nothing to dump",
                           o->tokens_file);
@@ -577,6 +594,7 @@ static int parse_dump(int argc, char **argv)
         {"half", no_argument, NULL, OPT_HALF},
         {"threads", required_argument, NULL, OPT_THREADS},
         {"resume", no_argument, NULL, OPT_RESUME},
+        {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -584,7 +602,7 @@ static int parse_dump(int argc, char **argv)
     int c;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:qh", opts, NULL)) != -1) {
         switch (c) {
         case OPT_DRAFT: o.draft_dir = optarg; break;
         case OPT_TARGET: o.target_dir = optarg; break;
@@ -601,6 +619,7 @@ static int parse_dump(int argc, char **argv)
             break;
         case OPT_HALF: o.half = 1; break;
         case OPT_RESUME: o.resume = 1; break;
+        case 'q': o.quiet = 1; break;
         case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
         default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
@@ -616,6 +635,16 @@ static int parse_dump(int argc, char **argv)
     if (o.half && o.topk) {
         fprintf(stderr, PROG ": dump: --half applies to dense logits, not with --top-k\n");
         return SQ_EUSAGE;
+    }
+    {
+        /* an output that is an input is refused before the models load (issue 14) */
+        sq_path_use in[] = {{"--tokens", o.tokens_file}};
+        sq_path_use out[] = {{"-o", o.out_file}};
+        sq_error err = {0};
+        if (sq_paths_check(in, 1, out, 1, &err)) {
+            fprintf(stderr, PROG ": dump: %s\n", err.msg);
+            return err.status;
+        }
     }
     sq_out_install_signal_handlers();
     return sq_cli_finish(PROG, dump_main(&o));
@@ -649,13 +678,14 @@ static int parse_run(int argc, char **argv, run_opts *o)
         {"batch", required_argument, NULL, OPT_BATCH},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, OPT_VERSION},
+        {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0},
     };
     *o = (run_opts){.prm = sq_specdec_default_params(), .max_new = 128, .samples = 2000,
                     .baseline = 1};
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":p:n:m:t:s:o:r:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":p:n:m:t:s:o:r:qh", opts, NULL)) != -1) {
         switch (c) {
         case OPT_DRAFT: o->draft_dir = optarg; break;
         case OPT_TARGET: o->target_dir = optarg; break;
@@ -708,6 +738,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
             if (sq_cli_int(PROG, "--batch", optarg, 1, 1 << 20, &o->batch))
                 return SQ_EUSAGE;
             break;
+        case 'q': o->quiet = 1; break;
         case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
         case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return sq_cli_finish(PROG, SQ_OK);
         default: return sq_cli_bad_option(PROG, c, argv, optind);
@@ -724,7 +755,7 @@ static int parse_run(int argc, char **argv, run_opts *o)
  * else the message. */
 static const char *run_misfit(run_opts *o)
 {
-    static char buf[256];
+    static char buf[SQ_ERROR_MSG_MAX + 64];
     if (!o->draft_dir || !o->target_dir || !o->plan_file || !o->prompt_file)
         return "--draft, --target, --plan and --prompt are required (see --help)";
     if (o->prm.mode == SQ_MODE_GREEDY) {
@@ -758,6 +789,14 @@ static const char *run_misfit(run_opts *o)
                "test runs with batch 1 (the library's batch test covers them)";
     if (o->batch > 1 && o->validate && !o->baseline)
         return "--validate in greedy mode compares with target-only decoding: drop --no-baseline";
+    /* an output that is an input, or both outputs on one file (issue 14) */
+    sq_path_use in[] = {{"--plan", o->plan_file}, {"--prompt", o->prompt_file}};
+    sq_path_use out[] = {{"-o", o->out_file}, {"--report", o->report_file}};
+    sq_error err = {0};
+    if (sq_paths_check(in, 2, out, 2, &err)) {
+        snprintf(buf, sizeof buf, "%s", err.msg);
+        return buf;
+    }
     return NULL;
 }
 

@@ -35,7 +35,9 @@ int sq_validation_pass(const sq_validation *val)
 /* The distribution of the first two generated tokens over `samples` seeds against the
  * target's own: first token ~ P(. | prompt), pair ~ P(a | prompt) P(b | prompt, a). */
 int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
-                             int L, sq_validation *val, sq_error *err)
+                             int L, sq_validation *val,
+                             void (*progress)(void *user, int64_t done, int64_t total),
+                             void *user, sq_error *err)
 {
     int V = sq_specdec_vocab(sd), D = sq_specdec_depth(sd);
     int R = seeds, rc = SQ_OK;
@@ -50,6 +52,8 @@ int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int
         goto done;
     }
     for (int i = 0; i < R && !rc; i++) {
+        if (progress)
+            progress(user, i, R);
         sq_specdec_seed(sd, seed + 0x51ed27ull * (uint64_t)(i + 1));
         if ((rc = sq_specdec_start(sd, prompt, L, err)))
             break;
@@ -66,6 +70,8 @@ int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int
             }
         }
     }
+    if (!rc && progress)
+        progress(user, R, R);
     if (rc)
         goto done;
     if ((rc = sq_specdec_target_probs(sd, prompt, L, p0, err)))

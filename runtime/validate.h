@@ -44,9 +44,12 @@ int sq_validate_attention(sq_specdec *sd, const int32_t *prompt, int L, double t
 /* Compares gen with the target-only greedy output base (n tokens each). */
 void sq_validate_greedy(const int32_t *gen, const int32_t *base, int n, sq_validation *val);
 
-/* The distribution test over `seeds` runs, the i-th seeded with seed + 0x51ed27 (i + 1). */
+/* The distribution test over `seeds` runs, the i-th seeded with seed + 0x51ed27 (i + 1).
+ * progress (may be NULL) is told the seeds done, with `user` (sequoia-run's progress line). */
 int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
-                             int L, sq_validation *val, sq_error *err);
+                             int L, sq_validation *val,
+                             void (*progress)(void *user, int64_t done, int64_t total),
+                             void *user, sq_error *err);
 
 /* Every check that ran passed. */
 int sq_validation_pass(const sq_validation *val);

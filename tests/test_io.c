@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "libsequoia/base/io.h"
+#include "runtime/st_writer.h"
 #include "tests/testutil.h"
 
 /* A private character device in dir, or a skipped test. */
@@ -242,5 +243,81 @@ Test(io, two_outputs_on_one_file_are_refused)
     } else {
         cr_log_warn("mknod not allowed: the device case of two outputs is not tested");
     }
+    tu_rmtree(dir);
+}
+
+/* ---- progress lines (libsequoia/base/progress.h) ------------------------------------------ */
+
+static char *random_model(const char *dir, const char *name, uint64_t seed)
+{
+    char *path = tu_path(dir, name);
+    sq_random_model_params p = sq_random_model_default_params();
+    p.seed = seed;
+    p.config.vocab_size = 97;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_write_random(path, &p, &err), 0, "%s", err.msg);
+    return path;
+}
+
+/* argv run three ways: stderr on a terminal must show `line` (a progress line: redrawn after
+ * "\r", ending at 100%); with -q added on a terminal, and with stderr in a file, no progress. */
+static void check_progress(char **argv, int argc, const char *line)
+{
+    char *tty = NULL, *se = NULL;
+    int st = tu_run_tty(argv, NULL, &tty);
+    cr_assert_eq(st, 0, "exit %d: %s", st, tty);
+    cr_assert(strstr(tty, line) && strstr(tty, "(100%)"), "no progress line \"%s\" on a terminal: %s",
+              line + 1, tty);
+    st = tu_run(argv, NULL, &se);
+    cr_assert_eq(st, 0, "%s", se);
+    cr_assert(!strchr(se, '\r') && !strstr(se, "(100%)"), "progress on a file: %s", se);
+    argv[argc] = "-q";
+    argv[argc + 1] = NULL;
+    free(tty);
+    st = tu_run_tty(argv, NULL, &tty);
+    cr_assert_eq(st, 0, "%s", tty);
+    cr_assert(!strstr(tty, "(100%)") && !strstr(tty, line), "progress with --quiet: %s", tty);
+    argv[argc] = NULL;
+    free(tty);
+    free(se);
+}
+
+Test(io, progress_line_of_sequoia_run_dump_and_validate, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *toks = tu_path(dir, "t.txt"), *out = tu_path(dir, "c.h5");
+    char *draft = random_model(dir, "draft", 2), *target = random_model(dir, "target", 1);
+    FILE *fp = fopen(toks, "w");
+    for (int i = 0; i < 600; i++)
+        fprintf(fp, "%d%c", (i * 31) % 97, i % 200 == 199 ? '\n' : ' ');
+    fclose(fp);
+    char *a1[20] = {getenv("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                    "--tokens", toks, "-o", out, "--context", "128", "--threads", "1", NULL};
+    check_progress(a1, 14, "\rsequoia-run: ");
+    char *plan = tu_path(dir, "plan.json"), *prompt = tu_path(dir, "p.txt");
+    char *ap[] = {getenv("SQ_PLAN_BIN"), "-q", "--budget", "4", "--depth", "3", "-o", plan, NULL};
+    char *se = NULL;
+    cr_assert_eq(tu_run(ap, NULL, &se), 0, "%s", se);
+    free(se);
+    tu_write(prompt, "5 17 42 8\n");
+    char *a2[24] = {getenv("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan", plan,
+                    "--prompt", prompt, "-n", "8", "--threads", "1", "--validate",
+                    "--validate-samples", "200", "--no-baseline", "-o", tu_path(dir, "o.txt"), NULL};
+    check_progress(a2, 19, "\rsequoia-run: validate: ");
+    tu_rmtree(dir);
+}
+
+Test(io, progress_line_of_sequoia_accept)
+{
+    char *dir = tu_tmpdir(), *toks = tu_path(dir, "t.txt"), *corpus = tu_path(dir, "c.h5");
+    char *draft = random_model(dir, "draft", 2), *target = random_model(dir, "target", 1);
+    tu_write(toks, "1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20\n");
+    char *a0[] = {getenv("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target, "--tokens",
+                  toks, "-o", corpus, "-q", NULL};
+    char *se = NULL;
+    cr_assert_eq(tu_run(a0, NULL, &se), 0, "%s", se);
+    free(se);
+    char *a1[12] = {getenv("SQ_ACCEPT_BIN"), corpus, "--samples", "8", "--threads", "1", "-o",
+                    tu_path(dir, "curves.json"), NULL};
+    check_progress(a1, 8, "\rsequoia-accept: c.h5 (1/1): ");
     tu_rmtree(dir);
 }

@@ -1,3 +1,5 @@
+/* posix_openpt, grantpt, unlockpt, ptsname (X/Open) for tu_run_tty. */
+#define _XOPEN_SOURCE 700
 #include "tests/testutil.h"
 
 #include <dirent.h>
@@ -194,4 +196,73 @@ int tu_is_char_device(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+int tu_run_tty(char *const argv[], char **out, char **tty)
+{
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0)
+        abort();
+    const char *slave = ptsname(master);
+    if (!slave)
+        abort();
+    char *dir = tu_tmpdir();
+    char *po = tu_path(dir, "stdout");
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        setsid();
+        int fs = open(slave, O_RDWR);
+        int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int fi = open("/dev/null", O_RDONLY);
+        if (fs < 0 || fo < 0 || fi < 0)
+            _exit(127);
+        close(master);
+        dup2(fi, 0);
+        dup2(fo, 1);
+        dup2(fs, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    /* read the terminal until the child has closed it (EIO on Linux) */
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? cap * 2 : 8192;
+            buf = realloc(buf, cap);
+            if (!buf)
+                abort();
+        }
+        ssize_t r = read(master, buf + n, 4096);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    close(master);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        ;
+    int fo = open(po, O_RDONLY);
+    char *o = slurp_fd(fo);
+    close(fo);
+    if (out)
+        *out = o;
+    else
+        free(o);
+    if (tty)
+        *tty = buf;
+    else
+        free(buf);
+    unlink(po);
+    rmdir(dir);
+    free(po);
+    free(dir);
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    return 128 + WTERMSIG(status);
 }

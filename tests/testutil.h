@@ -29,6 +29,10 @@ char *tu_source_path(const char *rel);
  * (128 + signal when killed). *out and *err are malloc'd strings (may be NULL args). */
 int tu_run(char *const argv[], char **out, char **err);
 
+/* tu_run with standard error on a pseudo-terminal (so that isatty(2) is true), standard output
+ * to a file: *out and *tty (what the terminal showed, carriage returns kept) are malloc'd. */
+int tu_run_tty(char *const argv[], char **out, char **tty);
+
 /* A private character device node at `path` (mknod in a scratch folder; tests never write to
  * a real /dev path): (1, 3) reads and writes like /dev/null, (1, 7) like /dev/full. Returns 0,
  * or errno when mknod is not allowed (the caller skips with a message). */

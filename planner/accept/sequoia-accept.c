@@ -21,6 +21,7 @@
 #include "planner/regress.h"
 #include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
+#include "libsequoia/base/progress.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/base/sha256.h"
 #include "planner/svg.h"
@@ -163,22 +164,6 @@ static const char *base_name(const char *path)
 static double now_s(void)
 {
     return sq_now_ms() / 1e3;
-}
-
-typedef struct progress_state {
-    const char *file;
-    int index, count;
-    double t0;
-} progress_state;
-
-static void show_progress(void *user, int64_t done, int64_t total)
-{
-    progress_state *p = user;
-    double dt = now_s() - p->t0;
-    fprintf(stderr, "\r" PROG ": %s (%d/%d): %lld/%lld positions (%.0f%%), %.0f positions/s   ",
-            p->file, p->index + 1, p->count, (long long)done, (long long)total,
-            100.0 * (double)done / (double)total, dt > 0 ? (double)done / dt : 0.0);
-    fflush(stderr);
 }
 
 /* --svg FILE: a picture of the curves written (or plotted), or NULL. */
@@ -379,16 +364,16 @@ static int estimate(char **files, int n_files, est_opts *o)
             rc = sq_error_oom(&err, "statistics");
             goto done;
         }
-    int tty = !o->quiet && isatty(STDERR_FILENO);
     double t0 = now_s();
     int64_t total_rows = 0;
     for (int f = 0; f < n_files; f++) {
-        progress_state ps = {names[f], f, n_files, now_s()};
+        char label[300];
+        snprintf(label, sizeof label, "%s (%d/%d)", names[f], f + 1, n_files);
+        sq_progress ps;
+        sq_progress_start(&ps, PROG, label, "positions", o->quiet, 0);
         sq_accept_params pr = o->params;
-        if (tty) {
-            pr.progress = show_progress;
-            pr.user = &ps;
-        }
+        pr.progress = sq_progress_callback;
+        pr.user = &ps;
         uint64_t key = 0;
         for (int b = 0; b < 16; b++) {
             unsigned v;
@@ -396,8 +381,7 @@ static int estimate(char **files, int n_files, est_opts *o)
             key = key << 4 ^ (key >> 60) ^ v; /* any fixed function of the digest */
         }
         rc = sq_accept_run(corp[f], files[f], key, cfg, n_cfg, &pr, stats, &err);
-        if (tty)
-            fprintf(stderr, "\n");
+        sq_progress_end(&ps);
         if (rc)
             goto done;
         total_rows += sq_corpus_get_info(corp[f])->rows;
