@@ -132,6 +132,15 @@ static void usage(FILE *fp)
         SQ_DP_MAX_CELLS, SQ_DP_MAX_WORK);
 }
 
+/* 100 (a / b - 1) as printed with `decimals` decimals: a difference that rounds to zero is
+ * +0.0, never -0.0 (an imported tree equal to the optimum sums its terms in another order). */
+static double pct(double a, double b, int decimals)
+{
+    double scale = decimals == 1 ? 10.0 : 100.0;
+    double v = round(100.0 * (a / b - 1.0) * scale) / scale;
+    return v == 0.0 ? 0.0 : v;
+}
+
 static void print_summary(FILE *fp, const sq_curve *curve, const sq_dp *dp, const sq_plan *plan,
                           double solve_ms, const char *what)
 {
@@ -156,10 +165,10 @@ static void print_summary(FILE *fp, const sq_curve *curve, const sq_dp *dp, cons
     double chain = sq_baseline_chain(curve, N, D, &chain_n);
     double kxl = sq_baseline_kxl(curve, N, D, B, &k, &L);
     fprintf(fp, "best chain:     size %d, %.4f tokens/step (%s: %+.1f%%)\n", chain_n,
-            chain, what, 100.0 * (plan->expected_tokens / chain - 1.0));
+            chain, what, pct(plan->expected_tokens, chain, 1));
     if (k > 0)
         fprintf(fp, "best k x L:     %d x %d (size %d), %.4f tokens/step (%s: %+.1f%%)\n",
-                k, L, 1 + k * L, kxl, what, 100.0 * (plan->expected_tokens / kxl - 1.0));
+                k, L, 1 + k * L, kxl, what, pct(plan->expected_tokens, kxl, 1));
     fprintf(fp, "solve time:     %.2f ms\n", solve_ms);
     free(w);
 }
@@ -196,7 +205,7 @@ static void print_plan_summary(FILE *fp, const sq_plan *plan, int max_non_leaves
     if (!sq_dp_check(&dpp, NULL) && !sq_dp_solve(&dpp, &dp, NULL)) {
         double best = sq_dp_best(dp, t->n, levels);
         fprintf(fp, "optimal tree:   same size and depth bound: %.4f tokens/step (this tree: "
-                    "%+.1f%%)\n", best, 100.0 * (plan->expected_tokens / best - 1.0));
+                    "%+.1f%%)\n", best, pct(plan->expected_tokens, best, 1));
         sq_dp_free(dp);
     }
     print_engine_status(fp, t, max_non_leaves);
@@ -410,8 +419,22 @@ static int check_options(const plan_opts *o)
         else if (o->plan_file && o->export_fmt < 0 && !o->svg_file)
             why = "--plan needs --export FORMAT or --svg FILE";
     }
-    if (!why)
+    if (!why) {
+        /* an output that is an input, or two outputs on one file: refused before any work */
+        sq_path_use in[] = {{"--acceptance", o->acc_file}, {"--plan", o->plan_file},
+                            {"--import", o->import_file}, {"--target-profile", o->target_profile},
+                            {"--draft-profile", o->draft_profile}};
+        sq_path_use out[] = {{"-o", o->out_file}, {"--table", o->table_file},
+                             {"--save-plan", o->save_plan}, {"--svg", o->svg_file},
+                             {"--svg-table", o->svg_table}, {"--schedule", o->schedule_file},
+                             {"--envelopes", o->envelopes_file}};
+        sq_error e = {0};
+        if (sq_paths_check(in, 5, out, 7, &e)) {
+            fprintf(stderr, PROG ": %s\n", e.msg);
+            return e.status;
+        }
         return SQ_OK;
+    }
     fprintf(stderr, PROG ": %s\n", why);
     return SQ_EUSAGE;
 }
@@ -426,6 +449,7 @@ typedef struct plan_state {
     sq_profile *tprof, *dprof;
     sq_hw_result *hw;
     double solve_ms, unconstrained;
+    int default_curve;        /* no --acceptance: the notice comes after the work succeeded */
 } plan_state;
 
 static void state_free(plan_state *st)
@@ -463,7 +487,7 @@ static int load_inputs(plan_opts *o, plan_state *st, sq_error *err)
             return rc;
         }
     } else {
-        fprintf(stderr, PROG ": no --acceptance given; using %s\n", sq_curve_default_provenance);
+        st->default_curve = 1;
     }
     if (o->import_file)
         return sq_import_plan(o->import_file, (sq_import_format)o->import_fmt, o->params.curve,
@@ -625,7 +649,7 @@ static void print_report(const plan_opts *o, const plan_state *st)
                 "unconstrained optimum %.4f\n", sq_engine_name((sq_engine)o->engine),
                 st->ep.exact ? "optimal under its limits" : "repaired greedily to its limits "
                 "(not proven optimal)", plan->expected_tokens,
-                100.0 * (plan->expected_tokens / st->unconstrained - 1.0), st->unconstrained);
+                pct(plan->expected_tokens, st->unconstrained, 2), st->unconstrained);
         print_engine_extra(fp, o, st);
         print_engine_status(fp, plan->tree, o->max_non_leaves);
     }
@@ -704,6 +728,9 @@ int main(int argc, char **argv)
     else if (!rc && !(rc = make_plan(&o, &st, &err)) && !(rc = write_outputs(&o, &st, &err)) &&
              !o.quiet)
         print_report(&o, &st);
+    /* after the work, so that a usage error is the only line it prints */
+    if (!rc && st.default_curve)
+        fprintf(stderr, PROG ": no --acceptance given; using %s\n", sq_curve_default_provenance);
     state_free(&st);
     if (rc == SQ_EUSAGE && strstr(err.msg, "linear or constant extrapolation"))
         sq_cli_hint(&err, "see --extrapolate");
@@ -713,3 +740,4 @@ int main(int argc, char **argv)
     }
     return sq_cli_finish(PROG, SQ_OK);
 }
+
