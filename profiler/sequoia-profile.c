@@ -12,6 +12,7 @@
 #include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/base/progress.h"
 #include "libsequoia/format/profile.h"
 #include "profiler/latency_svg.h"
 #include "profiler/measure.h"
@@ -36,15 +37,18 @@ static void usage(FILE *fp)
         "Options:\n"
         "  -m, --model PATH       a Hugging Face directory (config.json + model.safetensors), or a\n"
         "                         config.json alone: then random weights of that shape are used,\n"
-        "                         since latency depends on shapes, not values\n"
-        "      --random           use random weights even when the directory has a checkpoint\n"
+        "                         since latency depends on shapes, not values. A directory without\n"
+        "                         a checkpoint, or with a broken one, is an error\n"
+        "      --random-weights   random weights of the model's shape, even when the directory has\n"
+        "                         a checkpoint (also --random)\n"
         "  -b, --backend NAME     cpu (default) or cuda\n"
         "      --dtype NAME       f32 (CPU), f16 or bf16 (CUDA weights); default f32 on the CPU\n"
         "      --tokens LIST      token counts, e.g. 1,2,4,8 (strictly increasing)\n"
-        "      --max-tokens N     powers of two from 1 to N, plus N (default 1024), refined where\n"
-        "                         the curve bends\n"
+        "      --max-tokens N     powers of two from 1 to N, plus N (default 1024, or what fits the\n"
+        "                         model's context), refined where the curve bends\n"
         "      --no-refine        measure only the listed counts\n"
-        "      --prefix L         committed KV prefix under each forward (default 512)\n"
+        "      --prefix L         committed KV prefix under each forward (default 512, or what\n"
+        "                         fits the model's context beside the largest count)\n"
         "      --batch LIST       batch sizes, e.g. 1,2,4,8,16,32,64 (strictly increasing): each\n"
         "                         point times b independent sequences x n tokens in one forward,\n"
         "                         each on its own KV prefix of L tokens (a version 2 profile,\n"
@@ -62,6 +66,7 @@ static void usage(FILE *fp)
         "      --engine NAME      the engine named in an imported profile (default: imported)\n"
         "  -q, --quiet            no progress bar\n"
         "  -h, --help             this text\n"
+        "      --version          the version\n"
         "\n"
         "Examples:\n"
         "  " PROG " --model data/models/target -o target.json --svg target.svg\n"
@@ -134,27 +139,24 @@ static char *cpu_name(int threads)
     }
     char *out = malloc(strlen(name) + 32);
     if (out)
-        sprintf(out, "%s (%d threads)", name, threads);
+        sprintf(out, "%s (%d thread%s)", name, threads, threads == 1 ? "" : "s");
     return out;
 }
 
 typedef struct {
     int quiet;
+    sq_progress bar;
 } progress_state;
 
+/* The sweep's progress: points done (libsequoia/base/progress.h); tokens == 0 ends it. */
 static void on_progress(void *user, int done, int total, int tokens)
 {
     progress_state *ps = user;
-    if (ps->quiet)
-        return;
-    int width = 30, fill = total > 0 ? done * width / total : 0;
-    if (fill > width)
-        fill = width;
-    fprintf(stderr, "\r" PROG ": [%.*s%*s] %d/%d points%s", fill,
-            "##############################", width - fill, "", done, total, tokens ? "" : "\n");
-    if (tokens)
-        fprintf(stderr, ", timing %d tokens   ", tokens);
-    fflush(stderr);
+    if (done == 0 && tokens)
+        sq_progress_start(&ps->bar, PROG, "timing", "points", ps->quiet, 0);
+    sq_progress_update(&ps->bar, done, total);
+    if (!tokens)
+        sq_progress_end(&ps->bar);
 }
 
 static int is_dir(const char *p)
@@ -220,6 +222,7 @@ typedef struct profile_opts {
     const char *model_path, *backend, *dtype, *out_file, *svg_file, *import_file, *engine;
     int tokens[MAX_LIST], ntokens, max_tokens, threads, force_random, offload;
     int batches[MAX_LIST], nbatches;
+    int prefix_given, max_given;
     sq_backend_kind kind;
     progress_state ps;
     sq_measure_params mp;
@@ -240,10 +243,11 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         {"engine", required_argument, NULL, 'E'},  {"random", no_argument, NULL, 'r'},
         {"no-refine", no_argument, NULL, 'n'},     {"quiet", no_argument, NULL, 'q'},
         {"offload", no_argument, NULL, 'O'},     {"batch", required_argument, NULL, 'B'},
+        {"random-weights", no_argument, NULL, 'r'},
+        {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
-    *o = (profile_opts){.backend = "cpu", .max_tokens = 1024, .ps = {.quiet = !isatty(2)},
-                        .mp = sq_measure_default_params()};
+    *o = (profile_opts){.backend = "cpu", .max_tokens = 1024, .mp = sq_measure_default_params()};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:b:o:t:qh", opts, NULL)) != -1) {
@@ -264,6 +268,8 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         case 'M': case 'P': case 'W': case 'R': case 't':
             if (sq_cli_int(PROG, name, optarg, lo, INT_MAX, num))
                 return SQ_EUSAGE;
+            o->prefix_given |= c == 'P';
+            o->max_given |= c == 'M';
             break;
         case 'o': o->out_file = optarg; break;
         case 'S': o->svg_file = optarg; break;
@@ -274,6 +280,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         case 'n': o->mp.refine = 0; break;
         case 'q': o->ps.quiet = 1; break;
         case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
+        case 'V': printf(PROG " %s\n", SQ_VERSION); return sq_cli_finish(PROG, SQ_OK);
         default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
@@ -288,7 +295,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
  * NULL when they fit, else the message. */
 static const char *misfit(profile_opts *o)
 {
-    static char buf[300];
+    static char buf[SQ_ERROR_MSG_MAX + 64];
     if (!o->out_file)
         return "-o PROFILE.json is required (see --help)";
     if (!!o->model_path == !!o->import_file)
@@ -296,6 +303,14 @@ static const char *misfit(profile_opts *o)
     if (o->max_tokens > SQ_PROFILE_MAX_TOKENS) {
         snprintf(buf, sizeof buf, "--max-tokens: %d exceeds the limit of %d", o->max_tokens,
                  SQ_PROFILE_MAX_TOKENS);
+        return buf;
+    }
+    /* an output that is an input, or both outputs on one file (issue 14) */
+    sq_path_use in[] = {{"--import", o->import_file}, {"--model", o->model_path}};
+    sq_path_use out[] = {{"-o", o->out_file}, {"--svg", o->svg_file}};
+    sq_error e = {0};
+    if (sq_paths_check(in, 2, out, 2, &e)) {
+        snprintf(buf, sizeof buf, "%s", e.msg);
         return buf;
     }
     if (o->import_file)
@@ -323,15 +338,40 @@ static const char *misfit(profile_opts *o)
     if (o->kind == SQ_BACKEND_CUDA && o->batches[o->nbatches - 1] > 1)
         return "--batch: the CUDA backend has no batched forward yet (sizes above 1 need "
                "--backend cpu)";
+    if (o->ntokens > 0)
+        o->mp.refine = 0; /* an explicit list is measured as given */
+    return NULL;
+}
+
+/* The token counts and the prefix, once the model's context C is known. Defaults that would
+ * not fit (prefix 512 + 1024 tokens on a 1024-position model) shrink to fit, said in one line;
+ * counts given on the command line are kept (the check after this names them). */
+static void settle_counts(profile_opts *o, int context)
+{
+    int prefix0 = o->mp.prefix, max0 = o->max_tokens;
+    int biggest = o->ntokens > 0 ? o->tokens[o->ntokens - 1] : o->max_tokens;
+    if ((long long)o->mp.prefix + biggest > context) {
+        if (o->ntokens == 0 && !o->max_given) {
+            /* room for the prefix first when it was given, else half the context each */
+            int room = o->prefix_given ? context - o->mp.prefix : context / 2;
+            if (room >= 1 && room < o->max_tokens)
+                o->max_tokens = room;
+            biggest = o->max_tokens;
+        }
+        if (!o->prefix_given && (long long)o->mp.prefix + biggest > context &&
+            context - biggest >= 0)
+            o->mp.prefix = context - biggest;
+    }
+    if (o->mp.prefix != prefix0 || o->max_tokens != max0)
+        fprintf(stderr, PROG ": notice: the model's context is %d positions: using --prefix %d "
+                "and up to %d tokens by default (was %d + %d)\n", context, o->mp.prefix,
+                o->ntokens ? biggest : o->max_tokens, prefix0, o->ntokens ? biggest : max0);
     if (o->ntokens == 0) {
         for (int n = 1; n <= o->max_tokens && o->ntokens < MAX_LIST; n *= 2)
             o->tokens[o->ntokens++] = n;
         if (o->tokens[o->ntokens - 1] != o->max_tokens)
             o->tokens[o->ntokens++] = o->max_tokens;
-    } else {
-        o->mp.refine = 0; /* an explicit list is measured as given */
     }
-    return NULL;
 }
 
 /* --import CSV: another engine's measurements as a profile. */
@@ -349,16 +389,29 @@ static int import_profile(const profile_opts *o, sq_error *err)
 }
 
 /* The model: a checkpoint directory, or a shape (config.json) with random weights. */
-static int load_model(const profile_opts *o, sq_model **model, sq_model_config *cfg,
+static int load_model(profile_opts *o, sq_model **model, sq_model_config *cfg,
                       int *random, sq_error *err)
 {
     int rc;
     *model = NULL;
     *random = o->force_random;
     if (is_dir(o->model_path)) {
-        if (!file_exists(o->model_path, "model.safetensors") &&
-            !file_exists(o->model_path, "model.safetensors.index.json"))
-            *random = 1;
+        /* random weights only on purpose: a config.json given as the model, or --random-weights;
+         * a directory whose checkpoint is missing or broken is an error naming the file */
+        static const char *const names[] = {"model.safetensors", "model.safetensors.index.json"};
+        int found = 0;
+        for (int i = 0; i < 2; i++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/%s", o->model_path, names[i]);
+            if ((rc = sq_path_broken_link(path, err)))
+                return rc;
+            found |= file_exists(o->model_path, names[i]);
+        }
+        if (!found && !*random)
+            return sq_error_set(err, SQ_ENOINPUT, "%s: holds neither model.safetensors nor "
+                                "model.safetensors.index.json; for random weights of its shape "
+                                "pass %s/config.json or add --random-weights", o->model_path,
+                                o->model_path);
         if (*random) {
             char cpath[4096];
             snprintf(cpath, sizeof cpath, "%s/config.json", o->model_path);
@@ -375,6 +428,7 @@ static int load_model(const profile_opts *o, sq_model **model, sq_model_config *
             return rc;
         *cfg = *sq_model_get_config(*model);
     }
+    settle_counts(o, cfg->max_position);
     int biggest = o->tokens[o->ntokens - 1];
     if ((long long)o->mp.prefix + biggest > cfg->max_position) {
         sq_model_free(*model);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
 
 static const struct {
@@ -543,6 +544,9 @@ int sq_st_set_open(const char *dir, sq_st_set **out, sq_error *err)
     int rc;
     if (!single || !index) {
         rc = sq_error_oom(err, "a path");
+    } else if ((rc = sq_path_broken_link(single, err)) ||
+               (rc = sq_path_broken_link(index, err))) {
+        /* a checkpoint that is there but broken is an error, never "no checkpoint" */
     } else if (file_exists(single)) {
         rc = add_file(s, single, err);
     } else if (file_exists(index)) {

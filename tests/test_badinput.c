@@ -317,6 +317,19 @@ static void make_world(const char *dir)
     free(l);
     free(target);
     free(p);
+    /* a dangling and a looping model.safetensors symlink (issue 14) */
+    model_dir(dir, "m-st-dangling", LLAMA "}");
+    p = tu_path(dir, "m-st-dangling");
+    l = tu_path(p, "model.safetensors");
+    cr_assert_eq(symlink("gone.safetensors", l), 0);
+    free(l);
+    free(p);
+    model_dir(dir, "m-st-loop", LLAMA "}");
+    p = tu_path(dir, "m-st-loop");
+    l = tu_path(p, "model.safetensors");
+    cr_assert_eq(symlink("model.safetensors", l), 0);
+    free(l);
+    free(p);
 }
 
 /* ---- cases ------------------------------------------------------------------------------- */
@@ -395,6 +408,12 @@ static const bad_case cases[] = {
     {"dir_link_as_corpus", ACCEPT, {"@/link.h5", "-q", "-o", OUT}, 65, {"link.h5", "directory"}},
     {"dir_link_as_tokens", RUN, {"dump", "--draft", "@/model", "--target", "@/model", "--tokens", "@/link.txt", "-o", OUT}, 65, {"link.txt", "directory"}},
     {"dir_link_as_safetensors", RUN, {"dump", "--draft", "@/m-st-link", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 65, {"model.safetensors", "not a regular file"}},
+    /* a broken checkpoint is an error naming the file, never random weights (issue 14) */
+    {"dangling_safetensors_run", RUN, {"dump", "--draft", "@/m-st-dangling", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 66, {"m-st-dangling/model.safetensors", "dangling symlink"}},
+    {"looping_safetensors_run", RUN, {"dump", "--draft", "@/m-st-loop", "--target", "@/model", "--tokens", "@/tokens.txt", "-o", OUT}, 66, {"m-st-loop/model.safetensors", "symlink loop"}},
+    {"dangling_safetensors_profile", PROFILE, {"--model", "@/m-st-dangling", "-o", OUT}, 66, {"m-st-dangling/model.safetensors", "dangling symlink"}},
+    {"looping_safetensors_profile", PROFILE, {"--model", "@/m-st-loop", "-o", OUT}, 66, {"m-st-loop/model.safetensors", "symlink loop"}},
+    {"no_checkpoint_profile", PROFILE, {"--model", "@/m-cfg-neg", "-o", OUT}, 66, {"m-cfg-neg", "--random-weights"}},
     {"dir_link_as_output", PLAN, {"-o", "@/link.json"}, 73, {"link.json", "is a directory"}},
 };
 

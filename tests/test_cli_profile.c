@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "libsequoia/format/profile.h"
 #include "tests/testutil.h"
@@ -208,6 +210,91 @@ Test(cli_profile, bad_requests_are_refused_without_output)
     char *so, *se;
     cr_assert_eq(tu_run(argv, &so, &se), 65, "%s", se);
     cr_assert(strstr(se, "config.json") && strstr(se, "GPT2LMHeadModel"), "%s", se);
+    free(so);
+    free(se);
+}
+
+/* Issue 14: with no --prefix and no --max-tokens the defaults (512 + 1024) would not fit a
+ * 64-position model; they shrink to fit, said in one line. Given values are never changed. */
+Test(cli_profile, default_counts_fit_the_models_context)
+{
+    char *argv[] = {(char *)bin(), "--model", config, "--warmup", "0", "--repeat", "1",
+                    "--no-refine", "--threads", "1", "-o", out, "--quiet", NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    cr_assert(strstr(se, "notice: the model's context is 64 positions: using --prefix 32 and up "
+                         "to 32 tokens by default"), "%s", se);
+    sq_profile *p;
+    sq_error e = {0};
+    cr_assert_eq(sq_profile_load(out, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(p->prefix, 32);
+    cr_assert_eq(p->points[p->n - 1].tokens, 32);
+    cr_assert(p->prefix + p->points[p->n - 1].tokens <= 64);
+    /* one thread is "1 thread" */
+    cr_assert(strstr(p->device, "(1 thread)"), "%s", p->device);
+    sq_profile_free(p);
+    free(so);
+    free(se);
+    /* a given --prefix keeps its value; the default count takes the rest */
+    char *argv2[] = {(char *)bin(), "--model", config, "--prefix", "48", "--warmup", "0",
+                     "--repeat", "1", "--no-refine", "-o", out, "--quiet", NULL};
+    cr_assert_eq(tu_run(argv2, &so, &se), 0, "%s", se);
+    cr_assert_eq(sq_profile_load(out, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(p->prefix, 48);
+    cr_assert_eq(p->points[p->n - 1].tokens, 16, "%d", p->points[p->n - 1].tokens);
+    sq_profile_free(p);
+    free(so);
+    free(se);
+}
+
+Test(cli_profile, version_like_the_other_tools)
+{
+    char *argv[] = {(char *)bin(), "--version", NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    cr_assert(strncmp(so, "sequoia-profile ", 16) == 0, "%s", so);
+    free(so);
+    free(se);
+}
+
+/* Issue 14: random weights only on purpose. A directory with no checkpoint is an error that
+ * names both ways to ask for them; a dangling or looping model.safetensors symlink is an error
+ * naming the file, never a silent fallback to random weights. */
+Test(cli_profile, random_weights_only_on_purpose)
+{
+    char *m = tu_path(dir, "m"), *cfg = tu_path(m, "config.json"), *st = tu_path(m, "model.safetensors");
+    cr_assert_eq(mkdir(m, 0755), 0);
+    tu_write(cfg, TINY_CONFIG);
+    char *argv[] = {(char *)bin(), "--model", m, "--tokens", "1,2", "--prefix", "4", "--warmup",
+                    "0", "--repeat", "1", "-o", out, "--quiet", NULL, NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 66, "%s", se);
+    cr_assert(strstr(se, m) && strstr(se, "--random-weights") && strstr(se, "config.json"), "%s", se);
+    cr_assert(!tu_exists(out));
+    free(so);
+    free(se);
+    argv[14] = "--random-weights";
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    cr_assert(tu_exists(out));
+    unlink(out);
+    free(so);
+    free(se);
+    argv[14] = NULL;
+    cr_assert_eq(symlink("nowhere.safetensors", st), 0);
+    cr_assert_eq(tu_run(argv, &so, &se), 66, "%s", se);
+    cr_assert(strstr(se, "model.safetensors") && strstr(se, "dangling symlink"), "%s", se);
+    free(so);
+    free(se);
+    argv[14] = "--random-weights";
+    cr_assert_eq(tu_run(argv, &so, &se), 66, "a broken checkpoint is an error even then: %s", se);
+    free(so);
+    free(se);
+    argv[14] = NULL;
+    unlink(st);
+    cr_assert_eq(symlink("model.safetensors", st), 0);
+    cr_assert_eq(tu_run(argv, &so, &se), 66, "%s", se);
+    cr_assert(strstr(se, "model.safetensors") && strstr(se, "symlink loop"), "%s", se);
+    cr_assert(!tu_exists(out));
     free(so);
     free(se);
 }

@@ -672,3 +672,19 @@ int sq_paths_check(const sq_path_use *inputs, int n_in, const sq_path_use *outpu
     }
     return SQ_OK;
 }
+
+int sq_path_broken_link(const char *path, sq_error *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode) || stat(path, &st) == 0)
+        return SQ_OK;
+    int e = errno;
+    char target[SQ_PATH_MAX];
+    ssize_t n = readlink(path, target, sizeof target - 1);
+    target[n > 0 ? n : 0] = '\0';
+    if (e == ELOOP)
+        return sq_error_set(err, SQ_ENOINPUT, "%s: symlink loop (-> %s: %s)", path, target,
+                            strerror(e));
+    return sq_error_set(err, SQ_ENOINPUT, "%s: dangling symlink (-> %s: %s)", path, target,
+                        strerror(e));
+}

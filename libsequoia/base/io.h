@@ -68,6 +68,11 @@ void sq_temp_discard(const char *tmp, int slot);
 /* 1 when the temporary file of `slot` is anonymous (named by its /proc/self/fd link). */
 int sq_temp_is_anonymous(int slot);
 
+/* A symlink at `path` whose target is missing or that loops: SQ_ENOINPUT, "PATH: dangling
+ * symlink (-> TARGET: ...)" or "PATH: symlink loop (...)". SQ_OK for anything else (absent,
+ * a good link, a plain file), so that callers can tell "no file" from "a broken one". */
+int sq_path_broken_link(const char *path, sq_error *err);
+
 /* Outputs that would destroy something. Each use is an option name ("-o", "--table", "the
  * corpus argument") and a path (NULL or "-" entries are skipped). Refuses an output that is
  * the same file as an input (device and inode, symlinks followed), and two outputs that would
