@@ -636,6 +636,11 @@ static int parse_dump(int argc, char **argv)
         fprintf(stderr, PROG ": dump: --half applies to dense logits, not with --top-k\n");
         return SQ_EUSAGE;
     }
+    if (o.resume && sq_out_is_direct(o.out_file)) {
+        fprintf(stderr, PROG ": dump: --resume keeps OUT.partial beside -o; %s is not a file\n",
+                o.out_file);
+        return SQ_EUSAGE;
+    }
     {
         /* an output that is an input is refused before the models load (issue 14) */
         sq_path_use in[] = {{"--tokens", o.tokens_file}};

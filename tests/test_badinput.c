@@ -734,3 +734,141 @@ Test(badinput, huge_plan_is_refused_by_the_runtime_before_allocating, .timeout =
     free(se);
     tu_rmtree(dir);
 }
+
+/* ---- outputs never destroy anything (issue 14) --------------------------------------------- */
+
+/* A private device node in dir (never a real /dev path), or a skipped test. */
+static char *private_device(const char *dir, const char *name, unsigned major, unsigned minor)
+{
+    char *p = tu_path(dir, name);
+    int e = tu_mkchar(p, major, minor);
+    if (e) {
+        tu_rmtree(dir);
+        cr_skip_test("mknod %s is not allowed here (%s): device outputs not tested", p, strerror(e));
+    }
+    return p;
+}
+
+/* Every tool's outputs to a device (what `-o /dev/null` and `--table /dev/full` mean): written
+ * in place, exit 74 on a write error, and the node is still a character device afterwards. */
+Test(badinput, device_outputs_are_written_in_place, .timeout = 120)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *null = private_device(dir, "null", 1, 3), *full = private_device(dir, "full", 1, 7);
+    char *plan = tu_path(dir, "plan.json"), *corpus = tu_path(dir, "corpus.h5");
+    char *model = tu_path(dir, "model"), *toks = tu_path(dir, "tokens.txt");
+    char *csv = tu_path(dir, "p.csv");
+    tu_write(csv, "tokens,ms\n1,2\n4,3\n");
+    tu_write(plan, OLD_TEXT);
+    struct {
+        char *argv[16];
+        int status;
+    } runs[] = {
+        {{getenv("SQ_PLAN_BIN"), "-q", "-n", "8", "-o", null, "--table", null, "--svg", null}, 0},
+        {{getenv("SQ_PLAN_BIN"), "-q", "-n", "8", "-o", plan, "--table", full}, 74},
+        {{getenv("SQ_PLAN_BIN"), "-q", "-n", "8", "-o", full}, 74},
+        {{getenv("SQ_ACCEPT_BIN"), corpus, "-q", "-o", null}, 0},
+        {{getenv("SQ_ACCEPT_BIN"), corpus, "-q", "-o", full}, 74},
+        {{getenv("SQ_PROFILE_BIN"), "--import", csv, "-o", null, "--svg", full}, 74},
+        {{getenv("SQ_PROFILE_BIN"), "--import", csv, "-o", null, "--svg", null}, 0},
+        {{getenv("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model, "--tokens", toks,
+          "-o", null}, 0},
+        {{getenv("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model, "--tokens", toks,
+          "-o", full}, 74},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char *se = NULL;
+        int st = tu_run(runs[i].argv, NULL, &se);
+        cr_assert_eq(st, runs[i].status, "case %zu (%s): exit %d: %s", i, runs[i].argv[0], st, se);
+        if (st == 74)
+            cr_assert(strstr(se, full) && strstr(se, "write error"), "case %zu: %s", i, se);
+        cr_assert(tu_is_char_device(null) && tu_is_char_device(full),
+                  "case %zu replaced a device node by a file", i);
+        free(se);
+    }
+    char *now = tu_read(plan, NULL);
+    cr_assert_str_eq(now, OLD_TEXT, "-o kept its old contents when --table failed");
+    free(now);
+    cr_assert_eq(count_temps(dir), 0);
+    tu_rmtree(dir);
+}
+
+/* The same file as input and output, refused before any work with exit 64 naming both
+ * options; the input is untouched (also through a symlink). */
+Test(badinput, output_equal_to_an_input_is_refused)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *corpus = tu_path(dir, "corpus.h5"), *clink = tu_path(dir, "corpus-link.h5");
+    char *toks = tu_path(dir, "tokens.txt"), *curve = tu_path(dir, "curve.json");
+    char *model = tu_path(dir, "model"), *plan = tu_path(dir, "p.json"), *csv = tu_path(dir, "p.csv");
+    cr_assert_eq(symlink("corpus.h5", clink), 0);
+    tu_write(csv, "tokens,ms\n1,2\n4,3\n");
+    char *ap[] = {getenv("SQ_PLAN_BIN"), "-q", "-n", "8", "-o", plan, NULL};
+    cr_assert_eq(tu_run(ap, NULL, NULL), 0);
+    struct {
+        char *argv[14];
+        const char *input, *opt_in;
+    } runs[] = {
+        {{getenv("SQ_ACCEPT_BIN"), corpus, "-q", "-o", corpus}, corpus, "corpus"},
+        {{getenv("SQ_ACCEPT_BIN"), corpus, "-q", "-o", clink}, corpus, "corpus"},
+        {{getenv("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model, "--tokens", toks,
+          "-o", toks}, toks, "--tokens"},
+        {{getenv("SQ_PLAN_BIN"), "--acceptance", curve, "-o", curve}, curve, "--acceptance"},
+        {{getenv("SQ_PLAN_BIN"), "--plan", plan, "--export", "trtllm", "-o", plan}, plan, "--plan"},
+        {{getenv("SQ_PROFILE_BIN"), "--import", csv, "-o", csv}, csv, "--import"},
+        {{getenv("SQ_PROFILE_BIN"), "--import", csv, "-o", tu_path(dir, "x.json"), "--svg", csv},
+         csv, "--import"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        size_t n0, n1;
+        char *before = tu_read(runs[i].input, &n0), *se = NULL;
+        int st = tu_run(runs[i].argv, NULL, &se);
+        cr_assert_eq(st, 64, "case %zu: exit %d: %s", i, st, se);
+        cr_assert(strstr(se, runs[i].opt_in) && strstr(se, "same file") &&
+                      strstr(se, runs[i].input), "case %zu: %s", i, se);
+        char *after = tu_read(runs[i].input, &n1);
+        cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "case %zu changed its input", i);
+        free(before);
+        free(after);
+        free(se);
+    }
+    cr_assert_eq(count_temps(dir), 0);
+    tu_rmtree(dir);
+}
+
+/* Two outputs on one file: one would be lost silently. Refused the same way, nothing written. */
+Test(badinput, two_outputs_on_one_file_are_refused)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *x = tu_path(dir, "x.out"), *dotx = tu_path(dir, "./x.out"), *csv = tu_path(dir, "p.csv");
+    char *model = tu_path(dir, "model"), *toks = tu_path(dir, "tokens.txt");
+    char *plan = tu_path(dir, "p.json");
+    tu_write(csv, "tokens,ms\n1,2\n4,3\n");
+    char *ap[] = {getenv("SQ_PLAN_BIN"), "-q", "-n", "8", "-o", plan, NULL};
+    cr_assert_eq(tu_run(ap, NULL, NULL), 0);
+    struct {
+        char *argv[16];
+        const char *o1, *o2;
+    } runs[] = {
+        {{getenv("SQ_PLAN_BIN"), "-q", "-n", "8", "-o", x, "--table", x}, "-o", "--table"},
+        {{getenv("SQ_PLAN_BIN"), "-q", "-n", "8", "-o", x, "--svg", dotx}, "-o", "--svg"},
+        {{getenv("SQ_PLAN_BIN"), "-q", "-n", "8", "--export", "dot", "-o", x, "--save-plan", x},
+         "-o", "--save-plan"},
+        {{getenv("SQ_PROFILE_BIN"), "--import", csv, "-o", x, "--svg", x}, "-o", "--svg"},
+        {{getenv("SQ_RUN_BIN"), "--draft", model, "--target", model, "--plan", plan, "--prompt",
+          toks, "-o", x, "--report", x}, "-o", "--report"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char *se = NULL;
+        int st = tu_run(runs[i].argv, NULL, &se);
+        cr_assert_eq(st, 64, "case %zu: exit %d: %s", i, st, se);
+        cr_assert(strstr(se, runs[i].o1) && strstr(se, runs[i].o2) && strstr(se, "same file"),
+                  "case %zu: %s", i, se);
+        cr_assert(!tu_exists(x), "case %zu wrote an output", i);
+        free(se);
+    }
+    tu_rmtree(dir);
+}

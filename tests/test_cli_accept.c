@@ -347,11 +347,27 @@ Test(cli_accept, single_sequence_corpus_uses_batch_means)
     char *err;
     cr_assert_eq(run(NULL, &err, (const char *[]){c, "-m", "topk", "-w", "2", "-q", "-o", o,
                                                   NULL}), 0, "%s", err);
-    cr_assert(strstr(err, "batch"), "%s", err);
+    cr_assert(strstr(err, "batch") && strstr(err, "one.h5 holds one sequence"), "%s", err);
     char *text = tu_read(o, NULL);
     cr_assert(strstr(text, "\"unit\": \"batch\""), "%s", text);
     cr_assert(strstr(text, "\"units\": 32"), "%s", text);
     free(text);
+    free(err);
+    free(c);
+    free(o);
+}
+
+/* Issue 14: one sequence recorded in /seq_offsets is not "a corpus without /seq_offsets". */
+Test(cli_accept, single_sequence_notice_is_true_with_seq_offsets)
+{
+    char *c = P("one-off.h5"), *o = P("o.json");
+    corpus_spec cs = {.seqs = 1, .len = 100};
+    write_corpus(c, &cs);
+    char *err;
+    cr_assert_eq(run(NULL, &err, (const char *[]){c, "-m", "topk", "-w", "2", "-q", "-o", o,
+                                                  NULL}), 0, "%s", err);
+    cr_assert(!strstr(err, "without /seq_offsets") && strstr(err, "one-off.h5 holds one sequence"),
+              "%s", err);
     free(err);
     free(c);
     free(o);
@@ -677,4 +693,86 @@ Test(cli_accept, svg_draws_the_curves_written_and_plot_overlays_files)
     free(svg);
     free(svg2);
     free(corpus);
+}
+
+/* Issue 14: --compare as a CI gate. A curve of BASE that NEW lacks is lost coverage: exit 1
+ * naming it, unless --curve limits the comparison; differing widths give a warning naming both
+ * files; --quiet quiets the report and the warning; --json FILE writes the comparison. */
+Test(cli_accept, compare_is_a_ci_gate)
+{
+    char *c = P("c.h5");
+    corpus_spec cs = {.seqs = 20, .len = 6};
+    write_corpus(c, &cs);
+    char *base = P("base.json"), *newf = P("new.json"), *wide = P("wide.json"), *js = P("cmp.json");
+    char *err = NULL, *out = NULL;
+    cr_assert_eq(run(NULL, &err, (const char *[]){c, "-m", "stochastic,greedy", "-w", "4", "-q",
+                                                  "-o", base, NULL}), 0, "%s", err);
+    free(err);
+    cr_assert_eq(run(NULL, &err, (const char *[]){c, "-m", "greedy", "-w", "4", "-q", "-o", newf,
+                                                  NULL}), 0, "%s", err);
+    free(err);
+    cr_assert_eq(run(NULL, &err, (const char *[]){c, "-m", "greedy", "-w", "6", "-q", "-o", wide,
+                                                  NULL}), 0, "%s", err);
+    free(err);
+    sq_curve_set *bs = load(base), *ns = load(newf);
+    cr_assert_eq(bs->n, 2);
+    cr_assert_eq(ns->n, 1);
+    const char *kept = ns->curves[0].name;
+    const char *lost = strcmp(bs->curves[0].name, kept) ? bs->curves[0].name : bs->curves[1].name;
+    /* NEW lacks a curve: exit 1, the message names it and both files */
+    int rc = run(&out, &err, (const char *[]){"--compare", base, newf, NULL});
+    cr_assert_eq(rc, 1, "%s%s", out, err);
+    cr_assert(strstr(err, lost) && strstr(err, newf) && strstr(err, base) &&
+                  strstr(err, "coverage"), "%s", err);
+    free(out);
+    free(err);
+    /* --curve limits the comparison to a curve both have */
+    rc = run(&out, &err, (const char *[]){"--compare", base, newf, "--curve", kept, NULL});
+    cr_assert_eq(rc, 0, "%s%s", out, err);
+    free(out);
+    free(err);
+    /* differing widths: a warning naming both files and widths */
+    rc = run(&out, &err, (const char *[]){"--compare", newf, wide, NULL});
+    cr_assert_eq(rc, 0, "%s%s", out, err);
+    cr_assert(strstr(err, "warning") && strstr(err, "width 4") && strstr(err, "6") &&
+                  strstr(err, newf) && strstr(err, wide), "%s", err);
+    free(out);
+    free(err);
+    /* --quiet: neither the report nor the warning; --json writes the comparison */
+    rc = run(&out, &err, (const char *[]){"--compare", newf, wide, "--quiet", "--json", js, NULL});
+    cr_assert_eq(rc, 0, "%s%s", out, err);
+    cr_assert_str_eq(out, "", "--quiet printed a report");
+    cr_assert_str_eq(err, "", "--quiet printed: %s", err);
+    char *text = tu_read(js, NULL);
+    cr_assert_not_null(text, "--json wrote nothing");
+    cJSON *j = cJSON_Parse(text);
+    cr_assert_not_null(j, "%s", text);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "format")->valuestring, "sequoia-compare");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "result")->valuestring, "ok");
+    const cJSON *curves = cJSON_GetObjectItem(j, "curves");
+    cr_assert_eq(cJSON_GetArraySize(curves), 1);
+    const cJSON *c0 = cJSON_GetArrayItem(curves, 0);
+    cr_assert_eq(cJSON_GetObjectItem(c0, "width_baseline")->valueint, 4);
+    cr_assert_eq(cJSON_GetObjectItem(c0, "width_new")->valueint, 6);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(c0, "ranks")), 6);
+    cr_assert_not_null(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "optimal_F"), "new"));
+    cJSON_Delete(j);
+    free(text);
+    free(out);
+    free(err);
+    /* the missing curve in --json, and --quiet still says why it failed */
+    rc = run(&out, &err, (const char *[]){"--compare", base, newf, "-q", "--json", js, NULL});
+    cr_assert_eq(rc, 1, "%s%s", out, err);
+    cr_assert(strstr(err, lost), "%s", err);
+    text = tu_read(js, NULL);
+    j = cJSON_Parse(text);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "result")->valuestring, "missing curves");
+    cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "missing_in_new"), 0)->valuestring,
+                     lost);
+    cJSON_Delete(j);
+    free(text);
+    free(out);
+    free(err);
+    sq_curve_set_free(bs);
+    sq_curve_set_free(ns);
 }

@@ -500,6 +500,18 @@ int sq_temp_is_anonymous(int slot)
     return slot_fd(slot) >= 0;
 }
 
+/* The directory for the temporary file of `path`: beside it, except for a device or FIFO
+ * (HDF5 cannot write those in place: it seeks and reads back), whose file is built in $TMPDIR
+ * (or /tmp) and streamed to it at commit. */
+static const char *temp_base(const char *path, char *buf, size_t cap)
+{
+    if (!sq_out_is_direct(path))
+        return path;
+    const char *t = getenv("TMPDIR");
+    snprintf(buf, cap, "%s/sq-output", t && *t ? t : "/tmp");
+    return buf;
+}
+
 int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
 {
     *tmpp = NULL;
@@ -507,13 +519,15 @@ int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return sq_error_set(err, SQ_ECANTCREAT, "%s: is a directory, expected a file path", path);
-    size_t n = strlen(path);
+    char basebuf[SQ_PATH_MAX];
+    const char *base = temp_base(path, basebuf, sizeof basebuf);
+    size_t n = strlen(base);
     if (n + 32 > SQ_PATH_MAX)
         return sq_error_set(err, SQ_ECANTCREAT, "%s: path is too long", path);
     char *tmp = malloc(n + 32);
     if (!tmp)
         return sq_error_oom(err, "temporary path");
-    int afd = anon_open(path);
+    int afd = anon_open(base);
     if (afd >= 0) {
         snprintf(tmp, n + 32, "/proc/self/fd/%d", afd);
         struct stat pst;
@@ -524,8 +538,8 @@ int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
         }
         close(afd); /* no /proc: fall back to a named file */
     }
-    size_t dl = dir_len(path);
-    snprintf(tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dl, path, path + dl);
+    size_t dl = dir_len(base);
+    snprintf(tmp, n + 32, "%.*s.%s.tmp-XXXXXX", (int)dl, base, base + dl);
     sigset_t old;
     signals_block(&old);
     int fd = mkstemp(tmp);
@@ -541,6 +555,31 @@ int sq_temp_create(const char *path, char **tmpp, int *slot, sq_error *err)
     close(fd);
     *tmpp = tmp;
     return SQ_OK;
+}
+
+/* Streams the finished temporary file (descriptor fd) to the device, FIFO or socket `path`. */
+static int copy_to_direct(int fd, const char *path, sq_error *err)
+{
+    sq_out *o;
+    int rc = sq_out_open(&o, path, err);
+    if (rc)
+        return rc;
+    FILE *dst = sq_out_stream(o);
+    char buf[1 << 16];
+    ssize_t r;
+    off_t at = 0;
+    while ((r = pread(fd, buf, sizeof buf, at)) > 0) {
+        if (fwrite(buf, 1, (size_t)r, dst) != (size_t)r)
+            break;
+        at += r;
+    }
+    if (r < 0) {
+        int e = errno;
+        sq_out_abort(o);
+        return sq_error_set(err, SQ_EIO, "%s: cannot read back the temporary file: %s", path,
+                            strerror(e));
+    }
+    return sq_out_commit(o, err);
 }
 
 void sq_temp_discard(const char *tmp, int slot)
@@ -559,6 +598,22 @@ int sq_temp_commit(const char *tmp, int slot, const char *path, sq_error *err)
 {
     int rc = SQ_OK;
     int afd = slot_fd(slot);
+    if (sq_out_is_direct(path)) {
+        /* built in $TMPDIR: stream it to the device, then drop it */
+        int fd = afd >= 0 ? afd : open(tmp, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            rc = sq_error_set(err, SQ_EIO, "%s: cannot reopen the temporary file %s: %s", path,
+                              tmp, strerror(errno));
+        else
+            rc = copy_to_direct(fd, path, err);
+        if (fd >= 0)
+            close(fd);
+        if (afd < 0) {
+            unlink(tmp);
+            pending_drop(slot);
+        }
+        return rc;
+    }
     if (afd >= 0) {
         if (fsync(afd) != 0 && errno != EINVAL)
             rc = sq_error_set(err, SQ_EIO, "%s: fsync: %s", path, strerror(errno));

@@ -38,7 +38,7 @@ static void usage(FILE *fp)
         "                      [--threads N] [-o CURVES.json] [--quiet]\n"
         "       " PROG " --merge A.json B.json [...] -o ALL.json\n"
         "       " PROG " --compare BASELINE.json NEW.json [--budget N] [--depth D] [--sigma Z]\n"
-        "                      [--curve NAME]\n"
+        "                      [--curve NAME] [--json FILE] [--quiet]\n"
         "       " PROG " --plot CURVES.json [...] --svg PICTURE.svg\n"
         "\n"
         "Estimates the acceptance vector p_1..p_W (p_k: probability that the verifier accepts the\n"
@@ -71,7 +71,9 @@ static void usage(FILE *fp)
         "  -n, --budget N          tree size for --compare (default 64)\n"
         "  -d, --depth D           tree depth for --compare (default 8)\n"
         "  -z, --sigma Z           significance for --compare, in standard errors (default 3)\n"
-        "  -c, --curve NAME        --compare only this curve (default: every curve in both files)\n"
+        "  -c, --curve NAME        --compare only this curve (default: every curve of BASELINE, and\n"
+        "                          a curve NEW lacks fails the comparison: lost coverage)\n"
+        "      --json FILE         --compare: also write the comparison as JSON (sequoia-compare)\n"
         "      --svg FILE          also draw the curves written (p_k against rank, error bars,\n"
         "                          curves overlaid) as a self-contained SVG\n"
         "      --plot              draw curve files (with --svg) without estimating anything\n"
@@ -88,7 +90,8 @@ static void usage(FILE *fp)
         "  " PROG " --compare main.json branch.json --budget 64 --depth 8 --sigma 3\n"
         "  " PROG " --plot main.json branch.json --svg curves.svg     # both overlaid\n"
         "\n"
-        "Exit status: 0 success (--compare: no significant drop), 1 significant drop (--compare),\n"
+        "Exit status: 0 success (--compare: no significant drop), 1 significant drop or a curve\n"
+        "of BASELINE missing in NEW (--compare),\n"
         "64 usage error, 65 invalid input data, 66 input file missing, 70 internal error,\n"
         "73 cannot create output, 74 I/O error. No output file is left behind on failure.\n",
         SQ_ACCEPT_MAX_WIDTH);
@@ -307,6 +310,7 @@ static int estimate(char **files, int n_files, est_opts *o)
 
     /* Open and check every corpus before any work. */
     int sparse = 0, single = 0, multi = 0;
+    const char *single_file = NULL;
     for (int f = 0; f < n_files; f++) {
         if ((rc = sq_corpus_open(files[f], &corp[f], &err)))
             goto done;
@@ -332,9 +336,11 @@ static int estimate(char **files, int n_files, est_opts *o)
             goto done;
         }
         sparse |= in->sparse;
-        if (in->sequences <= 1)
+        if (in->sequences <= 1) {
+            if (!single)
+                single_file = files[f];
             single = 1;
-        else
+        } else
             multi = 1;
         uint8_t d[SQ_SHA256_BYTES];
         if ((rc = sq_sha256_file(files[f], d, &err)))
@@ -352,8 +358,9 @@ static int estimate(char **files, int n_files, est_opts *o)
     if (sparse)
         fprintf(stderr, PROG ": notice: %s\n", sq_accept_sparse_note);
     if (single)
-        fprintf(stderr, PROG ": notice: a corpus without /seq_offsets is one sequence; its standard "
-                "errors use %d contiguous batches (batch means)\n", SQ_ACCEPT_BATCHES);
+        fprintf(stderr, PROG ": notice: %s%s holds one sequence; its standard errors use %d "
+                "contiguous batches (batch means)\n", single_file,
+                n_files > 1 ? " (and maybe others)" : "", SQ_ACCEPT_BATCHES);
 
     /* The output is opened first, so that an unwritable path fails before the work. */
     if ((rc = sq_out_open(&out, o->out_file ? o->out_file : "-", &err)))
@@ -501,13 +508,43 @@ static int merge(char **files, int n_files, const char *out_file, int quiet)
 
 /* ---- compare --------------------------------------------------------------------------------------- */
 
+/* printf to the report, unless --quiet */
+#define REPORT(...) do { if (!quiet) printf(__VA_ARGS__); } while (0)
+
+static cJSON *jnum(double v)
+{
+    return cJSON_CreateNumber(isfinite(v) ? v : 0.0);
+}
+
+/* --compare BASE NEW: per curve, the change per rank and of the optimal tree's F. Exit 1 on a
+ * significant drop, and when NEW lacks a curve of BASE (lost coverage in CI) unless --curve
+ * limits the comparison. --json FILE: the same as JSON (format "sequoia-compare"). */
 static int compare(const char *base_file, const char *new_file, int budget, int depth,
-                   double sigma, const char *only)
+                   double sigma, const char *only, int quiet, const char *json_file)
 {
     sq_error err = {0};
     sq_curve_set *b = NULL, *n = NULL;
     int rc;
-    int worst = SQ_OK, compared = 0;
+    int worst = SQ_OK, compared = 0, missing = 0;
+    cJSON *root = cJSON_CreateObject(), *jcurves = cJSON_CreateArray();
+    cJSON *jmissing = cJSON_CreateArray(), *jonly_new = cJSON_CreateArray();
+    if (!root || !jcurves || !jmissing || !jonly_new) {
+        cJSON_Delete(jcurves);
+        cJSON_Delete(jmissing);
+        cJSON_Delete(jonly_new);
+        rc = sq_error_oom(&err, "comparison");
+        goto done;
+    }
+    sq_json_add(root, "format", cJSON_CreateString("sequoia-compare"));
+    sq_json_add(root, "version", cJSON_CreateNumber(1));
+    sq_json_add(root, "baseline", cJSON_CreateString(base_file));
+    sq_json_add(root, "new", cJSON_CreateString(new_file));
+    sq_json_add(root, "budget", cJSON_CreateNumber(budget));
+    sq_json_add(root, "depth", cJSON_CreateNumber(depth));
+    sq_json_add(root, "sigma", cJSON_CreateNumber(sigma));
+    sq_json_add(root, "curves", jcurves);
+    sq_json_add(root, "missing_in_new", jmissing);
+    sq_json_add(root, "only_in_new", jonly_new);
     if ((rc = sq_curve_set_load(base_file, &b, &err)) ||
         (rc = sq_curve_set_load(new_file, &n, &err)))
         goto done;
@@ -520,7 +557,10 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
             if (strcmp(n->curves[q].name, cb->name) == 0)
                 j = q;
         if (j < 0) {
-            printf("curve %s: only in %s, not compared\n", cb->name, base_file);
+            /* coverage that NEW lost: a failure, reported after the comparisons */
+            REPORT("curve %s: only in %s, missing in %s\n", cb->name, base_file, new_file);
+            SQ_ASSERT(cJSON_AddItemToArray(jmissing, cJSON_CreateString(cb->name)));
+            missing++;
             continue;
         }
         const sq_curve *cn = &n->curves[j];
@@ -531,17 +571,37 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
             goto done;
         }
         compared++;
-        printf("curve %s (%s): positions %lld -> %lld\n", cb->name, cb->mode, cb->positions,
+        if (cb->width != cn->width && !quiet)
+            fprintf(stderr, PROG ": warning: curve %s: width %d in %s but %d in %s; ranks past %d "
+                    "compare with probability 0\n", cb->name, cb->width, base_file, cn->width,
+                    new_file, cb->width < cn->width ? cb->width : cn->width);
+        cJSON *jc = cJSON_CreateObject(), *jr = cJSON_CreateArray();
+        SQ_ASSERT(jc && jr && cJSON_AddItemToArray(jcurves, jc));
+        sq_json_add(jc, "name", cJSON_CreateString(cb->name));
+        sq_json_add(jc, "mode", cJSON_CreateString(cb->mode ? cb->mode : "?"));
+        sq_json_add(jc, "positions_baseline", cJSON_CreateNumber((double)cb->positions));
+        sq_json_add(jc, "positions_new", cJSON_CreateNumber((double)cn->positions));
+        sq_json_add(jc, "width_baseline", cJSON_CreateNumber(cb->width));
+        sq_json_add(jc, "width_new", cJSON_CreateNumber(cn->width));
+        sq_json_add(jc, "ranks", jr);
+        REPORT("curve %s (%s): positions %lld -> %lld\n", cb->name, cb->mode, cb->positions,
                cn->positions);
-        printf("  rank   baseline        new     change        z\n");
+        REPORT("  rank   baseline        new     change        z\n");
         int W = cb->width > cn->width ? cb->width : cn->width;
         for (int k = 0; k < W; k++) {
             sq_accept_rank_change r = sq_accept_rank_compare(cb, cn, k);
-            printf("  %4d  %9.5f  %9.5f  %+9.5f", k + 1, r.base, r.now, r.change);
+            REPORT("  %4d  %9.5f  %9.5f  %+9.5f", k + 1, r.base, r.now, r.change);
             if (!isnan(r.z))
-                printf("  %+7.2f\n", r.z);
+                REPORT("  %+7.2f\n", r.z);
             else
-                printf("        -\n");
+                REPORT("        -\n");
+            cJSON *jk = cJSON_CreateObject();
+            SQ_ASSERT(jk && cJSON_AddItemToArray(jr, jk));
+            sq_json_add(jk, "rank", cJSON_CreateNumber(k + 1));
+            sq_json_add(jk, "baseline", jnum(r.base));
+            sq_json_add(jk, "new", jnum(r.now));
+            sq_json_add(jk, "change", jnum(r.change));
+            sq_json_add(jk, "z", !isnan(r.z) ? jnum(r.z) : cJSON_CreateNull());
         }
         double Fb, Fn;
         double *gb = malloc((size_t)cb->width * sizeof *gb), *gn = malloc((size_t)cn->width * sizeof *gn);
@@ -568,15 +628,25 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
             goto done;
         double dF = Fn - Fb, sF = sqrt(vb + vn);
         int drop = sq_accept_significant_drop(dF, sF, sigma);
-        printf("  optimal tree (budget %d, depth %d): expected tokens/step %.4f -> %.4f, change "
+        REPORT("  optimal tree (budget %d, depth %d): expected tokens/step %.4f -> %.4f, change "
                "%+.4f", budget, depth, Fb, Fn, dF);
         if (sF > 0)
-            printf(" ± %.4f (z %+.2f)\n", sF, dF / sF);
+            REPORT(" ± %.4f (z %+.2f)\n", sF, dF / sF);
         else
-            printf(" (no standard error)\n");
+            REPORT(" (no standard error)\n");
         if (strcmp(how_b, "full covariance") || strcmp(how_n, "full covariance"))
-            printf("  note: error of F from %s / %s\n", how_b, how_n);
-        printf("  %s\n", drop ? "SIGNIFICANT DROP" : "no significant drop");
+            REPORT("  note: error of F from %s / %s\n", how_b, how_n);
+        REPORT("  %s\n", drop ? "SIGNIFICANT DROP" : "no significant drop");
+        cJSON *jf = cJSON_CreateObject();
+        SQ_ASSERT(jf);
+        sq_json_add(jc, "optimal_F", jf);
+        sq_json_add(jf, "baseline", jnum(Fb));
+        sq_json_add(jf, "new", jnum(Fn));
+        sq_json_add(jf, "change", jnum(dF));
+        sq_json_add(jf, "stderr", sF > 0 ? jnum(sF) : cJSON_CreateNull());
+        sq_json_add(jf, "z", sF > 0 ? jnum(dF / sF) : cJSON_CreateNull());
+        sq_json_add(jf, "error_from", cJSON_CreateString(strcmp(how_b, how_n) ? how_n : how_b));
+        sq_json_add(jc, "significant_drop", cJSON_CreateBool(drop));
         if (drop)
             worst = SQ_EFAIL;
     }
@@ -584,8 +654,10 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
         int found = 0;
         for (int i = 0; i < b->n; i++)
             found |= strcmp(b->curves[i].name, n->curves[j].name) == 0;
-        if (!found && (!only || strcmp(only, n->curves[j].name) == 0))
-            printf("curve %s: only in %s, not compared\n", n->curves[j].name, new_file);
+        if (!found && (!only || strcmp(only, n->curves[j].name) == 0)) {
+            REPORT("curve %s: only in %s, not compared\n", n->curves[j].name, new_file);
+            SQ_ASSERT(cJSON_AddItemToArray(jonly_new, cJSON_CreateString(n->curves[j].name)));
+        }
     }
     if (only && compared == 0) {
         rc = sq_error_set(&err, SQ_EUSAGE, "--curve: no curve named \"%s\" in both %s and %s", only,
@@ -597,8 +669,23 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
                           base_file);
         goto done;
     }
+    sq_json_add(root, "result", cJSON_CreateString(missing ? "missing curves"
+                                                    : worst ? "significant drop" : "ok"));
+    if (json_file && (rc = sq_json_save(json_file, root, &err)))
+        goto done;
+    if (missing) {
+        fprintf(stderr, PROG ": %s lacks %d curve%s of %s (", new_file, missing,
+                missing == 1 ? "" : "s", base_file);
+        int k = 0;
+        const cJSON *m;
+        cJSON_ArrayForEach(m, jmissing)
+            fprintf(stderr, "%s\"%s\"", k++ ? ", " : "", m->valuestring);
+        fprintf(stderr, "): that coverage is lost; compare one curve with --curve NAME\n");
+        worst = SQ_EFAIL;
+    }
     rc = worst;
 done:
+    cJSON_Delete(root);
     sq_curve_set_free(b);
     sq_curve_set_free(n);
     if (rc && rc != SQ_EFAIL)
@@ -606,15 +693,17 @@ done:
     return rc;
 }
 
+#undef REPORT
+
 /* ---- main ------------------------------------------------------------------------------------------ */
 
-enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT };
+enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT, OPT_JSON };
 
 typedef struct accept_opts {
     est_opts est;
     int do_plot, do_merge, do_compare, budget, depth, est_opt, cmp_opt;
     double sigma;
-    const char *curve;
+    const char *curve, *json_file;
 } accept_opts;
 
 #define PARSE_RUN (-1)   /* parse_options: go on and run */
@@ -679,7 +768,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
         {"threads", required_argument, NULL, 'j'},  {"output", required_argument, NULL, 'o'},
         {"quiet", no_argument, NULL, 'q'},          {"merge", no_argument, NULL, OPT_MERGE},
         {"svg", required_argument, NULL, OPT_SVG},  {"plot", no_argument, NULL, OPT_PLOT},
-        {"compare", no_argument, NULL, OPT_COMPARE},
+        {"compare", no_argument, NULL, OPT_COMPARE}, {"json", required_argument, NULL, OPT_JSON},
         {"budget", required_argument, NULL, 'n'},   {"depth", required_argument, NULL, 'd'},
         {"sigma", required_argument, NULL, 'z'},    {"curve", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, OPT_VERSION},
@@ -720,6 +809,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
             a->cmp_opt = 1;
             break;
         case 'c': a->curve = optarg; a->cmp_opt = 1; break;
+        case OPT_JSON: a->json_file = optarg; a->cmp_opt = 1; break;
         case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
         case OPT_VERSION: printf(PROG " %s\n", SQ_VERSION); return sq_cli_finish(PROG, SQ_OK);
         default: return sq_cli_bad_option(PROG, c, argv, optind);
@@ -739,7 +829,7 @@ static const char *misfit(const accept_opts *a, int n_files)
                            : "estimation options (--mode, --temperature, --top-p, --width, "
                              "--samples, --seed, --threads) do not apply to --compare";
     if (!a->do_compare && a->cmp_opt)
-        return "--budget, --depth, --sigma and --curve apply to --compare only";
+        return "--budget, --depth, --sigma, --curve and --json apply to --compare only";
     if (a->do_plot && (!svg_path || n_files < 1 || a->do_merge || a->do_compare || a->est.out_file))
         return "--plot needs curve files and --svg FILE (and no -o, --merge or --compare)";
     if (a->do_plot)
@@ -772,11 +862,27 @@ int main(int argc, char **argv)
         fprintf(stderr, PROG ": %s\n", why);
         return SQ_EUSAGE;
     }
+    /* an output that is an input, or two outputs on one file, before any work (issue 14) */
+    sq_path_use *in = calloc((size_t)n_files + 1, sizeof *in);
+    if (!in)
+        return SQ_ESOFTWARE;
+    for (int i = 0; i < n_files; i++)
+        in[i] = (sq_path_use){a.do_compare ? (i ? "NEW" : "BASELINE")
+                              : a.do_merge || a.do_plot ? "curve file" : "corpus", files[i]};
+    sq_path_use outs[] = {{"-o", a.est.out_file}, {"--svg", svg_path}, {"--json", a.json_file}};
+    sq_error perr = {0};
+    rc = sq_paths_check(in, n_files, outs, 3, &perr);
+    free(in);
+    if (rc) {
+        fprintf(stderr, PROG ": %s\n", perr.msg);
+        return rc;
+    }
     sq_out_install_signal_handlers();
     if (a.do_plot)
         rc = plot(files, n_files);
     else if (a.do_compare)
-        rc = compare(files[0], files[1], a.budget, a.depth, a.sigma, a.curve);
+        rc = compare(files[0], files[1], a.budget, a.depth, a.sigma, a.curve, a.est.quiet,
+                     a.json_file);
     else if (a.do_merge)
         rc = merge(files, n_files, a.est.out_file, a.est.quiet);
     else
