@@ -1,5 +1,6 @@
-/* The picture of a latency profile: median forward time against new tokens (log2 axis), with
- * p10–p90 bars and unstable points marked. Self-contained SVG, written atomically. */
+/* The picture of a latency profile: median forward time (log10 axis spanning the data) against
+ * new tokens (log2 axis), with p10–p90 whiskers, unstable points in red and a legend for both.
+ * Self-contained SVG, written atomically. <g id="y-axis"> carries the time range drawn. */
 #ifndef SQ_PROFILER_LATENCY_SVG_H
 #define SQ_PROFILER_LATENCY_SVG_H
 

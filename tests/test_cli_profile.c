@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "libsequoia/format/profile.h"
+#include "profiler/latency_svg.h"
 #include "tests/testutil.h"
 
 #define TINY_CONFIG "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64," \
@@ -297,4 +298,71 @@ Test(cli_profile, random_weights_only_on_purpose)
     cr_assert(!tu_exists(out));
     free(so);
     free(se);
+}
+
+/* Issue 14: the latency picture. Token counts are on a log axis, so the time axis is log too,
+ * spanning the data: forwards a factor apart are as far apart at 1 ms as at 200 ms (on the old
+ * linear axis from 0 to 500 every point up to 64 tokens sat flat on the axis). A legend names
+ * the unstable points and the p10–p90 whiskers. rsvg-convert renders it. */
+Test(cli_profile, latency_picture_has_a_log_time_axis_and_a_legend)
+{
+    static const double med[] = {1.2, 1.3, 1.5, 2.0, 3.1, 5.2, 9.8, 19, 37, 71, 128};
+    sq_profile_point pts[11];
+    for (int i = 0; i < 11; i++)
+        pts[i] = (sq_profile_point){.batch = 1, .tokens = 1 << i, .median_ms = med[i],
+                                    .p10_ms = med[i] * 0.97, .p90_ms = med[i] * 1.04, .samples = 10};
+    pts[3].p90_ms = pts[3].median_ms * 1.9;      /* unstable */
+    pts[10].p90_ms = 243;
+    sq_profile p = {.device = "test", .backend = "cpu", .dtype = "f32", .prefix = 16,
+                    .n = 11, .points = pts};
+    char *svg = tu_path(dir, "lat.svg");
+    sq_error e = {0};
+    cr_assert_eq(sq_latency_svg(&p, "test profile", 0.25, svg, &e), 0, "%s", e.msg);
+    char *text = tu_read(svg, NULL);
+    /* the y range drawn covers the data and no more than 10% beyond it each way */
+    const char *ax = strstr(text, "id=\"y-axis\"");
+    cr_assert_not_null(ax, "%s", text);
+    double ymin = 0, ymax = 0;
+    cr_assert_eq(sscanf(strstr(ax, "data-min-ms=\"") + 13, "%lf", &ymin), 1);
+    cr_assert_eq(sscanf(strstr(ax, "data-max-ms=\"") + 13, "%lf", &ymax), 1);
+    cr_assert(strstr(ax, "data-scale=\"log10\""));
+    cr_assert(ymin <= 1.2 * 0.97 && ymin >= 1.2 * 0.97 / 1.15, "y axis from %g", ymin);
+    cr_assert(ymax >= 243 && ymax <= 243 * 1.15, "y axis to %g for a maximum of 243", ymax);
+    /* points: a factor of 1.5 or more in time is at least 15 px apart, whatever the size */
+    double cy[11];
+    const char *at = text;
+    for (int i = 0; i < 11; i++) {
+        at = strstr(at, "<circle class=\"");
+        cr_assert_not_null(at);
+        cr_assert_eq(sscanf(strstr(at, "cy=\"") + 4, "%lf", &cy[i]), 1);
+        at++;
+    }
+    for (int i = 0; i + 1 < 11; i++)
+        if (med[i + 1] / med[i] >= 1.5)
+            cr_assert(cy[i] - cy[i + 1] >= 15, "points %d and %d: %g and %g px", i, i + 1, cy[i],
+                      cy[i + 1]);
+    cr_assert(strstr(text, "class=\"unstable\""), "the unstable point is marked");
+    /* the legend */
+    const char *lg = strstr(text, "id=\"legend\"");
+    cr_assert_not_null(lg, "no legend");
+    cr_assert(strstr(lg, "unstable") && strstr(lg, "p10\xe2\x80\x93p90") && strstr(lg, "median"),
+              "%s", lg);
+    /* rendered by rsvg-convert, like the other pictures */
+    if (access("/usr/bin/rsvg-convert", X_OK) == 0) {
+        char *png = tu_path(dir, "lat.png");
+        char *argv[] = {"/usr/bin/rsvg-convert", svg, "-o", png, NULL};
+        char *so, *se;
+        cr_assert_eq(tu_run(argv, &so, &se), 0, "rsvg-convert: %s", se);
+        size_t len;
+        char *img = tu_read(png, &len);
+        cr_assert(img && len > 1000 && memcmp(img, "\x89PNG", 4) == 0, "no PNG");
+        free(img);
+        free(so);
+        free(se);
+        free(png);
+    } else {
+        cr_log_warn("rsvg-convert is not installed: the picture was not rendered");
+    }
+    free(text);
+    free(svg);
 }
