@@ -44,6 +44,9 @@ struct sq_dp {
     const sq_curve *curve;
     int depth_rows;          /* R: rows of p_by_depth, 0 when depth-independent               */
     int threads, auto_threads;
+    void (*progress)(void *user, int64_t done, int64_t total);
+    void *user;
+    int64_t done, total;     /* columns computed, and to compute, for progress              */
     int pass_depth;          /* depth bound of the pass whose back-pointers are held          */
     long long *maxsize;      /* (D+1) largest tree of depth <= d and width <= B, capped at N  */
     column *col;             /* (D+1) the current pass's columns (views, not owned)           */
@@ -515,6 +518,13 @@ static int compute_column(sq_dp *dp, const double *prev, long long maxs, int dep
     return 0;
 }
 
+static void column_done(sq_dp *dp)
+{
+    dp->done++;
+    if (dp->progress)
+        dp->progress(dp->user, dp->done < dp->total ? dp->done : dp->total, dp->total);
+}
+
 /* Columns 2..Dmax of a depth-independent solve (depth_index = any row's depth: the curve's
  * depth-independent p, or the last p_by_depth row) into cols, which own them; stops computing at
  * saturation. Returns the saturation column (D+1 when none). */
@@ -532,6 +542,7 @@ static int solve_independent(sq_dp *dp, column *cols, int depth_index, int *sat,
         if (column_alloc(dp, &cols[d]))
             return sq_error_oom(err, "DP column");
         compute_column(dp, cols[d - 1].best, dp->maxsize[d - 1], depth_index, &cols[d]);
+        column_done(dp);
         if (dp->maxsize[d] == dp->maxsize[d - 1] &&
             memcmp(cols[d].best, cols[d - 1].best, ((size_t)N + 1) * sizeof(double)) == 0)
             *sat = d;
@@ -553,6 +564,7 @@ static int solve_pass(sq_dp *dp, int Dmax, sq_error *err)
         if (column_alloc(dp, c))
             return sq_error_oom(err, "DP column");
         compute_column(dp, dp->col[d - 1].best, dp->maxsize[d - 1], Dmax - d + 1, c);
+        column_done(dp);
         dp->col[d] = *c;
     }
     dp->pass_depth = Dmax;
@@ -581,6 +593,15 @@ int sq_dp_solve(const sq_dp_params *params, sq_dp **out, sq_error *err)
     dp->depth_rows = params->curve->depth_rows;
     dp->threads = params->threads > 0 ? params->threads : default_threads();
     dp->auto_threads = params->threads == 0;
+    dp->progress = params->progress;
+    dp->user = params->user;
+    /* columns to compute: 2..D once, and with depth rows R, per pass Dmax its columns past
+     * Dmax+1-R (saturation may end the first part early: the count then jumps) */
+    dp->total = dp->D > 1 ? dp->D - 1 : 0;
+    for (int Dmax = 1; params->curve->depth_rows > 0 && Dmax <= dp->D; Dmax++) {
+        int from = Dmax + 2 - params->curve->depth_rows;
+        dp->total += Dmax - (from > 2 ? from : 2) + 1 > 0 ? Dmax - (from > 2 ? from : 2) + 1 : 0;
+    }
 
     if (dp->threads > SQ_DP_MAX_THREADS)
         dp->threads = SQ_DP_MAX_THREADS;
@@ -634,6 +655,8 @@ int sq_dp_solve(const sq_dp_params *params, sq_dp **out, sq_error *err)
         sq_dp_free(dp);
         return rc;
     }
+    if (dp->progress && dp->total > 0)
+        dp->progress(dp->user, dp->total, dp->total);
     *out = dp;
     return SQ_OK;
 }

@@ -21,6 +21,8 @@
 #ifndef SQ_PLANNER_DP_H
 #define SQ_PLANNER_DP_H
 
+#include <stdint.h>
+
 #include "libsequoia/format/curve.h"
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/tree.h"
@@ -42,6 +44,10 @@ typedef struct sq_dp_params {
     const sq_curve *curve;  /* acceptance; its p_by_depth is used when present             */
     int threads;            /* 0: one per online CPU (at most SQ_DP_MAX_THREADS); the result
                                does not depend on it                                       */
+    /* told the DP columns done after each one, from the calling thread (a progress line,
+     * libsequoia/base/progress.h); NULL: none */
+    void (*progress)(void *user, int64_t done, int64_t total);
+    void *user;
 } sq_dp_params;
 
 /* budget 128, depth 10, width 0 (the curve's), the embedded default curve. */

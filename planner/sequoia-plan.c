@@ -20,6 +20,7 @@
 #include "planner/import.h"
 #include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
+#include "libsequoia/base/progress.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/plan.h"
 #include "planner/svg.h"
@@ -510,9 +511,19 @@ static int make_plan(const plan_opts *o, plan_state *st, sq_error *err)
     int rc;
     if (st->plan)
         return SQ_OK;
-    const sq_dp_params *prm = &o->params;
+    sq_dp_params solve = o->params;
+    const sq_dp_params *prm = &solve;
+    /* a progress line on a terminal, for solves that last more than a second */
+    sq_progress pg;
+    sq_progress_start(&pg, PROG, "solve", "columns", o->quiet, 1000);
+    solve.progress = sq_progress_callback;
+    solve.user = &pg;
     double t0 = sq_now_ms();
-    if ((rc = sq_dp_check(prm, err)) || (rc = sq_dp_solve(prm, &st->dp, err)))
+    rc = sq_dp_check(prm, err);
+    if (!rc)
+        rc = sq_dp_solve(prm, &st->dp, err);
+    sq_progress_end(&pg);
+    if (rc)
         return rc;
     st->solve_ms = sq_now_ms() - t0;
     sq_dp *dp = st->dp;

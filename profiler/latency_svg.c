@@ -132,8 +132,8 @@ void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, doub
         fprintf(fp, "<path class=\"whisker\" d=\"M%.1f %.1fV%.1fM%.1f %.1fh8M%.1f %.1fh8\" "
                     "stroke=\"#89b\" fill=\"none\"/>\n", x, ya, yb, x - 4, ya, x - 4, yb);
     }
-    /* the median line: one per batch size (below the legend of the marks) (points are ordered by batch, then tokens), with a
-     * legend when there is more than one */
+    /* the median line: one per batch size (points are ordered by batch, then tokens), with a
+     * legend below the legend of the marks when there is more than one */
     static const char *const colours[] = {"#1f5fa8", "#d35400", "#27ae60", "#8e44ad",
                                           "#c0392b", "#16a085", "#7f8c8d", "#2c3e50"};
     int nb = 0;

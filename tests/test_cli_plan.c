@@ -302,3 +302,42 @@ Test(cli_plan, embedded_curves_can_be_named_and_match_the_shipped_file)
     free(out);
     free(err);
 }
+
+/* Issue 14: a usage error is the only line printed; the default-curve notice comes only after
+ * the work succeeded. */
+Test(cli_plan, default_curve_notice_never_precedes_a_usage_error)
+{
+    char *a[] = {(char *)bin(), "--budget", "1000000", "--depth", "1000", "-o", "-", NULL};
+    char *out, *err;
+    cr_assert_eq(tu_run(a, &out, &err), 64, "%s", err);
+    cr_assert(!strstr(err, "no --acceptance given"), "%s", err);
+    cr_assert(strchr(err, '\n') == err + strlen(err) - 1, "one line: %s", err);
+    free(out);
+    free(err);
+    char *b[] = {(char *)bin(), "--budget", "8", "-q", NULL};
+    cr_assert_eq(tu_run(b, &out, &err), 0, "%s", err);
+    cr_assert(strstr(err, "no --acceptance given"), "the notice after a run: %s", err);
+    free(out);
+    free(err);
+}
+
+/* Issue 14: an imported tree equal to the optimum sums its terms in another order; the summary
+ * says +0.0%, never -0.0%. */
+Test(cli_plan, an_imported_optimal_tree_is_plus_zero_percent)
+{
+    char *dir = tu_tmpdir(), *ch = tu_path(dir, "ch.json"), *dot = tu_path(dir, "t.dot");
+    char *a[] = {(char *)bin(), "-q", "-n", "100", "-d", "6", "--export", "trtllm",
+                 "--max-non-leaves", "64", "-o", ch, NULL};
+    char *out, *err;
+    cr_assert_eq(tu_run(a, &out, &err), 0, "%s", err);
+    free(out);
+    free(err);
+    char *b[] = {(char *)bin(), "--import", "choices", ch, "--export", "dot", "-o", dot, NULL};
+    cr_assert_eq(tu_run(b, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "(this tree: +0.0%)") || strstr(err, "(this tree: +0.0%)"), "%s%s", out,
+              err);
+    cr_assert(!strstr(out, "-0.0%") && !strstr(err, "-0.0%"), "%s%s", out, err);
+    free(out);
+    free(err);
+    tu_rmtree(dir);
+}

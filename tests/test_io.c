@@ -321,3 +321,21 @@ Test(io, progress_line_of_sequoia_accept)
     check_progress(a1, 8, "\rsequoia-accept: c.h5 (1/1): ");
     tu_rmtree(dir);
 }
+
+/* sequoia-plan draws its line only for solves past a second; SQ_PROGRESS_DELAY_MS=0 shows it
+ * for a small one. The line counts DP columns. */
+Test(io, progress_line_of_sequoia_plan_solves)
+{
+    setenv("SQ_PROGRESS_DELAY_MS", "0", 1);
+    char *dir = tu_tmpdir();
+    char *a[12] = {getenv("SQ_PLAN_BIN"), "-n", "64", "-d", "8", "-o", tu_path(dir, "p.json"),
+                   NULL};
+    check_progress(a, 7, "\rsequoia-plan: solve: ");
+    /* without the override, a 1 ms solve shows nothing */
+    unsetenv("SQ_PROGRESS_DELAY_MS");
+    char *tty = NULL;
+    cr_assert_eq(tu_run_tty(a, NULL, &tty), 0, "%s", tty);
+    cr_assert(!strstr(tty, "solve:"), "a quick solve drew a progress line: %s", tty);
+    free(tty);
+    tu_rmtree(dir);
+}
