@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Dump a Sequoia draft/target corpus (HDF5, DESIGN.md section 6.2) for sequoia-accept.
+"""Dump a Sequoia draft/target corpus (HDF5, docs/design.md section 7.2) for sequoia-accept.
 
 Teacher forcing: each text chunk is one sequence; both models read it in one forward pass, and
 every position t gives one row: the target's and the draft's logits for the same context, and

@@ -2,7 +2,7 @@
  * engine/version table), and the engines' limits.
  *
  * Rank-path formats list every node but the root as the path of 0-based ranks from the root,
- * sorted by (length, lexicographic) — the order of the plan's nodes (§6.4):
+ * sorted by (length, lexicographic) — the order of the plan's nodes (docs/design.md §7.4):
  *   trtllm, medusa, eagle   [[0], [1], [0, 0]]             (JSON / Python list of lists)
  *   vllm                    "[(0,), (1,), (0, 0)]"         (the speculative_token_tree string)
  * growmap is the Sequoia layout (roots, branches, Successors, mask, depth, size) that the

@@ -1,4 +1,4 @@
-/* Hardware-aware choice of tree size and depth (DESIGN.md §3.4; paper §4.1).
+/* Hardware-aware choice of tree size and depth (docs/design.md §4; paper §4.1).
  *
  * For every candidate (n, d) the DP gives the optimal tree T and F(n, d). One speculation step
  * costs, with w_l the nodes at level l of T (levels 0 .. L-1):

@@ -1,4 +1,5 @@
-/* sequoia-plan: the optimal Sequoia token tree for an acceptance curve (DESIGN.md §3, §6.4). */
+/* sequoia-plan: the optimal Sequoia token tree for an acceptance curve
+ * (docs/design.md §3, §7.4). */
 #include <errno.h>
 #include <sys/stat.h>
 #include <getopt.h>

@@ -1,4 +1,4 @@
-/* Timing a model's forward against the number of new tokens (DESIGN.md §3.4, §6.3).
+/* Timing a model's forward against the number of new tokens (docs/design.md §4, §7.3).
  *
  * A point times `repeat` forwards of n new tokens (after `warmup` untimed ones) on top of a KV
  * prefix of `prefix` committed tokens. The n tokens form a chain (causal mask), the most

@@ -1,4 +1,4 @@
-/* sequoia-profile: forward latency against the number of new tokens (DESIGN.md §3.4, §6.3). */
+/* sequoia-profile: forward latency against the number of new tokens (docs/design.md §4, §7.3). */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>

@@ -1,4 +1,4 @@
-/* Llama-architecture decoders for the reference runtime (DESIGN.md §7).
+/* Llama-architecture decoders for the reference runtime (docs/design.md §8).
  *
  * A model is loaded from a Hugging Face directory (config.json + model.safetensors, or shards
  * listed in model.safetensors.index.json), mapped read-only. A context holds one model's KV

@@ -1,5 +1,5 @@
-/* sequoia-run: executes a tree plan with a draft and a target model (DESIGN.md §7), measures
- * and validates it, and dumps draft/target corpora (§6.2). */
+/* sequoia-run: executes a tree plan with a draft and a target model (docs/design.md §8), measures
+ * and validates it, and dumps draft/target corpora (docs/design.md §7.2). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>

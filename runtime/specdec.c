@@ -1,4 +1,4 @@
-/* Tree speculative decoding (DESIGN.md §7); see specdec.h for the protocol. */
+/* Tree speculative decoding (docs/design.md §8); see specdec.h for the protocol. */
 #include "runtime/specdec.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Tree speculative decoding driven by a plan (DESIGN.md §7), and plain target-only decoding.
+/* Tree speculative decoding driven by a plan (docs/design.md §8), and plain target-only decoding.
  *
  * The sequence S (prompt + generated) is shared by both models. At the start of a step the
  * target has committed S[0 .. len-2] and the root of the tree is S[len-1], the last accepted

@@ -1,4 +1,4 @@
-/* Suite 'accept': the estimation maths of planner/accept/accept.c (DESIGN.md §4, §5).
+/* Suite 'accept': the estimation maths of planner/accept/accept.c (docs/design.md §5, §6).
  *
  * The oracle enumerates the verification process itself (every candidate drawn at every step,
  * with its probability, and the accept/reject coin), independently of the Rao-Blackwellised

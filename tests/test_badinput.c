@@ -1,6 +1,6 @@
-/* Suite 'badinput' (issue 9): the catalogue of bad inputs of README "## Bad inputs".
+/* Suite 'badinput' (issue 9): the catalogue of bad inputs of docs/robustness.md, "Bad inputs".
  *
- * Every row of the README table that no other suite covers is a case here, run through the
+ * Every row of that table that no other suite covers is a case here, run through the
  * real tool: the exit code, the words of the message (file, field, problem), and that the
  * output given with -o is untouched and no temporary file is left. The cases share one scratch
  * "world" of bad files built by make_world(). Row names (the `id` field) are the ones the README
@@ -338,7 +338,7 @@ enum { PLAN, ACCEPT, PROFILE, RUN };
 static const char *const tool_env[] = {"SQ_PLAN_BIN", "SQ_ACCEPT_BIN", "SQ_PROFILE_BIN", "SQ_RUN_BIN"};
 
 typedef struct {
-    const char *id;           /* the README cites badinput::<id>                              */
+    const char *id;           /* docs/robustness.md cites badinput::<id>                       */
     int         tool;
     const char *args[14];     /* "@/x" is x in the scratch world; "@OUT" the output file       */
     int         status;
@@ -462,7 +462,7 @@ static void run_case(const bad_case *c)
     cr_assert_eq(st, c->status, "%s: exit %d, expected %d; stderr: %s", c->id, st, c->status, se);
     for (int i = 0; i < 3 && c->expect[i]; i++)
         cr_assert(strstr(se, c->expect[i]), "%s: stderr lacks \"%s\": %s", c->id, c->expect[i], se);
-    /* SQ_BADINPUT_DUMP=FILE: append "id<TAB>exit<TAB>message" (to write the README table) */
+    /* SQ_BADINPUT_DUMP=FILE: append "id<TAB>exit<TAB>message" (for docs/robustness.md) */
     const char *dump = getenv("SQ_BADINPUT_DUMP");
     if (dump) {
         FILE *fp = fopen(dump, "a");

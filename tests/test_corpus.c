@@ -1,4 +1,4 @@
-/* HDF5 corpora (DESIGN.md §6.2): writer -> reader round trips (dense float32, dense float16,
+/* HDF5 corpora (docs/design.md §7.2): writer -> reader round trips (dense float32, dense float16,
  * sparse top-K), streaming across chunk boundaries, float16 conversions against HDF5's own
  * converter and a brute-force nearest-value oracle, atomic output, and one test per bad input
  * of issue 3, with the bad files built by the HDF5 C API right here. */

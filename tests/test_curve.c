@@ -1,4 +1,4 @@
-/* Acceptance-curve files (DESIGN.md §6.1): parsing, selection, and every bad input the planner
+/* Acceptance-curve files (docs/design.md §7.1): parsing, selection, and every bad input the planner
  * must reject with a message naming the file and the field. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>

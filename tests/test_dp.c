@@ -347,7 +347,8 @@ Test(dp, refuses_requests_past_the_limits_at_once)
 
 Test(dp, depth_and_width_beyond_the_budget_are_unbounded)
 {
-    /* D = N and B = N-1 (§3.2) make the bounds vacuous; larger values give the same solve */
+    /* D = N and B = N-1 make the bounds vacuous (docs/design.md §3.1); larger values give the
+     * same solve */
     sq_error err = {0};
     sq_dp *a, *b;
     sq_dp_params pa = {.budget = 40, .depth = 40, .width = 39, .curve = sq_curve_default()};

@@ -1,6 +1,6 @@
-/* Latency profiles and the hardware-aware choice of (size, depth) (DESIGN.md §3.4, §6.3), checked
- * against closed forms: flat, linear and step latency curves, the per-level cost model by hand,
- * and the official implementation's demo decision. */
+/* Latency profiles and the hardware-aware choice of (size, depth) (docs/design.md §4, §7.3),
+ * checked against closed forms: flat, linear and step latency curves, the per-level cost model
+ * by hand, and the official implementation's demo decision. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -232,7 +232,7 @@ Test(hardware, reproduces_the_official_demo_decision)
 
 Test(hardware, demo_configuration_on_the_appendix_e_vector)
 {
-    /* documented in the README: the App. E curve accepts more, so a bigger tree pays off */
+    /* documented in docs/planning.md: the App. E curve accepts more, so a bigger tree pays off */
     sq_hw_result *r = official_demo(sq_curve_default());
     cr_assert_eq(r->n, 8, "chose size %d depth %d (speedup %.4f)", r->n, r->d, r->speedup);
     cr_assert_eq(r->d, 7, "chose size %d depth %d (speedup %.4f)", r->n, r->d, r->speedup);

@@ -1,4 +1,4 @@
-/* Plan files (DESIGN.md §6.4): invariants of written plans, the round trip through the reader,
+/* Plan files (docs/design.md §7.4): invariants of written plans, the round trip through the reader,
  * and the reader's validation of hand-broken plans. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>

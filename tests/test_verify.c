@@ -1,4 +1,4 @@
-/* Verification algorithms (DESIGN.md §4) on synthetic distributions, without any model.
+/* Verification algorithms (docs/design.md §5) on synthetic distributions, without any model.
  *
  * The models are Markov chains over a small vocabulary: the target's and the draft's logits at a
  * node depend only on the node's token. A speculation step grows a fixed tree, the verifier walks

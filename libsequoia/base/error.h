@@ -1,4 +1,4 @@
-/* Two error tiers (DESIGN.md §8).
+/* Two error tiers (docs/design.md §10).
  *
  *  - SQ_ASSERT: a broken internal invariant. Prints file:line and aborts. Never used for input.
  *  - sq_error:  a recoverable failure (bad file, bad option, I/O). Library functions return a

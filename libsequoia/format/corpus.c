@@ -1,4 +1,4 @@
-/* Draft/target corpora in HDF5 (DESIGN.md §6.2): a checking, streaming reader and an atomic
+/* Draft/target corpora in HDF5 (docs/design.md §7.2): a checking, streaming reader and an atomic
  * writer. Only hyperslabs of row blocks are ever read, so memory does not grow with N. */
 #include "libsequoia/format/corpus.h"
 

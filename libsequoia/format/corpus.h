@@ -1,4 +1,4 @@
-/* Draft/target corpora (DESIGN.md §6.2): per position t, the target's and the draft's logits
+/* Draft/target corpora (docs/design.md §7.2): per position t, the target's and the draft's logits
  * for the same context, stored in HDF5. Readers stream row blocks, so memory stays bounded
  * whatever the number of rows N.
  *

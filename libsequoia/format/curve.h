@@ -1,9 +1,9 @@
-/* Acceptance curves (DESIGN.md §2, §6.1).
+/* Acceptance curves (docs/design.md §2, §7.1).
  *
  * A curve is the acceptance vector p = (p_1 .. p_W): p_k is the probability that the k-th
  * child (in the verifier's order) of an accepted node is the accepted one. A curve may also
- * carry a depth-dependent matrix (§3.3) whose row r holds the vector for children at depth r+1;
- * deeper levels reuse the last row. */
+ * carry a depth-dependent matrix (docs/design.md §3.4) whose row r holds the vector for
+ * children at depth r+1; deeper levels reuse the last row. */
 #ifndef SQ_FORMAT_CURVE_H
 #define SQ_FORMAT_CURVE_H
 
@@ -55,7 +55,8 @@ void sq_curve_clear(sq_curve *c);
  * Ranks beyond the width have p = 0. */
 double sq_curve_p(const sq_curve *c, int depth, int rank);
 
-/* "sampled-without-replacement", "sampled-with-replacement" or "draft-topk" (§6.4). */
+/* "sampled-without-replacement", "sampled-with-replacement" or "draft-topk"
+ * (docs/design.md §7.4). */
 const char *sq_curve_rank_semantics(const sq_curve *c);
 
 /* Checks every value of a curve (probabilities, sums, reject). `file` and `ctx` name it. */

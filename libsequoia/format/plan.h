@@ -1,4 +1,4 @@
-/* Tree plans (DESIGN.md §6.4): the file that sequoia-plan writes and that runtimes and engine
+/* Tree plans (docs/design.md §7.4): the file that sequoia-plan writes and that runtimes and engine
  * exporters load. A plan holds the tree, its expected tokens per step, the acceptance curve it
  * was scored with (copied in), the solver's bounds and, once hardware-aware planning ran, the
  * hardware section. */
@@ -19,7 +19,7 @@
 typedef struct sq_plan {
     sq_tree *tree;
     double   expected_tokens;      /* F(T) under `acceptance`                        */
-    char     rank_semantics[32];   /* §6.4                                           */
+    char     rank_semantics[32];   /* docs/design.md §7.4                            */
     sq_curve acceptance;           /* the curve used, copied                         */
     int      budget;               /* solver bounds; 0 when unknown (imported trees) */
     int      depth_limit;

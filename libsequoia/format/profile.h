@@ -1,4 +1,4 @@
-/* Latency profiles (DESIGN.md §6.3): a model's forward time against the number of new tokens,
+/* Latency profiles (docs/design.md §7.3): a model's forward time against the number of new tokens,
  * measured by sequoia-profile on one machine or imported from another engine's measurements.
  *
  *   { "format": "sequoia-profile", "version": 1,

@@ -1,4 +1,4 @@
-/* Token trees (DESIGN.md §2, §6.4).
+/* Token trees (docs/design.md §2, §7.4).
  *
  * Nodes are stored in breadth-first order with the children of one parent contiguous and in
  * rank order, which is the same as sorting rank paths by (length, lexicographic). Node 0 is the

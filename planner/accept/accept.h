@@ -1,4 +1,4 @@
-/* Estimating acceptance vectors from a draft/target corpus (DESIGN.md §4, §5).
+/* Estimating acceptance vectors from a draft/target corpus (docs/design.md §5, §6).
  *
  * At each corpus position t the target's distribution P_t and the draft's Q_t (after temperature
  * and top-p) give a per-position vector a(t) = (a_1(t) .. a_W(t)), a_k(t) = the probability that

@@ -1,4 +1,4 @@
-/* sequoia-accept: acceptance curves from draft/target corpora (DESIGN.md §4, §5, §6.1), exact
+/* sequoia-accept: acceptance curves from draft/target corpora (docs/design.md §5, §6, §7.1), exact
  * merging of shards, and the CI regression check. */
 #include <errno.h>
 #include <getopt.h>
@@ -45,7 +45,7 @@ static void usage(FILE *fp)
         "k-th child it tries) from corpora of draft and target logits (format sequoia-corpus v1),\n"
         "one curve per (mode, temperature, top-p), with standard errors from whole sequences.\n"
         "\n"
-        "Modes (DESIGN.md §4):\n"
+        "Modes (docs/design.md §5):\n"
         "  stochastic  Sequoia: candidates sampled from the draft without replacement (default)\n"
         "  specinfer   SpecInfer: candidates sampled with replacement\n"
         "  greedy      temperature 0: candidates are the draft's top-W, exact per position\n"

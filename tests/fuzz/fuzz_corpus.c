@@ -1,4 +1,4 @@
-/* Fuzz harness: HDF5 corpus metadata (DESIGN.md §6.2, libsequoia/format/corpus.h).
+/* Fuzz harness: HDF5 corpus metadata (docs/design.md §7.2, libsequoia/format/corpus.h).
  *
  * The input is not an HDF5 file (the HDF5 library's own parser is not ours to fuzz): its bytes
  * are a small program that builds a corpus through the HDF5 API, choosing the root attributes

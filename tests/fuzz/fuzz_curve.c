@@ -1,4 +1,4 @@
-/* Fuzz harness: acceptance-curve JSON (DESIGN.md §6.1).
+/* Fuzz harness: acceptance-curve JSON (docs/design.md §7.1).
  * Oracle: a file that loads must survive a round trip (to JSON, parse, load again) with the
  * same widths and vectors, and every accessor must stay in bounds. */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* Fuzz harness: plan JSON (DESIGN.md §6.4).
+/* Fuzz harness: plan JSON (docs/design.md §7.4).
  * Oracle: a plan that loads has a valid tree and round-trips through sq_plan_to_json; every
  * export either succeeds or refuses with a message. */
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Fuzz harness: latency profiles, JSON (DESIGN.md §6.3) and engine CSV.
+/* Fuzz harness: latency profiles, JSON (docs/design.md §7.3) and engine CSV.
  * The first byte picks the reader: even = JSON, odd = CSV; the rest is the file.
  * Oracle: a loaded profile validates, round-trips, and interpolates to finite positive times
  * inside its range. */
