@@ -1,0 +1,287 @@
+/* Draft/target corpora in HDF5: resumable writing (PATH.partial, checkpoints after whole
+ * chunks, reopening a partial file whose inputs match). */
+#include "libsequoia/format/corpus.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <hdf5.h>
+#include <zlib.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include "libsequoia/base/io.h"
+#include "libsequoia/format/corpus_private.h"
+
+/* ---- resumable writing ---------------------------------------------------------------------
+ * PATH.partial holds, besides the corpus datasets, the root attributes resume_rows (rows
+ * durable at the last checkpoint) and resume_fingerprint (the caller's description of its
+ * inputs) and the dataset /resume/seq_offsets (sequence boundaries at that checkpoint). Rows
+ * past resume_rows (written after the checkpoint) are cut off when the file is reopened. */
+
+#define RESUME_ROWS "resume_rows"
+#define RESUME_FINGERPRINT "resume_fingerprint"
+#define RESUME_OFFSETS "/resume/seq_offsets"
+
+static int attr_set_int(hid_t file, const char *name, long long value)
+{
+    if (H5Aexists(file, name) <= 0)
+        return sqc_write_attr_int(file, name, value);
+    hid_t a = H5Aopen(file, name, H5P_DEFAULT);
+    int ok = a >= 0 && H5Awrite(a, H5T_NATIVE_LLONG, &value) >= 0;
+    if (a >= 0)
+        H5Aclose(a);
+    return ok ? 0 : -1;
+}
+
+int sq_corpus_writer_checkpoint(sq_corpus_writer *w, sq_error *err)
+{
+    if (!w->resumable)
+        return SQ_OK;
+    if (w->failed)
+        return sq_error_set(err, SQ_EIO, "%s: an earlier write failed", w->tmp);
+    int rc = sqc_writer_flush(w, err);
+    if (rc)
+        return rc;
+    hsize_t n = (hsize_t)w->n_offsets;
+    int ok = H5Dset_extent(w->resume_offsets, &n) >= 0 &&
+             H5Dwrite(w->resume_offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                      w->offsets) >= 0 &&
+             H5Dflush(w->resume_offsets) >= 0;
+    /* Data and boundaries first, then the row count that makes them count. */
+    ok = ok && H5Fflush(w->file, H5F_SCOPE_GLOBAL) >= 0 &&
+         attr_set_int(w->file, RESUME_ROWS, (long long)w->flushed) == 0 &&
+         H5Fflush(w->file, H5F_SCOPE_GLOBAL) >= 0;
+    if (!ok) {
+        char d[256];
+        w->failed = 1;
+        return sq_error_set(err, SQ_EIO, "%s: checkpoint: write error: %s", w->tmp, sqc_h5_detail(d));
+    }
+    return SQ_OK;
+}
+
+int sqc_resume_state_drop(sq_corpus_writer *w, sq_error *err)
+{
+    sqc_h5_close_dataset(&w->resume_offsets);
+    int ok = H5Adelete(w->file, RESUME_ROWS) >= 0 && H5Adelete(w->file, RESUME_FINGERPRINT) >= 0 &&
+             H5Ldelete(w->file, "/resume", H5P_DEFAULT) >= 0;
+    if (!ok) {
+        char d[256];
+        return sq_error_set(err, SQ_EIO, "%s: cannot drop the resume state: %s", w->tmp,
+                            sqc_h5_detail(d));
+    }
+    return SQ_OK;
+}
+
+/* Opens dataset `name` of the partial file, checks its row width and cuts it to `rows`. */
+static int resume_dataset(sq_corpus_writer *w, const char *name, int width, int64_t rows,
+                          hid_t *out, sq_error *err)
+{
+    char d[256];
+    *out = H5Dopen2(w->file, name, H5P_DEFAULT);
+    if (*out < 0)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: missing: %s (delete it to start over)", w->tmp,
+                            name, sqc_h5_detail(d));
+    hid_t sp = H5Dget_space(*out);
+    int rank = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    hsize_t dims[2] = {0, 0};
+    if (rank == (width > 0 ? 2 : 1))
+        H5Sget_simple_extent_dims(sp, dims, NULL);
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (rank != (width > 0 ? 2 : 1) || (width > 0 && dims[1] != (hsize_t)width))
+        return sq_error_set(err, SQ_EDATA, "%s: %s: shape differs from this dump's (%d columns); "
+                            "delete it to start over", w->tmp, name, width);
+    if (dims[0] < (hsize_t)rows)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: %llu rows, but the checkpoint says %lld; "
+                            "delete it to start over", w->tmp, name, (unsigned long long)dims[0],
+                            (long long)rows);
+    hsize_t nd[2] = {(hsize_t)rows, (hsize_t)width};
+    if (H5Dset_extent(*out, nd) < 0)
+        return sq_error_set(err, SQ_EIO, "%s: %s: cannot cut to %lld rows: %s", w->tmp, name,
+                            (long long)rows, sqc_h5_detail(d));
+    return SQ_OK;
+}
+
+/* Reopens an existing partial file: checks it was started for the same output, cuts every
+ * dataset to the checkpoint and restores the sequence boundaries. */
+static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *rows_done,
+                         sq_error *err)
+{
+    char d[256];
+    hid_t fapl = sqc_h5_fapl_new();
+    if (fapl >= 0)
+        H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
+    w->file = H5Fopen(w->tmp, H5F_ACC_RDWR, fapl >= 0 ? fapl : H5P_DEFAULT);
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (w->file < 0) {
+        /* HDF5 often leaves no message (a file of other bytes): say what we know. */
+        sqc_h5_detail(d);
+        if (!*d) {
+            htri_t is = H5Fis_hdf5(w->tmp);
+            H5Eclear2(H5E_DEFAULT);
+            snprintf(d, sizeof d, "%s", is <= 0 ? "not an HDF5 file" : "HDF5 could not open it");
+        }
+        return sq_error_set(err, SQ_EDATA, "%s: cannot reopen the partial dump (%s); delete it to "
+                            "start over", w->tmp, d);
+    }
+    long long rows = -1, vocab = -1;
+    char fp[SQ_CORPUS_MAX_FINGERPRINT + 2];
+    fp[0] = '\0';
+    sq_corpus probe;
+    memset(&probe, 0, sizeof probe);
+    probe.file = w->file;
+    probe.path = w->tmp;
+    sq_error e = {0};
+    if (sqc_attr_int(&probe, RESUME_ROWS, &rows, &e) || sqc_attr_int(&probe, "vocab_size", &vocab, &e) ||
+        sqc_attr_string(&probe, RESUME_FINGERPRINT, fp, sizeof fp, &e))
+        return sq_error_set(err, SQ_EDATA, "%s (not a partial dump of this tool? delete it to "
+                            "start over)", e.msg);
+    if (strcmp(fp, fingerprint) != 0)
+        return sq_error_set(err, SQ_EDATA, "%s: was started with other inputs or options (%s; "
+                            "now %s); delete it, or start over without resuming", w->tmp, fp, fingerprint);
+    if (vocab != w->p.vocab || rows < 0)
+        return sq_error_set(err, SQ_EDATA, "%s: vocab_size %lld or resume_rows %lld does not fit "
+                            "this dump; delete it to start over", w->tmp, vocab, rows);
+    int rc;
+    for (int k = 0; k < 2; k++) {
+        char name[32];
+        if (w->p.topk > 0) {
+            snprintf(name, sizeof name, "/%s/topk_ids", sqc_model_names[k]);
+            if ((rc = resume_dataset(w, name, w->width, rows, &w->ids[k], err)))
+                return rc;
+            snprintf(name, sizeof name, "/%s/topk_logits", sqc_model_names[k]);
+        } else {
+            snprintf(name, sizeof name, "/%s/logits", sqc_model_names[k]);
+        }
+        if ((rc = resume_dataset(w, name, w->width, rows, &w->logits[k], err)))
+            return rc;
+    }
+    if (H5Lexists(w->file, "/tokens", H5P_DEFAULT) > 0) {
+        if ((rc = resume_dataset(w, "/tokens", 0, rows, &w->tokens, err)))
+            return rc;
+        w->has_tokens = 1;
+    } else {
+        H5Eclear2(H5E_DEFAULT);
+        w->has_tokens = rows > 0 ? 0 : -1;
+    }
+    /* The chunk shape of the existing datasets, so that the rest is laid out the same. */
+    hid_t dcpl = H5Dget_create_plist(w->logits[0]);
+    hsize_t cd[2];
+    if (dcpl >= 0 && H5Pget_chunk(dcpl, 2, cd) == 2 && cd[0] >= 1 && cd[0] <= (hsize_t)w->chunk_rows)
+        w->chunk_rows = (int)cd[0];
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    w->resume_offsets = H5Dopen2(w->file, RESUME_OFFSETS, H5P_DEFAULT);
+    hid_t sp = w->resume_offsets >= 0 ? H5Dget_space(w->resume_offsets) : H5I_INVALID_HID;
+    hsize_t n = 0;
+    if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1)
+        H5Sget_simple_extent_dims(sp, &n, NULL);
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (n < 1 || n > (hsize_t)SQ_CORPUS_MAX_SEQUENCES + 1)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: missing or %llu entries; delete it to start "
+                            "over", w->tmp, RESUME_OFFSETS, (unsigned long long)n);
+    if (n > w->cap_offsets) {
+        int64_t *o = realloc(w->offsets, (size_t)n * sizeof *o);
+        if (!o)
+            return sq_error_oom(err, "sequence offsets");
+        w->offsets = o;
+        w->cap_offsets = (size_t)n;
+    }
+    if (H5Dread(w->resume_offsets, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                w->offsets) < 0)
+        return sq_error_set(err, SQ_EIO, "%s: %s: read error: %s", w->tmp, RESUME_OFFSETS,
+                            sqc_h5_detail(d));
+    /* A process killed inside a checkpoint may have written the new boundaries but not yet the
+     * new row count: the boundaries of the older checkpoint are the ones up to its row count
+     * (boundaries are only ever appended). */
+    w->n_offsets = (size_t)n;
+    for (size_t i = 1; i < (size_t)n; i++) {
+        if (w->offsets[i] <= w->offsets[i - 1])
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%zu]: %lld is out of order; delete it to "
+                                "start over", w->tmp, RESUME_OFFSETS, i, (long long)w->offsets[i]);
+        if (w->offsets[i] > rows && w->n_offsets == (size_t)n)
+            w->n_offsets = i;
+    }
+    if (w->offsets[0] != 0)
+        return sq_error_set(err, SQ_EDATA, "%s: %s[0]: must be 0", w->tmp, RESUME_OFFSETS);
+    w->flushed = rows;
+    *rows_done = rows;
+    return SQ_OK;
+}
+
+int sq_corpus_writer_open_resumable(const char *path, const char *partial,
+                                    const sq_corpus_writer_params *params, const char *fingerprint,
+                                    int64_t *rows_done, sq_corpus_writer **out, sq_error *err)
+{
+    *rows_done = 0;
+    if (strlen(fingerprint) > SQ_CORPUS_MAX_FINGERPRINT)
+        return sq_error_set(err, SQ_EUSAGE, "%s: resume fingerprint longer than %d bytes", partial,
+                            SQ_CORPUS_MAX_FINGERPRINT);
+    sq_corpus_writer *w;
+    int rc = sqc_writer_new(path, params, &w, err);
+    if (rc)
+        return rc;
+    w->resumable = 1;
+    w->tmp = strdup(partial);
+    if (!w->tmp) {
+        sqc_writer_free(w);
+        return sq_error_oom(err, "partial path");
+    }
+    struct stat st;
+    if (stat(partial, &st) == 0) {
+        if (!S_ISREG(st.st_mode)) {
+            sqc_writer_free(w);
+            return sq_error_set(err, SQ_ECANTCREAT, "%s: exists and is not a regular file", partial);
+        }
+        if ((rc = resume_reopen(w, fingerprint, rows_done, err))) {
+            sqc_writer_free(w);  /* the partial file stays as it was */
+            return rc;
+        }
+        *out = w;
+        return SQ_OK;
+    }
+    if ((rc = sqc_writer_create_file(w, params, err)))
+        return rc;
+    /* The resume state: an empty checkpoint. */
+    hsize_t one = 1, unl = H5S_UNLIMITED, ch = 1024;
+    hid_t sp = H5Screate_simple(1, &one, &unl);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    int ok = sp >= 0 && dcpl >= 0 && lcpl >= 0 && H5Pset_chunk(dcpl, 1, &ch) >= 0 &&
+             H5Pset_obj_track_times(dcpl, 0) >= 0 &&
+             H5Pset_create_intermediate_group(lcpl, 1) >= 0;
+    w->resume_offsets = ok ? H5Dcreate2(w->file, RESUME_OFFSETS, H5T_STD_I64LE, sp, lcpl, dcpl,
+                                        H5P_DEFAULT)
+                           : H5I_INVALID_HID;
+    if (sp >= 0)
+        H5Sclose(sp);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (lcpl >= 0)
+        H5Pclose(lcpl);
+    ok = w->resume_offsets >= 0 && sqc_write_attr_string(w->file, RESUME_FINGERPRINT, fingerprint) == 0;
+    if (ok && (rc = sq_corpus_writer_checkpoint(w, err)) != SQ_OK) {
+        unlink(partial);
+        sqc_writer_free(w);
+        return rc;
+    }
+    if (!ok) {
+        char d[256];
+        sq_error_set(err, SQ_EIO, "%s: cannot write the resume state: %s", partial, sqc_h5_detail(d));
+        sqc_writer_free(w);
+        unlink(partial);
+        return SQ_EIO;
+    }
+    *out = w;
+    return SQ_OK;
+}
+
