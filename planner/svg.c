@@ -6,42 +6,11 @@
 
 #include "planner/baseline.h"
 #include "libsequoia/base/io.h"
+#include "libsequoia/base/svg.h"
 
 static const char *const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                       "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 #define PALETTE_N ((int)(sizeof palette / sizeof *palette))
-
-static void esc(FILE *fp, const char *s)
-{
-    for (; s && *s; s++) {
-        switch (*s) {
-        case '&': fputs("&amp;", fp); break;
-        case '<': fputs("&lt;", fp); break;
-        case '>': fputs("&gt;", fp); break;
-        case '"': fputs("&quot;", fp); break;
-        default:
-            if ((unsigned char)*s >= 0x20 || *s == '\t')
-                fputc(*s, fp);
-        }
-    }
-}
-
-static void svg_begin(FILE *fp, double w, double h, const char *title)
-{
-    fprintf(fp, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                "viewBox=\"0 0 %.0f %.0f\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
-            w, h, w, h);
-    fprintf(fp, "<title>");
-    esc(fp, title);
-    fprintf(fp, "</title>\n<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n",
-            w, h);
-}
-
-static void svg_end(FILE *fp)
-{
-    fprintf(fp, "</svg>\n");
-}
 
 /* Light to dark blue by t in [0, 1]. */
 static void blue(double t, char *buf, size_t cap)
@@ -129,11 +98,11 @@ int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
     char title[256];
     snprintf(title, sizeof title, "Sequoia plan: %d nodes, depth %d, %.4f expected tokens/step", n,
              levels, plan->expected_tokens);
-    svg_begin(fp, W, H, title);
+    sq_svg_begin(fp, W, H, title);
     fprintf(fp, "<text x=\"%.0f\" y=\"28\" font-size=\"18\" font-weight=\"bold\">", left);
-    esc(fp, title);
+    sq_svg_escape(fp, title);
     fprintf(fp, "</text>\n<text x=\"%.0f\" y=\"48\" font-size=\"12\" fill=\"#444\">curve ", left);
-    esc(fp, plan->acceptance.name);
+    sq_svg_escape(fp, plan->acceptance.name);
     fprintf(fp, " (%s); %s</text>\n", plan->rank_semantics,
             labels ? "node label: rank, and score f(v) below; colour: f(v)"
                    : "colour: score f(v); hover a node for its rank, path and score");
@@ -203,7 +172,7 @@ int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
             left + 250, ly + 11);
 #undef PX
 #undef PY
-    svg_end(fp);
+    sq_svg_end(fp);
     free(f), free(x), free(kids), free(first), free(stack), free(widths), free(lsum);
     return SQ_OK;
 }
@@ -220,67 +189,6 @@ int sq_svg_plan(const sq_plan *plan, const char *path, sq_error *err)
 }
 
 /* ---- axes ----------------------------------------------------------------------------- */
-
-typedef struct axes {
-    double x0, y0, w, h;        /* plot area (pixels), y0 at the top                */
-    double xmin, xmax;          /* data range                                        */
-    double ymin, ymax;          /* data range; log10 values when ylog               */
-    int    ylog;
-} axes;
-
-static double ax_x(const axes *a, double x)
-{
-    return a->x0 + (x - a->xmin) / (a->xmax - a->xmin) * a->w;
-}
-
-static double ax_y(const axes *a, double y)
-{
-    double v = a->ylog ? log10(y) : y;
-    return a->y0 + a->h - (v - a->ymin) / (a->ymax - a->ymin) * a->h;
-}
-
-static double nice_step(double range, int ticks)
-{
-    double raw = range / ticks, mag = pow(10, floor(log10(raw)));
-    double m = raw / mag;
-    return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * mag;
-}
-
-static void draw_axes(FILE *fp, const axes *a, const char *xlabel, const char *ylabel)
-{
-    fprintf(fp, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
-                "stroke=\"#333\"/>\n", a->x0, a->y0, a->w, a->h);
-    /* x ticks */
-    double xs = nice_step(a->xmax - a->xmin, 10);
-    if (xs < 1)
-        xs = 1;
-    for (double xv = ceil(a->xmin / xs) * xs; xv <= a->xmax + 1e-9; xv += xs) {
-        double px = ax_x(a, xv);
-        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                    "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"middle\">%g</text>\n",
-                px, a->y0, px, a->y0 + a->h, px, a->y0 + a->h + 15, xv);
-    }
-    if (a->ylog) {
-        for (int e = (int)ceil(a->ymin - 1e-9); e <= (int)floor(a->ymax + 1e-9); e++) {
-            double py = ax_y(a, pow(10, e));
-            fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n",
-                    a->x0, py, a->x0 + a->w, py, a->x0 - 5, py + 4, pow(10, e));
-        }
-    } else {
-        double ys = nice_step(a->ymax - a->ymin, 8);
-        for (double yv = ceil(a->ymin / ys) * ys; yv <= a->ymax + 1e-9; yv += ys) {
-            double py = ax_y(a, yv);
-            fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                        "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" text-anchor=\"end\">%g</text>\n",
-                    a->x0, py, a->x0 + a->w, py, a->x0 - 5, py + 4, yv);
-        }
-    }
-    fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"13\" text-anchor=\"middle\">%s</text>\n",
-            a->x0 + a->w / 2, a->y0 + a->h + 36, xlabel);
-    fprintf(fp, "<text transform=\"translate(%.1f %.1f) rotate(-90)\" font-size=\"13\" "
-                "text-anchor=\"middle\">%s</text>\n", a->x0 - 48, a->y0 + a->h / 2, ylabel);
-}
 
 /* ---- acceptance curves ----------------------------------------------------------------- */
 
@@ -306,39 +214,39 @@ int sq_svg_curves_write(FILE *fp, const sq_curve_set *set, sq_error *err)
     if (pmin < 1e-6)
         pmin = 1e-6;
     double legend_h = 32.0 * set->n;
-    axes a = {.x0 = 80, .y0 = 60, .w = 620, .h = 400, .xmin = 0.5, .xmax = wmax + 0.5,
+    sq_svg_axes a = {.x0 = 80, .y0 = 60, .w = 620, .h = 400, .xmin = 0.5, .xmax = wmax + 0.5,
               .ymin = floor(log10(pmin)), .ymax = 0, .ylog = 1};
     if (a.ymin > -1)
         a.ymin = -1;
     double W = 1060, H = fmax(a.y0 + a.h + 60, a.y0 + legend_h + 40);
-    svg_begin(fp, W, H, "Acceptance curves");
+    sq_svg_begin(fp, W, H, "Acceptance curves");
     fprintf(fp, "<text x=\"80\" y=\"30\" font-size=\"18\" font-weight=\"bold\">Acceptance "
                 "vectors: p_k against rank k (error bars: &#177;1 standard error)</text>\n");
-    draw_axes(fp, &a, "rank k (the k-th child tried)", "p_k (log scale)");
+    sq_svg_axes_draw(fp, &a, "rank k (the k-th child tried)", "p_k (log scale)");
     double floor_y = pow(10, a.ymin);
     for (int i = 0; i < set->n; i++) {
         const sq_curve *c = &set->curves[i];
         const char *col = palette[i % PALETTE_N];
         int w = c->width < SQ_SVG_MAX_RANKS ? c->width : SQ_SVG_MAX_RANKS;
         fprintf(fp, "<g><title>");
-        esc(fp, c->name);
+        sq_svg_escape(fp, c->name);
         fprintf(fp, "</title>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"",
                 col);
         for (int k = 0; k < w; k++)
             if (c->p[k] > 0)
-                fprintf(fp, "%.1f,%.1f ", ax_x(&a, k + 1), ax_y(&a, fmax(c->p[k], floor_y)));
+                fprintf(fp, "%.1f,%.1f ", sq_svg_x(&a, k + 1), sq_svg_y(&a, fmax(c->p[k], floor_y)));
         fprintf(fp, "\"/>\n");
         for (int k = 0; k < w; k++) {
-            double p = c->p[k], px = ax_x(&a, k + 1);
+            double p = c->p[k], px = sq_svg_x(&a, k + 1);
             if (c->stderr_p && c->stderr_p[k] > 0) {
                 double hi = fmin(1.0, p + c->stderr_p[k]), lo = fmax(floor_y, p - c->stderr_p[k]);
                 fprintf(fp, "<path stroke=\"%s\" fill=\"none\" d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1f"
-                            "L%.1f %.1fM%.1f %.1fL%.1f %.1f\"/>", col, px, ax_y(&a, lo), px,
-                        ax_y(&a, hi), px - 3, ax_y(&a, lo), px + 3, ax_y(&a, lo), px - 3,
-                        ax_y(&a, hi), px + 3, ax_y(&a, hi));
+                            "L%.1f %.1fM%.1f %.1fL%.1f %.1f\"/>", col, px, sq_svg_y(&a, lo), px,
+                        sq_svg_y(&a, hi), px - 3, sq_svg_y(&a, lo), px + 3, sq_svg_y(&a, lo), px - 3,
+                        sq_svg_y(&a, hi), px + 3, sq_svg_y(&a, hi));
             }
             fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.8\" fill=\"%s\" stroke=\"%s\"><title>"
-                        "p_%d = %.6g%s</title></circle>\n", px, ax_y(&a, fmax(p, floor_y)),
+                        "p_%d = %.6g%s</title></circle>\n", px, sq_svg_y(&a, fmax(p, floor_y)),
                     p > 0 ? col : "white", col, k + 1, p, p > 0 ? "" : " (drawn at the axis floor)");
         }
         fprintf(fp, "</g>\n");
@@ -346,7 +254,7 @@ int sq_svg_curves_write(FILE *fp, const sq_curve_set *set, sq_error *err)
         fprintf(fp, "<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
                     "stroke-width=\"2\"/><text x=\"752\" y=\"%.1f\" font-size=\"12\">", ly, ly, col,
                 ly + 4);
-        esc(fp, c->name);
+        sq_svg_escape(fp, c->name);
         fprintf(fp, "</text><text x=\"752\" y=\"%.1f\" font-size=\"10\" fill=\"#555\">%s, "
                     "%d ranks, &#931;p = %.3f</text>\n", ly + 17, c->mode ? c->mode : "?", c->width,
                 1.0 - c->reject);
@@ -354,7 +262,7 @@ int sq_svg_curves_write(FILE *fp, const sq_curve_set *set, sq_error *err)
     if (wmax == SQ_SVG_MAX_RANKS)
         fprintf(fp, "<text x=\"80\" y=\"%.1f\" font-size=\"11\" fill=\"#444\">ranks past %d not "
                     "drawn</text>\n", H - 8, SQ_SVG_MAX_RANKS);
-    svg_end(fp);
+    sq_svg_end(fp);
     return SQ_OK;
 }
 
@@ -395,18 +303,18 @@ int sq_svg_table_write(FILE *fp, const sq_dp *dp, const sq_curve *curve, sq_erro
         if (isfinite(b) && b > fmax_v)
             fmax_v = b;
     }
-    double ys = nice_step(fmax_v - 1.0 > 0.5 ? fmax_v - 1.0 : 0.5, 8);
-    axes a = {.x0 = 80, .y0 = 60, .w = 620, .h = 400, .xmin = 1, .xmax = N > 1 ? N : 2,
+    double ys = sq_svg_nice_step(fmax_v - 1.0 > 0.5 ? fmax_v - 1.0 : 0.5, 8);
+    sq_svg_axes a = {.x0 = 80, .y0 = 60, .w = 620, .h = 400, .xmin = 1, .xmax = N > 1 ? N : 2,
               .ymin = 1.0, .ymax = ceil(fmax_v / ys) * ys, .ylog = 0};
     if (a.ymax <= a.ymin)
         a.ymax = a.ymin + 1;
-    svg_begin(fp, 960, 540, "Expected tokens per step");
+    sq_svg_begin(fp, 960, 540, "Expected tokens per step");
     fprintf(fp, "<text x=\"80\" y=\"30\" font-size=\"18\" font-weight=\"bold\">Best expected tokens "
                 "per step F(n, d) against tree size n</text>\n<text x=\"80\" y=\"48\" "
                 "font-size=\"12\" fill=\"#444\">curve ");
-    esc(fp, curve->name);
+    sq_svg_escape(fp, curve->name);
     fprintf(fp, "; width &#8804; %d; baselines at depth &#8804; %d</text>\n", B, D);
-    draw_axes(fp, &a, "tree size n (nodes, root included)", "expected tokens per step F");
+    sq_svg_axes_draw(fp, &a, "tree size n (nodes, root included)", "expected tokens per step F");
     int li = 0;
     for (int i = 0; i < nd; i++, li++) {
         const char *col = palette[i % PALETTE_N];
@@ -414,7 +322,7 @@ int sq_svg_table_write(FILE *fp, const sq_dp *dp, const sq_curve *curve, sq_erro
         for (int n = 1; n <= N; n++) {
             double b = sq_dp_best(dp, n, depths[i]);
             if (isfinite(b))
-                fprintf(fp, "%.1f,%.1f ", ax_x(&a, n), ax_y(&a, b));
+                fprintf(fp, "%.1f,%.1f ", sq_svg_x(&a, n), sq_svg_y(&a, b));
         }
         fprintf(fp, "\"/>\n<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
                     "stroke-width=\"2\"/><text x=\"752\" y=\"%.1f\" font-size=\"12\">optimal tree, "
@@ -431,14 +339,14 @@ int sq_svg_table_write(FILE *fp, const sq_dp *dp, const sq_curve *curve, sq_erro
             int nodes, k, L;
             double v = b == 0 ? sq_baseline_chain(curve, n, D, &nodes)
                               : sq_baseline_kxl(curve, n, D, B, &k, &L);
-            fprintf(fp, "%.1f,%.1f ", ax_x(&a, n), ax_y(&a, v));
+            fprintf(fp, "%.1f,%.1f ", sq_svg_x(&a, n), sq_svg_y(&a, v));
         }
         fprintf(fp, "\"/>\n<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
                     "stroke-width=\"2\" stroke-dasharray=\"6 4\"/><text x=\"752\" y=\"%.1f\" "
                     "font-size=\"12\">%s</text>\n", 70.0 + 18 * li, 70.0 + 18 * li, bcol[b],
                 74.0 + 18 * li, bname[b]);
     }
-    svg_end(fp);
+    sq_svg_end(fp);
     return SQ_OK;
 }
 

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "libsequoia/base/io.h"
+#include "libsequoia/base/svg.h"
 
 #define W 720.0
 #define H 420.0
@@ -10,19 +11,6 @@
 #define MR 20.0
 #define MT 40.0
 #define MB 50.0
-
-static void xml_text(FILE *fp, const char *s)
-{
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", fp); break;
-        case '>': fputs("&gt;", fp); break;
-        case '&': fputs("&amp;", fp); break;
-        case '"': fputs("&quot;", fp); break;
-        default: fputc(*s, fp);
-        }
-    }
-}
 
 /* 1, 2 and 5 times the powers of ten inside [lo, hi]; all of 1..9 times them when that gives
  * fewer than three; at most `cap`. */
@@ -95,7 +83,7 @@ void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, doub
             W, H, W, H);
     fprintf(fp, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" "
                 "y=\"22\" font-size=\"14\">", ML);
-    xml_text(fp, title);
+    sq_svg_escape(fp, title);
     fputs("</text>\n", fp);
     /* axes and grid; the y range is recorded for tools and tests */
     fprintf(fp, "<g id=\"y-axis\" data-scale=\"log10\" data-min-ms=\"%.6g\" data-max-ms=\"%.6g\">\n",
