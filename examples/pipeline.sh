@@ -73,8 +73,9 @@ done
 # the paper's comparisons on one size: the optimal 33-node tree (depth <= 9) ...
 "$PLAN" -a "$OUT/curves.json" -c stochastic@T1 --budget 33 --depth 9 -o "$OUT/plan33_optimal.json" \
     --svg "$OUT/plan33_optimal.svg" --svg-table "$OUT/table.svg" > /dev/null
-# ... the same tree scored under the SpecInfer curve (exported, then imported with that curve) ...
-"$PLAN" --plan "$OUT/plan33_optimal.json" --export trtllm -o "$OUT/plan33_choices.json"
+# ... the same tree scored under the SpecInfer curve (exported as a choices list, then imported
+# with that curve; the Medusa list, since TensorRT-LLM refuses 33 nodes, see docs/engines.md) ...
+"$PLAN" --plan "$OUT/plan33_optimal.json" --export medusa -o "$OUT/plan33_choices.json"
 "$PLAN" --import choices "$OUT/plan33_choices.json" -a "$OUT/curves.json" -c specinfer@T1 \
     -o "$OUT/plan33_optimal_specinfer.json" > /dev/null
 # ... and SpecInfer's shape: 4 independent sequences of 8 tokens (k x L = 4 x 8, 33 nodes)
