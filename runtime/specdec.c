@@ -380,6 +380,69 @@ static void tree_inputs(sq_specdec *sd, int len)
     }
 }
 
+/* Step 4: the verifier's walk from the root over the target logits in sd->tlog. Writes the
+ * accepted tokens and the bonus token to out (*cnt of them) and the accepted nodes to sd->path
+ * (*pl of them); records the visits in info when given. */
+static int verify_walk(sq_specdec *sd, int32_t *out, int *cnt_out, int *pl_out,
+                       sq_step_info *info, sq_error *err)
+{
+    size_t Vs = (size_t)sd->V;
+    int u = 0, cnt = 0, pl = 0;
+    if (info) {
+        if (!info->visit_children)
+            info->visit_children = malloc((size_t)sd->D * sizeof(int));
+        if (!info->visit_rank)
+            info->visit_rank = malloc((size_t)sd->D * sizeof(int));
+        if (!info->visit_children || !info->visit_rank)
+            return sq_error_oom(err, "step info");
+    }
+    for (;;) {
+        sq_verifier_probs(sd->ver, sd->tlog + (size_t)u * Vs, target_temperature(sd),
+                          sd->prm.top_p, sd->p);
+        int k = sd->child_count[u];
+        const double *q = k > 0 ? draft_q(sd, u) : NULL;
+        int32_t bonus = -1;
+        int j = sq_verifier_node(sd->ver, sd->p, q, k ? sd->tok + sd->child_first[u] : NULL, k,
+                                 &bonus);
+        if (info) {
+            info->visit_children[cnt] = k;
+            info->visit_rank[cnt] = j + 1;
+        }
+        if (j < 0) {
+            out[cnt++] = bonus;
+            break;
+        }
+        u = sd->child_first[u] + j;
+        sd->path[pl++] = u;
+        out[cnt++] = sd->tok[u];
+    }
+    *cnt_out = cnt;
+    *pl_out = pl;
+    return SQ_OK;
+}
+
+/* Step 5: keeps only the accepted path in both caches (the draft keeps its a catch-up tokens
+ * and the accepted nodes it ran) and appends the cnt output tokens to the sequence. */
+static int commit_walk(sq_specdec *sd, int a, const int32_t *out, int cnt, int pl, sq_error *err)
+{
+    int rc;
+    sd->keep[0] = 0;
+    for (int i = 0; i < pl; i++)
+        sd->keep[1 + i] = sd->path[i];
+    if ((rc = sq_context_commit(sd->tctx, sd->keep, 1 + pl, err)))
+        return rc;
+    int nk = 0;
+    for (int i = 0; i < a; i++)
+        sd->keep[nk++] = i;
+    for (int i = 0; i < pl && sd->dslot[sd->path[i]] >= 0; i++)
+        sd->keep[nk++] = sd->dslot[sd->path[i]];
+    if ((rc = sq_context_commit(sd->dctx, sd->keep, nk, err)))
+        return rc;
+    memcpy(sd->seq + sd->len, out, (size_t)cnt * sizeof *out);
+    sd->len += cnt;
+    return SQ_OK;
+}
+
 int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *err)
 {
     SQ_ASSERT(sd->started);
@@ -476,52 +539,14 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
     double t2 = now_ms();
 
     /* 4. verify from the root */
-    int u = 0, cnt = 0, pl = 0;
-    if (info) {
-        if (!info->visit_children)
-            info->visit_children = malloc((size_t)D * sizeof(int));
-        if (!info->visit_rank)
-            info->visit_rank = malloc((size_t)D * sizeof(int));
-        if (!info->visit_children || !info->visit_rank)
-            return sq_error_oom(err, "step info");
-    }
-    for (;;) {
-        sq_verifier_probs(sd->ver, sd->tlog + (size_t)u * Vs, target_temperature(sd),
-                          sd->prm.top_p, sd->p);
-        int k = sd->child_count[u];
-        const double *q = k > 0 ? draft_q(sd, u) : NULL;
-        int32_t bonus = -1;
-        int j = sq_verifier_node(sd->ver, sd->p, q, k ? sd->tok + sd->child_first[u] : NULL, k,
-                                 &bonus);
-        if (info) {
-            info->visit_children[cnt] = k;
-            info->visit_rank[cnt] = j + 1;
-        }
-        if (j < 0) {
-            out[cnt++] = bonus;
-            break;
-        }
-        u = sd->child_first[u] + j;
-        sd->path[pl++] = u;
-        out[cnt++] = sd->tok[u];
-    }
+    int cnt, pl;
+    if ((rc = verify_walk(sd, out, &cnt, &pl, info, err)))
+        return rc;
     double t3 = now_ms();
 
     /* 5. keep only the accepted path */
-    sd->keep[0] = 0;
-    for (int i = 0; i < pl; i++)
-        sd->keep[1 + i] = sd->path[i];
-    if ((rc = sq_context_commit(sd->tctx, sd->keep, 1 + pl, err)))
+    if ((rc = commit_walk(sd, a, out, cnt, pl, err)))
         return rc;
-    int nk = 0;
-    for (int i = 0; i < a; i++)
-        sd->keep[nk++] = i;
-    for (int i = 0; i < pl && sd->dslot[sd->path[i]] >= 0; i++)
-        sd->keep[nk++] = sd->dslot[sd->path[i]];
-    if ((rc = sq_context_commit(sd->dctx, sd->keep, nk, err)))
-        return rc;
-    memcpy(sd->seq + len, out, (size_t)cnt * sizeof *out);
-    sd->len = len + cnt;
     double t4 = now_ms();
 
     if (info) {
@@ -774,51 +799,10 @@ static int forward_seqs(sq_specdec_batch *bt, int m, sq_error *err)
 static int verify_and_commit(sq_specdec *sd, int a, int32_t *out, int *ntok, sq_step_info *info,
                              sq_error *err)
 {
-    int len = sd->len, D = sd->D;
-    size_t Vs = (size_t)sd->V;
-    int u = 0, cnt = 0, pl = 0, rc;
-    if (info) {
-        if (!info->visit_children)
-            info->visit_children = malloc((size_t)D * sizeof(int));
-        if (!info->visit_rank)
-            info->visit_rank = malloc((size_t)D * sizeof(int));
-        if (!info->visit_children || !info->visit_rank)
-            return sq_error_oom(err, "step info");
-    }
-    for (;;) {
-        sq_verifier_probs(sd->ver, sd->tlog + (size_t)u * Vs, target_temperature(sd),
-                          sd->prm.top_p, sd->p);
-        int k = sd->child_count[u];
-        const double *q = k > 0 ? draft_q(sd, u) : NULL;
-        int32_t bonus = -1;
-        int j = sq_verifier_node(sd->ver, sd->p, q, k ? sd->tok + sd->child_first[u] : NULL, k,
-                                 &bonus);
-        if (info) {
-            info->visit_children[cnt] = k;
-            info->visit_rank[cnt] = j + 1;
-        }
-        if (j < 0) {
-            out[cnt++] = bonus;
-            break;
-        }
-        u = sd->child_first[u] + j;
-        sd->path[pl++] = u;
-        out[cnt++] = sd->tok[u];
-    }
-    sd->keep[0] = 0;
-    for (int i = 0; i < pl; i++)
-        sd->keep[1 + i] = sd->path[i];
-    if ((rc = sq_context_commit(sd->tctx, sd->keep, 1 + pl, err)))
+    int cnt, pl, rc;
+    if ((rc = verify_walk(sd, out, &cnt, &pl, info, err)) ||
+        (rc = commit_walk(sd, a, out, cnt, pl, err)))
         return rc;
-    int nk = 0;
-    for (int i = 0; i < a; i++)
-        sd->keep[nk++] = i;
-    for (int i = 0; i < pl && sd->dslot[sd->path[i]] >= 0; i++)
-        sd->keep[nk++] = sd->dslot[sd->path[i]];
-    if ((rc = sq_context_commit(sd->dctx, sd->keep, nk, err)))
-        return rc;
-    memcpy(sd->seq + len, out, (size_t)cnt * sizeof *out);
-    sd->len = len + cnt;
     *ntok = cnt;
     if (info) {
         info->tokens = cnt;
