@@ -18,6 +18,7 @@
 #include "profiler/measure.h"
 #include "runtime/config.h"
 #include "runtime/model.h"
+#include "runtime/cpu_matmul.h"
 
 #define PROG "sequoia-profile"
 #define MAX_LIST 256
@@ -577,6 +578,7 @@ static void print_points(const sq_profile *prof, double unstable)
 
 int main(int argc, char **argv)
 {
+    sq_cpu_blas_reexec(argv);   /* OpenBLAS with the CPU's own kernels: runtime/cpu_matmul.h */
     profile_opts o;
     int rc = parse_options(argc, argv, &o);
     if (rc != PARSE_RUN)

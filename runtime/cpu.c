@@ -1,7 +1,8 @@
 /* The CPU backend: float32 Llama forward with tree attention over a KV cache.
  *
- * GEMMs go through GSL's CBLAS interface (gsl/gsl_cblas.h); the build links OpenBLAS, not
- * libgslcblas, so cblas_* resolve to OpenBLAS. RMSNorm, RoPE, attention and SwiGLU are written
+ * The weight products go through runtime/cpu_matmul.h (a skinny kernel for few rows, OpenBLAS
+ * through GSL's CBLAS interface for more; the build links OpenBLAS, not libgslcblas); the
+ * attention products call cblas_sgemm directly. RMSNorm, RoPE, attention and SwiGLU are written
  * here. The KV cache holds, per layer, max_context committed slots followed by max_pending
  * pending slots: committed token t sits in slot t, pending token j in slot C + j (C = committed
  * count). Keys are stored after RoPE, so a slot never needs its position again.
@@ -11,7 +12,6 @@
  * a tree verify pays neither OpenBLAS's per-call threading on tiny products nor a thread start
  * per softmax. The softmax's exponentials are vectorised (see attn_softmax_row). */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,6 +19,8 @@
 #include <gsl/gsl_cblas.h>
 
 #include "runtime/backend.h"
+#include "runtime/cpu_matmul.h"
+#include "runtime/cpu_pool.h"
 #include "runtime/kernels.h"
 
 /* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). */
@@ -29,127 +31,15 @@ void openblas_set_num_threads(int num_threads);
 #define ATTN_PARALLEL_MIN_WORK (1 << 20)
 /* Attention handles at most this many (token, query head) rows of one KV head at a time. */
 #define ATTN_TILE 64
-/* Most CPU threads: the pool and its per-worker scratch. */
+/* Most CPU threads: the pool (runtime/cpu_pool.h) and its per-worker scratch. */
 #define CPU_MAX_THREADS 256
-
-/* ---- a pool of persistent workers ----------------------------------------------------------- */
-
-typedef void (*pool_fn)(void *arg, int worker, int n_workers);
-
-typedef struct pool {
-    int             n;          /* workers, the calling thread included (>= 1)               */
-    pthread_t      *tids;       /* (n - 1)                                                   */
-    int             started;    /* threads actually running                                   */
-    pthread_mutex_t mu;
-    pthread_cond_t  go, done;
-    unsigned        gen;        /* bumped per dispatch                                        */
-    int             pending;    /* workers still running the current dispatch                 */
-    int             stop;
-    pool_fn         fn;
-    void           *arg;
-} pool;
-
-typedef struct pool_worker {
-    pool *p;
-    int   id;
-} pool_worker;
-
-static void *pool_main(void *arg)
-{
-    pool_worker *w = arg;
-    pool *p = w->p;
-    unsigned seen = 0;
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        while (p->gen == seen && !p->stop)
-            pthread_cond_wait(&p->go, &p->mu);
-        if (p->stop) {
-            pthread_mutex_unlock(&p->mu);
-            return NULL;
-        }
-        seen = p->gen;
-        pool_fn fn = p->fn;
-        void *a = p->arg;
-        pthread_mutex_unlock(&p->mu);
-        fn(a, w->id, p->n);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0)
-            pthread_cond_signal(&p->done);
-        pthread_mutex_unlock(&p->mu);
-    }
-}
-
-/* Runs fn(arg, w, n) for w = 0 .. n-1, w = 0 on the calling thread; returns when all are done. A
- * worker that could not be started has its share run here. */
-static void pool_run(pool *p, pool_fn fn, void *arg)
-{
-    if (p->started == 0) {
-        for (int w = 0; w < p->n; w++)
-            fn(arg, w, p->n);
-        return;
-    }
-    pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->arg = arg;
-    p->pending = p->started;
-    p->gen++;
-    pthread_cond_broadcast(&p->go);
-    pthread_mutex_unlock(&p->mu);
-    fn(arg, 0, p->n);
-    for (int w = 1 + p->started; w < p->n; w++)
-        fn(arg, w, p->n);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-}
-
-static pool_worker *pool_start(pool *p, int n)
-{
-    p->n = n;
-    p->started = 0;
-    p->gen = 0;
-    p->stop = 0;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->go, NULL);
-    pthread_cond_init(&p->done, NULL);
-    p->tids = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof *p->tids);
-    pool_worker *ws = calloc((size_t)(n > 1 ? n - 1 : 1), sizeof *ws);
-    if (!p->tids || !ws)
-        return ws;
-    /* workers 1 .. started run on threads; a failed start leaves the rest to pool_run */
-    for (int w = 1; w < n; w++) {
-        ws[w - 1] = (pool_worker){p, w};
-        if (pthread_create(&p->tids[w - 1], NULL, pool_main, &ws[w - 1]) != 0)
-            break;
-        p->started++;
-    }
-    return ws;
-}
-
-static void pool_stop(pool *p, pool_worker *ws)
-{
-    if (p->tids) {
-        pthread_mutex_lock(&p->mu);
-        p->stop = 1;
-        pthread_cond_broadcast(&p->go);
-        pthread_mutex_unlock(&p->mu);
-        for (int w = 0; w < p->started; w++)
-            pthread_join(p->tids[w], NULL);
-    }
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->go);
-    pthread_cond_destroy(&p->done);
-    free(p->tids);
-    free(ws);
-}
 
 typedef struct cpu_state {
     int    slots;        /* max_context + max_pending                                  */
     int    ld_scores;    /* slots rounded up to a multiple of 16 (the softmax's lanes)  */
     int    threads;
-    pool   pool;         /* threads workers, the calling thread included               */
-    pool_worker *workers;
+    sq_pool pool;        /* threads workers, the calling thread included               */
+    int    pool_ok;      /* the pool was started                                       */
     float *key_cache;    // (layer, slots, kv_dim)
     float *value_cache;  // (layer, slots, kv_dim)
     float *x;            // (max_pending, dim)         residual stream
@@ -174,8 +64,8 @@ static void cpu_free(sq_context *ctx)
     cpu_state *s = ctx->impl;
     if (!s)
         return;
-    if (s->workers)
-        pool_stop(&s->pool, s->workers);
+    if (s->pool_ok)
+        sq_pool_stop(&s->pool);
     free(s->key_cache);
     free(s->value_cache);
     free(s->x);
@@ -254,8 +144,8 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     /* As transformers computes it: inv_freq[i] = 1 / theta^(2i / head_dim) in float32. */
     for (int i = 0; i < c->head_dim / 2; i++)
         s->inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
-    s->workers = pool_start(&s->pool, s->threads);
-    if (!s->workers || !s->pool.tids) {
+    s->pool_ok = sq_pool_start(&s->pool, s->threads) == 0;
+    if (!s->pool_ok) {
         cpu_free(ctx);
         return sq_error_oom(err, "the CPU thread pool");
     }
@@ -263,15 +153,11 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     return SQ_OK;
 }
 
-/* out (n, d_out) = in (n, d_in) @ w^T + beta * out, with w (d_out, d_in) row-major. */
-static void linear(float *out, const float *in, const float *w, int n, int d_in, int d_out,
-                   float beta)
+/* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate): runtime/cpu_matmul.h. */
+static void linear(cpu_state *s, float *out, const float *in, const float *w, int n, int d_in,
+                   int d_out, int accumulate)
 {
-    if (n == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, d_out, d_in, 1.0f, w, d_in, in, 1, beta, out, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d_out, d_in, 1.0f, in, d_in, w,
-                    d_in, beta, out, d_out);
+    sq_cpu_matmul(&s->pool, out, in, w, n, d_in, d_out, accumulate);
 }
 
 static void rmsnorm(float *out, const float *x, const float *weight, int n, int dim, float eps)
@@ -322,7 +208,9 @@ typedef int32_t v16i __attribute__((vector_size(64)));
 /* One row of scores -> softmax weights, in place: slots t >= C count only where
  * mrow[t - C] != 0. total is padded to a multiple of 16 by the caller's scratch (row has room
  * up to the next multiple of 16). */
-__attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+/* Clones by instruction set, dispatched on the CPU's features (not "arch=" clones, which GCC
+ * dispatches on the exact CPU model, so that a newer model runs the baseline). */
+__attribute__((target_clones("avx512f", "avx2", "default")))
 static void attn_softmax_row(float *row, int total, int C, const uint8_t *mrow)
 {
     float mx = -INFINITY;
@@ -442,7 +330,7 @@ static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, 
         return;
     }
     openblas_set_num_threads(1);   /* each job multiplies on its own thread */
-    pool_run(&s->pool, attn_worker, &jb);
+    sq_pool_run(&s->pool, attn_worker, &jb);
     openblas_set_num_threads(s->threads);
 }
 
@@ -473,26 +361,26 @@ static int cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *po
         float *vdst = s->value_cache + first * kv_dim;
 
         rmsnorm(s->xb, s->x, lw->attn_norm, n, dim, c->norm_eps);
-        linear(s->q, s->xb, lw->wq, n, dim, q_dim, 0.0f);
-        linear(kdst, s->xb, lw->wk, n, dim, kv_dim, 0.0f);
-        linear(vdst, s->xb, lw->wv, n, dim, kv_dim, 0.0f);
+        linear(s, s->q, s->xb, lw->wq, n, dim, q_dim, 0);
+        linear(s, kdst, s->xb, lw->wk, n, dim, kv_dim, 0);
+        linear(s, vdst, s->xb, lw->wv, n, dim, kv_dim, 0);
         for (int i = 0; i < n; i++) {
             const float *cs = s->rope_cos + (size_t)i * half, *sn = s->rope_sin + (size_t)i * half;
             rope(s->q + (size_t)i * q_dim, c->n_heads, hd, cs, sn);
             rope(kdst + (size_t)i * kv_dim, c->n_kv_heads, hd, cs, sn);
         }
         attention(c, s, l, n, C, P, mask);
-        linear(s->x, s->att_out, lw->wo, n, q_dim, dim, 1.0f);
+        linear(s, s->x, s->att_out, lw->wo, n, q_dim, dim, 1);
 
         rmsnorm(s->xb, s->x, lw->ffn_norm, n, dim, c->norm_eps);
-        linear(s->hb, s->xb, lw->w_gate, n, dim, hid, 0.0f);
-        linear(s->hb2, s->xb, lw->w_up, n, dim, hid, 0.0f);
+        linear(s, s->hb, s->xb, lw->w_gate, n, dim, hid, 0);
+        linear(s, s->hb2, s->xb, lw->w_up, n, dim, hid, 0);
         for (size_t k = 0; k < (size_t)n * hid; k++)
             s->hb[k] = sq_k_silu_mul(s->hb[k], s->hb2[k]);
-        linear(s->x, s->hb, lw->w_down, n, hid, dim, 1.0f);
+        linear(s, s->x, s->hb, lw->w_down, n, hid, dim, 1);
     }
     rmsnorm(s->xb, s->x, w->norm, n, dim, c->norm_eps);
-    linear(logits, s->xb, w->lm_head, n, dim, c->vocab_size, 0.0f);
+    linear(s, logits, s->xb, w->lm_head, n, dim, c->vocab_size, 0);
     (void)err;
     return SQ_OK;
 }
@@ -568,9 +456,9 @@ static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
     for (int l = 0; l < c->n_layers; l++) {
         const sq_layer_weights *lw = &w->layers[l];
         rmsnorm(xb, x, lw->attn_norm, n_all, (int)dim, c->norm_eps);
-        linear(q, xb, lw->wq, n_all, (int)dim, (int)q_dim, 0.0f);
-        linear(kb, xb, lw->wk, n_all, (int)dim, (int)kv_dim, 0.0f);
-        linear(vb, xb, lw->wv, n_all, (int)dim, (int)kv_dim, 0.0f);
+        linear(s0, q, xb, lw->wq, n_all, (int)dim, (int)q_dim, 0);
+        linear(s0, kb, xb, lw->wk, n_all, (int)dim, (int)kv_dim, 0);
+        linear(s0, vb, xb, lw->wv, n_all, (int)dim, (int)kv_dim, 0);
         for (size_t r = 0; r < R; r++) {
             rope(q + r * q_dim, c->n_heads, (int)hd, rc_ + r * half, rs_ + r * half);
             rope(kb + r * kv_dim, c->n_kv_heads, (int)hd, rc_ + r * half, rs_ + r * half);
@@ -592,16 +480,16 @@ static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
             sk->att_out = att_own;
             r += n;
         }
-        linear(x, att, lw->wo, n_all, (int)q_dim, (int)dim, 1.0f);
+        linear(s0, x, att, lw->wo, n_all, (int)q_dim, (int)dim, 1);
         rmsnorm(xb, x, lw->ffn_norm, n_all, (int)dim, c->norm_eps);
-        linear(hb, xb, lw->w_gate, n_all, (int)dim, (int)hid, 0.0f);
-        linear(hb2, xb, lw->w_up, n_all, (int)dim, (int)hid, 0.0f);
+        linear(s0, hb, xb, lw->w_gate, n_all, (int)dim, (int)hid, 0);
+        linear(s0, hb2, xb, lw->w_up, n_all, (int)dim, (int)hid, 0);
         for (size_t j = 0; j < R * hid; j++)
             hb[j] = sq_k_silu_mul(hb[j], hb2[j]);
-        linear(x, hb, lw->w_down, n_all, (int)hid, (int)dim, 1.0f);
+        linear(s0, x, hb, lw->w_down, n_all, (int)hid, (int)dim, 1);
     }
     rmsnorm(xb, x, w->norm, n_all, (int)dim, c->norm_eps);
-    linear(lg, xb, w->lm_head, n_all, (int)dim, (int)V, 0.0f);
+    linear(s0, lg, xb, w->lm_head, n_all, (int)dim, (int)V, 0);
     for (int k = 0, r = 0; k < b; k++) {
         memcpy(seqs[k].logits, lg + (size_t)r * V, (size_t)seqs[k].n * V * sizeof(float));
         r += seqs[k].n;

@@ -25,6 +25,7 @@
 #include "runtime/tokens.h"
 #include "runtime/validate.h"
 #include "libsequoia/verify/verify.h"
+#include "runtime/cpu_matmul.h"
 
 #define PROG "sequoia-run"
 #define CUDA_OPTIONS_HELP                                                                        \
@@ -807,6 +808,7 @@ static const char *run_misfit(run_opts *o)
 
 int main(int argc, char **argv)
 {
+    sq_cpu_blas_reexec(argv);   /* OpenBLAS with the CPU's own kernels: runtime/cpu_matmul.h */
     if (argc > 1 && strcmp(argv[1], "dump") == 0)
         return parse_dump(argc - 1, argv + 1);
     run_opts o;

@@ -8,8 +8,9 @@
  *   1. the machine's memory bandwidth: the best of several memcpy's of a 1 GiB buffer,
  *      counted as bytes read + bytes written per second;
  *   2. the sustained SGEMM rate on the model's own matrix shapes: for every n and every
- *      distinct weight shape, out (n, d_out) = in (n, d_in) W^T repeated on one hot matrix
- *      (sgemv too for n = 1; the faster counts), so that the rate is compute, not memory;
+ *      distinct weight shape, out (n, d_out) = in (n, d_in) W^T repeated on one hot matrix,
+ *      both with the runtime's product (runtime/cpu_matmul.h) and with OpenBLAS alone (sgemv
+ *      for n = 1); the faster counts, so that the rate is compute, not memory;
  *   3. for n = 1, 2, 4, ..., M (default 128) tokens after a C-token prefix: the median time of
  *      an n-token forward (a random tree of n nodes, then dropped), the median time of the same
  *      GEMMs alone on the model's weights in the forward's order (what attention, norms, RoPE
@@ -33,6 +34,7 @@
 #include "runtime/backend.h"
 #include "runtime/model.h"
 #include "runtime/st_writer.h"
+#include "runtime/cpu_matmul.h"
 
 static double now_s(void)
 {
@@ -117,9 +119,19 @@ static int model_matrices(const sq_model *m, mat *out)
     return k;
 }
 
-static void gemm(float *out, const float *in, const float *w, int n, int d_in, int d_out, int gemv)
+/* The product the forward uses (runtime/cpu_matmul.h: the skinny kernel or OpenBLAS, on a pool
+ * of the forward's threads), or OpenBLAS alone (sgemv for one row): the floor takes the faster
+ * of the two, so that it is the best product this machine offers, not only the runtime's. */
+static sq_pool bench_pool;
+
+char *openblas_get_corename(void);   /* OpenBLAS's cblas.h; not in GSL's header */
+
+static void gemm(float *out, const float *in, const float *w, int n, int d_in, int d_out,
+                 int blas)
 {
-    if (gemv)
+    if (!blas)
+        sq_cpu_matmul(&bench_pool, out, in, w, n, d_in, d_out, 0);
+    else if (n == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, d_out, d_in, 1.0f, w, d_in, in, 1, 0.0f, out, 1);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d_out, d_in, 1.0f, in, d_in, w,
@@ -128,20 +140,20 @@ static void gemm(float *out, const float *in, const float *w, int n, int d_in, i
 
 /* Seconds per call of the (n, d_in) x (d_out, d_in)^T product on one hot matrix: the best of
  * 5 batches of calls, each batch >= 2 ms. */
-static double hot_gemm_s(int n, int d_in, int d_out, int gemv, float *x, float *y, float *w)
+static double hot_gemm_s(int n, int d_in, int d_out, int blas, float *x, float *y, float *w)
 {
-    gemm(y, x, w, n, d_in, d_out, gemv);
+    gemm(y, x, w, n, d_in, d_out, blas);
     double t0 = now_s();
     int reps = 0;
     do {
-        gemm(y, x, w, n, d_in, d_out, gemv);
+        gemm(y, x, w, n, d_in, d_out, blas);
         reps++;
     } while (now_s() - t0 < 2e-3);
     double best = 1e30;
     for (int b = 0; b < 5; b++) {
         t0 = now_s();
         for (int r = 0; r < reps; r++)
-            gemm(y, x, w, n, d_in, d_out, gemv);
+            gemm(y, x, w, n, d_in, d_out, blas);
         double t = (now_s() - t0) / reps;
         if (t < best)
             best = t;
@@ -151,6 +163,7 @@ static double hot_gemm_s(int n, int d_in, int d_out, int gemv, float *x, float *
 
 int main(int argc, char **argv)
 {
+    sq_cpu_blas_reexec(argv);   /* OpenBLAS with the CPU's own kernels: runtime/cpu_matmul.h */
     sq_random_model_params rp = sq_random_model_default_params();
     rp.config.dim = 768;
     rp.config.n_layers = 12;
@@ -199,6 +212,11 @@ int main(int argc, char **argv)
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         threads = ncpu > 0 ? (int)ncpu : 1;
     }
+    if (sq_pool_start(&bench_pool, threads) != 0) {
+        fprintf(stderr, "bench-forward: out of memory for the thread pool\n");
+        return 70;
+    }
+    printf("OpenBLAS kernels: %s\n", openblas_get_corename());
 
     double bw = memcpy_bandwidth();
     printf("memory bandwidth (1 GiB memcpy, read+write): %.2f GB/s\n", bw / 1e9);
@@ -316,10 +334,8 @@ int main(int argc, char **argv)
             for (int j = i; j < nmats; j++)
                 count += mats[j].d_out == mats[i].d_out && mats[j].d_in == mats[i].d_in;
             double t = hot_gemm_s(n, mats[i].d_in, mats[i].d_out, 0, gx, gy, hw);
-            if (n == 1) {
-                double tv = hot_gemm_s(1, mats[i].d_in, mats[i].d_out, 1, gx, gy, hw);
-                t = tv < t ? tv : t;
-            }
+            double tb = hot_gemm_s(n, mats[i].d_in, mats[i].d_out, 1, gx, gy, hw);
+            t = tb < t ? tb : t;
             gemm_floor += count * t;
         }
         double mem_floor = weight_bytes / bw;
@@ -355,7 +371,7 @@ int main(int argc, char **argv)
         for (int r = -2; r < reps; r++) {
             double s = now_s();
             for (int i = 0; i < nmats; i++)
-                gemm(gy, gx, mats[i].w, n, mats[i].d_in, mats[i].d_out, n == 1);
+                gemm(gy, gx, mats[i].w, n, mats[i].d_in, mats[i].d_out, 0);
             if (r >= 0)
                 times[r] = now_s() - s;
         }

@@ -22,6 +22,7 @@
 #include "runtime/st_writer.h"
 #include "libsequoia/base/stats.h"
 #include "tests/testutil.h"
+#include "runtime/cpu_matmul.h"
 
 static double now_ms(void)
 {
@@ -54,6 +55,7 @@ static sq_plan *make_plan(int n, int d)
 
 int main(int argc, char **argv)
 {
+    sq_cpu_blas_reexec(argv);   /* OpenBLAS with the CPU's own kernels: runtime/cpu_matmul.h */
     int NEW = argc > 1 ? atoi(argv[1]) : 64;
     if (NEW < 8)
         NEW = 8;

@@ -1,0 +1,43 @@
+/* A small pool of persistent worker threads for the CPU backend: one dispatch runs
+ * fn(arg, w, n) for w = 0 .. n-1, worker 0 on the calling thread, and returns when all are done.
+ * A forward dispatches about ten times per layer (the weight products, attention), so a
+ * dispatch must cost microseconds: idle workers spin briefly on the dispatch counter before
+ * they sleep on a condition variable, and so does the caller waiting for them. */
+#ifndef SQ_RUNTIME_CPU_POOL_H
+#define SQ_RUNTIME_CPU_POOL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef void (*sq_pool_fn)(void *arg, int worker, int n_workers);
+
+typedef struct sq_pool_worker {
+    struct sq_pool *p;
+    int             id;
+} sq_pool_worker;
+
+typedef struct sq_pool {
+    int              n;         /* workers, the calling thread included (>= 1)              */
+    int              started;   /* threads actually running (workers 1 .. started)          */
+    pthread_t       *tids;      /* (n - 1)                                                  */
+    sq_pool_worker  *ws;        /* (n - 1)                                                  */
+    pthread_mutex_t  mu;
+    pthread_cond_t   go, done;
+    atomic_uint      gen;       /* bumped per dispatch, after fn and arg are set             */
+    atomic_int       pending;   /* workers still running the current dispatch                */
+    atomic_int       stop;
+    sq_pool_fn       fn;
+    void            *arg;
+} sq_pool;
+
+/* Starts n - 1 threads. Returns 0, or -1 when out of memory (nothing to stop then). A thread
+ * that cannot be created leaves its share to the calling thread. */
+int sq_pool_start(sq_pool *p, int n);
+
+/* One dispatch; fn must not dispatch on the same pool. */
+void sq_pool_run(sq_pool *p, sq_pool_fn fn, void *arg);
+
+/* Joins the threads and frees the pool's memory. */
+void sq_pool_stop(sq_pool *p);
+
+#endif

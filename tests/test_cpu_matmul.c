@@ -1,0 +1,182 @@
+/* Suite 'cpu-matmul': the CPU backend's weight products and its worker pool
+ * (runtime/cpu_matmul.h, runtime/cpu_pool.h).
+ *   - the product equals a double-precision reference on random shapes, skinny and BLAS sizes,
+ *     widths that are not multiples of 16 and heights not multiples of 4, with and without
+ *     accumulation, within the bound of float32 summation;
+ *   - a column range writes those columns and nothing else;
+ *   - splitting the columns over 1-4 threads gives bitwise the same result as one thread;
+ *   - every worker of the pool runs exactly once per dispatch, over many dispatches;
+ *   - a tool's BLAS set-up never leaves OpenBLAS on its Prescott fallback on a CPU with AVX2 and
+ *     FMA, and leaves a user's OPENBLAS_CORETYPE alone. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "runtime/cpu_matmul.h"
+#include "runtime/cpu_pool.h"
+#include "tests/testutil.h"
+
+static float frand(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* out = in w^T (+ out0) in double, and the bound sum |w||x| per element. */
+static void reference(double *ref, double *mag, const float *in, const float *w, const float *out0,
+                      int n, int d_in, int d_out)
+{
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < d_out; o++) {
+            double s = out0 ? out0[(size_t)i * d_out + o] : 0.0, m = out0 ? fabs(s) : 0.0;
+            for (int k = 0; k < d_in; k++) {
+                s += (double)in[(size_t)i * d_in + k] * w[(size_t)o * d_in + k];
+                m += fabs((double)in[(size_t)i * d_in + k] * w[(size_t)o * d_in + k]);
+            }
+            ref[(size_t)i * d_out + o] = s;
+            mag[(size_t)i * d_out + o] = m;
+        }
+}
+
+Test(cpu_matmul, equals_double_reference_on_random_shapes)
+{
+    unsigned seed = 7;
+    sq_pool pool;
+    cr_assert_eq(sq_pool_start(&pool, 2), 0);
+    for (int trial = 0; trial < 300; trial++) {
+        int n = 1 + (int)(frand(&seed) * 0.5f * 40 + 20) % 40;   /* 1 .. 40: skinny and BLAS */
+        int d_in = 1 + abs((int)(frand(&seed) * 1000)) % 150;
+        int d_out = 1 + abs((int)(frand(&seed) * 1000)) % 70;
+        int acc = trial % 2;
+        float *in = malloc(sizeof(float) * (size_t)n * d_in);
+        float *w = malloc(sizeof(float) * (size_t)d_out * d_in);
+        float *out = malloc(sizeof(float) * (size_t)n * d_out);
+        float *out0 = malloc(sizeof(float) * (size_t)n * d_out);
+        double *ref = malloc(sizeof(double) * (size_t)n * d_out);
+        double *mag = malloc(sizeof(double) * (size_t)n * d_out);
+        for (int i = 0; i < n * d_in; i++)
+            in[i] = frand(&seed);
+        for (int i = 0; i < d_out * d_in; i++)
+            w[i] = frand(&seed);
+        for (int i = 0; i < n * d_out; i++)
+            out[i] = out0[i] = frand(&seed);
+        reference(ref, mag, in, w, acc ? out0 : NULL, n, d_in, d_out);
+        sq_cpu_matmul(trial % 3 ? &pool : NULL, out, in, w, n, d_in, d_out, acc);
+        for (int i = 0; i < n * d_out; i++)
+            cr_assert(fabs(out[i] - ref[i]) <= 4e-7 * (d_in + 2) * mag[i] + 1e-30,
+                      "n %d d_in %d d_out %d acc %d: element %d is %.9g, reference %.9g", n, d_in,
+                      d_out, acc, i, out[i], ref[i]);
+        free(in), free(w), free(out), free(out0), free(ref), free(mag);
+    }
+    sq_pool_stop(&pool);
+}
+
+Test(cpu_matmul, column_range_writes_only_its_columns)
+{
+    unsigned seed = 11;
+    const int n = 5, d_in = 37, d_out = 23;
+    float in[5 * 37], w[23 * 37], out[5 * 23];
+    for (int i = 0; i < n * d_in; i++)
+        in[i] = frand(&seed);
+    for (int i = 0; i < d_out * d_in; i++)
+        w[i] = frand(&seed);
+    for (int o0 = 0; o0 < d_out; o0 += 3)
+        for (int o1 = o0; o1 <= d_out; o1 += 5) {
+            for (int i = 0; i < n * d_out; i++)
+                out[i] = NAN;
+            sq_cpu_matmul_skinny(out, in, w, n, d_in, d_out, 0, o0, o1);
+            for (int i = 0; i < n; i++)
+                for (int o = 0; o < d_out; o++)
+                    cr_assert_eq(isnan(out[i * d_out + o]), !(o >= o0 && o < o1),
+                                 "range [%d, %d): column %d of row %d", o0, o1, o, i);
+        }
+}
+
+Test(cpu_matmul, threads_give_bitwise_the_same_product)
+{
+    unsigned seed = 3;
+    const int d_in = 200, d_out = 301;
+    float *in = malloc(sizeof(float) * SQ_CPU_SKINNY_MAX * d_in);
+    float *w = malloc(sizeof(float) * d_out * d_in);
+    float *a = malloc(sizeof(float) * SQ_CPU_SKINNY_MAX * d_out);
+    float *b = malloc(sizeof(float) * SQ_CPU_SKINNY_MAX * d_out);
+    for (int i = 0; i < SQ_CPU_SKINNY_MAX * d_in; i++)
+        in[i] = frand(&seed);
+    for (int i = 0; i < d_out * d_in; i++)
+        w[i] = frand(&seed);
+    for (int threads = 1; threads <= 4; threads++) {
+        sq_pool pool;
+        cr_assert_eq(sq_pool_start(&pool, threads), 0);
+        for (int n = 1; n <= SQ_CPU_SKINNY_MAX; n++) {
+            sq_cpu_matmul(NULL, a, in, w, n, d_in, d_out, 0);
+            sq_cpu_matmul(&pool, b, in, w, n, d_in, d_out, 0);
+            cr_assert(memcmp(a, b, sizeof(float) * (size_t)n * d_out) == 0,
+                      "%d threads, n %d: differs from one thread", threads, n);
+        }
+        sq_pool_stop(&pool);
+    }
+    free(in), free(w), free(a), free(b);
+}
+
+typedef struct count_job {
+    atomic_int hits[8];
+    atomic_int wrong_n;
+} count_job;
+
+static void count_worker(void *arg, int worker, int n_workers)
+{
+    count_job *j = arg;
+    atomic_fetch_add(&j->hits[worker], 1);
+    if (n_workers < 1 || worker >= n_workers)
+        atomic_fetch_add(&j->wrong_n, 1);
+}
+
+Test(cpu_pool, every_worker_runs_once_per_dispatch)
+{
+    for (int threads = 1; threads <= 4; threads++) {
+        sq_pool pool;
+        cr_assert_eq(sq_pool_start(&pool, threads), 0);
+        count_job j;
+        for (int k = 0; k < 8; k++)
+            atomic_init(&j.hits[k], 0);
+        atomic_init(&j.wrong_n, 0);
+        const int rounds = 20000;
+        for (int r = 0; r < rounds; r++)
+            sq_pool_run(&pool, count_worker, &j);
+        sq_pool_stop(&pool);
+        for (int k = 0; k < threads; k++)
+            cr_assert_eq(atomic_load(&j.hits[k]), rounds, "%d threads: worker %d ran %d times",
+                         threads, k, atomic_load(&j.hits[k]));
+        for (int k = threads; k < 8; k++)
+            cr_assert_eq(atomic_load(&j.hits[k]), 0);
+        cr_assert_eq(atomic_load(&j.wrong_n), 0);
+    }
+}
+
+Test(cpu_matmul, blas_setup_leaves_no_prescott_fallback)
+{
+    const char *bin = getenv("SQ_BLAS_CORE_BIN");
+    cr_assert(bin, "SQ_BLAS_CORE_BIN is not set");
+    char *out = NULL;
+    unsetenv("OPENBLAS_CORETYPE");
+    char *argv[] = {(char *)bin, NULL};
+    cr_assert_eq(tu_run(argv, &out, NULL), 0);
+    char core[64] = "", env[64] = "";
+    cr_assert_eq(sscanf(out, "%63s %63s", core, env), 2, "printed: %s", out);
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        cr_assert_str_neq(core, "Prescott", "OpenBLAS still runs its Prescott kernels");
+    if (strcmp(env, "-") != 0)   /* re-executed: the variable names what OpenBLAS now uses */
+        cr_assert_str_eq(core, env);
+    free(out);
+    /* a user's choice stays */
+    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    cr_assert_eq(tu_run(argv, &out, NULL), 0);
+    cr_assert_str_eq(out, "Haswell Haswell\n");
+    free(out);
+    unsetenv("OPENBLAS_CORETYPE");
+}
