@@ -6,7 +6,7 @@
 
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
-#include "libsequoia/verify/mode.h"
+#include "libsequoia/format/mode.h"
 
 /* ---- the embedded default ----------------------------------------------------------------- */
 
@@ -89,7 +89,7 @@ const char *sq_curve_builtin_names(void)
 
 /* ---- basics ------------------------------------------------------------------------------- */
 
-/* Mode names and their rank semantics: the one table of libsequoia/verify/mode.h. */
+/* Mode names and their rank semantics: the one table of libsequoia/format/mode.h. */
 static int mode_index(const char *mode)
 {
     sq_mode m;

@@ -6,7 +6,7 @@
 
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
-#include "libsequoia/verify/mode.h"
+#include "libsequoia/format/mode.h"
 
 int sq_plan_new(sq_tree *tree, const sq_curve *curve, int budget, int depth_limit, int width,
                 sq_plan **out, sq_error *err)

@@ -20,7 +20,7 @@
 
 #include <stdint.h>
 
-#include "libsequoia/verify/mode.h"
+#include "libsequoia/format/mode.h"
 
 /* probs(V) = the rule's distribution for these logits at temperature T >= 0 and nucleus mass
  * top_p in (0, 1] (top_p >= 1 keeps every token). scratch: V doubles, used when top_p < 1 (may be

@@ -1,6 +1,7 @@
 /* Verification of a speculated token tree (docs/design.md, the verifiers), on probability
- * vectors. The rule it follows (distributions, orders, modes) is rule.h and mode.h, the same
- * one the acceptance estimator uses (docs/estimator.md, "Verification rule").
+ * vectors. The rule it follows (distributions, orders, modes) is rule.h and
+ * libsequoia/format/mode.h, the same one the acceptance estimator uses (docs/estimator.md,
+ * "Verification rule").
  *
  * At an accepted node the target's distribution is P and the draft's Q, both from the logits by
  * sq_probs_from_logits (P at the mode's target temperature, sq_mode_target_temperature). The
@@ -26,7 +27,7 @@
 #include <stdint.h>
 
 #include "libsequoia/base/error.h"
-#include "libsequoia/verify/mode.h"
+#include "libsequoia/format/mode.h"
 #include "libsequoia/verify/rule.h"
 
 typedef struct sq_verifier sq_verifier;

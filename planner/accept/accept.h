@@ -38,7 +38,7 @@
 
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/corpus.h"
-#include "libsequoia/verify/mode.h"
+#include "libsequoia/format/mode.h"
 #include "libsequoia/verify/rule.h"
 
 #define SQ_ACCEPT_MAX_WIDTH 256        /* W: the covariance statistics hold W² numbers  */
@@ -47,7 +47,7 @@
 #define SQ_ACCEPT_BATCHES 32           /* batch-means units of a single-sequence corpus  */
 
 /* One curve to estimate. The modes, their names and which are sampled (average random draws per
- * position) are libsequoia/verify/mode.h's. */
+ * position) are libsequoia/format/mode.h's. */
 typedef struct sq_accept_config {
     sq_mode mode;
     double temperature;   /* >= 0; 0 only with greedy (which ignores it)   */

@@ -2,8 +2,9 @@
  * "Verification rule"). The estimator, the runtime, the curve and plan formats and the tools all
  * name, parse and classify modes through it.
  *
- * Header-only and free of dependencies, so that the curve format (libsequoia/format/), which
- * records a mode's name, can use it without linking the verifier.
+ * The mode names and their rank semantics are part of the curve and plan file formats
+ * (docs/formats.md), so the table lives with the formats; the verifier (libsequoia/verify/)
+ * includes it from here. Header-only, including nothing of ours.
  *
  *   mode        candidates (children)              target       rank semantics of a plan
  *   stochastic  drawn from Q without replacement   sampled at T sampled-without-replacement
@@ -15,8 +16,8 @@
  * the draft's distribution Q, so the estimator averages random draws per position and a plan's
  * ranks are draw orders. Top-k draws the target's token at random too, but its candidates, and
  * therefore its per-position acceptance, are exact: it is not "sampled". */
-#ifndef SQ_VERIFY_MODE_H
-#define SQ_VERIFY_MODE_H
+#ifndef SQ_FORMAT_MODE_H
+#define SQ_FORMAT_MODE_H
 
 #include <string.h>
 
