@@ -259,6 +259,7 @@ typedef struct grow {
     int     n, cap, D, W;
     int    *parent, *rank, *dep, *kids, *deep;   /* deep: has a child with children */
     double *f;
+    char   *blocked;                             /* grow_fill's scratch               */
 } grow;
 
 static void grow_free(grow *g)
@@ -269,6 +270,7 @@ static void grow_free(grow *g)
     free(g->kids);
     free(g->deep);
     free(g->f);
+    free(g->blocked);
 }
 
 static int grow_init(grow *g, int cap, int D, int W)
@@ -283,7 +285,8 @@ static int grow_init(grow *g, int cap, int D, int W)
     g->kids = calloc((size_t)cap, sizeof *g->kids);
     g->deep = calloc((size_t)cap, sizeof *g->deep);
     g->f = malloc((size_t)cap * sizeof *g->f);
-    if (!g->parent || !g->rank || !g->dep || !g->kids || !g->deep || !g->f) {
+    g->blocked = malloc((size_t)cap);
+    if (!g->parent || !g->rank || !g->dep || !g->kids || !g->deep || !g->f || !g->blocked) {
         grow_free(g);
         return -1;
     }
@@ -336,8 +339,7 @@ static int grow_eagle_ok(const grow *g, int x)
 /* Best-first refill up to `budget` nodes. */
 static void grow_fill(grow *g, const sq_curve *c, int budget)
 {
-    char *blocked = calloc((size_t)g->cap, 1);
-    SQ_ASSERT(blocked);
+    char *blocked = g->blocked;
     while (g->n < budget) {
         memset(blocked, 0, (size_t)g->n);
         int added = 0;
@@ -366,7 +368,6 @@ static void grow_fill(grow *g, const sq_curve *c, int budget)
         if (!added)
             break;
     }
-    free(blocked);
 }
 
 static int grow_tree(const grow *g, sq_tree **out, sq_error *err)
@@ -521,18 +522,23 @@ static int dp_best_tree(const sq_curve *c, int budget, int depth, int width, sq_
     return rc;
 }
 
+/* The most non-leaves on one level. Nodes are breadth-first with siblings contiguous
+ * (libsequoia/format/tree.h), so the parents met walking the nodes are the non-leaves, level
+ * by level, each once: counted as they come, with nothing allocated. */
 static int max_non_leaves_of(const sq_tree *t)
 {
-    int levels = sq_tree_depth(t), m = 0;
-    int *kids = calloc((size_t)t->n, sizeof *kids), *nl = calloc((size_t)levels, sizeof *nl);
-    SQ_ASSERT(kids && nl);
-    for (int v = 1; v < t->n; v++)
-        kids[t->parent[v]]++;
-    for (int v = 0; v < t->n; v++)
-        if (kids[v] && ++nl[t->depth[v]] > m)
-            m = nl[t->depth[v]];
-    free(kids);
-    free(nl);
+    int m = 0, level = -1, count = 0;
+    for (int v = 1; v < t->n; v++) {
+        int p = t->parent[v];
+        if (v > 1 && p == t->parent[v - 1])
+            continue;
+        if (t->depth[p] != level) {
+            level = t->depth[p];
+            count = 0;
+        }
+        if (++count > m)
+            m = count;
+    }
     return m;
 }
 
@@ -571,9 +577,11 @@ static int plan_rank_limited(const sq_engine_plan_params *p, const sq_curve *c, 
             }
             rc = repair_non_leaves(cand, c, budget, D, B, lim.max_non_leaves, &fixed, err);
             sq_tree_free(cand);
+            double f = 0;
+            if (!rc && (rc = sq_tree_score(fixed, c, &f, err)))
+                sq_tree_free(fixed);
             if (rc)
                 break;
-            double f = sq_tree_expected_tokens(fixed, c, NULL);
             if (f > best_f) {
                 sq_tree_free(best);
                 best = fixed;
@@ -643,9 +651,11 @@ static int plan_eagle(const sq_engine_plan_params *p, const sq_curve *c,
             rc = sq_eagle_repair(cand, c, p->budget, D, B, &fixed, err);
             sq_tree_free(cand);
         }
+        double f = 0;
+        if (!rc && (rc = sq_tree_score(fixed, c, &f, err)))
+            sq_tree_free(fixed);
         if (rc)
             break;
-        double f = sq_tree_expected_tokens(fixed, c, NULL);
         if (sq_tree_depth(fixed) >= 3 && f > best_f) {
             sq_tree_free(best);
             best = fixed;
@@ -737,7 +747,11 @@ static int envelope_try(const sq_engine_plan_params *p, const sq_curve *c, int K
         t = fixed;
         out->exact = 0;
     }
-    double F = sq_tree_expected_tokens(t, c, NULL);
+    double F = 0;
+    if ((rc = sq_tree_score(t, c, &F, err))) {
+        sq_tree_free(t);
+        return rc;
+    }
     out->score = F;
     if (p->hw) {
         if ((rc = sq_hw_step_ms(p->hw, t, F, &out->ms, err))) {
@@ -805,11 +819,16 @@ static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
                             "planning under this curve", sq_engine_name(p->engine));
     if (p->hw && out->step_ms > 0) {
         sq_tree *root = sq_tree_new(1);
-        SQ_ASSERT(root);
+        double t1 = 0, F = 0;
+        if (!root || (rc = sq_tree_score(out->tree, c, &F, err))) {
+            sq_tree_free(root);
+            sq_tree_free(out->tree);
+            out->tree = NULL;
+            return rc ? rc : sq_error_oom(err, "a one-node tree");
+        }
         root->parent[0] = -1;
-        double t1 = 0;
         if (sq_hw_step_ms(p->hw, root, 1.0, &t1, NULL) == SQ_OK)
-            out->speedup = sq_tree_expected_tokens(out->tree, c, NULL) * t1 / out->step_ms;
+            out->speedup = F * t1 / out->step_ms;
         sq_tree_free(root);
     }
     return sq_envelope_of(out->tree, p->engine, &out->envelope, "plan", err);
@@ -862,6 +881,9 @@ int sq_engine_plan(const sq_engine_plan_params *p, sq_engine_plan_result *out, s
     } else {
         return sq_error_set(err, SQ_EUSAGE, "engine plan: unknown engine");
     }
-    out->expected_tokens = sq_tree_expected_tokens(out->tree, c, NULL);
-    return SQ_OK;
+    if ((rc = sq_tree_score(out->tree, c, &out->expected_tokens, err))) {
+        sq_tree_free(out->tree);
+        out->tree = NULL;
+    }
+    return rc;
 }

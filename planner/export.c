@@ -110,12 +110,13 @@ sq_export_params sq_export_default_params(void)
     return (sq_export_params){.max_non_leaves = 0, .check_limits = 1};
 }
 
-void sq_export_rank_path(FILE *fp, const sq_tree *t, int v, int tuple)
+int sq_export_rank_path(FILE *fp, const sq_tree *t, int v, int tuple, sq_error *err)
 {
     int len = t->depth[v];
     int stack[64];
     int *path = len <= 64 ? stack : malloc((size_t)len * sizeof *path);
-    SQ_ASSERT(path);
+    if (!path)
+        return sq_error_oom(err, "a rank path");
     for (int u = v, i = len - 1; u > 0; u = t->parent[u], i--)
         path[i] = t->rank[u] - 1;
     fputc(tuple ? '(' : '[', fp);
@@ -126,6 +127,7 @@ void sq_export_rank_path(FILE *fp, const sq_tree *t, int v, int tuple)
     fputc(tuple ? ')' : ']', fp);
     if (path != stack)
         free(path);
+    return SQ_OK;
 }
 
 /* The rank path of v as a string, for messages (truncated with "..." when long). */
@@ -136,8 +138,11 @@ static const char *path_str(const sq_tree *t, int v, char *buf, size_t cap)
     FILE *fp = open_memstream(&s, &len);
     if (!fp)
         return "?";
-    sq_export_rank_path(fp, t, v, 0);
-    fclose(fp);
+    int rc = sq_export_rank_path(fp, t, v, 0, NULL);
+    if (fclose(fp) != 0 || rc) {
+        free(s);
+        return "?";
+    }
     if (len + 1 > cap && cap > 4)
         snprintf(buf, cap, "%.*s...]", (int)(cap - 6), s);
     else
@@ -162,21 +167,36 @@ static int *count_kids(const sq_tree *t)
  * parent changes before it among its own level's non-leaves. That row is its parent only if
  * the parents of non-leaves are the first non-leaves of their level. Nodes are in rank-path
  * order, level by level. */
+/* The first child of v, or -1, for v that only grows from call to call: nodes are breadth-first
+ * with siblings contiguous (libsequoia/format/tree.h), so parents are non-decreasing in node
+ * order and the cursor only moves forward (O(n) over a walk, nothing allocated). */
+typedef struct child_cursor {
+    const sq_tree *t;
+    int at;
+} child_cursor;
+
+static int first_child(child_cursor *c, int v)
+{
+    while (c->at < c->t->n && c->t->parent[c->at] < v)
+        c->at++;
+    return c->at < c->t->n && c->t->parent[c->at] == v ? c->at : -1;
+}
+
 int sq_eagle_deep_first(const sq_tree *t, int *bad_early, int *bad_late)
 {
-    int *kids = count_kids(t), ok = 1;
-    int *deep = calloc((size_t)t->n, sizeof *deep);   /* has a non-leaf child */
-    SQ_ASSERT(kids && deep);
-    for (int v = 1; v < t->n; v++)
-        if (kids[v])
-            deep[t->parent[v]] = 1;
+    int ok = 1;
+    child_cursor kids = {t, 1}, grandkids = {t, 1};
     int shallow_seen = -1;   /* a non-leaf without non-leaf children on the current level */
     for (int v = 1; v < t->n && ok; v++) {
         if (t->depth[v] != t->depth[v - 1])
             shallow_seen = -1;
-        if (!kids[v])
+        int c = first_child(&kids, v);
+        if (c < 0)
             continue;
-        if (!deep[v]) {
+        int deep = 0;   /* v has a non-leaf child */
+        for (; c < t->n && t->parent[c] == v && !deep; c++)
+            deep = first_child(&grandkids, c) >= 0;
+        if (!deep) {
             if (shallow_seen < 0)
                 shallow_seen = v;
         } else if (shallow_seen >= 0) {
@@ -187,8 +207,6 @@ int sq_eagle_deep_first(const sq_tree *t, int *bad_early, int *bad_late)
                 *bad_late = v;
         }
     }
-    free(kids);
-    free(deep);
     return ok;
 }
 
@@ -415,7 +433,7 @@ void sq_engine_print_status(FILE *fp, const sq_tree *t, int max_non_leaves)
     }
 }
 
-static void write_choices(FILE *fp, const sq_tree *t, int tuple)
+static int write_choices(FILE *fp, const sq_tree *t, int tuple, sq_error *err)
 {
     if (tuple)
         fputc('"', fp);
@@ -423,12 +441,15 @@ static void write_choices(FILE *fp, const sq_tree *t, int tuple)
     for (int v = 1; v < t->n; v++) {
         if (v > 1)
             fputs(", ", fp);
-        sq_export_rank_path(fp, t, v, tuple);
+        int rc = sq_export_rank_path(fp, t, v, tuple, err);
+        if (rc)
+            return rc;
     }
     fputc(']', fp);
     if (tuple)
         fputc('"', fp);
     fputc('\n', fp);
+    return SQ_OK;
 }
 
 static void int_row(FILE *fp, const int *v, int n)
@@ -519,11 +540,12 @@ static int write_growmap(FILE *fp, const sq_tree *t, sq_error *err)
     return SQ_OK;
 }
 
-static void write_dot(FILE *fp, const sq_plan *plan)
+static int write_dot(FILE *fp, const sq_plan *plan, sq_error *err)
 {
     const sq_tree *t = plan->tree;
     double *f = malloc((size_t)t->n * sizeof *f);
-    SQ_ASSERT(f);
+    if (!f)
+        return sq_error_oom(err, "the node scores of the DOT picture");
     sq_tree_expected_tokens(t, &plan->acceptance, f);
     fprintf(fp, "// Sequoia plan: %d nodes, depth %d, %.6g expected tokens/step\n", t->n,
             sq_tree_depth(t), plan->expected_tokens);
@@ -538,6 +560,7 @@ static void write_dot(FILE *fp, const sq_plan *plan)
         fprintf(fp, "  n%d -> n%d;\n", t->parent[v], v);
     fprintf(fp, "}\n");
     free(f);
+    return SQ_OK;
 }
 
 int sq_export_write(FILE *fp, const sq_plan *plan, sq_export_format f,
@@ -556,16 +579,13 @@ int sq_export_write(FILE *fp, const sq_plan *plan, sq_export_format f,
     case SQ_EXPORT_TRTLLM:
     case SQ_EXPORT_MEDUSA:
     case SQ_EXPORT_EAGLE:
-        write_choices(fp, t, 0);
-        return SQ_OK;
+        return write_choices(fp, t, 0, err);
     case SQ_EXPORT_VLLM:
-        write_choices(fp, t, 1);
-        return SQ_OK;
+        return write_choices(fp, t, 1, err);
     case SQ_EXPORT_GROWMAP:
         return write_growmap(fp, t, err);
     case SQ_EXPORT_DOT:
-        write_dot(fp, plan);
-        return SQ_OK;
+        return write_dot(fp, plan, err);
     case SQ_EXPORT_SVG:
         return sq_svg_plan_write(fp, plan, err);
     case SQ_EXPORT_SGLANG:

@@ -152,7 +152,7 @@ int sq_export_to_string(const sq_plan *plan, sq_export_format f, const sq_export
                         const char *file, char **out, size_t *len, sq_error *err);
 
 /* Writes the 0-based rank path of node v ("[0, 2, 1]" or "(0, 2, 1)" / "(0,)" when
- * `tuple`) to fp. */
-void sq_export_rank_path(FILE *fp, const sq_tree *t, int v, int tuple);
+ * `tuple`) to fp. SQ_ESOFTWARE if a path deeper than 64 levels finds no memory. */
+int sq_export_rank_path(FILE *fp, const sq_tree *t, int v, int tuple, sq_error *err);
 
 #endif

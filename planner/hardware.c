@@ -147,8 +147,8 @@ fail:
 cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *prm, const char *target_file,
                      const char *draft_file)
 {
+    sq_json_build b = sq_json_build_begin();
     cJSON *o = cJSON_CreateObject();
-    SQ_ASSERT(o);
     sq_json_add(o, "target_profile", target_file ? cJSON_CreateString(target_file) : cJSON_CreateNull());
     sq_json_add(o, "target_device", cJSON_CreateString(prm->target->device));
     sq_json_add(o, "target_backend", cJSON_CreateString(prm->target->backend));
@@ -170,7 +170,7 @@ cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *prm, const char 
     sq_json_add(o, "time_per_token_ms", cJSON_CreateNumber(r->step_ms / r->expected_tokens));
     sq_json_add(o, "tokens_per_second", cJSON_CreateNumber(1e3 * r->expected_tokens / r->step_ms));
     sq_json_add(o, "predicted_speedup", cJSON_CreateNumber(r->speedup));
-    return o;
+    return sq_json_build_end(b, o);
 }
 
 void sq_hw_print_table(FILE *fp, const sq_hw_result *r)

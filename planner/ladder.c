@@ -309,13 +309,9 @@ static cJSON *choice_json(const sq_ladder_choice *ch, int with_kl)
 
 cJSON *sq_ladder_to_json(const sq_ladder *l, const sq_ladder_params *prm)
 {
+    sq_json_build b = sq_json_build_begin();
     cJSON *o = cJSON_CreateObject();
     cJSON *rungs = cJSON_CreateArray();
-    if (!o || !rungs) {
-        cJSON_Delete(o);
-        cJSON_Delete(rungs);
-        return NULL;
-    }
     sq_json_add(o, "format", cJSON_CreateString(SQ_LADDER_FORMAT));
     sq_json_add(o, "version", cJSON_CreateNumber(SQ_LADDER_VERSION));
     sq_json_add(o, "objective", cJSON_CreateString(sq_objective_name(l->objective)));
@@ -329,14 +325,9 @@ cJSON *sq_ladder_to_json(const sq_ladder *l, const sq_ladder_params *prm)
     sq_json_add(o, "width", cJSON_CreateNumber(l->width));
     sq_json_add(o, "crossover_batch", l->crossover ? cJSON_CreateNumber(l->crossover)
                                                    : cJSON_CreateNull());
-    for (int i = 0; i < l->n; i++) {
+    for (int i = 0; i < l->n && rungs; i++) {
         const sq_ladder_rung *r = &l->rungs[i];
         cJSON *e = cJSON_CreateObject();
-        if (!e) {
-            cJSON_Delete(o);
-            cJSON_Delete(rungs);
-            return NULL;
-        }
         sq_json_add(e, "batch", cJSON_CreateNumber(r->batch));
         sq_json_add(e, "target_ms_1", cJSON_CreateNumber(r->target1_ms));
         sq_json_add(e, "plain_tokens_per_second", cJSON_CreateNumber(r->plain_tokens_per_s));
@@ -345,17 +336,15 @@ cJSON *sq_ladder_to_json(const sq_ladder *l, const sq_ladder_params *prm)
         sq_json_add(e, "chain", choice_json(&r->chain, 0));
         sq_json_add(e, "kxl", choice_json(&r->kxl, 1));
         sq_json_add(e, "plan", sq_plan_to_json(r->plan));
-        cJSON_AddItemToArray(rungs, e);
+        sq_json_append(rungs, e);
     }
     sq_json_add(o, "rungs", rungs);
-    return o;
+    return sq_json_build_end(b, o);
 }
 
 int sq_ladder_save(const char *file, const sq_ladder *l, const sq_ladder_params *prm, sq_error *err)
 {
     cJSON *o = sq_ladder_to_json(l, prm);
-    if (!o)
-        return sq_error_oom(err, "ladder JSON");
     int rc = sq_json_save(file, o, err);
     cJSON_Delete(o);
     return rc;

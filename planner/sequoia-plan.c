@@ -143,15 +143,27 @@ static double pct(double a, double b, int decimals)
     return v == 0.0 ? 0.0 : v;
 }
 
+/* "nodes/level:    1 4 9 3": nodes are breadth-first (libsequoia/format/tree.h), so a level's
+ * nodes are consecutive and are counted as they come, with nothing allocated. */
+static void print_level_widths(FILE *fp, const sq_tree *t)
+{
+    fprintf(fp, "nodes/level:   ");
+    for (int v = 0, count = 0; v < t->n; v++) {
+        count++;
+        if (v + 1 == t->n || t->depth[v + 1] != t->depth[v]) {
+            fprintf(fp, " %d", count);
+            count = 0;
+        }
+    }
+    fprintf(fp, "\n");
+}
+
 static void print_summary(FILE *fp, const sq_curve *curve, const sq_dp *dp, const sq_plan *plan,
                           double solve_ms, const char *what)
 {
     const sq_tree *t = plan->tree;
     int N = sq_dp_budget(dp), D = sq_dp_depth(dp), B = sq_dp_width(dp);
     int levels = sq_tree_depth(t);
-    int *w = malloc((size_t)levels * sizeof *w);
-    SQ_ASSERT(w);
-    sq_tree_level_widths(t, w);
     fprintf(fp, "curve:          %s (%s, %d ranks%s)\n", curve->name, curve->mode, curve->width,
             curve->depth_rows ? ", depth-dependent" : "");
     fprintf(fp, "bounds:         budget %d, depth <= %d, width <= %d\n", N, D, B);
@@ -159,10 +171,7 @@ static void print_summary(FILE *fp, const sq_curve *curve, const sq_dp *dp, cons
     snprintf(label, sizeof label, "%s:", what);
     fprintf(fp, "%-15s size %d, depth %d, %.4f expected tokens/step\n", label, t->n, levels,
             plan->expected_tokens);
-    fprintf(fp, "nodes/level:   ");
-    for (int l = 0; l < levels; l++)
-        fprintf(fp, " %d", w[l]);
-    fprintf(fp, "\n");
+    print_level_widths(fp, t);
     int chain_n, k, L;
     double chain = sq_baseline_chain(curve, N, D, &chain_n);
     double kxl = sq_baseline_kxl(curve, N, D, B, &k, &L);
@@ -172,7 +181,6 @@ static void print_summary(FILE *fp, const sq_curve *curve, const sq_dp *dp, cons
         fprintf(fp, "best k x L:     %d x %d (size %d), %.4f tokens/step (%s: %+.1f%%)\n",
                 k, L, 1 + k * L, kxl, what, pct(plan->expected_tokens, kxl, 1));
     fprintf(fp, "solve time:     %.2f ms\n", solve_ms);
-    free(w);
 }
 
 /* One line per engine: does the tree fit its limits, and what goes with it? */
@@ -182,35 +190,33 @@ static void print_engine_status(FILE *fp, const sq_tree *t, int max_non_leaves)
 }
 
 /* Summary of an imported or loaded plan, with the optimal tree of the same size and depth. */
-static void print_plan_summary(FILE *fp, const sq_plan *plan, int max_non_leaves)
+static int print_plan_summary(FILE *fp, const sq_plan *plan, int max_non_leaves, sq_error *err)
 {
     const sq_tree *t = plan->tree;
     int levels = sq_tree_depth(t);
-    int *w = malloc((size_t)levels * sizeof *w);
-    SQ_ASSERT(w);
-    sq_tree_level_widths(t, w);
     fprintf(fp, "curve:          %s (%s, %d ranks%s)\n", plan->acceptance.name,
             plan->acceptance.mode ? plan->acceptance.mode : "?", plan->acceptance.width,
             plan->acceptance.depth_rows ? ", depth-dependent" : "");
     fprintf(fp, "tree:           size %d, depth %d, widest node %d children, %.4f expected "
                 "tokens/step\n", t->n, levels, sq_tree_max_children(t), plan->expected_tokens);
-    fprintf(fp, "nodes/level:   ");
-    for (int l = 0; l < levels; l++)
-        fprintf(fp, " %d", w[l]);
-    fprintf(fp, "\n");
-    free(w);
+    print_level_widths(fp, t);
     sq_dp_params dpp = sq_dp_default_params();
     dpp.budget = t->n;
     dpp.depth = levels;
     dpp.curve = &plan->acceptance;
     sq_dp *dp = NULL;
-    if (!sq_dp_check(&dpp, NULL) && !sq_dp_solve(&dpp, &dp, NULL)) {
+    /* A tree past the DP's limits has no optimum to compare with; out of memory is an error. */
+    if (!sq_dp_check(&dpp, NULL)) {
+        int rc = sq_dp_solve(&dpp, &dp, err);
+        if (rc)
+            return rc;
         double best = sq_dp_best(dp, t->n, levels);
         fprintf(fp, "optimal tree:   same size and depth bound: %.4f tokens/step (this tree: "
                     "%+.1f%%)\n", best, pct(plan->expected_tokens, best, 1));
         sq_dp_free(dp);
     }
     print_engine_status(fp, t, max_non_leaves);
+    return SQ_OK;
 }
 
 /* ---- command line --------------------------------------------------------------------------- */
@@ -635,13 +641,13 @@ static void print_engine_extra(FILE *fp, const plan_opts *o, const plan_state *s
                 "alone\n", ep->step_ms, ep->speedup);
 }
 
-static void print_report(const plan_opts *o, const plan_state *st)
+static int print_report(const plan_opts *o, const plan_state *st, sq_error *err)
 {
     FILE *fp = o->out_file || (o->plan_file && o->export_fmt < 0) ? stdout : stderr;
     const sq_plan *plan = st->plan;
     const sq_hw_result *hw = st->hw;
     if (!st->dp) {
-        print_plan_summary(fp, plan, o->max_non_leaves);
+        return print_plan_summary(fp, plan, o->max_non_leaves, err);
     } else if (o->engine == SQ_ENGINE_NONE) {
         print_summary(fp, o->params.curve, st->dp, plan, st->solve_ms,
                       hw ? "fastest tree" : "optimal tree");
@@ -665,6 +671,7 @@ static void print_report(const plan_opts *o, const plan_state *st)
         print_engine_extra(fp, o, st);
         print_engine_status(fp, plan->tree, o->max_non_leaves);
     }
+    return SQ_OK;
 }
 
 /* --ladder: one solve, the ladder over the profiled batch sizes, its files and its summary. */
@@ -739,7 +746,7 @@ int main(int argc, char **argv)
         rc = run_ladder(&o, &st, &err);
     else if (!rc && !(rc = make_plan(&o, &st, &err)) && !(rc = write_outputs(&o, &st, &err)) &&
              !o.quiet)
-        print_report(&o, &st);
+        rc = print_report(&o, &st, &err);
     /* after the work, so that a usage error is the only line it prints */
     if (!rc && st.default_curve)
         fprintf(stderr, PROG ": no --acceptance given; using %s\n", sq_curve_default_provenance);

@@ -174,10 +174,11 @@ static int file_exists(const char *dir, const char *name)
     return stat(path, &st) == 0;
 }
 
+/* NULL if out of memory. */
 static cJSON *model_json(const char *name, const sq_model_config *c, int random)
 {
+    sq_json_build b = sq_json_build_begin();
     cJSON *m = cJSON_CreateObject();
-    SQ_ASSERT(m);
     sq_json_add(m, "name", cJSON_CreateString(name));
     sq_json_add(m, "weights", cJSON_CreateString(random ? "random" : "checkpoint"));
     sq_json_add(m, "dim", cJSON_CreateNumber(c->dim));
@@ -188,7 +189,7 @@ static cJSON *model_json(const char *name, const sq_model_config *c, int random)
     sq_json_add(m, "vocab_size", cJSON_CreateNumber(c->vocab_size));
     sq_json_add(m, "max_position", cJSON_CreateNumber(c->max_position));
     sq_json_add(m, "params", cJSON_CreateNumber((double)sq_model_config_params(c)));
-    return m;
+    return sq_json_build_end(b, m);
 }
 
 static int write_outputs(const sq_profile *p, const char *out_file, const char *svg_file,
@@ -203,13 +204,15 @@ static int write_outputs(const sq_profile *p, const char *out_file, const char *
         sq_out_abort(o);
         return rc;
     }
+    sq_json_build b = sq_json_build_begin();
     cJSON *j = sq_profile_to_json(p);
-    cJSON *u = cJSON_CreateArray();
-    SQ_ASSERT(u);
-    for (int i = 0; i < n_unstable; i++)
-        SQ_ASSERT(cJSON_AddItemToArray(u, cJSON_CreateNumber(unstable_at[i])));
-    sq_json_add(j, "unstable_tokens", u);
+    sq_json_add(j, "unstable_tokens", sq_json_int_array(unstable_at, (size_t)n_unstable));
     sq_json_add(j, "unstable_threshold", cJSON_CreateNumber(unstable));
+    if (!(j = sq_json_build_end(b, j))) {
+        sq_out_abort(o);
+        sq_out_abort(s);
+        return sq_error_oom(err, "the profile's JSON tree");
+    }
     sq_json_print(sq_out_stream(o), j);
     cJSON_Delete(j);
     if (s)

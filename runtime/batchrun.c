@@ -114,9 +114,8 @@ static cJSON *report_json(const sq_batch_run_opts *o, const batch_state *st, int
     long seq_steps = 0;
     for (int k = 0; k < B; k++)
         seq_steps += st->steps[k];
+    sq_json_build b = sq_json_build_begin();
     cJSON *j = cJSON_CreateObject();
-    if (!j)
-        return NULL;
     sq_json_add(j, "format", cJSON_CreateString("sequoia-run-batch"));
     sq_json_add(j, "version", cJSON_CreateNumber(1));
     sq_json_add(j, "draft", cJSON_CreateString(o->draft_dir));
@@ -145,16 +144,14 @@ static cJSON *report_json(const sq_batch_run_opts *o, const batch_state *st, int
     cJSON *seqs = cJSON_CreateArray();
     for (int k = 0; k < B && seqs; k++) {
         cJSON *s = cJSON_CreateObject();
-        if (!s)
-            break;
         sq_json_add(s, "prompt_tokens", cJSON_CreateNumber(st->plen[k]));
         sq_json_add(s, "steps", cJSON_CreateNumber(st->steps[k]));
         sq_json_add(s, "tokens_per_step",
                     cJSON_CreateNumber((double)o->max_new / (double)st->steps[k]));
-        cJSON_AddItemToArray(seqs, s);
+        sq_json_append(seqs, s);
     }
     sq_json_add(j, "sequences", seqs);
-    return j;
+    return sq_json_build_end(b, j);
 }
 
 int sq_batch_run(const sq_batch_run_opts *o)

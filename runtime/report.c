@@ -221,12 +221,13 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     int n = r->max_new_tokens;
     size_t scratch = (size_t)(r->acc->W > n ? r->acc->W : n);
     scratch = scratch > (size_t)r->steps ? scratch : (size_t)r->steps;
-    double *pc = malloc((scratch ? scratch : 1) * sizeof *pc);
-    int *iv = malloc((scratch ? scratch : 1) * sizeof *iv);
+    sq_json_build b = sq_json_build_begin();
+    double *pc = sq_json_scratch((scratch ? scratch : 1) * sizeof *pc);
+    int *iv = sq_json_scratch((scratch ? scratch : 1) * sizeof *iv);
     if (!pc || !iv) {
-        free(pc);
-        free(iv);
-        return NULL;
+        cJSON_free(pc);
+        cJSON_free(iv);
+        return sq_json_build_end(b, NULL);
     }
     cJSON *rep = cJSON_CreateObject();
     sq_json_add(rep, "format", cJSON_CreateString(SQ_RUN_REPORT_FORMAT));
@@ -269,7 +270,7 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     }
     if (r->val && r->val->ran)
         sq_json_add(rep, "validation", sq_validation_to_json(r->val));
-    free(pc);
-    free(iv);
-    return rep;
+    cJSON_free(pc);
+    cJSON_free(iv);
+    return sq_json_build_end(b, rep);
 }

@@ -80,7 +80,9 @@ int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int
         cnt[first[i]] += 1;
     val->first = sq_chisq_gof(cnt, p0, V, 5.0);
     /* pair bins: (a, b) for the likeliest first tokens a, then one bin for every other a */
-    sq_topk_d(p0, V, V < SQ_VALIDATE_MAX_FIRST_BINS ? V : SQ_VALIDATE_MAX_FIRST_BINS, order);
+    if ((rc = sq_topk_d(p0, V, V < SQ_VALIDATE_MAX_FIRST_BINS ? V : SQ_VALIDATE_MAX_FIRST_BINS,
+                        order, err)))
+        goto done;
     int A = 0;
     while (A < V && A < SQ_VALIDATE_MAX_FIRST_BINS && p0[order[A]] * R >= 5.0)
         A++;
@@ -168,6 +170,7 @@ static cJSON *chisq_json(const sq_chisq *c, const char *what)
 
 cJSON *sq_validation_to_json(const sq_validation *val)
 {
+    sq_json_build b = sq_json_build_begin();
     cJSON *vj = cJSON_CreateObject();
     cJSON *at = cJSON_CreateObject();
     sq_json_add(at, "max_abs_diff", isfinite(val->attn_max_diff)
@@ -200,5 +203,5 @@ cJSON *sq_validation_to_json(const sq_validation *val)
         sq_json_add(vj, "distribution", dj);
     }
     sq_json_add(vj, "pass", cJSON_CreateBool(sq_validation_pass(val)));
-    return vj;
+    return sq_json_build_end(b, vj);
 }

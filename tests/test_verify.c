@@ -358,7 +358,7 @@ Test(verify, topk_orders_ties_by_token_id)
 {
     const double x[6] = {1, 3, 3, 0, 3, 2};
     int32_t out[6];
-    sq_topk_d(x, 6, 6, out);
+    cr_assert_eq(sq_topk_d(x, 6, 6, out, NULL), SQ_OK);
     const int32_t want[6] = {1, 2, 4, 5, 0, 3};
     for (int i = 0; i < 6; i++)
         cr_assert_eq(out[i], want[i]);

@@ -1,6 +1,7 @@
 /* Two error tiers (docs/design.md §10).
  *
- *  - SQ_ASSERT: a broken internal invariant. Prints file:line and aborts. Never used for input.
+ *  - SQ_ASSERT: a broken internal invariant (a programming error). Prints file:line and aborts.
+ *               Never used for input, nor for running out of memory (docs/design.md §10).
  *  - sq_error:  a recoverable failure (bad file, bad option, I/O). Library functions return a
  *               status from the table below and fill an sq_error with a message that names the
  *               file, the field and the problem, e.g.

@@ -245,31 +245,112 @@ int sq_json_get_numbers(const cJSON *arr, double lo, double hi, size_t max_n, do
     return SQ_OK;
 }
 
-static cJSON *checked(cJSON *item)
+/* ---- building trees: counted allocation (json.h, "Building trees") ------------------------ */
+
+static _Thread_local unsigned long alloc_failures;   /* failed cJSON allocations, this thread */
+static _Thread_local long alloc_count;               /* allocations since sq_json_inject_oom  */
+static _Thread_local long inject_at = -1;            /* the allocation that is made to fail   */
+/* Items that sq_json_add or sq_json_append could not add, chained through their `next`: they
+ * stay valid (a builder may still fill them) until the build that made them ends. */
+static _Thread_local cJSON *orphans;
+
+static void *counted_malloc(size_t bytes)
 {
-    SQ_ASSERT(item != NULL);
-    return item;
+    long k = alloc_count++;
+    void *p = k == inject_at ? NULL : malloc(bytes);
+    if (k == inject_at)
+        inject_at = -1;
+    if (!p)
+        alloc_failures++;
+    return p;
+}
+
+/* Installed when the library is loaded, before any thread of the program's: every cJSON
+ * allocation (parsing, building, cJSON_Duplicate) is counted. free is left as it is, so that a
+ * tree allocated before the hooks were installed is freed the same way. */
+__attribute__((constructor)) static void install_hooks(void)
+{
+    cJSON_Hooks hooks = {.malloc_fn = counted_malloc, .free_fn = free};
+    cJSON_InitHooks(&hooks);
+}
+
+long sq_json_inject_oom(long n)
+{
+    long counted = alloc_count;
+    alloc_count = 0;
+    inject_at = n;
+    return counted;
+}
+
+sq_json_build sq_json_build_begin(void)
+{
+    return (sq_json_build){.failures = alloc_failures, .orphans = orphans};
+}
+
+int sq_json_build_failed(sq_json_build b)
+{
+    return alloc_failures != b.failures;
+}
+
+cJSON *sq_json_build_end(sq_json_build b, cJSON *root)
+{
+    /* builds nest: free only the orphans of this one (and of builds inside it) */
+    while (orphans && orphans != b.orphans) {
+        cJSON *o = orphans;
+        orphans = o->next;
+        o->next = NULL;
+        cJSON_Delete(o);
+    }
+    if (root && !sq_json_build_failed(b))
+        return root;
+    cJSON_Delete(root);
+    return NULL;
+}
+
+/* An item that could not be added: the build fails, and the item lives on as an orphan. */
+static void orphan(cJSON *item)
+{
+    alloc_failures++;
+    if (item) {
+        item->prev = NULL;
+        item->next = orphans;
+        orphans = item;
+    }
+}
+
+void *sq_json_scratch(size_t bytes)
+{
+    return cJSON_malloc(bytes ? bytes : 1);
 }
 
 cJSON *sq_json_number_array(const double *v, size_t n)
 {
-    cJSON *a = checked(cJSON_CreateArray());
-    for (size_t i = 0; i < n; i++)
-        SQ_ASSERT(cJSON_AddItemToArray(a, checked(cJSON_CreateNumber(v[i]))));
-    return a;
+    sq_json_build b = sq_json_build_begin();
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n && a; i++)
+        sq_json_append(a, cJSON_CreateNumber(v[i]));
+    return sq_json_build_end(b, a);
 }
 
 cJSON *sq_json_int_array(const int *v, size_t n)
 {
-    cJSON *a = checked(cJSON_CreateArray());
-    for (size_t i = 0; i < n; i++)
-        SQ_ASSERT(cJSON_AddItemToArray(a, checked(cJSON_CreateNumber(v[i]))));
-    return a;
+    sq_json_build b = sq_json_build_begin();
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; i < n && a; i++)
+        sq_json_append(a, cJSON_CreateNumber(v[i]));
+    return sq_json_build_end(b, a);
 }
 
 void sq_json_add(cJSON *obj, const char *key, cJSON *item)
 {
-    SQ_ASSERT(cJSON_AddItemToObject(obj, key, checked(item)));
+    if (!item || !obj || !cJSON_AddItemToObject(obj, key, item))
+        orphan(item);
+}
+
+void sq_json_append(cJSON *arr, cJSON *item)
+{
+    if (!item || !arr || !cJSON_AddItemToArray(arr, item))
+        orphan(item);
 }
 
 /* ---- printer ------------------------------------------------------------------------------ */
@@ -404,6 +485,9 @@ void sq_json_print(FILE *fp, const cJSON *item)
 
 int sq_json_save(const char *file, const cJSON *item, sq_error *err)
 {
+    if (!item)   /* a builder ran out of memory (json.h, "Building trees") */
+        return sq_error_set(err, SQ_ESOFTWARE, "%s: out of memory while building its JSON tree",
+                            file);
     sq_out *out;
     int rc = sq_out_open(&out, file, err);
     if (rc)

@@ -17,10 +17,10 @@ sq_chisq sq_chisq_gof(const double *counts, const double *probs, int nbins, doub
         psum += probs[i];
     }
     r.n = n;
-    /* bins: the ones kept, then a pool of small ones (plus the implicit remainder) */
-    double *eo = malloc(((size_t)nbins + 1) * 2 * sizeof *eo);   /* (expected, observed) */
-    SQ_ASSERT(eo);
-    int m = 0;
+    /* Bins: the ones kept (expected count >= min_expected), then a pool of the small ones plus
+     * the implicit remainder. Two passes over the input instead of a copy of the bins, so that
+     * nothing is allocated (docs/design.md §10, out of memory); the sums run in the same order. */
+    int m = 0, s = -1;   /* bins kept; the kept bin with the smallest expected count */
     double pool_e = psum < 1.0 ? (1.0 - psum) * n : 0.0, pool_o = 0.0;
     for (int i = 0; i < nbins; i++) {
         double e = probs[i] * n;
@@ -29,39 +29,42 @@ sq_chisq sq_chisq_gof(const double *counts, const double *probs, int nbins, doub
             r.p_value = 0.0;
             r.bins = nbins;
             r.df = nbins - 1;
-            free(eo);
             return r;
         }
         if (e >= min_expected) {
-            eo[2 * m] = e;
-            eo[2 * m + 1] = counts[i];
+            if (s < 0 || e < probs[s] * n)
+                s = i;
             m++;
         } else {
             pool_e += e;
             pool_o += counts[i];
         }
     }
-    if (pool_e >= min_expected || m == 0) {
-        eo[2 * m] = pool_e;
-        eo[2 * m + 1] = pool_o;
-        m++;
-    } else if (pool_e > 0.0 || pool_o > 0.0) {
-        int s = 0;
-        for (int j = 1; j < m; j++)
-            if (eo[2 * j] < eo[2 * s])
-                s = j;
-        eo[2 * s] += pool_e;
-        eo[2 * s + 1] += pool_o;
-    }
+    /* The pool is a bin of its own when it is large enough (or nothing else is left), else it
+     * joins the kept bin with the smallest expected count. */
+    int pool_alone = pool_e >= min_expected || m == 0;
+    int pool_joins = !pool_alone && (pool_e > 0.0 || pool_o > 0.0);
     double x2 = 0.0;
-    for (int j = 0; j < m; j++) {
-        double e = eo[2 * j], o = eo[2 * j + 1];
+    for (int i = 0; i < nbins; i++) {
+        double e = probs[i] * n, o = counts[i];
+        if (e < min_expected)
+            continue;
+        if (pool_joins && i == s) {
+            e += pool_e;
+            o += pool_o;
+        }
         if (e > 0.0)
             x2 += (o - e) * (o - e) / e;
         else if (o > 0.0)
             x2 = INFINITY;
     }
-    free(eo);
+    if (pool_alone) {
+        if (pool_e > 0.0)
+            x2 += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        else if (pool_o > 0.0)
+            x2 = INFINITY;
+        m++;
+    }
     r.stat = x2;
     r.bins = m;
     r.df = m - 1;
@@ -72,6 +75,14 @@ sq_chisq sq_chisq_gof(const double *counts, const double *probs, int nbins, doub
     else
         r.p_value = gsl_cdf_chisq_Q(x2, (double)r.df);
     return r;
+}
+
+static double batch_mean(const double *x, int per)
+{
+    double t = 0.0;
+    for (int i = 0; i < per; i++)
+        t += x[i];
+    return t / per;
 }
 
 sq_mean_ci sq_mean_ci_batch(const double *x, int n)
@@ -104,20 +115,16 @@ sq_mean_ci sq_mean_ci_batch(const double *x, int n)
         b = 2;
     int per = n / b;   /* the first n % b values are left out of the batches */
     int skip = n - per * b;
+    /* Batch means computed twice (mean, then spread) rather than stored: nothing is allocated
+     * (docs/design.md §10, out of memory), and the sums run in the same order. */
     double bm = 0.0, bss = 0.0;
-    double *means = malloc((size_t)b * sizeof *means);
-    SQ_ASSERT(means);
-    for (int j = 0; j < b; j++) {
-        double t = 0.0;
-        for (int i = 0; i < per; i++)
-            t += x[skip + j * per + i];
-        means[j] = t / per;
-        bm += means[j];
-    }
-    bm /= b;
     for (int j = 0; j < b; j++)
-        bss += (means[j] - bm) * (means[j] - bm);
-    free(means);
+        bm += batch_mean(x + skip + j * per, per);
+    bm /= b;
+    for (int j = 0; j < b; j++) {
+        double d = batch_mean(x + skip + j * per, per) - bm;
+        bss += d * d;
+    }
     double var_batch = bss / (b - 1);             /* variance of a batch mean      */
     r.stderr_ = sqrt(var_batch / b);
     /* Never report less spread than the independent-values formula would. */

@@ -381,8 +381,8 @@ static cJSON *num_or_null(double x)
 
 cJSON *sq_curve_to_json(const sq_curve *c)
 {
+    sq_json_build b = sq_json_build_begin();
     cJSON *o = cJSON_CreateObject();
-    SQ_ASSERT(o);
     sq_json_add(o, "name", cJSON_CreateString(c->name ? c->name : ""));
     sq_json_add(o, "mode", cJSON_CreateString(c->mode ? c->mode : "stochastic"));
     sq_json_add(o, "temperature", num_or_null(c->temperature));
@@ -393,11 +393,9 @@ cJSON *sq_curve_to_json(const sq_curve *c)
     sq_json_add(o, "reject", cJSON_CreateNumber(c->reject));
     if (c->depth_rows > 0) {
         cJSON *rows = cJSON_CreateArray();
-        SQ_ASSERT(rows);
-        for (int r = 0; r < c->depth_rows; r++)
-            SQ_ASSERT(cJSON_AddItemToArray(
-                rows, sq_json_number_array(c->p_by_depth + (size_t)r * (size_t)c->width,
-                                           (size_t)c->width)));
+        for (int r = 0; r < c->depth_rows && rows; r++)
+            sq_json_append(rows, sq_json_number_array(c->p_by_depth + (size_t)r * (size_t)c->width,
+                                                      (size_t)c->width));
         sq_json_add(o, "p_by_depth", rows);
     } else {
         sq_json_add(o, "p_by_depth", cJSON_CreateNull());
@@ -408,7 +406,7 @@ cJSON *sq_curve_to_json(const sq_curve *c)
                                                  : cJSON_CreateNumber((double)c->sequences));
     for (const cJSON *m = c->extra ? c->extra->child : NULL; m; m = m->next)
         sq_json_add(o, m->string, cJSON_Duplicate(m, 1));
-    return o;
+    return sq_json_build_end(b, o);
 }
 
 int sq_curve_set_from_json(const cJSON *root, const char *file, sq_curve_set **out, sq_error *err)
@@ -483,17 +481,16 @@ int sq_curve_set_load(const char *file, sq_curve_set **out, sq_error *err)
 
 cJSON *sq_curve_set_to_json(const sq_curve_set *set)
 {
+    sq_json_build b = sq_json_build_begin();
     cJSON *o = cJSON_CreateObject();
-    SQ_ASSERT(o);
     sq_json_add(o, "format", cJSON_CreateString(SQ_CURVE_FORMAT));
     sq_json_add(o, "version", cJSON_CreateNumber(SQ_CURVE_VERSION));
     cJSON *arr = cJSON_CreateArray();
-    SQ_ASSERT(arr);
-    for (int i = 0; i < set->n; i++)
-        SQ_ASSERT(cJSON_AddItemToArray(arr, sq_curve_to_json(&set->curves[i])));
+    for (int i = 0; i < set->n && arr; i++)
+        sq_json_append(arr, sq_curve_to_json(&set->curves[i]));
     sq_json_add(o, "curves", arr);
     sq_json_add(o, "source", set->source ? cJSON_Duplicate(set->source, 1) : cJSON_CreateNull());
-    return o;
+    return sq_json_build_end(b, o);
 }
 
 int sq_curve_set_save(const char *file, const sq_curve_set *set, sq_error *err)

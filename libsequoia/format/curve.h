@@ -65,13 +65,13 @@ int sq_curve_validate(const sq_curve *c, const char *file, const char *ctx, sq_e
 /* Parses one curve object; `ctx` is its path, e.g. "curves[0]". */
 int sq_curve_from_json(const cJSON *obj, const char *file, const char *ctx, sq_curve *out,
                        sq_error *err);
-cJSON *sq_curve_to_json(const sq_curve *c);
+cJSON *sq_curve_to_json(const sq_curve *c); /* NULL if out of memory */
 
 /* Whole files. */
 int sq_curve_set_from_json(const cJSON *root, const char *file, sq_curve_set **out,
                            sq_error *err);
 int sq_curve_set_load(const char *file, sq_curve_set **out, sq_error *err);
-cJSON *sq_curve_set_to_json(const sq_curve_set *set);
+cJSON *sq_curve_set_to_json(const sq_curve_set *set); /* NULL if out of memory */
 int sq_curve_set_save(const char *file, const sq_curve_set *set, sq_error *err);
 void sq_curve_set_free(sq_curve_set *set);
 

@@ -24,7 +24,10 @@ int sq_plan_new(sq_tree *tree, const sq_curve *curve, int budget, int depth_limi
         free(p);
         return rc;
     }
-    p->expected_tokens = sq_tree_expected_tokens(tree, curve, NULL);
+    if ((rc = sq_tree_score(tree, curve, &p->expected_tokens, err))) {
+        sq_plan_free(p);
+        return rc;
+    }
     snprintf(p->rank_semantics, sizeof p->rank_semantics, "%s", sq_curve_rank_semantics(curve));
     p->budget = budget;
     p->depth_limit = depth_limit;
@@ -47,14 +50,18 @@ cJSON *sq_plan_to_json(const sq_plan *p)
 {
     const sq_tree *t = p->tree;
     int levels = sq_tree_depth(t);
-    int *widths = malloc((size_t)levels * sizeof *widths);
-    double *scores = malloc((size_t)t->n * sizeof *scores);
-    SQ_ASSERT(widths && scores);
+    sq_json_build b = sq_json_build_begin();
+    int *widths = sq_json_scratch((size_t)levels * sizeof *widths);
+    double *scores = sq_json_scratch((size_t)t->n * sizeof *scores);
+    if (!widths || !scores) {
+        cJSON_free(widths);
+        cJSON_free(scores);
+        return sq_json_build_end(b, NULL);
+    }
     sq_tree_level_widths(t, widths);
     sq_tree_expected_tokens(t, &p->acceptance, scores);
 
     cJSON *o = cJSON_CreateObject();
-    SQ_ASSERT(o);
     sq_json_add(o, "format", cJSON_CreateString(SQ_PLAN_FORMAT));
     sq_json_add(o, "version", cJSON_CreateNumber(SQ_PLAN_VERSION));
     sq_json_add(o, "size", cJSON_CreateNumber(t->n));
@@ -62,7 +69,6 @@ cJSON *sq_plan_to_json(const sq_plan *p)
     sq_json_add(o, "expected_tokens", cJSON_CreateNumber(p->expected_tokens));
     sq_json_add(o, "rank_semantics", cJSON_CreateString(p->rank_semantics));
     cJSON *solver = cJSON_CreateObject();
-    SQ_ASSERT(solver);
     sq_json_add(solver, "budget", p->budget ? cJSON_CreateNumber(p->budget) : cJSON_CreateNull());
     sq_json_add(solver, "depth_limit",
                 p->depth_limit ? cJSON_CreateNumber(p->depth_limit) : cJSON_CreateNull());
@@ -70,7 +76,6 @@ cJSON *sq_plan_to_json(const sq_plan *p)
     sq_json_add(o, "solver", solver);
     sq_json_add(o, "level_widths", sq_json_int_array(widths, (size_t)levels));
     cJSON *nodes = cJSON_CreateObject();
-    SQ_ASSERT(nodes);
     sq_json_add(nodes, "parent", sq_json_int_array(t->parent, (size_t)t->n));
     sq_json_add(nodes, "rank", sq_json_int_array(t->rank, (size_t)t->n));
     sq_json_add(nodes, "depth", sq_json_int_array(t->depth, (size_t)t->n));
@@ -78,9 +83,9 @@ cJSON *sq_plan_to_json(const sq_plan *p)
     sq_json_add(o, "nodes", nodes);
     sq_json_add(o, "acceptance", sq_curve_to_json(&p->acceptance));
     sq_json_add(o, "hardware", p->hardware ? cJSON_Duplicate(p->hardware, 1) : cJSON_CreateNull());
-    free(widths);
-    free(scores);
-    return o;
+    cJSON_free(widths);
+    cJSON_free(scores);
+    return sq_json_build_end(b, o);
 }
 
 int sq_plan_save(const char *file, const sq_plan *p, sq_error *err)
@@ -164,7 +169,8 @@ int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_err
                           sq_tree_depth(p->tree));
         goto fail;
     }
-    p->expected_tokens = sq_tree_expected_tokens(p->tree, &p->acceptance, NULL);
+    if ((rc = sq_tree_score(p->tree, &p->acceptance, &p->expected_tokens, err)))
+        goto fail;
     if (fabs(p->expected_tokens - f) > SQ_PLAN_F_TOL) {
         rc = sq_error_set(err, SQ_EDATA, "%s: expected_tokens: %.17g, but the nodes and the "
                           "acceptance curve give %.17g", file, f, p->expected_tokens);

@@ -33,7 +33,7 @@ int sq_plan_new(sq_tree *tree, const sq_curve *curve, int budget, int depth_limi
                 sq_plan **out, sq_error *err);
 void sq_plan_free(sq_plan *plan);
 
-cJSON *sq_plan_to_json(const sq_plan *plan);
+cJSON *sq_plan_to_json(const sq_plan *plan); /* NULL if out of memory */
 int sq_plan_save(const char *file, const sq_plan *plan, sq_error *err);
 
 /* Reads and validates a plan: format and version, node arrays, breadth-first order, contiguous

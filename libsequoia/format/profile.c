@@ -171,8 +171,8 @@ cJSON *sq_profile_to_json(const sq_profile *p)
     int batched = 0;
     for (int i = 0; i < p->n; i++)
         batched |= p->points[i].batch > 1;
+    sq_json_build b = sq_json_build_begin();
     cJSON *o = cJSON_CreateObject();
-    SQ_ASSERT(o);
     sq_json_add(o, "format", cJSON_CreateString(SQ_PROFILE_FORMAT));
     sq_json_add(o, "version", cJSON_CreateNumber(batched ? 2 : 1));
     sq_json_add(o, "device", cJSON_CreateString(p->device ? p->device : "unknown"));
@@ -182,11 +182,9 @@ cJSON *sq_profile_to_json(const sq_profile *p)
     sq_json_add(o, "prefix", p->prefix >= 0 ? cJSON_CreateNumber(p->prefix) : cJSON_CreateNull());
     sq_json_add(o, "model", p->model ? cJSON_Duplicate(p->model, 1) : cJSON_CreateNull());
     cJSON *pts = cJSON_CreateArray();
-    SQ_ASSERT(pts);
-    for (int i = 0; i < p->n; i++) {
+    for (int i = 0; i < p->n && pts; i++) {
         const sq_profile_point *q = &p->points[i];
         cJSON *e = cJSON_CreateObject();
-        SQ_ASSERT(e);
         if (batched)
             sq_json_add(e, "batch", cJSON_CreateNumber(q->batch));
         sq_json_add(e, "tokens", cJSON_CreateNumber(q->tokens));
@@ -194,10 +192,10 @@ cJSON *sq_profile_to_json(const sq_profile *p)
         sq_json_add(e, "p10_ms", num_or_null(q->p10_ms));
         sq_json_add(e, "p90_ms", num_or_null(q->p90_ms));
         sq_json_add(e, "samples", cJSON_CreateNumber(q->samples));
-        SQ_ASSERT(cJSON_AddItemToArray(pts, e));
+        sq_json_append(pts, e);
     }
     sq_json_add(o, "points", pts);
-    return o;
+    return sq_json_build_end(b, o);
 }
 
 int sq_profile_save(const char *file, const sq_profile *p, sq_error *err)

@@ -67,7 +67,7 @@ int sq_profile_validate(const sq_profile *p, const char *file, sq_error *err);
 
 int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, sq_error *err);
 int sq_profile_load(const char *file, sq_profile **out, sq_error *err);
-cJSON *sq_profile_to_json(const sq_profile *p);
+cJSON *sq_profile_to_json(const sq_profile *p); /* NULL if out of memory */
 int sq_profile_save(const char *file, const sq_profile *p, sq_error *err);
 
 /* Reads an engine's measurements: a CSV file whose header names the columns `tokens` and `ms`

@@ -89,18 +89,24 @@ int sq_tree_max_children(const sq_tree *t)
     return m;
 }
 
-double sq_tree_expected_tokens(const sq_tree *t, const sq_curve *c, double *scores)
+double sq_tree_expected_tokens(const sq_tree *t, const sq_curve *c, double *f)
 {
-    double *f = scores ? scores : malloc((size_t)t->n * sizeof *f);
-    SQ_ASSERT(f);
     double total = 0;
     for (int i = 0; i < t->n; i++) {
         f[i] = i == 0 ? 1.0 : f[t->parent[i]] * sq_curve_p(c, t->depth[i], t->rank[i]);
         total += f[i];
     }
-    if (!scores)
-        free(f);
     return total;
+}
+
+int sq_tree_score(const sq_tree *t, const sq_curve *c, double *out, sq_error *err)
+{
+    double *f = malloc((size_t)t->n * sizeof *f);
+    if (!f)
+        return sq_error_oom(err, "the node scores of a tree");
+    *out = sq_tree_expected_tokens(t, c, f);
+    free(f);
+    return SQ_OK;
 }
 
 int sq_tree_from_parents(const int *parent, const int *rank, int n, sq_tree **out,

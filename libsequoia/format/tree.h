@@ -35,8 +35,11 @@ void sq_tree_level_widths(const sq_tree *t, int *widths);
 int sq_tree_max_children(const sq_tree *t);
 
 /* F(T) = Σ_v f(v), f(root) = 1, f(child) = f(parent) · p(depth, rank). Fills scores[v] = f(v)
- * when scores is not NULL. */
+ * (t->n entries, the caller's: nothing is allocated). */
 double sq_tree_expected_tokens(const sq_tree *t, const sq_curve *c, double *scores);
+
+/* The same F(T) into *out, with scores of its own: SQ_ESOFTWARE if they cannot be allocated. */
+int sq_tree_score(const sq_tree *t, const sq_curve *c, double *out, sq_error *err);
 
 /* Builds a tree in canonical order from any parent/rank description (e.g. an imported tree):
  * parents[i] < i is not required, but the result is validated. */

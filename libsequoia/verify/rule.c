@@ -145,12 +145,14 @@ void sq_topk_keys(const double *x, int n, int k, int32_t *out, sq_ranked *h)
     }
 }
 
-void sq_topk_d(const double *x, int n, int k, int32_t *out)
+int sq_topk_d(const double *x, int n, int k, int32_t *out, sq_error *err)
 {
     sq_ranked *h = malloc((size_t)(k > 0 ? k : 1) * sizeof *h);
-    SQ_ASSERT(h);
+    if (!h)
+        return sq_error_oom(err, "a top-k heap");
     sq_topk_keys(x, n, k, out, h);
     free(h);
+    return SQ_OK;
 }
 
 void sq_draft_topk(const float *logits, int V, int k, int32_t *out, double *keys,

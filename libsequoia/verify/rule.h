@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "libsequoia/format/mode.h"
+#include "libsequoia/base/error.h"
 
 /* probs(V) = the rule's distribution for these logits at temperature T >= 0 and nucleus mass
  * top_p in (0, 1] (top_p >= 1 keeps every token). scratch: V doubles, used when top_p < 1 (may be
@@ -50,8 +51,8 @@ typedef struct sq_ranked {
  * heap: k entries. */
 void sq_topk_keys(const double *x, int n, int k, int32_t *out, sq_ranked *heap);
 
-/* As sq_topk_keys, with its own scratch (aborts when out of memory). */
-void sq_topk_d(const double *x, int n, int k, int32_t *out);
+/* As sq_topk_keys, with its own scratch (SQ_ESOFTWARE when out of memory). */
+int sq_topk_d(const double *x, int n, int k, int32_t *out, sq_error *err);
 
 /* The draft's k best tokens by logit (the candidates of greedy and top-k), best first: the
  * order of sq_k_rank_key, lower id first on ties (0 <= k <= V). keys: V doubles, heap: k

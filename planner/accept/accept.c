@@ -613,30 +613,24 @@ int sq_accept_stats_estimate(const sq_accept_stats *s, double *p, double *se)
 cJSON *sq_accept_stats_to_json(const sq_accept_stats *s)
 {
     int W = s->width;
+    sq_json_build b = sq_json_build_begin();
     cJSON *o = cJSON_CreateObject();
-    SQ_ASSERT(o);
     sq_json_add(o, "units", cJSON_CreateNumber((double)s->units));
     sq_json_add(o, "sum_n", cJSON_CreateNumber(s->sum_n));
     sq_json_add(o, "sum_n2", cJSON_CreateNumber(s->sum_n2));
     sq_json_add(o, "sum_y", sq_json_number_array(s->sum_y, (size_t)W));
     sq_json_add(o, "sum_ny", sq_json_number_array(s->sum_ny, (size_t)W));
     cJSON *rows = cJSON_CreateArray();
-    SQ_ASSERT(rows);
-    for (int j = 0; j < W; j++)
-        SQ_ASSERT(cJSON_AddItemToArray(
-            rows, sq_json_number_array(s->sum_yy + (size_t)j * (size_t)W, (size_t)W)));
+    for (int j = 0; j < W && rows; j++)
+        sq_json_append(rows, sq_json_number_array(s->sum_yy + (size_t)j * (size_t)W, (size_t)W));
     sq_json_add(o, "sum_yy", rows);
-    return o;
+    return sq_json_build_end(b, o);
 }
 
-static int get_vec(const cJSON *obj, const char *key, int W, double *dst, const char *file,
-                   const char *ctx, sq_error *err)
+/* `arr` (at `where`): exactly W numbers into dst. */
+static int vec_of(const cJSON *arr, int W, double *dst, const char *file, const char *where,
+                  sq_error *err)
 {
-    char where[300];
-    snprintf(where, sizeof where, "%s.%s", ctx, key);
-    const cJSON *arr = sq_json_field(obj, key);
-    if (!arr)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: missing", file, where);
     double *v;
     size_t n;
     int rc = sq_json_get_numbers(arr, -1e300, 1e300, (size_t)W, &v, &n, file, where, err);
@@ -650,6 +644,17 @@ static int get_vec(const cJSON *obj, const char *key, int W, double *dst, const 
     memcpy(dst, v, (size_t)W * sizeof *v);
     free(v);
     return SQ_OK;
+}
+
+static int get_vec(const cJSON *obj, const char *key, int W, double *dst, const char *file,
+                   const char *ctx, sq_error *err)
+{
+    char where[300];
+    snprintf(where, sizeof where, "%s.%s", ctx, key);
+    const cJSON *arr = sq_json_field(obj, key);
+    if (!arr)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: missing", file, where);
+    return vec_of(arr, W, dst, file, where, err);
 }
 
 int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, const char *ctx,
@@ -686,14 +691,8 @@ int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, con
     int j = 0;
     for (const cJSON *row = rows->child; row; row = row->next, j++) {
         char where[300];
-        snprintf(where, sizeof where, "%s.sum_yy", ctx);
-        char key[32];
-        snprintf(key, sizeof key, "%d", j);
-        cJSON *wrap = cJSON_CreateObject();
-        SQ_ASSERT(wrap);
-        cJSON_AddItemReferenceToObject(wrap, key, (cJSON *)row);
-        rc = get_vec(wrap, key, width, s->sum_yy + (size_t)j * (size_t)width, file, where, err);
-        cJSON_Delete(wrap);
+        snprintf(where, sizeof where, "%s.sum_yy[%d]", ctx, j);
+        rc = vec_of(row, width, s->sum_yy + (size_t)j * (size_t)width, file, where, err);
         if (rc)
             goto fail;
     }

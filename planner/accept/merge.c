@@ -12,33 +12,23 @@
 const char sq_accept_sparse_note[] =
     "sparse corpus: tokens outside the stored top-K count as probability 0 (an approximation)";
 
-static int put(cJSON *o, const char *key, cJSON *item)
-{
-    if (!o || !item || !cJSON_AddItemToObject(o, key, item)) {
-        cJSON_Delete(item);
-        return 0;
-    }
-    return 1;
-}
-
 cJSON *sq_accept_source_json(const char *const *corpus, const char *const *sha, int n,
                              const char *draft, const char *target, long long vocab, int sparse,
                              const char *tool)
 {
+    sq_json_build b = sq_json_build_begin();
     cJSON *src = cJSON_CreateObject();
-    int ok = put(src, "corpus", cJSON_CreateStringArray(corpus, n)) &&
-             put(src, "sha256", cJSON_CreateStringArray(sha, n)) &&
-             put(src, "draft", cJSON_CreateString(draft)) &&
-             put(src, "target", cJSON_CreateString(target)) &&
-             (vocab < 0 || put(src, "vocab_size", cJSON_CreateNumber((double)vocab))) &&
-             put(src, "sparse", cJSON_CreateBool(sparse)) &&
-             (!sparse || put(src, "note", cJSON_CreateString(sq_accept_sparse_note))) &&
-             put(src, "tool", cJSON_CreateString(tool));
-    if (!ok) {
-        cJSON_Delete(src);
-        return NULL;
-    }
-    return src;
+    sq_json_add(src, "corpus", cJSON_CreateStringArray(corpus, n));
+    sq_json_add(src, "sha256", cJSON_CreateStringArray(sha, n));
+    sq_json_add(src, "draft", cJSON_CreateString(draft));
+    sq_json_add(src, "target", cJSON_CreateString(target));
+    if (vocab >= 0)
+        sq_json_add(src, "vocab_size", cJSON_CreateNumber((double)vocab));
+    sq_json_add(src, "sparse", cJSON_CreateBool(sparse));
+    if (sparse)
+        sq_json_add(src, "note", cJSON_CreateString(sq_accept_sparse_note));
+    sq_json_add(src, "tool", cJSON_CreateString(tool));
+    return sq_json_build_end(b, src);
 }
 
 /* Appends the strings of src[key] to *v (*n of them so far). */

@@ -402,6 +402,10 @@ static int estimate(char **files, int n_files, est_opts *o)
         goto done;
     }
     cJSON *seed = cJSON_CreateNumber((double)o->params.seed);
+    if (!seed) {
+        rc = sq_error_oom(&err, "the seed's JSON number");
+        goto done;
+    }
     const char *unit = single && multi ? "mixed" : single ? "batch" : "sequence";
     for (int j = 0; j < n_cfg; j++) {
         char name[128];
@@ -421,7 +425,10 @@ static int estimate(char **files, int n_files, est_opts *o)
         rc = sq_error_oom(&err, "source");
         goto done;
     }
-    root = sq_curve_set_to_json(&set);
+    if (!(root = sq_curve_set_to_json(&set))) {
+        rc = sq_error_oom(&err, "the curve file's JSON tree");
+        goto done;
+    }
     sq_json_print(sq_out_stream(out), root);
     rc = sq_out_commit(out, &err);
     out = NULL;
@@ -526,15 +533,10 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
     sq_curve_set *b = NULL, *n = NULL;
     int rc;
     int worst = SQ_OK, compared = 0, missing = 0;
+    /* the report is built with plain calls and checked once, before it is used */
+    sq_json_build jb = sq_json_build_begin();
     cJSON *root = cJSON_CreateObject(), *jcurves = cJSON_CreateArray();
     cJSON *jmissing = cJSON_CreateArray(), *jonly_new = cJSON_CreateArray();
-    if (!root || !jcurves || !jmissing || !jonly_new) {
-        cJSON_Delete(jcurves);
-        cJSON_Delete(jmissing);
-        cJSON_Delete(jonly_new);
-        rc = sq_error_oom(&err, "comparison");
-        goto done;
-    }
     sq_json_add(root, "format", cJSON_CreateString("sequoia-compare"));
     sq_json_add(root, "version", cJSON_CreateNumber(1));
     sq_json_add(root, "baseline", cJSON_CreateString(base_file));
@@ -559,7 +561,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
         if (j < 0) {
             /* coverage that NEW lost: a failure, reported after the comparisons */
             REPORT("curve %s: only in %s, missing in %s\n", cb->name, base_file, new_file);
-            SQ_ASSERT(cJSON_AddItemToArray(jmissing, cJSON_CreateString(cb->name)));
+            sq_json_append(jmissing, cJSON_CreateString(cb->name));
             missing++;
             continue;
         }
@@ -576,7 +578,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
                     "compare with probability 0\n", cb->name, cb->width, base_file, cn->width,
                     new_file, cb->width < cn->width ? cb->width : cn->width);
         cJSON *jc = cJSON_CreateObject(), *jr = cJSON_CreateArray();
-        SQ_ASSERT(jc && jr && cJSON_AddItemToArray(jcurves, jc));
+        sq_json_append(jcurves, jc);
         sq_json_add(jc, "name", cJSON_CreateString(cb->name));
         sq_json_add(jc, "mode", cJSON_CreateString(cb->mode ? cb->mode : "?"));
         sq_json_add(jc, "positions_baseline", cJSON_CreateNumber((double)cb->positions));
@@ -596,7 +598,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
             else
                 REPORT("        -\n");
             cJSON *jk = cJSON_CreateObject();
-            SQ_ASSERT(jk && cJSON_AddItemToArray(jr, jk));
+            sq_json_append(jr, jk);
             sq_json_add(jk, "rank", cJSON_CreateNumber(k + 1));
             sq_json_add(jk, "baseline", jnum(r.base));
             sq_json_add(jk, "new", jnum(r.now));
@@ -638,7 +640,6 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
             REPORT("  note: error of F from %s / %s\n", how_b, how_n);
         REPORT("  %s\n", drop ? "SIGNIFICANT DROP" : "no significant drop");
         cJSON *jf = cJSON_CreateObject();
-        SQ_ASSERT(jf);
         sq_json_add(jc, "optimal_F", jf);
         sq_json_add(jf, "baseline", jnum(Fb));
         sq_json_add(jf, "new", jnum(Fn));
@@ -656,7 +657,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
             found |= strcmp(b->curves[i].name, n->curves[j].name) == 0;
         if (!found && (!only || strcmp(only, n->curves[j].name) == 0)) {
             REPORT("curve %s: only in %s, not compared\n", n->curves[j].name, new_file);
-            SQ_ASSERT(cJSON_AddItemToArray(jonly_new, cJSON_CreateString(n->curves[j].name)));
+            sq_json_append(jonly_new, cJSON_CreateString(n->curves[j].name));
         }
     }
     if (only && compared == 0) {
@@ -671,6 +672,10 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
     }
     sq_json_add(root, "result", cJSON_CreateString(missing ? "missing curves"
                                                     : worst ? "significant drop" : "ok"));
+    if (sq_json_build_failed(jb)) {
+        rc = sq_error_oom(&err, "the comparison's report");
+        goto done;
+    }
     if (json_file && (rc = sq_json_save(json_file, root, &err)))
         goto done;
     if (missing) {
@@ -685,7 +690,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
     }
     rc = worst;
 done:
-    cJSON_Delete(root);
+    cJSON_Delete(sq_json_build_end(jb, root));
     sq_curve_set_free(b);
     sq_curve_set_free(n);
     if (rc && rc != SQ_EFAIL)

@@ -8,16 +8,6 @@
 
 #include "libsequoia/base/json.h"
 
-/* o[key] = item, or 0 when either is missing (out of memory; item is then freed). */
-static int put(cJSON *o, const char *key, cJSON *item)
-{
-    if (!o || !item || !cJSON_AddItemToObject(o, key, item)) {
-        cJSON_Delete(item);
-        return 0;
-    }
-    return 1;
-}
-
 int sq_accept_curve_from_stats(sq_curve *c, const char *name, const sq_accept_config *cfg,
                                const sq_accept_stats *st, int samples, const cJSON *seed,
                                const char *unit, sq_error *err)
@@ -46,20 +36,18 @@ int sq_accept_curve_from_stats(sq_curve *c, const char *name, const sq_accept_co
         free(se);
     /* the settings first, then the sums */
     int sampled = sq_mode_is_sampled(cfg->mode);
+    sq_json_build b = sq_json_build_begin();
     cJSON *sums = sq_accept_stats_to_json(st);
     cJSON *o = cJSON_CreateObject(), *extra = cJSON_CreateObject();
-    int ok = sums && put(o, "estimator", cJSON_CreateString(sampled ? "rao-blackwellised"
-                                                                    : "exact")) &&
-             put(o, "samples", cJSON_CreateNumber(sampled ? samples : 1)) &&
-             put(o, "seed", seed ? cJSON_Duplicate(seed, 1) : cJSON_CreateNull()) &&
-             put(o, "unit", cJSON_CreateString(unit));
-    for (cJSON *m = sums ? sums->child : NULL; m && ok; m = m->next)
-        ok = put(o, m->string, cJSON_Duplicate(m, 1));
-    cJSON_Delete(sums);
-    if (!ok || !put(extra, "stats", o)) {
-        if (!ok)
-            cJSON_Delete(o);
-        cJSON_Delete(extra);
+    sq_json_add(o, "estimator", cJSON_CreateString(sampled ? "rao-blackwellised" : "exact"));
+    sq_json_add(o, "samples", cJSON_CreateNumber(sampled ? samples : 1));
+    sq_json_add(o, "seed", seed ? cJSON_Duplicate(seed, 1) : cJSON_CreateNull());
+    sq_json_add(o, "unit", cJSON_CreateString(unit));
+    for (cJSON *m = sums ? sums->child : NULL; m; m = m->next)
+        sq_json_add(o, m->string, cJSON_Duplicate(m, 1));
+    sq_json_add(extra, "stats", o);
+    cJSON_Delete(sums);   /* (a NULL sums failed inside this build, so the build fails) */
+    if (!(extra = sq_json_build_end(b, extra))) {
         sq_curve_clear(c);
         return sq_error_oom(err, "curve statistics");
     }
