@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "libsequoia/base/json.h"
+#include "libsequoia/base/svg.h"
 #include "planner/baseline.h"
 #include "planner/export.h"
 #include "planner/hardware.h"
@@ -432,7 +433,6 @@ void sq_ladder_print(FILE *fp, const sq_ladder *l)
 
 int sq_ladder_svg_write(FILE *fp, const sq_ladder *l, sq_error *err)
 {
-    const double W = 640, H = 400, x0 = 70, x1 = 600, y0 = 340, y1 = 40;
     double ymax = 1.0;
     for (int i = 0; i < l->n; i++) {
         const sq_ladder_rung *r = &l->rungs[i];
@@ -445,61 +445,46 @@ int sq_ladder_svg_write(FILE *fp, const sq_ladder *l, sq_error *err)
     double bmin = l->n ? log2(l->rungs[0].batch) : 0, bmax = l->n ? log2(l->rungs[l->n - 1].batch) : 1;
     if (bmax <= bmin)
         bmax = bmin + 1;
-#define X(b) (x0 + (x1 - x0) * (log2(b) - bmin) / (bmax - bmin))
-#define Y(s) (y0 - (y0 - y1) * (s) / ymax)
-    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-            "font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
-    fprintf(fp, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-    fprintf(fp, "<text x=\"%.0f\" y=\"22\" font-size=\"14\">Predicted speedup over plain decoding "
-            "by batch size (objective: %s)</text>\n", x0, sq_objective_name(l->objective));
-    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x0, y0,
-            x1, y0);
-    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", x0, y0,
-            x0, y1);
-    for (double s = 0; s <= ymax + 1e-9; s += ymax > 4 ? 1.0 : 0.25) {
-        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", x0,
-                Y(s), x1, Y(s));
-        fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>\n", x0 - 6,
-                Y(s) + 4, s);
-    }
-    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\" "
-            "stroke-dasharray=\"2,3\"/>\n", x0, Y(1.0), x1, Y(1.0));
-    for (int i = 0; i < l->n; i++)
-        fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n",
-                X(l->rungs[i].batch), y0 + 18, l->rungs[i].batch);
-    fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">batch size (sequences)</text>\n",
-            (x0 + x1) / 2, y0 + 40);
-    fprintf(fp, "<text x=\"18\" y=\"%.1f\" transform=\"rotate(-90 18 %.1f)\" "
-            "text-anchor=\"middle\">speedup (x)</text>\n", (y0 + y1) / 2, (y0 + y1) / 2);
+    /* batch sizes on a log2 axis, speedup from 0 (drawn with libsequoia/base/svg.h) */
+    sq_svg_axes a = {.x0 = 70, .y0 = 40, .w = 530, .h = 300, .xmin = bmin, .xmax = bmax,
+                     .ymin = 0, .ymax = ymax, .xlog2 = 1};
+    char title[160];
+    snprintf(title, sizeof title, "Predicted speedup over plain decoding by batch size "
+             "(objective: %s)", sq_objective_name(l->objective));
+    sq_svg_begin(fp, 640, 400, title);
+    sq_svg_text(fp, a.x0, 22, 14, NULL, NULL, 0, title);
+    sq_svg_axes_draw(fp, &a, "batch size (sequences)", "speedup (x)");
+    double x1 = a.x0 + a.w, ytop = a.y0;
+    sq_svg_line(fp, a.x0, sq_svg_y(&a, 1.0), x1, sq_svg_y(&a, 1.0), "black", 1, "2,3");
     const char *color[3] = {"#1f77b4", "#ff7f0e", "#2ca02c"};
     const char *label[3] = {"optimal tree", "best chain", "best k x L"};
     for (int k = 0; k < 3; k++) {
-        fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", color[k]);
+        sq_svg_polyline_begin(fp, color[k], 2, NULL);
         for (int i = 0; i < l->n; i++) {
             const sq_ladder_rung *r = &l->rungs[i];
             double v = k == 0 ? r->best.speedup : k == 1 ? r->chain.speedup : r->kxl.speedup;
-            fprintf(fp, "%s%.1f,%.1f", i ? " " : "", X(r->batch), Y(v));
+            sq_svg_polyline_point(fp, i == 0, sq_svg_x(&a, r->batch), sq_svg_y(&a, v));
         }
-        fprintf(fp, "\"/>\n");
+        sq_svg_polyline_end(fp);
         for (int i = 0; i < l->n; i++) {
             const sq_ladder_rung *r = &l->rungs[i];
             double v = k == 0 ? r->best.speedup : k == 1 ? r->chain.speedup : r->kxl.speedup;
-            fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", X(r->batch),
-                    Y(v), color[k]);
+            char tip[96];
+            snprintf(tip, sizeof tip, "%s, batch %d: %.3fx", label[k], r->batch, v);
+            sq_svg_marker(fp, sq_svg_x(&a, r->batch), sq_svg_y(&a, v), 3, color[k], NULL, NULL,
+                          tip);
         }
-        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
-                "stroke-width=\"2\"/><text x=\"%.1f\" y=\"%.1f\">%s</text>\n", x1 - 150,
-                y1 + 8 + 16.0 * k, x1 - 125, y1 + 8 + 16.0 * k, color[k], x1 - 118,
-                y1 + 12 + 16.0 * k, label[k]);
+        sq_svg_line(fp, x1 - 150, ytop + 8 + 16.0 * k, x1 - 125, ytop + 8 + 16.0 * k, color[k], 2,
+                    NULL);
+        sq_svg_text(fp, x1 - 118, ytop + 12 + 16.0 * k, 12, NULL, NULL, 0, label[k]);
     }
     if (l->crossover) {
-        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\" "
-                "stroke-dasharray=\"6,4\"/>\n", X(l->crossover), y0, X(l->crossover), y1);
-        fprintf(fp, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d62728\">crossover: batch %d</text>\n",
-                X(l->crossover) + 4, y1 + 70, l->crossover);
+        double xc = sq_svg_x(&a, l->crossover);
+        char text[64];
+        snprintf(text, sizeof text, "crossover: batch %d", l->crossover);
+        sq_svg_line(fp, xc, a.y0 + a.h, xc, ytop, "#d62728", 1, "6,4");
+        sq_svg_text(fp, xc + 4, ytop + 70, 12, NULL, "#d62728", 0, text);
     }
-    fprintf(fp, "</svg>\n");
-#undef X
-#undef Y
+    sq_svg_end(fp);
     return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the picture failed") : SQ_OK;
 }

@@ -230,34 +230,35 @@ int sq_svg_curves_write(FILE *fp, const sq_curve_set *set, sq_error *err)
         int w = c->width < SQ_SVG_MAX_RANKS ? c->width : SQ_SVG_MAX_RANKS;
         fprintf(fp, "<g><title>");
         sq_svg_escape(fp, c->name);
-        fprintf(fp, "</title>\n<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"",
-                col);
-        for (int k = 0; k < w; k++)
-            if (c->p[k] > 0)
-                fprintf(fp, "%.1f,%.1f ", sq_svg_x(&a, k + 1), sq_svg_y(&a, fmax(c->p[k], floor_y)));
-        fprintf(fp, "\"/>\n");
+        fprintf(fp, "</title>\n");
+        sq_svg_polyline_begin(fp, col, 1.6, NULL);
+        for (int k = 0, first = 1; k < w; k++)
+            if (c->p[k] > 0) {
+                sq_svg_polyline_point(fp, first, sq_svg_x(&a, k + 1),
+                                      sq_svg_y(&a, fmax(c->p[k], floor_y)));
+                first = 0;
+            }
+        sq_svg_polyline_end(fp);
         for (int k = 0; k < w; k++) {
             double p = c->p[k], px = sq_svg_x(&a, k + 1);
             if (c->stderr_p && c->stderr_p[k] > 0) {
                 double hi = fmin(1.0, p + c->stderr_p[k]), lo = fmax(floor_y, p - c->stderr_p[k]);
-                fprintf(fp, "<path stroke=\"%s\" fill=\"none\" d=\"M%.1f %.1fL%.1f %.1fM%.1f %.1f"
-                            "L%.1f %.1fM%.1f %.1fL%.1f %.1f\"/>", col, px, sq_svg_y(&a, lo), px,
-                        sq_svg_y(&a, hi), px - 3, sq_svg_y(&a, lo), px + 3, sq_svg_y(&a, lo), px - 3,
-                        sq_svg_y(&a, hi), px + 3, sq_svg_y(&a, hi));
+                sq_svg_error_bar(fp, px, sq_svg_y(&a, lo), sq_svg_y(&a, hi), 3, col, NULL);
             }
-            fprintf(fp, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.8\" fill=\"%s\" stroke=\"%s\"><title>"
-                        "p_%d = %.6g%s</title></circle>\n", px, sq_svg_y(&a, fmax(p, floor_y)),
-                    p > 0 ? col : "white", col, k + 1, p, p > 0 ? "" : " (drawn at the axis floor)");
+            char tip[96];
+            snprintf(tip, sizeof tip, "p_%d = %.6g%s", k + 1, p,
+                     p > 0 ? "" : " (drawn at the axis floor)");
+            sq_svg_marker(fp, px, sq_svg_y(&a, fmax(p, floor_y)), 2.8, p > 0 ? col : "white", col,
+                          NULL, tip);
         }
         fprintf(fp, "</g>\n");
         double ly = a.y0 + 10 + 32.0 * i;
-        fprintf(fp, "<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
-                    "stroke-width=\"2\"/><text x=\"752\" y=\"%.1f\" font-size=\"12\">", ly, ly, col,
-                ly + 4);
-        sq_svg_escape(fp, c->name);
-        fprintf(fp, "</text><text x=\"752\" y=\"%.1f\" font-size=\"10\" fill=\"#555\">%s, "
-                    "%d ranks, &#931;p = %.3f</text>\n", ly + 17, c->mode ? c->mode : "?", c->width,
-                1.0 - c->reject);
+        char about[160];
+        snprintf(about, sizeof about, "%s, %d ranks, \u03a3p = %.3f", c->mode ? c->mode : "?",
+                 c->width, 1.0 - c->reject);
+        sq_svg_line(fp, 720, ly, 745, ly, col, 2, NULL);
+        sq_svg_text(fp, 752, ly + 4, 12, NULL, NULL, 0, c->name);
+        sq_svg_text(fp, 752, ly + 17, 10, NULL, "#555", 0, about);
     }
     if (wmax == SQ_SVG_MAX_RANKS)
         fprintf(fp, "<text x=\"80\" y=\"%.1f\" font-size=\"11\" fill=\"#444\">ranks past %d not "
@@ -318,33 +319,34 @@ int sq_svg_table_write(FILE *fp, const sq_dp *dp, const sq_curve *curve, sq_erro
     int li = 0;
     for (int i = 0; i < nd; i++, li++) {
         const char *col = palette[i % PALETTE_N];
-        fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.8\" points=\"", col);
-        for (int n = 1; n <= N; n++) {
+        sq_svg_polyline_begin(fp, col, 1.8, NULL);
+        for (int n = 1, first = 1; n <= N; n++) {
             double b = sq_dp_best(dp, n, depths[i]);
-            if (isfinite(b))
-                fprintf(fp, "%.1f,%.1f ", sq_svg_x(&a, n), sq_svg_y(&a, b));
+            if (isfinite(b)) {
+                sq_svg_polyline_point(fp, first, sq_svg_x(&a, n), sq_svg_y(&a, b));
+                first = 0;
+            }
         }
-        fprintf(fp, "\"/>\n<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
-                    "stroke-width=\"2\"/><text x=\"752\" y=\"%.1f\" font-size=\"12\">optimal tree, "
-                    "depth &#8804; %d</text>\n", 70.0 + 18 * li, 70.0 + 18 * li, col,
-                74.0 + 18 * li, depths[i]);
+        sq_svg_polyline_end(fp);
+        char label[64];
+        snprintf(label, sizeof label, "optimal tree, depth \u2264 %d", depths[i]);
+        sq_svg_line(fp, 720, 70.0 + 18 * li, 745, 70.0 + 18 * li, col, 2, NULL);
+        sq_svg_text(fp, 752, 74.0 + 18 * li, 12, NULL, NULL, 0, label);
     }
     /* baselines */
     const char *bcol[2] = {"#555", "#b8860b"};
     const char *bname[2] = {"longest chain", "best k x L (SpecInfer)"};
     for (int b = 0; b < 2; b++, li++) {
-        fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" "
-                    "stroke-dasharray=\"6 4\" points=\"", bcol[b]);
+        sq_svg_polyline_begin(fp, bcol[b], 1.5, "6 4");
         for (int n = 1; n <= N; n++) {
             int nodes, k, L;
             double v = b == 0 ? sq_baseline_chain(curve, n, D, &nodes)
                               : sq_baseline_kxl(curve, n, D, B, &k, &L);
-            fprintf(fp, "%.1f,%.1f ", sq_svg_x(&a, n), sq_svg_y(&a, v));
+            sq_svg_polyline_point(fp, n == 1, sq_svg_x(&a, n), sq_svg_y(&a, v));
         }
-        fprintf(fp, "\"/>\n<line x1=\"720\" y1=\"%.1f\" x2=\"745\" y2=\"%.1f\" stroke=\"%s\" "
-                    "stroke-width=\"2\" stroke-dasharray=\"6 4\"/><text x=\"752\" y=\"%.1f\" "
-                    "font-size=\"12\">%s</text>\n", 70.0 + 18 * li, 70.0 + 18 * li, bcol[b],
-                74.0 + 18 * li, bname[b]);
+        sq_svg_polyline_end(fp);
+        sq_svg_line(fp, 720, 70.0 + 18 * li, 745, 70.0 + 18 * li, bcol[b], 2, "6 4");
+        sq_svg_text(fp, 752, 74.0 + 18 * li, 12, NULL, NULL, 0, bname[b]);
     }
     sq_svg_end(fp);
     return SQ_OK;

@@ -12,31 +12,13 @@
 #define MT 40.0
 #define MB 50.0
 
-/* 1, 2 and 5 times the powers of ten inside [lo, hi]; all of 1..9 times them when that gives
- * fewer than three; at most `cap`. */
-static int log_ticks(double lo, double hi, double *t, int cap)
-{
-    static const double fine[] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, coarse[] = {1, 2, 5};
-    int n = 0;
-    for (int pass = 0; pass < 2 && n < 3; pass++) {
-        const double *m = pass ? fine : coarse;
-        int nm = pass ? 9 : 3;
-        n = 0;
-        for (double e = floor(log10(lo)); e <= ceil(log10(hi)) && n < cap; e += 1)
-            for (int k = 0; k < nm && n < cap; k++) {
-                double v = m[k] * pow(10, e);
-                if (v >= lo * (1 - 1e-12) && v <= hi * (1 + 1e-12))
-                    t[n++] = v;
-            }
-    }
-    return n;
-}
-
 static int is_unstable(const sq_profile_point *q, double unstable)
 {
     return !isnan(q->p10_ms) && !isnan(q->p90_ms) && (q->p90_ms - q->p10_ms) / q->median_ms > unstable;
 }
 
+/* Drawn with the shared SVG primitives (libsequoia/base/svg.h): the document, the log2 x and
+ * log10 y axes with their grid and ticks, the median lines, the markers and the whiskers. */
 void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, double unstable)
 {
     /* x: log2 of the token count. y: log10 of the time, from just below the fastest p10 to just
@@ -76,49 +58,19 @@ void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, doub
         y0 = mid - log10(2.0) / 2;
         y1 = mid + log10(2.0) / 2;
     }
-#define PX(tok) (ML + (log2(tok) - x0) / (x1 - x0) * (W - ML - MR))
-#define PY(ms) (H - MB - (log10(ms) - y0) / (y1 - y0) * (H - MT - MB))
-    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
-                "viewBox=\"0 0 %.0f %.0f\" font-family=\"sans-serif\" font-size=\"12\">\n",
-            W, H, W, H);
-    fprintf(fp, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" "
-                "y=\"22\" font-size=\"14\">", ML);
-    sq_svg_escape(fp, title);
-    fputs("</text>\n", fp);
-    /* axes and grid; the y range is recorded for tools and tests */
-    fprintf(fp, "<g id=\"y-axis\" data-scale=\"log10\" data-min-ms=\"%.6g\" data-max-ms=\"%.6g\">\n",
-            pow(10, y0), pow(10, y1));
-    double ticks[40];
-    int nt = log_ticks(pow(10, y0), pow(10, y1), ticks, 40);
-    for (int k = 0; k < nt; k++) {
-        double y = PY(ticks[k]);
-        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                    "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                ML, y, W - MR, y, ML - 6, y + 4, ticks[k]);
-    }
-    fputs("</g>\n", fp);
-    for (double e = ceil(x0); e <= x1 + 1e-9; e += 1) {
-        double x = ML + (e - x0) / (x1 - x0) * (W - ML - MR);
-        fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#eee\"/>"
-                    "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.0f</text>\n",
-                x, MT, x, H - MB, x, H - MB + 16, pow(2, e));
-    }
-    fprintf(fp, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", ML,
-            H - MB, W - MR, H - MB);
-    fprintf(fp, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", ML, MT,
-            ML, H - MB);
-    fprintf(fp, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">new tokens per forward "
-                "(log scale)</text>\n", (ML + W - MR) / 2, H - 12);
-    fprintf(fp, "<text transform=\"translate(18 %.0f) rotate(-90)\" text-anchor=\"middle\">"
-                "forward time (ms, log scale)</text>\n", (MT + H - MB) / 2);
+    sq_svg_axes ax = {.x0 = ML, .y0 = MT, .w = W - ML - MR, .h = H - MT - MB, .xmin = x0,
+                      .xmax = x1, .ymin = y0, .ymax = y1, .xlog2 = 1, .ylog = 1};
+    sq_svg_begin(fp, W, H, title);
+    sq_svg_text(fp, ML, 22, 14, NULL, NULL, 0, title);
+    sq_svg_axes_draw(fp, &ax, "new tokens per forward (log scale)",
+                     "forward time (ms, log scale)");
     /* p10-p90 whiskers (with caps), the median line per batch size, points (red: unstable) */
     for (int i = 0; i < p->n; i++) {
         const sq_profile_point *q = &p->points[i];
         if (isnan(q->p10_ms) || isnan(q->p90_ms) || !(q->p10_ms > 0))
             continue;
-        double x = PX(q->tokens), ya = PY(q->p10_ms), yb = PY(q->p90_ms);
-        fprintf(fp, "<path class=\"whisker\" d=\"M%.1f %.1fV%.1fM%.1f %.1fh8M%.1f %.1fh8\" "
-                    "stroke=\"#89b\" fill=\"none\"/>\n", x, ya, yb, x - 4, ya, x - 4, yb);
+        sq_svg_error_bar(fp, sq_svg_x(&ax, q->tokens), sq_svg_y(&ax, q->p10_ms),
+                         sq_svg_y(&ax, q->p90_ms), 4, "#89b", "whisker");
     }
     /* the median line: one per batch size (points are ordered by batch, then tokens), with a
      * legend below the legend of the marks when there is more than one */
@@ -129,49 +81,51 @@ void sq_latency_svg_write(FILE *fp, const sq_profile *p, const char *title, doub
         if (i > 0 && p->points[i].batch == p->points[i - 1].batch)
             continue;
         const char *col = colours[nb % 8];
-        fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+        sq_svg_polyline_begin(fp, col, 2, NULL);
         for (int j = i; j < p->n && p->points[j].batch == p->points[i].batch; j++)
-            fprintf(fp, "%s%.1f,%.1f", j > i ? " " : "", PX(p->points[j].tokens),
-                    PY(p->points[j].median_ms));
-        fputs("\"/>\n", fp);
-        if (p->points[i].batch != 1 || p->points[p->n - 1].batch != 1)
-            fprintf(fp, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" "
-                        "stroke-width=\"2\"/><text x=\"%.0f\" y=\"%.0f\">batch %d</text>\n",
-                    ML + 10, MT + 70 + 16.0 * nb, ML + 30, MT + 70 + 16.0 * nb, col, ML + 36,
-                    MT + 74 + 16.0 * nb, p->points[i].batch);
+            sq_svg_polyline_point(fp, j == i, sq_svg_x(&ax, p->points[j].tokens),
+                                  sq_svg_y(&ax, p->points[j].median_ms));
+        sq_svg_polyline_end(fp);
+        if (p->points[i].batch != 1 || p->points[p->n - 1].batch != 1) {
+            char label[32];
+            snprintf(label, sizeof label, "batch %d", p->points[i].batch);
+            double ly = MT + 70 + 16.0 * nb;
+            sq_svg_line(fp, ML + 10, ly, ML + 30, ly, col, 2, NULL);
+            sq_svg_text(fp, ML + 36, ly + 4, 12, NULL, NULL, 0, label);
+        }
         nb++;
     }
     for (int i = 0; i < p->n; i++) {
         const sq_profile_point *q = &p->points[i];
         int bad = is_unstable(q, unstable);
-        fprintf(fp, "<circle class=\"%s\" cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>batch "
-                    "%d, %d tokens: %.4g ms median%s</title></circle>\n", bad ? "unstable" : "point",
-                PX(q->tokens), PY(q->median_ms), bad ? "#c0392b" : "#1f5fa8", q->batch, q->tokens,
-                q->median_ms, bad ? " (unstable)" : "");
+        char tip[128];
+        snprintf(tip, sizeof tip, "batch %d, %d tokens: %.4g ms median%s", q->batch, q->tokens,
+                 q->median_ms, bad ? " (unstable)" : "");
+        sq_svg_marker(fp, sq_svg_x(&ax, q->tokens), sq_svg_y(&ax, q->median_ms), 3.5,
+                      bad ? "#c0392b" : "#1f5fa8", NULL, bad ? "unstable" : "point", tip);
     }
-    /* legend, top left inside the plot (the curve rises to the right) */
+    /* legend, top left inside the plot (the curve rises to the right); its marks are of class
+     * "key", so that the data points are the circles of class "point" and "unstable" */
     double lx = ML + 14, ly = MT + 14;
     fputs("<g id=\"legend\">\n", fp);
-    /* ellipses, so that the only circles are the data points */
-    fprintf(fp, "<ellipse cx=\"%.1f\" cy=\"%.1f\" rx=\"3.5\" ry=\"3.5\" fill=\"#1f5fa8\"/><text "
-                "x=\"%.1f\" y=\"%.1f\">median of the timed forwards</text>\n", lx, ly, lx + 12,
-            ly + 4);
+    sq_svg_marker(fp, lx, ly, 3.5, "#1f5fa8", NULL, "key", NULL);
+    sq_svg_text(fp, lx + 12, ly + 4, 12, NULL, NULL, 0, "median of the timed forwards");
     if (any_bars) {
         ly += 18;
-        fprintf(fp, "<path d=\"M%.1f %.1fV%.1fM%.1f %.1fh8M%.1f %.1fh8\" stroke=\"#89b\" "
-                    "fill=\"none\"/><text x=\"%.1f\" y=\"%.1f\">p10\u2013p90 of the timed "
-                    "forwards</text>\n", lx, ly - 6, ly + 6, lx - 4, ly - 6, lx - 4, ly + 6,
-                lx + 12, ly + 4);
+        sq_svg_error_bar(fp, lx, ly - 6, ly + 6, 4, "#89b", "key");
+        sq_svg_text(fp, lx + 12, ly + 4, 12, NULL, NULL, 0,
+                    "p10\u2013p90 of the timed forwards");
     }
     if (any_unstable) {
         ly += 18;
-        fprintf(fp, "<ellipse cx=\"%.1f\" cy=\"%.1f\" rx=\"3.5\" ry=\"3.5\" fill=\"#c0392b\"/>"
-                    "<text x=\"%.1f\" y=\"%.1f\">unstable: p10\u2013p90 spread over %.0f%% of the "
-                    "median</text>\n", lx, ly, lx + 12, ly + 4, 100 * unstable);
+        char label[96];
+        snprintf(label, sizeof label, "unstable: p10\u2013p90 spread over %.0f%% of the median",
+                 100 * unstable);
+        sq_svg_marker(fp, lx, ly, 3.5, "#c0392b", NULL, "key", NULL);
+        sq_svg_text(fp, lx + 12, ly + 4, 12, NULL, NULL, 0, label);
     }
-    fputs("</g>\n</svg>\n", fp);
-#undef PX
-#undef PY
+    fputs("</g>\n", fp);
+    sq_svg_end(fp);
 }
 
 int sq_latency_svg(const sq_profile *p, const char *title, double unstable, const char *path,

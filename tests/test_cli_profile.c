@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "libsequoia/base/svg.h"
 #include "libsequoia/format/profile.h"
 #include "profiler/latency_svg.h"
 #include "tests/testutil.h"
@@ -67,8 +68,8 @@ Test(cli_profile, profiles_a_shape_from_config_json)
     char *s = tu_read(svg, NULL);
     cr_assert(s && strstr(s, "<svg") && strstr(s, "</svg>"));
     int circles = 0;
-    for (char *c = s; (c = strstr(c, "<circle")); c++)
-        circles++;
+    for (char *c = s; (c = strstr(c, "<circle class=\"")); c++)
+        circles += !strncmp(c + 15, "point\"", 6) || !strncmp(c + 15, "unstable\"", 9);
     cr_assert_eq(circles, 4, "one marker per point");
     sq_profile_free(p);
     free(s);
@@ -320,12 +321,12 @@ Test(cli_profile, latency_picture_has_a_log_time_axis_and_a_legend)
     cr_assert_eq(sq_latency_svg(&p, "test profile", 0.25, svg, &e), 0, "%s", e.msg);
     char *text = tu_read(svg, NULL);
     /* the y range drawn covers the data and no more than 10% beyond it each way */
-    const char *ax = strstr(text, "id=\"y-axis\"");
+    const char *ax = strstr(text, "<g class=\"axes\"");
     cr_assert_not_null(ax, "%s", text);
     double ymin = 0, ymax = 0;
-    cr_assert_eq(sscanf(strstr(ax, "data-min-ms=\"") + 13, "%lf", &ymin), 1);
-    cr_assert_eq(sscanf(strstr(ax, "data-max-ms=\"") + 13, "%lf", &ymax), 1);
-    cr_assert(strstr(ax, "data-scale=\"log10\""));
+    cr_assert_eq(sscanf(strstr(ax, "data-y-min=\"") + 12, "%lf", &ymin), 1);
+    cr_assert_eq(sscanf(strstr(ax, "data-y-max=\"") + 12, "%lf", &ymax), 1);
+    cr_assert(strstr(ax, "data-y-scale=\"log10\"") && strstr(ax, "data-x-scale=\"log2\""));
     cr_assert(ymin <= 1.2 * 0.97 && ymin >= 1.2 * 0.97 / 1.15, "y axis from %g", ymin);
     cr_assert(ymax >= 243 && ymax <= 243 * 1.15, "y axis to %g for a maximum of 243", ymax);
     /* points: a factor of 1.5 or more in time is at least 15 px apart, whatever the size */
@@ -365,4 +366,99 @@ Test(cli_profile, latency_picture_has_a_log_time_axis_and_a_legend)
     }
     free(text);
     free(svg);
+}
+
+/* The latency picture is drawn by the one SVG writer (libsequoia/base/svg.h), not by code of
+ * its own: its document header, its axes, its markers and its whiskers are byte for byte what
+ * the shared primitives write for the same arguments, and its y ticks are the shared log10
+ * tick rule's. */
+Test(cli_profile, latency_picture_is_drawn_by_the_shared_svg_writer)
+{
+    sq_profile_point pts[6];
+    for (int i = 0; i < 6; i++)
+        pts[i] = (sq_profile_point){.batch = 1 + i / 3, .tokens = 1 << (2 * (i % 3)),
+                                    .median_ms = 2.0 + 3 * i, .p10_ms = 1.8 + 3 * i,
+                                    .p90_ms = i == 4 ? 40 : 2.3 + 3 * i, .samples = 5};
+    sq_profile p = {.device = "test", .backend = "cpu", .dtype = "f32", .prefix = 16, .n = 6,
+                    .points = pts};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&text, &len);
+    sq_latency_svg_write(fp, &p, "a <title>", 0.25);
+    fclose(fp);
+
+    /* the document: the shared header, one <svg>, closed once */
+    char *head = NULL;
+    size_t hlen = 0;
+    fp = open_memstream(&head, &hlen);
+    sq_svg_begin(fp, 720, 420, "a <title>");
+    fclose(fp);
+    cr_assert(hlen > 0 && strncmp(text, head, hlen) == 0, "not the shared document header:\n%s",
+              text);
+    cr_assert_null(strstr(text + hlen, "<svg"), "one <svg> element");
+    const char *end = strstr(text, "</svg>\n");
+    cr_assert(end && end[7] == '\0', "the document ends with </svg>");
+
+    /* the axes: one shared group; replaying sq_svg_axes_draw with the ranges it records gives
+     * the same bytes */
+    const char *ax = strstr(text, "<g class=\"axes\"");
+    cr_assert(ax && !strstr(ax + 1, "<g class=\"axes\""), "one axes group");
+    double xmin, xmax, ymin, ymax;
+    cr_assert_eq(sscanf(strstr(ax, "data-x-min=\"") + 12, "%lf", &xmin), 1);
+    cr_assert_eq(sscanf(strstr(ax, "data-x-max=\"") + 12, "%lf", &xmax), 1);
+    cr_assert_eq(sscanf(strstr(ax, "data-y-min=\"") + 12, "%lf", &ymin), 1);
+    cr_assert_eq(sscanf(strstr(ax, "data-y-max=\"") + 12, "%lf", &ymax), 1);
+    cr_assert_float_eq(xmin, 1, 1e-9);
+    cr_assert_float_eq(xmax, 16, 1e-9);
+    double ticks[40];
+    int nt = sq_svg_log_ticks(ymin, ymax, ticks, 40);
+    cr_assert_geq(nt, 3);
+    for (int k = 0; k < nt; k++) {
+        char label[40];
+        snprintf(label, sizeof label, "\">%g</text>", ticks[k]);
+        cr_assert(strstr(ax, label), "y tick %g missing", ticks[k]);
+    }
+
+    /* every data point: the shared marker at its place, with its tooltip */
+    const char *at = text;
+    for (int i = 0; i < 6; i++) {
+        at = strstr(at, "<circle class=\"");
+        cr_assert_not_null(at, "point %d", i);
+        double cx, cy;
+        cr_assert_eq(sscanf(strstr(at, "cx=\"") + 4, "%lf", &cx), 1);
+        cr_assert_eq(sscanf(strstr(at, "cy=\"") + 4, "%lf", &cy), 1);
+        int bad = strncmp(at + 15, "unstable", 8) == 0;
+        cr_assert_eq(bad, i == 4, "point %d: unstable is the one with a wide spread", i);
+        char tip[128], *want = NULL;
+        size_t wlen = 0;
+        snprintf(tip, sizeof tip, "batch %d, %d tokens: %.4g ms median%s", pts[i].batch,
+                 pts[i].tokens, pts[i].median_ms, bad ? " (unstable)" : "");
+        fp = open_memstream(&want, &wlen);
+        sq_svg_marker(fp, cx, cy, 3.5, bad ? "#c0392b" : "#1f5fa8", NULL,
+                      bad ? "unstable" : "point", tip);
+        fclose(fp);
+        cr_assert(strncmp(at, want, wlen) == 0, "point %d is not the shared marker:\n%.200s\n%s",
+                  i, at, want);
+        free(want);
+        at++;
+    }
+    /* whiskers: the shared error bar, one per point */
+    int whiskers = 0;
+    for (const char *w = text; (w = strstr(w, "<path class=\"whisker\" d=\"M")); w++)
+        whiskers++;
+    cr_assert_eq(whiskers, 6);
+    /* a median line per batch size, and no drawing code of the picture's own: every element
+     * is one the shared primitives write */
+    static const char *const known[] = {"<?xml", "<svg", "<title>", "<rect", "<line", "<text",
+                                        "<g ", "</g>", "<polyline", "<path", "<circle", "</svg>"};
+    for (const char *e = text; (e = strchr(e, '<')); e++) {
+        if (e[1] == '/' && e[2] != 'g' && e[2] != 's')
+            continue;   /* closing tags of text, title, circle */
+        int ok = 0;
+        for (size_t k = 0; k < sizeof known / sizeof *known && !ok; k++)
+            ok = strncmp(e, known[k], strlen(known[k])) == 0;
+        cr_assert(ok, "an element the shared writer does not write: %.40s", e);
+    }
+    free(head);
+    free(text);
 }

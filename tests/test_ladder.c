@@ -382,6 +382,9 @@ Test(ladder, sequoia_plan_ladder_writes_every_file_and_refuses_bad_requests)
     sq_plan_free(plan);
     text = tu_read(g, &len);
     cr_assert(strstr(text, "<svg") && strstr(text, "optimal tree"));
+    /* drawn by the one SVG writer (libsequoia/base/svg.h): its document and its axes group */
+    cr_assert(strncmp(text, "<?xml", 5) == 0 && strstr(text, "<g class=\"axes\" data-x-scale=\"log2\""),
+              "%.300s", text);
     free(text);
     text = tu_read(s, &len);
     cr_assert(strstr(text, "draft_len_schedule"), "%s", text);

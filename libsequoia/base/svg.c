@@ -50,14 +50,69 @@ void sq_svg_text(FILE *fp, double x, double y, double size, const char *anchor, 
     fprintf(fp, "</text>\n");
 }
 
+void sq_svg_polyline_begin(FILE *fp, const char *stroke, double width, const char *dash)
+{
+    fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%g\"", stroke, width);
+    if (dash)
+        fprintf(fp, " stroke-dasharray=\"%s\"", dash);
+    fputs(" points=\"", fp);
+}
+
+void sq_svg_polyline_point(FILE *fp, int first, double x, double y)
+{
+    fprintf(fp, "%s%.1f,%.1f", first ? "" : " ", x, y);
+}
+
+void sq_svg_polyline_end(FILE *fp)
+{
+    fprintf(fp, "\"/>\n");
+}
+
 void sq_svg_polyline(FILE *fp, const double *px, const double *py, int n, const char *stroke,
                      double width)
 {
-    fprintf(fp, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%g\" points=\"", stroke,
-            width);
+    sq_svg_polyline_begin(fp, stroke, width, NULL);
     for (int i = 0; i < n; i++)
-        fprintf(fp, "%s%.1f,%.1f", i ? " " : "", px[i], py[i]);
-    fprintf(fp, "\"/>\n");
+        sq_svg_polyline_point(fp, i == 0, px[i], py[i]);
+    sq_svg_polyline_end(fp);
+}
+
+void sq_svg_line(FILE *fp, double x1, double y1, double x2, double y2, const char *stroke,
+                 double width, const char *dash)
+{
+    fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
+                "stroke-width=\"%g\"", x1, y1, x2, y2, stroke, width);
+    if (dash)
+        fprintf(fp, " stroke-dasharray=\"%s\"", dash);
+    fputs("/>\n", fp);
+}
+
+void sq_svg_marker(FILE *fp, double x, double y, double r, const char *fill, const char *stroke,
+                   const char *cls, const char *tooltip)
+{
+    fputs("<circle", fp);
+    if (cls)
+        fprintf(fp, " class=\"%s\"", cls);
+    fprintf(fp, " cx=\"%.1f\" cy=\"%.1f\" r=\"%g\" fill=\"%s\"", x, y, r, fill);
+    if (stroke)
+        fprintf(fp, " stroke=\"%s\"", stroke);
+    if (!tooltip) {
+        fputs("/>\n", fp);
+        return;
+    }
+    fputs("><title>", fp);
+    sq_svg_escape(fp, tooltip);
+    fputs("</title></circle>\n", fp);
+}
+
+void sq_svg_error_bar(FILE *fp, double x, double y1, double y2, double cap, const char *stroke,
+                      const char *cls)
+{
+    fputs("<path", fp);
+    if (cls)
+        fprintf(fp, " class=\"%s\"", cls);
+    fprintf(fp, " d=\"M%.1f %.1fV%.1fM%.1f %.1fh%gM%.1f %.1fh%g\" stroke=\"%s\" fill=\"none\"/>\n",
+            x, y1, y2, x - cap, y1, 2 * cap, x - cap, y2, 2 * cap, stroke);
 }
 
 double sq_svg_x(const sq_svg_axes *a, double x)
@@ -81,6 +136,28 @@ double sq_svg_nice_step(double range, int ticks)
     return (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10) * mag;
 }
 
+int sq_svg_log_ticks(double lo, double hi, double *t, int cap)
+{
+    static const double m[] = {1, 2, 5, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    static const int first[] = {0, 0, 3}, count[] = {1, 3, 9};   /* 10^e; 1-2-5; 1..9 */
+    int n = 0;
+    for (int pass = 0; pass < 3 && n < 3; pass++) {
+        n = 0;
+        for (double e = floor(log10(lo)); e <= ceil(log10(hi)) && n < cap; e += 1)
+            for (int k = 0; k < count[pass] && n < cap; k++) {
+                double v = m[first[pass] + k] * pow(10, e);
+                if (v >= lo * (1 - 1e-12) && v <= hi * (1 + 1e-12))
+                    t[n++] = v;
+            }
+    }
+    return n;
+}
+
+static const char *scale_name(int log, int base)
+{
+    return !log ? "linear" : base == 2 ? "log2" : "log10";
+}
+
 static void grid_line(FILE *fp, double x1, double y1, double x2, double y2)
 {
     fprintf(fp, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>", x1, y1,
@@ -89,6 +166,11 @@ static void grid_line(FILE *fp, double x1, double y1, double x2, double y2)
 
 void sq_svg_axes_draw(FILE *fp, const sq_svg_axes *a, const char *xlabel, const char *ylabel)
 {
+    fprintf(fp, "<g class=\"axes\" data-x-scale=\"%s\" data-x-min=\"%.6g\" data-x-max=\"%.6g\" "
+                "data-y-scale=\"%s\" data-y-min=\"%.6g\" data-y-max=\"%.6g\">\n",
+            scale_name(a->xlog2, 2), a->xlog2 ? pow(2, a->xmin) : a->xmin,
+            a->xlog2 ? pow(2, a->xmax) : a->xmax, scale_name(a->ylog, 10),
+            a->ylog ? pow(10, a->ymin) : a->ymin, a->ylog ? pow(10, a->ymax) : a->ymax);
     fprintf(fp, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
                 "stroke=\"#333\"/>\n", a->x0, a->y0, a->w, a->h);
     char label[32];
@@ -111,10 +193,12 @@ void sq_svg_axes_draw(FILE *fp, const sq_svg_axes *a, const char *xlabel, const 
         }
     }
     if (a->ylog) {
-        for (int e = (int)ceil(a->ymin - 1e-9); e <= (int)floor(a->ymax + 1e-9); e++) {
-            double py = sq_svg_y(a, pow(10, e));
+        double t[40];
+        int nt = sq_svg_log_ticks(pow(10, a->ymin), pow(10, a->ymax), t, 40);
+        for (int k = 0; k < nt; k++) {
+            double py = sq_svg_y(a, t[k]);
             grid_line(fp, a->x0, py, a->x0 + a->w, py);
-            snprintf(label, sizeof label, "%g", pow(10, e));
+            snprintf(label, sizeof label, "%g", t[k]);
             sq_svg_text(fp, a->x0 - 5, py + 4, 11, "end", NULL, 0, label);
         }
     } else {
@@ -130,5 +214,5 @@ void sq_svg_axes_draw(FILE *fp, const sq_svg_axes *a, const char *xlabel, const 
     fprintf(fp, "<text transform=\"translate(%.1f %.1f) rotate(-90)\" font-size=\"13\" "
                 "text-anchor=\"middle\">", a->x0 - 48, a->y0 + a->h / 2);
     sq_svg_escape(fp, ylabel);
-    fprintf(fp, "</text>\n");
+    fprintf(fp, "</text>\n</g>\n");
 }
