@@ -10,7 +10,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <hdf5.h>
 
 #include "planner/accept/accept.h"
 #include "planner/regress.h"
@@ -803,78 +806,275 @@ Test(accept, optimal_F_delta_method_matches_a_sequence_bootstrap)
     gsl_rng_free(rng);
 }
 
-/* Issue 17: where the corpus allows it the reading thread only fetches the stored chunks and the
- * workers inflate and check them. Whatever the path (raw chunks in place, deflated chunks, float16
- * chunks, or whole rows read by HDF5 when a batch is not a whole number of chunks), the thread
- * count and the batch size, the statistics are the same bits. */
+/* ---- reading paths (issue 17) ------------------------------------------------------------- */
+
+/* A corpus written with the HDF5 API, logits stored contiguously (no chunks, no filters), as
+ * other tools write them; sequences of 10 rows. */
+static void write_contiguous(const char *path, const float *t, const float *d, int N, int V)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert(f >= 0);
+    hid_t sc = H5Screate(H5S_SCALAR), st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, H5T_VARIABLE);
+    const char *names[3][2] = {{"format", SQ_CORPUS_FORMAT}, {"draft", "d"}, {"target", "t"}};
+    for (int i = 0; i < 3; i++) {
+        hid_t a = H5Acreate2(f, names[i][0], st, sc, H5P_DEFAULT, H5P_DEFAULT);
+        cr_assert(a >= 0 && H5Awrite(a, st, &names[i][1]) >= 0);
+        H5Aclose(a);
+    }
+    long long ints[2] = {1, V};
+    const char *inames[2] = {"version", "vocab_size"};
+    for (int i = 0; i < 2; i++) {
+        hid_t a = H5Acreate2(f, inames[i], H5T_STD_I64LE, sc, H5P_DEFAULT, H5P_DEFAULT);
+        cr_assert(a >= 0 && H5Awrite(a, H5T_NATIVE_LLONG, &ints[i]) >= 0);
+        H5Aclose(a);
+    }
+    H5Tclose(st);
+    H5Sclose(sc);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    H5Pset_create_intermediate_group(lcpl, 1);
+    hsize_t dims[2] = {(hsize_t)N, (hsize_t)V};
+    hid_t sp = H5Screate_simple(2, dims, NULL);
+    const char *ds[2] = {"/target/logits", "/draft/logits"};
+    for (int k = 0; k < 2; k++) {
+        hid_t id = H5Dcreate2(f, ds[k], H5T_IEEE_F32LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+        cr_assert(id >= 0 && H5Dwrite(id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                      k ? d : t) >= 0);
+        H5Dclose(id);
+    }
+    H5Sclose(sp);
+    long long off[64];
+    int n = 0;
+    for (int r = 0; r < N; r += 10)
+        off[n++] = r;
+    off[n++] = N;
+    hsize_t on = (hsize_t)n;
+    sp = H5Screate_simple(1, &on, NULL);
+    hid_t id = H5Dcreate2(f, "/seq_offsets", H5T_STD_I64LE, sp, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert(id >= 0 && H5Dwrite(id, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, off) >= 0);
+    H5Dclose(id);
+    H5Sclose(sp);
+    H5Pclose(lcpl);
+    cr_assert(H5Fclose(f) >= 0);
+}
+
+/* kinds of corpus: 0 unfiltered float32 chunks, 1 shuffle + deflate, 2 float16 shuffle +
+ * deflate, 3 contiguous float32, 4 deflate without shuffle (chunks of 4 rows) */
+static void write_kind(const char *path, int kind, const float *t, const float *d, int N, int V)
+{
+    if (kind == 3) {
+        write_contiguous(path, t, d, N, V);
+        return;
+    }
+    sq_error err = {0};
+    sq_corpus_writer_params wp = sq_corpus_writer_default_params();
+    wp.vocab = V;
+    wp.chunk_rows = 4;
+    wp.compression = kind == 0 ? 0 : 1;
+    wp.half = kind == 2;
+    sq_corpus_writer *w;
+    cr_assert_eq(sq_corpus_writer_open(path, &wp, &w, &err), SQ_OK, "%s", err.msg);
+    for (int r0 = 0; r0 < N; r0 += 10) {
+        int n = N - r0 < 10 ? N - r0 : 10;
+        cr_assert_eq(sq_corpus_writer_append(w, t + (size_t)r0 * (size_t)V, d + (size_t)r0 * (size_t)V,
+                                             NULL, n, &err), SQ_OK, "%s", err.msg);
+        cr_assert_eq(sq_corpus_writer_end_sequence(w, &err), SQ_OK, "%s", err.msg);
+    }
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), SQ_OK, "%s", err.msg);
+    if (kind == 4) {
+        /* the writer always shuffles: rewrite the logits deflated without it */
+        hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+        cr_assert(f >= 0);
+        hsize_t dims[2] = {(hsize_t)N, (hsize_t)V}, ch[2] = {4, (hsize_t)V};
+        hid_t sp = H5Screate_simple(2, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(dcpl, 2, ch);
+        H5Pset_deflate(dcpl, 1);
+        const char *ds[2] = {"/target/logits", "/draft/logits"};
+        for (int k = 0; k < 2; k++) {
+            cr_assert(H5Ldelete(f, ds[k], H5P_DEFAULT) >= 0);
+            hid_t id = H5Dcreate2(f, ds[k], H5T_IEEE_F32LE, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            cr_assert(id >= 0 && H5Dwrite(id, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                          k ? d : t) >= 0);
+            H5Dclose(id);
+        }
+        H5Pclose(dcpl);
+        H5Sclose(sp);
+        cr_assert(H5Fclose(f) >= 0);
+    }
+}
+
+static void kind_logits(int N, int V, float **t, float **d)
+{
+    *t = malloc(sizeof(float) * (size_t)N * (size_t)V);
+    *d = malloc(sizeof(float) * (size_t)N * (size_t)V);
+    cr_assert(*t && *d);
+    uint64_t x = 12345;
+    for (size_t i = 0; i < (size_t)N * (size_t)V; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        /* on a grid of 1/8 so that float16 holds them exactly */
+        (*t)[i] = (float)((int)(x >> 40) % 64) / 8.0f - 4.0f;
+        (*d)[i] = (*t)[i] + (float)((int)(x >> 20) % 9 - 4) / 8.0f;
+    }
+}
+
+static int run_once(sq_corpus *c, const char *path, int read, int threads, size_t batch_bytes,
+                    double *p, double *se, sq_error *err)
+{
+    sq_accept_config cfg = {SQ_MODE_STOCHASTIC, 0.8, 1.0};
+    sq_accept_params prm = sq_accept_default_params();
+    prm.width = 8;
+    prm.samples = 1;
+    prm.seed = 5;
+    prm.threads = threads;
+    prm.batch_bytes = batch_bytes;
+    prm.read = read;
+    sq_accept_stats *st = sq_accept_stats_new(8);
+    int rc = sq_accept_run(c, path, 1, &cfg, 1, &prm, &st, err);
+    if (rc == SQ_OK)
+        sq_accept_stats_estimate(st, p, se);
+    sq_accept_stats_free(st);
+    return rc;
+}
+
+/* Issue 17: the statistics are the same bits whatever the reading path (mapped chunks used in
+ * place or decoded from the mapping, chunks fetched by HDF5, rows read by HDF5), the corpus's
+ * layout (chunks, contiguous) and filters (none, shuffle + deflate, deflate alone, float16),
+ * the thread count and the batch size; and the fast path is the one taken by default. */
 Test(accept, corpus_results_do_not_depend_on_how_the_corpus_is_read, .timeout = 300)
 {
     enum { VV = 20000, NN = 122 };
     char *dir = tu_tmpdir();
-    float *t = malloc(sizeof(float) * (size_t)NN * VV), *d = malloc(sizeof(float) * (size_t)NN * VV);
-    cr_assert(t && d);
-    uint64_t x = 12345;
-    for (size_t i = 0; i < (size_t)NN * VV; i++) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        /* on a grid of 1/8 so that float16 holds them exactly */
-        t[i] = (float)((int)(x >> 40) % 64) / 8.0f - 4.0f;
-        d[i] = t[i] + (float)((int)(x >> 20) % 9 - 4) / 8.0f;
-    }
+    float *t, *d;
+    kind_logits(NN, VV, &t, &d);
     double ref[16], refse[16];
     int have_ref = 0;
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         char name[32];
         snprintf(name, sizeof name, "c%d.h5", kind);
         char *path = tu_path(dir, name);
+        write_kind(path, kind, t, d, NN, VV);
         sq_error err = {0};
-        sq_corpus_writer_params wp = sq_corpus_writer_default_params();
-        wp.vocab = VV;
-        wp.chunk_rows = 4;
-        wp.compression = kind == 0 ? 0 : 1;
-        wp.half = kind == 2;
-        sq_corpus_writer *w;
-        cr_assert_eq(sq_corpus_writer_open(path, &wp, &w, &err), SQ_OK, "%s", err.msg);
-        for (int r0 = 0; r0 < NN; r0 += 10) {
-            int n = NN - r0 < 10 ? NN - r0 : 10;
-            cr_assert_eq(sq_corpus_writer_append(w, t + (size_t)r0 * VV, d + (size_t)r0 * VV,
-                                                 NULL, n, &err), SQ_OK, "%s", err.msg);
-            cr_assert_eq(sq_corpus_writer_end_sequence(w, &err), SQ_OK, "%s", err.msg);
-        }
-        cr_assert_eq(sq_corpus_writer_commit(w, &err), SQ_OK, "%s", err.msg);
         sq_corpus *c;
         cr_assert_eq(sq_corpus_open(path, &c, &err), SQ_OK, "%s", err.msg);
-        cr_assert_eq(sq_corpus_raw_rows(c), 4);
-        /* batches of 104 rows (whole chunks: raw) or all 122 at once (not whole: whole rows) */
+        /* mapping needs Linux >= 5.14 (MADV_POPULATE_READ) */
+        cr_assert(sq_corpus_mapped(c), "kind %d: the fast path is not available", kind);
+        cr_assert_gt(sq_corpus_raw_rows(c), 0, "kind %d", kind);
+        /* batches of 104 rows (whole chunks) or all 122 at once (the last chunk partial) */
         const size_t batches[2] = {16u << 20, 64u << 20};
-        for (int b = 0; b < 2; b++)
-            for (int threads = 1; threads <= 2; threads++) {
-                sq_accept_config cfg = {SQ_MODE_STOCHASTIC, 0.8, 1.0};
-                sq_accept_params prm = sq_accept_default_params();
-                prm.width = 8;
-                prm.samples = 1;
-                prm.seed = 5;
-                prm.threads = threads;
-                prm.batch_bytes = batches[b];
-                sq_accept_stats *st = sq_accept_stats_new(8);
-                cr_assert_eq(sq_accept_run(c, path, 1, &cfg, 1, &prm, &st, &err), SQ_OK, "%s",
-                             err.msg);
-                double p[16], se[16];
-                sq_accept_stats_estimate(st, p, se);
-                sq_accept_stats_free(st);
-                if (!have_ref) {
-                    memcpy(ref, p, sizeof ref);
-                    memcpy(refse, se, sizeof refse);
-                    have_ref = 1;
-                    cr_assert_gt(p[0], 0.0);
+        const int reads[3] = {SQ_ACCEPT_READ_AUTO, SQ_ACCEPT_READ_CHUNKS, SQ_ACCEPT_READ_ROWS};
+        for (int rd = 0; rd < 3; rd++)
+            for (int b = 0; b < 2; b++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    double p[16], se[16];
+                    cr_assert_eq(run_once(c, path, reads[rd], threads, batches[b], p, se, &err),
+                                 SQ_OK, "%s", err.msg);
+                    cr_assert(sq_corpus_mapped(c), "the run leaves the corpus mapped");
+                    if (!have_ref) {
+                        memcpy(ref, p, sizeof ref);
+                        memcpy(refse, se, sizeof refse);
+                        have_ref = 1;
+                        cr_assert_gt(p[0], 0.0);
+                    }
+                    cr_assert(memcmp(p, ref, 8 * sizeof *p) == 0 &&
+                                  memcmp(se, refse, 8 * sizeof *se) == 0,
+                              "kind %d read %d batch %zu threads %d: p1 %.17g vs %.17g", kind,
+                              reads[rd], batches[b], threads, p[0], ref[0]);
                 }
-                cr_assert(memcmp(p, ref, 8 * sizeof *p) == 0 && memcmp(se, refse, 8 * sizeof *se) == 0,
-                          "kind %d batch %zu threads %d: p1 %.17g vs %.17g", kind, batches[b],
-                          threads, p[0], ref[0]);
-            }
         sq_corpus_close(c);
         unlink(path);
         free(path);
     }
+    free(t);
+    free(d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* A file cut short after it was opened and checked (another process truncating it during a
+ * run): every reading path gives a clean error naming the file and the dataset, no SIGBUS. */
+Test(accept, a_corpus_truncated_after_opening_is_a_clean_error, .timeout = 120)
+{
+    enum { VV = 3000, NN = 64 };
+    char *dir = tu_tmpdir();
+    float *t, *d;
+    kind_logits(NN, VV, &t, &d);
+    for (int kind = 0; kind < 5; kind++)
+        for (int rd = 0; rd < 3; rd++) {
+            char *path = tu_path(dir, "cut.h5");
+            write_kind(path, kind, t, d, NN, VV);
+            sq_error err = {0};
+            sq_corpus *c;
+            cr_assert_eq(sq_corpus_open(path, &c, &err), SQ_OK, "%s", err.msg);
+            struct stat st;
+            cr_assert(stat(path, &st) == 0);
+            cr_assert(truncate(path, st.st_size / 2) == 0);
+            double p[16], se[16];
+            int rc = run_once(c, path, rd, 2, 1u << 20, p, se, &err);
+            cr_assert(rc == SQ_EDATA || rc == SQ_EIO, "kind %d read %d: status %d: %s", kind, rd,
+                      rc, err.msg);
+            cr_assert(strstr(err.msg, path) && strstr(err.msg, "/logits"),
+                      "kind %d read %d: %s", kind, rd, err.msg);
+            sq_corpus_close(c);
+            unlink(path);
+            free(path);
+        }
+    free(t);
+    free(d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Bytes of a stored chunk overwritten: a deflated chunk that no longer inflates (its adler32 or
+ * its codes break) and an unfiltered one whose value became NaN are data errors naming the
+ * file, the dataset and the chunk's or the bad row, on every reading path. */
+Test(accept, a_corrupt_chunk_is_a_clean_error, .timeout = 120)
+{
+    enum { VV = 3000, NN = 64 };
+    char *dir = tu_tmpdir();
+    float *t, *d;
+    kind_logits(NN, VV, &t, &d);
+    const int kinds[3] = {0, 1, 3};
+    for (int ki = 0; ki < 3; ki++)
+        for (int rd = 0; rd < 3; rd++) {
+            int kind = kinds[ki];
+            char *path = tu_path(dir, "bad.h5");
+            write_kind(path, kind, t, d, NN, VV);
+            /* the draft's chunk of rows 20..23 (contiguous: row 21), found through HDF5 */
+            hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+            hid_t ds = H5Dopen2(f, "/draft/logits", H5P_DEFAULT);
+            haddr_t addr = HADDR_UNDEF;
+            hsize_t size = 0;
+            if (kind == 3) {
+                addr = H5Dget_offset(ds) + (haddr_t)21 * VV * sizeof(float);
+                size = 64;
+            } else {
+                hsize_t off[2] = {20, 0};
+                unsigned mask;
+                cr_assert(H5Dget_chunk_info_by_coord(ds, off, &mask, &addr, &size) >= 0);
+            }
+            H5Dclose(ds);
+            H5Fclose(f);
+            cr_assert(addr != HADDR_UNDEF && size >= 64);
+            FILE *fp = fopen(path, "r+b");
+            cr_assert(fp && fseek(fp, (long)(addr + size / 2), SEEK_SET) == 0);
+            unsigned char junk[16];
+            memset(junk, 0xff, sizeof junk);
+            cr_assert(fwrite(junk, 1, sizeof junk, fp) == sizeof junk && fclose(fp) == 0);
+            sq_error err = {0};
+            sq_corpus *c;
+            cr_assert_eq(sq_corpus_open(path, &c, &err), SQ_OK, "%s", err.msg);
+            double p[16], se[16];
+            int rc = run_once(c, path, rd, 2, 1u << 20, p, se, &err);
+            cr_assert_eq(rc, SQ_EDATA, "kind %d read %d: status %d: %s", kind, rd, rc, err.msg);
+            cr_assert(strstr(err.msg, path) && strstr(err.msg, "/draft/logits"), "%s", err.msg);
+            if (kind != 1)
+                cr_assert(strstr(err.msg, kind == 3 ? "row 21:" : "row 2") && strstr(err.msg, "NaN"),
+                          "kind %d read %d: %s", kind, rd, err.msg);
+            sq_corpus_close(c);
+            unlink(path);
+            free(path);
+        }
     free(t);
     free(d);
     tu_rmtree(dir);

@@ -1074,18 +1074,32 @@ Test(corpus, raw_chunks_decode_to_what_sq_corpus_read_reads)
         unsigned char *work = NULL;
         size_t work_cap = 0;
         sq_error err = {0};
-        for (int model = 0; model < 2; model++)
-            for (int ch = 0; ch * 4 < N; ch++) {
-                memset(rows, 0xff, sizeof rows);
-                cr_assert_eq(sq_corpus_read_raw(c, model, ch, rows, &raw, &err), 0, "%s", err.msg);
-                cr_assert_eq(raw.in_place, kind == 0, "kind %d", kind);
-                cr_assert_eq(sq_corpus_decode_raw(c, &raw, rows, &work, &work_cap, &err), 0,
-                             "%s", err.msg);
-                int count = N - ch * 4 < 4 ? N - ch * 4 : 4;
-                const float *want = (model ? want_d : want_t) + (size_t)(ch * 4) * (size_t)V;
-                cr_assert_eq(memcmp(rows, want, sizeof(float) * (size_t)(count * V)), 0,
-                             "kind %d model %d chunk %d", kind, model, ch);
-            }
+        /* mapped (Linux >= 5.14), then fetched by H5Dread_chunk */
+        cr_assert(sq_corpus_mapped(c), "kind %d: chunks are not mapped", kind);
+        for (int mapped = 1; mapped >= 0; mapped--) {
+            sq_corpus_set_mapped(c, mapped);
+            cr_assert_eq(sq_corpus_mapped(c), mapped);
+            for (int model = 0; model < 2; model++)
+                for (int ch = 0; ch * 4 < N; ch++) {
+                    memset(rows, 0xff, sizeof rows);
+                    cr_assert_eq(sq_corpus_read_raw(c, model, ch, rows, &raw, &err), 0, "%s",
+                                 err.msg);
+                    /* unfiltered float32: used where it lies, or read straight into rows
+                     * (the writer's chunks are at 4-byte offsets) */
+                    cr_assert_eq(raw.in_place, kind == 0, "kind %d", kind);
+                    cr_assert_eq(raw.rows != NULL, kind == 0, "kind %d", kind);
+                    if (raw.rows && !mapped)
+                        cr_assert_eq(raw.rows, rows);
+                    cr_assert_eq(raw.map != NULL, mapped);
+                    cr_assert_eq(sq_corpus_decode_raw(c, &raw, rows, &work, &work_cap, &err), 0,
+                                 "%s", err.msg);
+                    int count = N - ch * 4 < 4 ? N - ch * 4 : 4;
+                    const float *want = (model ? want_d : want_t) + (size_t)(ch * 4) * (size_t)V;
+                    cr_assert_eq(memcmp(raw.rows ? raw.rows : rows, want,
+                                        sizeof(float) * (size_t)(count * V)), 0,
+                                 "kind %d mapped %d model %d chunk %d", kind, mapped, model, ch);
+                }
+        }
         sq_corpus_raw_clear(&raw);
         free(work);
         free(want_t);

@@ -61,32 +61,54 @@ int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *
 
 /* Raw chunks, for decoding in several threads (issue 17): HDF5 runs one call at a time, and
  * inflating a chunk inside it kept one thread busy for the whole corpus. sq_corpus_read_raw
- * (under HDF5, one thread) fetches a chunk of a model's logits as stored; sq_corpus_decode_raw
+ * (one thread at a time) locates a chunk of a model's logits as stored; sq_corpus_decode_raw
  * (no HDF5 call: any thread, one sq_corpus_raw per thread) inflates, unshuffles and widens it
  * into the chunk's rows as float32, with sq_corpus_read's finite check and messages. The rows of
  * chunk i are [i·rows, min((i+1)·rows, N)).
  *
+ * Mapped reading (the default where the file allows it, see docs/estimator.md "Reading"): the
+ * chunk's file offset and size come from HDF5's chunk index (contiguous datasets: the
+ * dataset's offset), are checked against the file's current size, and the chunk's pages are
+ * mapped read-only and populated (MADV_POPULATE_READ: a page past the end of the file is an
+ * error, not a SIGBUS). An unfiltered float32 chunk is then used where it lies (raw->rows points
+ * into the mapping: no copy at all); a filtered one is decoded from the mapping. Otherwise
+ * the stored bytes are fetched with H5Dread_chunk (one copy).
+ *
  * sq_corpus_raw_rows: the rows per chunk when both models' dense logits allow it (little-endian
  * float32 or float16 in chunks of whole rows, filters shuffle and/or deflate, both models
- * chunked alike), else 0 (sparse corpora, other layouts: use sq_corpus_read). */
+ * chunked alike; or, when mapped, contiguous unfiltered datasets, cut into chunks of about
+ * 1 MiB here), else 0 (sparse corpora, other layouts: use sq_corpus_read). */
 typedef struct sq_corpus_raw {
-    unsigned char *data;          /* the stored bytes (malloc'd, grown)                */
+    unsigned char *data;          /* the stored bytes when copied (malloc'd, grown)     */
     size_t size, cap;
+    const unsigned char *bytes;   /* the stored bytes (data, or in the mapping)         */
+    const float *rows;            /* non-NULL: the chunk's rows as float32 already (in
+                                     the mapping, or read into `direct`): decoding is
+                                     only the finite check there                       */
+    void *map;                    /* this chunk's mapping (unmapped by the next read
+                                     into this struct or by sq_corpus_raw_clear)       */
+    size_t map_len;
     uint32_t mask;                /* HDF5's filter mask of the chunk                   */
-    int in_place;                 /* unfiltered float32: read straight into `direct`   */
+    int in_place;                 /* rows != NULL                                      */
     int model;                    /* 0 target, 1 draft                                 */
     int64_t chunk;
 } sq_corpus_raw;
 
 int sq_corpus_raw_rows(const sq_corpus *c);
-/* direct (may be NULL): where the chunk's rows go (chunk rows x V floats of room); a chunk
- * stored unfiltered as float32 is read straight there (raw->in_place), and decoding it is then
- * only the finite check of those rows, in place (out must be direct). */
+/* Whether chunks are mapped (1) or fetched with H5Dread_chunk (0). sq_corpus_set_mapped(c, 0)
+ * turns mapping off (tests compare both paths); turning it on again only works where the file
+ * allows it. Both change sq_corpus_raw_rows (contiguous datasets need the mapping). */
+int sq_corpus_mapped(const sq_corpus *c);
+void sq_corpus_set_mapped(sq_corpus *c, int on);
+/* direct (may be NULL): room for the chunk's rows (chunk rows x V floats); an unfiltered
+ * float32 chunk that is not mapped is read straight there (raw->rows = direct). */
 int sq_corpus_read_raw(sq_corpus *c, int model, int64_t chunk, float *direct, sq_corpus_raw *raw,
                        sq_error *err);
-/* work, *work_cap: the caller's scratch (malloc'd and grown here; one per thread). */
+/* out: where the rows go unless raw->rows is set (then out is not touched). work, *work_cap:
+ * the caller's scratch (malloc'd and grown here; one per thread). */
 int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *raw, float *out,
                          unsigned char **work, size_t *work_cap, sq_error *err);
+/* Unmaps and frees; raw is all zero afterwards. */
 void sq_corpus_raw_clear(sq_corpus_raw *raw);
 
 /* IEEE 754 binary16 conversions used for float16 corpora (exact widening; narrowing rounds to

@@ -39,6 +39,9 @@ typedef struct corpus_model {
     int     esz;             /* 2 or 4                                                      */
     int     shuffle_at;      /* its index in the filter pipeline, or -1                     */
     int     deflate_at;
+    /* contiguous unfiltered logits (raw reads only when mapped): their file offset */
+    int     contiguous;
+    uint64_t contig_off;
 } corpus_model;
 
 struct sq_corpus {
@@ -54,6 +57,13 @@ struct sq_corpus {
     size_t         sp_cap;
     int32_t       *tok_scratch;   /* (tok_cap): /tokens rows read only to be checked      */
     size_t         tok_cap;
+    /* a descriptor of the file HDF5 opened (default driver), -1 otherwise: its size is
+     * checked around every read (a file truncated while it is read), and it is mapped */
+    int            fd;
+    uint64_t       size_open;     /* the file's size when it was opened                   */
+    int            map_ok;        /* mapped raw reads are possible                        */
+    int            mapped;        /* map_ok and not turned off                            */
+    size_t         page;
 };
 
 struct sq_corpus_writer {

@@ -8,13 +8,18 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <hdf5.h>
-#include <zlib.h>
+#include <libdeflate.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
+#endif
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
 
 #include "libsequoia/base/io.h"
@@ -373,6 +378,19 @@ static void raw_setup(corpus_model *m, hid_t ft, hsize_t cols)
     hid_t dcpl = H5Dget_create_plist(m->logits);
     if (dcpl < 0)
         return;
+    if (H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0) {
+        /* raw reads only through the mapping; chunks of about 1 MiB are cut in map_setup */
+        haddr_t off = H5Dget_offset(m->logits);
+        H5Pclose(dcpl);
+        H5Eclear2(H5E_DEFAULT);
+        if (off != HADDR_UNDEF) {
+            m->raw_ok = 1;
+            m->contiguous = 1;
+            m->contig_off = (uint64_t)off;
+            m->esz = (int)esz;
+        }
+        return;
+    }
     hsize_t cd[2];
     int ok = H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, 2, cd) == 2 &&
              cd[1] == cols && cd[0] >= 1 && cd[0] <= INT_MAX;
@@ -526,6 +544,79 @@ static int offsets_read(sq_corpus *c, sq_error *err)
     return SQ_OK;
 }
 
+/* The file's descriptor and size (issue 17). HDF5's own descriptor, duplicated: the same
+ * file, not whatever the path names now; only for the default (sec2) driver. Mapped raw reads
+ * also need no user block, so that HDF5's addresses are byte offsets in the file, and a kernel
+ * that populates a mapping with an error instead of a SIGBUS (MADV_POPULATE_READ, Linux 5.14).
+ * Contiguous datasets get chunks of the chunked model's rows, or of about 1 MiB. Nothing here
+ * is an error: without a mapping, raw chunks are fetched with H5Dread_chunk (contiguous
+ * datasets: rows with sq_corpus_read). */
+static void map_setup(sq_corpus *c)
+{
+    c->fd = -1;
+    c->map_ok = c->mapped = 0;
+    long pg = sysconf(_SC_PAGESIZE);
+    c->page = pg > 0 ? (size_t)pg : 4096;
+    for (int k = 0; k < 2; k++) {
+        corpus_model *m = &c->m[k], *o = &c->m[1 - k];
+        if (m->raw_ok && m->contiguous) {
+            if (o->raw_ok && !o->contiguous) {
+                m->chunk_rows = o->chunk_rows;
+            } else {
+                size_t r = ((size_t)1 << 20) / ((size_t)c->info.vocab * sizeof(float));
+                m->chunk_rows = r < 1 ? 1 : (r > 4096 ? 4096 : (int)r);
+            }
+        }
+    }
+    hid_t fapl = H5Fget_access_plist(c->file), fcpl = H5Fget_create_plist(c->file);
+    hsize_t ub = 1;
+    void *handle = NULL;
+    int ok = fapl >= 0 && H5Pget_driver(fapl) == H5FD_SEC2 &&
+             H5Fget_vfd_handle(c->file, fapl, &handle) >= 0 && handle;
+    c->fd = ok ? fcntl(*(int *)handle, F_DUPFD_CLOEXEC, 0) : -1;
+    int no_userblock = fcpl >= 0 && H5Pget_userblock(fcpl, &ub) >= 0 && ub == 0;
+    if (fapl >= 0)
+        H5Pclose(fapl);
+    if (fcpl >= 0)
+        H5Pclose(fcpl);
+    H5Eclear2(H5E_DEFAULT);
+    struct stat st;
+    if (c->fd < 0 || fstat(c->fd, &st) != 0) {
+        if (c->fd >= 0)
+            close(c->fd);
+        c->fd = -1;
+        return;
+    }
+    c->size_open = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    if (!no_userblock || !c->m[0].raw_ok || !c->m[1].raw_ok)
+        return;
+    /* does this kernel populate with an error? (EINVAL: it does not know the advice) */
+    void *probe = mmap(NULL, c->page, PROT_READ, MAP_SHARED, c->fd, 0);
+    ok = probe != MAP_FAILED && madvise(probe, c->page, MADV_POPULATE_READ) == 0;
+    if (probe != MAP_FAILED)
+        munmap(probe, c->page);
+    c->map_ok = c->mapped = ok;
+}
+
+/* A file cut short since it was opened: HDF5 reads the missing bytes as zeros (its default
+ * driver does), which would pass for logits. Checked after every read: a read that ends while
+ * the file still has its size read what the file held. */
+static int check_size(sq_corpus *c, const char *name, sq_error *err)
+{
+    struct stat st;
+    if (c->fd < 0)
+        return SQ_OK;
+    if (fstat(c->fd, &st) != 0)
+        return sq_error_set(err, SQ_EIO, "%s: %s: cannot check the file's size: %s", c->path, name,
+                            strerror(errno));
+    uint64_t now = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    if (now < c->size_open)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: the file shrank from %llu to %llu bytes since "
+                            "it was opened (truncated while being read)", c->path, name,
+                            (unsigned long long)c->size_open, (unsigned long long)now);
+    return SQ_OK;
+}
+
 static int corpus_check(sq_corpus *c, sq_error *err)
 {
     char fmt[64];
@@ -610,6 +701,7 @@ static int corpus_check(sq_corpus *c, sq_error *err)
     if (want < 1)
         want = 1;
     c->block_rows = (int)(want > INT_MAX ? INT_MAX : want);
+    map_setup(c);
     return SQ_OK;
 }
 
@@ -634,6 +726,7 @@ int sq_corpus_open(const char *path, sq_corpus **out, sq_error *err)
     if (!c)
         return sq_error_oom(err, "corpus");
     c->file = c->tokens = H5I_INVALID_HID;
+    c->fd = -1;
     for (int k = 0; k < 2; k++)
         c->m[k].logits = c->m[k].ids = H5I_INVALID_HID;
     c->path = strdup(path);
@@ -673,6 +766,8 @@ void sq_corpus_close(sq_corpus *c)
         sqc_h5_close_dataset(&c->m[k].ids);
     }
     sqc_h5_close_dataset(&c->tokens);
+    if (c->fd >= 0)
+        close(c->fd);
     if (c->file >= 0)
         H5Fclose(c->file);
     free(c->offsets);
@@ -723,7 +818,7 @@ static int read_rows(sq_corpus *c, hid_t ds, const char *name, hid_t mem_type, i
                             c->path, name, (long long)row0, (long long)(row0 + count - 1),
                             io ? "" : " (the file is damaged)", *d ? ": " : "", d);
     }
-    return SQ_OK;
+    return check_size(c, name, err);
 }
 
 /* The first non-finite value of a (count, width) block, as an error naming the row. */
@@ -889,11 +984,32 @@ int sq_corpus_raw_rows(const sq_corpus *c)
     const corpus_model *t = &c->m[0], *d = &c->m[1];
     if (!t->raw_ok || !d->raw_ok || t->chunk_rows != d->chunk_rows)
         return 0;
+    if ((t->contiguous || d->contiguous) && !c->mapped)
+        return 0;
     return t->chunk_rows;
+}
+
+int sq_corpus_mapped(const sq_corpus *c)
+{
+    return c->mapped;
+}
+
+void sq_corpus_set_mapped(sq_corpus *c, int on)
+{
+    c->mapped = on && c->map_ok;
+}
+
+static void raw_unmap(sq_corpus_raw *r)
+{
+    if (r->map)
+        munmap(r->map, r->map_len);
+    r->map = NULL;
+    r->map_len = 0;
 }
 
 void sq_corpus_raw_clear(sq_corpus_raw *r)
 {
+    raw_unmap(r);
     free(r->data);
     memset(r, 0, sizeof *r);
 }
@@ -910,31 +1026,151 @@ static int grow(unsigned char **buf, size_t *cap, size_t need)
     return 0;
 }
 
+/* The chunk's bytes [addr, addr + size) of the file, mapped and populated. The bounds are
+ * checked against the file's size now (a file truncated or damaged after it was opened), and
+ * populating reports a page that is gone as an error (a truncation racing with this call):
+ * what the workers then read is resident. */
+static int map_chunk(sq_corpus *c, const corpus_model *m, uint64_t row, uint64_t addr,
+                     uint64_t size, sq_corpus_raw *r, sq_error *err)
+{
+    int rc = check_size(c, m->logits_name, err);
+    if (rc)
+        return rc;
+    uint64_t fsize = c->size_open;
+    if (size == 0 || addr > fsize || size > fsize - addr)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: the chunk of row %llu (%llu bytes at offset "
+                            "%llu) lies past the end of the file (%llu bytes): truncated or "
+                            "damaged file", c->path, m->logits_name, (unsigned long long)row,
+                            (unsigned long long)size, (unsigned long long)addr,
+                            (unsigned long long)fsize);
+    uint64_t start = addr / c->page * c->page;
+    uint64_t len = addr + size - start;
+    if (len > SIZE_MAX || start > (uint64_t)INT64_MAX)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: the chunk of row %llu is too large to map",
+                            c->path, m->logits_name, (unsigned long long)row);
+    void *p = mmap(NULL, (size_t)len, PROT_READ, MAP_SHARED, c->fd, (off_t)start);
+    if (p == MAP_FAILED)
+        return sq_error_set(err, errno == ENOMEM ? SQ_ESOFTWARE : SQ_EIO,
+                            "%s: %s: cannot map the chunk of row %llu: %s", c->path,
+                            m->logits_name, (unsigned long long)row, strerror(errno));
+    if (madvise(p, (size_t)len, MADV_POPULATE_READ) != 0) {
+        int e = errno;
+        munmap(p, (size_t)len);
+        return sq_error_set(err, e == EFAULT ? SQ_EDATA : SQ_EIO,
+                            "%s: %s: cannot read the chunk of row %llu: %s", c->path,
+                            m->logits_name, (unsigned long long)row,
+                            e == EFAULT ? "the file was truncated" : strerror(e));
+    }
+    r->map = p;
+    r->map_len = (size_t)len;
+    r->bytes = (const unsigned char *)p + (addr - start);
+    r->size = (size_t)size;
+    return SQ_OK;
+}
+
 int sq_corpus_read_raw(sq_corpus *c, int model, int64_t chunk, float *direct, sq_corpus_raw *r,
                        sq_error *err)
 {
     corpus_model *m = &c->m[model];
     SQ_ASSERT(sq_corpus_raw_rows(c) > 0 && model >= 0 && model <= 1);
-    hsize_t off[2] = {(hsize_t)chunk * (hsize_t)m->chunk_rows, 0};
-    hsize_t size = 0;
+    raw_unmap(r);
+    r->rows = NULL;
+    r->bytes = NULL;
+    r->in_place = 0;
+    r->model = model;
+    r->chunk = chunk;
+    const uint64_t row0 = (uint64_t)chunk * (uint64_t)m->chunk_rows;
+    const size_t V = (size_t)c->info.vocab;
+    const size_t whole = (size_t)m->chunk_rows * V * sizeof(float);
     char d[256];
+    if (c->mapped) {
+        uint64_t addr, size;
+        uint32_t mask = 0;
+        if (m->contiguous) {
+            uint64_t count = (uint64_t)c->info.rows - row0 < (uint64_t)m->chunk_rows
+                                 ? (uint64_t)c->info.rows - row0 : (uint64_t)m->chunk_rows;
+            addr = m->contig_off + row0 * V * (uint64_t)m->esz;
+            size = count * V * (uint64_t)m->esz;
+        } else {
+            hsize_t off[2] = {(hsize_t)row0, 0};
+            haddr_t a = HADDR_UNDEF;
+            hsize_t sz = 0;
+            unsigned fm = 0;
+            if (H5Dget_chunk_info_by_coord(m->logits, off, &fm, &a, &sz) < 0 || a == HADDR_UNDEF ||
+                sz == 0)
+                return sq_error_set(err, SQ_EDATA, "%s: %s: cannot find the chunk of row %llu%s%s",
+                                    c->path, m->logits_name, (unsigned long long)row0,
+                                    *sqc_h5_detail(d) ? ": " : "", d);
+            addr = (uint64_t)a;
+            size = (uint64_t)sz;
+            mask = fm;
+        }
+        int rc = map_chunk(c, m, row0, addr, size, r, err);
+        if (rc)
+            return rc;
+        r->mask = mask;
+        /* unfiltered float32 at a float's alignment: the rows are there already */
+        if (m->esz == 4 && (m->shuffle_at < 0 || (mask >> m->shuffle_at & 1)) &&
+            (m->deflate_at < 0 || (mask >> m->deflate_at & 1)) &&
+            (size_t)r->bytes % _Alignof(float) == 0 &&
+            (m->contiguous || r->size == whole)) {
+            r->rows = (const float *)(const void *)r->bytes;
+            r->in_place = 1;
+        }
+        return SQ_OK;
+    }
+    hsize_t off[2] = {(hsize_t)row0, 0};
+    hsize_t size = 0;
     if (H5Dget_chunk_storage_size(m->logits, off, &size) < 0 || size == 0)
         return sq_error_set(err, SQ_EIO, "%s: %s: cannot find the chunk of row %llu: %s", c->path,
                             m->logits_name, (unsigned long long)off[0], sqc_h5_detail(d));
     /* stored as the rows themselves: straight into the caller's rows */
-    r->in_place = direct && m->esz == 4 && m->shuffle_at < 0 && m->deflate_at < 0 &&
-                  (size_t)size == (size_t)m->chunk_rows * (size_t)c->info.vocab * sizeof(float);
-    if (!r->in_place && grow(&r->data, &r->cap, (size_t)size))
+    int in_place = direct && m->esz == 4 && m->shuffle_at < 0 && m->deflate_at < 0 &&
+                   (size_t)size == whole;
+    if (!in_place && grow(&r->data, &r->cap, (size_t)size))
         return sq_error_oom(err, "raw chunk");
     uint32_t mask = 0;
-    if (H5Dread_chunk(m->logits, H5P_DEFAULT, off, &mask, r->in_place ? (void *)direct : r->data) < 0)
+    if (H5Dread_chunk(m->logits, H5P_DEFAULT, off, &mask, in_place ? (void *)direct : r->data) < 0)
         return sq_error_set(err, SQ_EIO, "%s: %s: cannot read the chunk of row %llu: %s", c->path,
                             m->logits_name, (unsigned long long)off[0], sqc_h5_detail(d));
+    int rc = check_size(c, m->logits_name, err);
+    if (rc)
+        return rc;
     r->size = (size_t)size;
     r->mask = mask;
-    r->model = model;
-    r->chunk = chunk;
+    r->bytes = in_place ? NULL : r->data;
+    r->rows = in_place ? direct : NULL;
+    r->in_place = in_place;
     return SQ_OK;
+}
+
+/* Shuffle filter undone: byte plane b (n bytes at src + b·n) holds byte b of every element;
+ * the first `used` elements go to out. */
+static void unshuffle4(const unsigned char *src, size_t n, size_t used, unsigned char *out)
+{
+    const unsigned char *p0 = src, *p1 = src + n, *p2 = src + 2 * n, *p3 = src + 3 * n;
+    size_t i = 0;
+#ifdef __SSE2__
+    for (; i + 16 <= used; i += 16) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(p0 + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(p1 + i));
+        __m128i cc = _mm_loadu_si128((const __m128i *)(const void *)(p2 + i));
+        __m128i dd = _mm_loadu_si128((const __m128i *)(const void *)(p3 + i));
+        __m128i ab0 = _mm_unpacklo_epi8(a, b), ab1 = _mm_unpackhi_epi8(a, b);
+        __m128i cd0 = _mm_unpacklo_epi8(cc, dd), cd1 = _mm_unpackhi_epi8(cc, dd);
+        unsigned char *o = out + 4 * i;
+        _mm_storeu_si128((__m128i *)(void *)o, _mm_unpacklo_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i *)(void *)(o + 16), _mm_unpackhi_epi16(ab0, cd0));
+        _mm_storeu_si128((__m128i *)(void *)(o + 32), _mm_unpacklo_epi16(ab1, cd1));
+        _mm_storeu_si128((__m128i *)(void *)(o + 48), _mm_unpackhi_epi16(ab1, cd1));
+    }
+#endif
+    for (; i < used; i++) {
+        out[4 * i] = p0[i];
+        out[4 * i + 1] = p1[i];
+        out[4 * i + 2] = p2[i];
+        out[4 * i + 3] = p3[i];
+    }
 }
 
 int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
@@ -945,48 +1181,58 @@ int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
     const int64_t row0 = r->chunk * (int64_t)m->chunk_rows;
     const int count = (int)(c->info.rows - row0 < m->chunk_rows ? c->info.rows - row0
                                                                  : m->chunk_rows);
-    const size_t n = (size_t)m->chunk_rows * (size_t)V, bytes = n * (size_t)m->esz;
-    if (r->in_place)
-        return check_finite((sq_corpus *)c, m->logits_name, out, row0, count, V, err);
-    const unsigned char *src = r->data;
+    const size_t used = (size_t)count * (size_t)V;
+    /* elements stored: a chunk holds whole chunk rows, a piece of a contiguous dataset only
+     * its own */
+    const size_t n = m->contiguous ? used : (size_t)m->chunk_rows * (size_t)V;
+    const size_t bytes = n * (size_t)m->esz;
+    if (r->rows)
+        return check_finite((sq_corpus *)c, m->logits_name, r->rows, row0, count, V, err);
+    const unsigned char *src = r->bytes;
     size_t have = r->size;
+    const int unshuffle = m->shuffle_at >= 0 && !(r->mask >> m->shuffle_at & 1);
     /* the pipeline backwards: inflate, then unshuffle */
     if (m->deflate_at >= 0 && !(r->mask >> m->deflate_at & 1)) {
-        if (grow(work, work_cap, 2 * bytes))
+        /* float32 without shuffle inflates straight into the rows (out has room for whole
+         * chunk rows) */
+        unsigned char *dst = (unsigned char *)out;
+        if (unshuffle || m->esz != 4) {
+            if (grow(work, work_cap, bytes))
+                return sq_error_oom(err, "chunk decoding");
+            dst = *work;
+        }
+        size_t got = 0;
+        struct libdeflate_decompressor *z = libdeflate_alloc_decompressor();
+        if (!z)
             return sq_error_oom(err, "chunk decoding");
-        uLongf got = (uLongf)bytes;
-        if (uncompress(*work, &got, src, (uLong)have) != Z_OK || got != bytes)
+        enum libdeflate_result zr = libdeflate_zlib_decompress(z, src, have, dst, bytes, &got);
+        libdeflate_free_decompressor(z);
+        if (zr != LIBDEFLATE_SUCCESS || got != bytes)
             return sq_error_set(err, SQ_EDATA, "%s: %s: the chunk of row %lld does not inflate to "
-                                "%zu bytes", c->path, m->logits_name, (long long)row0, bytes);
-        src = *work;
+                                "%zu bytes (the file is damaged)", c->path, m->logits_name,
+                                (long long)row0, bytes);
+        src = dst;
         have = got;
     }
     if (have != bytes)
         return sq_error_set(err, SQ_EDATA, "%s: %s: the chunk of row %lld holds %zu bytes, not %zu",
                             c->path, m->logits_name, (long long)row0, have, bytes);
-    if (m->shuffle_at >= 0 && !(r->mask >> m->shuffle_at & 1)) {
-        /* byte plane b holds byte b of every element */
-        if (grow(work, work_cap, 2 * bytes))
-            return sq_error_oom(err, "chunk decoding");
-        unsigned char *dst = *work + bytes;
-        const size_t used = (size_t)count * (size_t)V;
-        for (int b = 0; b < m->esz; b++) {
-            const unsigned char *plane = src + (size_t)b * n;
-            for (size_t i = 0; i < used; i++)
-                dst[i * (size_t)m->esz + (size_t)b] = plane[i];
-        }
-        src = dst;
-    }
-    const size_t used = (size_t)count * (size_t)V;
     if (m->esz == 4) {
-        memcpy(out, src, used * sizeof(float));
+        if (unshuffle)
+            unshuffle4(src, n, used, (unsigned char *)out);
+        else if (src != (const unsigned char *)out)
+            memcpy(out, src, used * sizeof(float));
     } else {
+        /* float16: byte planes (shuffled) or pairs, widened */
         for (size_t i = 0; i < used; i++) {
             uint16_t h;
-            memcpy(&h, src + 2 * i, sizeof h);
+            if (unshuffle) {
+                h = (uint16_t)(src[i] | (unsigned)src[n + i] << 8);
+            } else {
+                memcpy(&h, src + 2 * i, sizeof h);
+            }
             out[i] = sq_half_to_float(h);
         }
     }
     return check_finite((sq_corpus *)c, m->logits_name, out, row0, count, V, err);
 }
-

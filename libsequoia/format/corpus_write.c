@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <hdf5.h>
-#include <zlib.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif

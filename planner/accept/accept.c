@@ -776,8 +776,11 @@ typedef struct run_ctx {
     int n_cfg, V, W, samples;
     uint64_t seed, key;
     const uint64_t *cfg_keys;   /* (n_cfg)                                    */
-    const float *target;        /* (rows, V) the batch being computed        */
-    const float *draft;         /* (rows, V)                                  */
+    const float *const *trow;   /* (rows) the batch's target rows: in the read
+                                   buffer, or where a mapped chunk lies         */
+    const float *const *drow;   /* (rows) the draft's                         */
+    float *target;              /* (rows, V) the read buffer: decoded chunks  */
+    float *draft;               /* (rows, V)                                  */
     int64_t row0;
     int rows;
     double *res;                /* (rows, n_cfg, W)                           */
@@ -809,8 +812,8 @@ static void compute_row(worker *w, int i)
 {
     run_ctx *c = w->ctx;
     int V = c->V, W = c->W;
-    const float *t = c->target + (size_t)i * (size_t)V;
-    const float *d = c->draft + (size_t)i * (size_t)V;
+    const float *t = c->trow[i];
+    const float *d = c->drow[i];
     double pt = NAN, pp = NAN, qt = NAN, qp = NAN;   /* settings P and Q were computed for */
     uint64_t row_key = mix64(mix64(c->seed) ^ mix64(c->key ^ mix64((uint64_t)(c->row0 + i))));
     for (int j = 0; j < c->n_cfg; j++) {
@@ -850,7 +853,7 @@ static void decode_chunks(worker *w)
             break;
         const sq_corpus_raw *r = &c->items[i];
         int64_t first = r->chunk * (int64_t)c->chunk_rows - c->row0;
-        float *dst = (float *)(r->model ? c->draft : c->target) + (size_t)first * (size_t)c->V;
+        float *dst = (r->model ? c->draft : c->target) + (size_t)first * (size_t)c->V;
         sq_error e = {0};
         if (sq_corpus_decode_raw(c->corpus, r, dst, &w->work, &w->work_cap, &e)) {
             int64_t key = ((int64_t)r->model << 40) + r->chunk;
@@ -889,23 +892,42 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* The stored chunks of rows [row0, row0 + count) of both models, target first; unfiltered
- * float32 ones straight into their rows of target/draft ((batch rows, V) each). */
+/* The stored chunks of rows [row0, row0 + count) of both models, target first, and where each
+ * row of the batch will be: in its chunk's mapping (unfiltered float32, mapped), else in
+ * target/draft ((batch rows, V) each, whole chunks of room), where the workers decode it or
+ * where HDF5 read it. */
 static int read_raw_batch(sq_corpus *corpus, int64_t row0, int count, int chunk_rows,
                           float *target, float *draft, int V, sq_corpus_raw *items, int *n,
-                          sq_error *err)
+                          const float **trow, const float **drow, sq_error *err)
 {
     int k = 0;
     for (int model = 0; model < 2; model++)
         for (int64_t ch = row0 / chunk_rows; ch * chunk_rows < row0 + count; ch++) {
-            float *rows = (model ? draft : target) +
-                          (size_t)(ch * chunk_rows - row0) * (size_t)V;
-            int rc = sq_corpus_read_raw(corpus, model, ch, rows, &items[k++], err);
+            int64_t first = ch * chunk_rows - row0;
+            float *rows = (model ? draft : target) + (size_t)first * (size_t)V;
+            sq_corpus_raw *r = &items[k++];
+            int rc = sq_corpus_read_raw(corpus, model, ch, rows, r, err);
             if (rc)
                 return rc;
+            const float *at = r->rows ? r->rows : rows;
+            const float **ptr = model ? drow : trow;
+            for (int64_t j = 0; j < chunk_rows && first + j < count; j++)
+                ptr[first + j] = at + (size_t)j * (size_t)V;
         }
     *n = k;
     return SQ_OK;
+}
+
+/* Rows read whole by HDF5 into the buffers. */
+static int read_rows_batch(sq_corpus *corpus, int64_t row0, int count, float *target,
+                           float *draft, int V, const float **trow, const float **drow,
+                           sq_error *err)
+{
+    for (int i = 0; i < count; i++) {
+        trow[i] = target + (size_t)i * (size_t)V;
+        drow[i] = draft + (size_t)i * (size_t)V;
+    }
+    return sq_corpus_read(corpus, row0, count, target, draft, NULL, err);
 }
 
 int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
@@ -934,9 +956,19 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     if (threads > 256)
         threads = 256;
     size_t row_bytes = (size_t)V * 2 * sizeof(float);
+    /* Raw mode (issue 17): the reading thread only locates (mapped) or fetches the stored
+     * chunks; the workers inflate and check them, then compute. Otherwise the reading thread
+     * reads whole rows. Chunks too large for a batch are read as rows. */
+    const int was_mapped = sq_corpus_mapped(corpus);
+    if (params->read != SQ_ACCEPT_READ_AUTO)
+        sq_corpus_set_mapped(corpus, 0);
+    int raw_rows = params->read == SQ_ACCEPT_READ_ROWS ? 0 : sq_corpus_raw_rows(corpus);
+    size_t big = params->batch_bytes > ((size_t)64 << 20) ? params->batch_bytes : (size_t)64 << 20;
+    if (raw_rows > 0 && (size_t)raw_rows > big / row_bytes)
+        raw_rows = 0;
     /* Rows per batch: a whole number of the corpus's HDF5 chunks (so that no chunk is
      * decompressed twice), about batch_bytes of float32 logits, at least one row per thread. */
-    int64_t unit_rows = sq_corpus_block_rows(corpus);
+    int64_t unit_rows = raw_rows > 0 ? raw_rows : sq_corpus_block_rows(corpus);
     if (unit_rows < 1)
         unit_rows = 1;
     int64_t batch = (int64_t)(params->batch_bytes / row_bytes) / unit_rows * unit_rows;
@@ -952,7 +984,11 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     int64_t *bounds = NULL;
     int64_t units = sq_accept_units(sq_corpus_seq_offsets(corpus), info->sequences, N, &bounds);
     uint64_t *cfg_keys = malloc((size_t)n_cfg * sizeof *cfg_keys);
-    float *buf[2] = {malloc((size_t)batch * row_bytes), malloc((size_t)batch * row_bytes)};
+    /* whole chunks of room (the last batch's last chunk may run past N) */
+    int64_t room = raw_rows > 0 ? (batch + raw_rows - 1) / raw_rows * raw_rows : batch;
+    float *buf[2] = {malloc((size_t)room * row_bytes), malloc((size_t)room * row_bytes)};
+    const float **rowp[2] = {malloc((size_t)batch * 2 * sizeof(float *)),
+                             malloc((size_t)batch * 2 * sizeof(float *))};
     double *res = malloc((size_t)batch * (size_t)n_cfg * (size_t)W * sizeof *res);
     double *acc = calloc((size_t)n_cfg * (size_t)W, sizeof *acc);
     worker *ws = calloc((size_t)threads, sizeof *ws);
@@ -960,7 +996,8 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     sq_corpus_raw *raw[2] = {NULL, NULL};
     int n_items[2] = {0, 0}, n_raw = 0, sync_made = 0;
     int rc = SQ_OK;
-    if (units < 0 || !cfg_keys || !buf[0] || !buf[1] || !res || !acc || !ws || !part) {
+    if (units < 0 || !cfg_keys || !buf[0] || !buf[1] || !rowp[0] || !rowp[1] || !res || !acc ||
+        !ws || !part) {
         rc = sq_error_oom(err, "estimation buffers");
         goto done;
     }
@@ -990,12 +1027,8 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     int cur = 0;
     int64_t row = 0;
     int count = (int)batch;
-    size_t half = (size_t)batch * (size_t)V;
-    /* Raw mode (issue 17): the reading thread only fetches the stored chunks; the workers
-     * inflate and check them, then compute. Otherwise the reading thread reads whole rows. */
-    const int raw_rows = batch % (sq_corpus_raw_rows(corpus) > 0 ? sq_corpus_raw_rows(corpus) : 1)
-                             == 0 ? sq_corpus_raw_rows(corpus) : 0;
-    const int per_model = raw_rows > 0 ? (int)((batch + raw_rows - 1) / raw_rows) : 0;
+    size_t half = (size_t)room * (size_t)V;
+    const int per_model = raw_rows > 0 ? (int)((batch + raw_rows - 1) / raw_rows) + 1 : 0;
     if (raw_rows > 0) {
         for (int b = 0; b < 2; b++)
             if (!(raw[b] = calloc((size_t)(2 * per_model), sizeof *raw[b]))) {
@@ -1011,9 +1044,10 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         }
         sync_made = 1;
         rc = read_raw_batch(corpus, 0, count, raw_rows, buf[0], buf[0] + half, V, raw[0],
-                            &n_items[0], err);
+                            &n_items[0], rowp[0], rowp[0] + batch, err);
     } else {
-        rc = sq_corpus_read(corpus, 0, count, buf[0], buf[0] + half, NULL, err);
+        rc = read_rows_batch(corpus, 0, count, buf[0], buf[0] + half, V, rowp[0],
+                             rowp[0] + batch, err);
     }
     if (rc)
         goto done;
@@ -1022,6 +1056,8 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     while (row < N) {
         ctx.target = buf[cur];
         ctx.draft = ctx.target + half;
+        ctx.trow = rowp[cur];
+        ctx.drow = rowp[cur] + batch;
         ctx.row0 = row;
         ctx.rows = count;
         atomic_store(&ctx.next, 0);
@@ -1053,10 +1089,12 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         int rrc = SQ_OK;
         if (next_count > 0 && raw_rows > 0)
             rrc = read_raw_batch(corpus, next_row, next_count, raw_rows, buf[1 - cur],
-                                 buf[1 - cur] + half, V, raw[1 - cur], &n_items[1 - cur], err);
+                                 buf[1 - cur] + half, V, raw[1 - cur], &n_items[1 - cur],
+                                 rowp[1 - cur], rowp[1 - cur] + batch, err);
         else if (next_count > 0)
-            rrc = sq_corpus_read(corpus, next_row, next_count, buf[1 - cur],
-                                 buf[1 - cur] + half, NULL, err);
+            rrc = read_rows_batch(corpus, next_row, next_count, buf[1 - cur],
+                                  buf[1 - cur] + half, V, rowp[1 - cur], rowp[1 - cur] + batch,
+                                  err);
         for (int t = 0; t < started; t++)
             pthread_join(ws[t].thread, NULL);
         if (raw_rows > 0 && ctx.failed) {
@@ -1124,6 +1162,9 @@ done:
     free(res);
     free(buf[0]);
     free(buf[1]);
+    free(rowp[0]);
+    free(rowp[1]);
+    sq_corpus_set_mapped(corpus, was_mapped);
     free(cfg_keys);
     free(bounds);
     return rc;

@@ -141,6 +141,8 @@ int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, con
 
 /* ---- over a corpus -------------------------------------------------------------------------- */
 
+enum { SQ_ACCEPT_READ_AUTO = 0, SQ_ACCEPT_READ_CHUNKS = 1, SQ_ACCEPT_READ_ROWS = 2 };
+
 typedef struct sq_accept_params {
     int      width;        /* W >= 1                                                  */
     int      samples;      /* draws per position for the sampled modes, >= 1          */
@@ -148,12 +150,18 @@ typedef struct sq_accept_params {
     int      threads;      /* worker threads; 0 = the online CPUs                     */
     size_t   batch_bytes;  /* logits per read buffer, rounded to whole HDF5 chunks of
                               the corpus (two buffers are used)                       */
+    /* How the corpus is read (docs/estimator.md "Reading"); the statistics are the same bits
+     * whichever is used. AUTO: mapped chunks where the file allows it, else chunks fetched by
+     * HDF5, else rows read by HDF5. The others force a path where the corpus allows it (tests
+     * and benchmarks compare them): CHUNKS fetches chunks with H5Dread_chunk, ROWS reads rows
+     * with sq_corpus_read. */
+    int      read;         /* SQ_ACCEPT_READ_*                                         */
     /* Called by the calling thread after each batch; may be NULL. */
     void   (*progress)(void *user, int64_t done, int64_t total);
     void    *user;
 } sq_accept_params;
 
-/* width 16, samples 1, seed 0, threads 0, batch_bytes 16 MiB. */
+/* width 16, samples 1, seed 0, threads 0, batch_bytes 16 MiB, read AUTO. */
 sq_accept_params sq_accept_default_params(void);
 
 /* Streams the whole corpus and adds it to stats[i] (width params->width) for cfg[i].

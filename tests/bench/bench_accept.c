@@ -210,7 +210,7 @@ static double run_tool(const char *tool, const char *path, const char *out, int 
 int main(int argc, char **argv)
 {
     gsl_set_error_handler_off();
-    const char *tool = argc > 1 ? argv[1] : NULL;
+    const char *tool = argc > 1 && argv[1][0] ? argv[1] : NULL;
     int rows = argc > 2 ? atoi(argv[2]) : 2048;
     if (rows < 64)
         rows = 64;
