@@ -1114,6 +1114,55 @@ Test(corpus, raw_chunks_decode_to_what_sq_corpus_read_reads)
     free(dir);
 }
 
+/* A mapped chunk whose file is cut short before it is decoded: the mapping faults (SIGBUS),
+ * which the guard turns into an error naming the file, the dataset and the chunk; the next
+ * chunk is refused before it is mapped; and the process's SIGBUS handling is what it was once
+ * the corpus is closed. */
+Test(corpus, a_mapped_chunk_cut_short_is_an_error_not_a_sigbus)
+{
+    const int V = 4000, N = 16, lens[1] = {16};
+    float *tl = make_logits(N, V, 41), *dl = make_logits(N, V, 42);
+    char *dir = tu_tmpdir();
+    for (int kind = 0; kind < 2; kind++) {
+        char *path = tu_path(dir, "cut.h5");
+        sq_corpus_writer_params p = sq_corpus_writer_default_params();
+        p.vocab = V;
+        p.chunk_rows = 4;
+        p.compression = kind;
+        write_corpus(path, p, lens, 1, 16, tl, dl, NULL);
+        struct sigaction before, after;
+        cr_assert(sigaction(SIGBUS, NULL, &before) == 0);
+        sq_corpus *c = open_ok(path);
+        cr_assert(sq_corpus_mapped(c));
+        float *rows = malloc(sizeof(float) * 4 * (size_t)V);
+        sq_corpus_raw raw = {0};
+        unsigned char *work = NULL;
+        size_t cap = 0;
+        sq_error err = {0};
+        cr_assert_eq(sq_corpus_read_raw(c, 1, 2, rows, &raw, &err), 0, "%s", err.msg);
+        cr_assert(raw.map);
+        cr_assert(truncate(path, 0) == 0);
+        cr_assert_eq(sq_corpus_decode_raw(c, &raw, rows, &work, &cap, &err), SQ_EDATA);
+        cr_assert(strstr(err.msg, path) && strstr(err.msg, "/draft/logits: the chunk of row 8") &&
+                  strstr(err.msg, "mapping faulted"), "%s", err.msg);
+        err = (sq_error){0};
+        cr_assert_eq(sq_corpus_read_raw(c, 1, 3, rows, &raw, &err), SQ_EDATA);
+        cr_assert(strstr(err.msg, "shrank"), "%s", err.msg);
+        sq_corpus_raw_clear(&raw);
+        free(work);
+        free(rows);
+        sq_corpus_close(c);
+        cr_assert(sigaction(SIGBUS, NULL, &after) == 0);
+        cr_assert(after.sa_handler == before.sa_handler, "the SIGBUS handler is restored");
+        unlink(path);
+        free(path);
+    }
+    free(tl);
+    free(dl);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 Test(corpus, raw_decoding_reports_the_first_bad_row_like_sq_corpus_read)
 {
     spec s = spec_default();

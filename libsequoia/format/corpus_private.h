@@ -63,6 +63,7 @@ struct sq_corpus {
     uint64_t       size_open;     /* the file's size when it was opened                   */
     int            map_ok;        /* mapped raw reads are possible                        */
     int            mapped;        /* map_ok and not turned off                            */
+    int            bus;           /* this corpus installed the SIGBUS guard (busguard.h)  */
     size_t         page;
 };
 

@@ -22,6 +22,7 @@
 #define MADV_POPULATE_READ 22 /* Linux 5.14 */
 #endif
 
+#include "libsequoia/base/busguard.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/format/corpus_private.h"
 
@@ -595,7 +596,10 @@ static void map_setup(sq_corpus *c)
     ok = probe != MAP_FAILED && madvise(probe, c->page, MADV_POPULATE_READ) == 0;
     if (probe != MAP_FAILED)
         munmap(probe, c->page);
-    c->map_ok = c->mapped = ok;
+    /* a truncation racing with the workers faults in the mapping: an error, not a death */
+    if (ok && sq_bus_install() == 0)
+        c->bus = 1;
+    c->map_ok = c->mapped = ok && c->bus;
 }
 
 /* A file cut short since it was opened: HDF5 reads the missing bytes as zeros (its default
@@ -768,6 +772,8 @@ void sq_corpus_close(sq_corpus *c)
     sqc_h5_close_dataset(&c->tokens);
     if (c->fd >= 0)
         close(c->fd);
+    if (c->bus)
+        sq_bus_uninstall();
     if (c->file >= 0)
         H5Fclose(c->file);
     free(c->offsets);
@@ -1173,8 +1179,8 @@ static void unshuffle4(const unsigned char *src, size_t n, size_t used, unsigned
     }
 }
 
-int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
-                         unsigned char **work, size_t *work_cap, sq_error *err)
+static int decode(const sq_corpus *c, const sq_corpus_raw *r, float *out, unsigned char **work,
+                  size_t *work_cap, struct libdeflate_decompressor *z, sq_error *err)
 {
     const corpus_model *m = &c->m[r->model];
     const int V = c->info.vocab;
@@ -1202,11 +1208,7 @@ int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
             dst = *work;
         }
         size_t got = 0;
-        struct libdeflate_decompressor *z = libdeflate_alloc_decompressor();
-        if (!z)
-            return sq_error_oom(err, "chunk decoding");
         enum libdeflate_result zr = libdeflate_zlib_decompress(z, src, have, dst, bytes, &got);
-        libdeflate_free_decompressor(z);
         if (zr != LIBDEFLATE_SUCCESS || got != bytes)
             return sq_error_set(err, SQ_EDATA, "%s: %s: the chunk of row %lld does not inflate to "
                                 "%zu bytes (the file is damaged)", c->path, m->logits_name,
@@ -1235,4 +1237,34 @@ int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
         }
     }
     return check_finite((sq_corpus *)c, m->logits_name, out, row0, count, V, err);
+}
+
+int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
+                         unsigned char **work, size_t *work_cap, sq_error *err)
+{
+    const corpus_model *m = &c->m[r->model];
+    struct libdeflate_decompressor *const z =
+        m->deflate_at >= 0 && !(r->mask >> m->deflate_at & 1) ? libdeflate_alloc_decompressor()
+                                                              : NULL;
+    if (m->deflate_at >= 0 && !(r->mask >> m->deflate_at & 1) && !z)
+        return sq_error_oom(err, "chunk decoding");
+    int rc;
+    if (r->map) {
+        /* the mapping faults when the file was cut short after the chunk was mapped */
+        sigjmp_buf jb;
+        if (sigsetjmp(jb, 0)) {
+            sq_bus_leave();
+            libdeflate_free_decompressor(z);
+            return sq_error_set(err, SQ_EDATA, "%s: %s: the chunk of row %lld: the file was cut "
+                                "short while being read (its mapping faulted)", c->path,
+                                m->logits_name, (long long)(r->chunk * (int64_t)m->chunk_rows));
+        }
+        sq_bus_enter(&jb);
+        rc = decode(c, r, out, work, work_cap, z, err);
+        sq_bus_leave();
+    } else {
+        rc = decode(c, r, out, work, work_cap, z, err);
+    }
+    libdeflate_free_decompressor(z);
+    return rc;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "libsequoia/base/busguard.h"
 #include "libsequoia/base/json.h"
 
 /* ---- modes and configurations --------------------------------------------------------------- */
@@ -792,6 +793,8 @@ typedef struct run_ctx {
     atomic_int next_item;
     pthread_mutex_t mu;         /* the gate, and the first decoding error     */
     pthread_cond_t cv;
+    int guard;                  /* rows of this batch lie in mappings         */
+    const char *file;
     int parties, arrived, open;
     int failed;
     int64_t fail_key;
@@ -887,7 +890,29 @@ static void *worker_main(void *arg)
         int i = atomic_fetch_add(&c->next, 1);
         if (i >= c->rows)
             break;
+        if (!c->guard) {
+            compute_row(w, i);
+            continue;
+        }
+        /* rows in a mapping: a file cut short since faults there (busguard.h) */
+        sigjmp_buf jb;
+        if (sigsetjmp(jb, 0)) {
+            sq_bus_leave();
+            sq_error e = {0};
+            sq_error_set(&e, SQ_EDATA, "%s: row %lld: the file was cut short while being read "
+                         "(its mapping faulted)", c->file, (long long)(c->row0 + i));
+            pthread_mutex_lock(&c->mu);
+            if (!c->failed || (3LL << 40) + i < c->fail_key) {
+                c->failed = 1;
+                c->fail_key = (3LL << 40) + i;
+                c->fail = e;
+            }
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        sq_bus_enter(&jb);
         compute_row(w, i);
+        sq_bus_leave();
     }
     return NULL;
 }
@@ -1010,7 +1035,7 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     }
     run_ctx ctx = {
         .cfg = cfg, .n_cfg = n_cfg, .V = V, .W = W, .samples = params->samples,
-        .seed = params->seed, .key = key, .cfg_keys = cfg_keys, .res = res,
+        .seed = params->seed, .key = key, .cfg_keys = cfg_keys, .res = res, .file = file,
     };
     for (int t = 0; t < threads; t++) {
         ws[t].ctx = &ctx;
@@ -1064,6 +1089,9 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         if (raw_rows > 0) {
             ctx.items = raw[cur];
             ctx.n_items = n_items[cur];
+            ctx.guard = 0;
+            for (int i = 0; i < n_items[cur]; i++)
+                ctx.guard |= raw[cur][i].map != NULL;
             atomic_store(&ctx.next_item, 0);
             ctx.arrived = ctx.open = ctx.failed = 0;
         }
