@@ -2,7 +2,8 @@
  * mode at T = 0.6, W = 16, one sample per position. The estimator runs in-process (in a child,
  * so that writing the corpus does not count) on one thread and on two, side by side in one run,
  * on an uncompressed corpus and on a deflate-compressed one (reading, decompression included,
- * overlaps the compute); then the whole sequoia-accept process (which also hashes the corpus
+ * overlaps the compute), by each reading path (mapped chunks, the default; chunks fetched by
+ * HDF5; rows read by HDF5); then the whole sequoia-accept process (which also hashes the corpus
  * with SHA-256) with every CPU. Reports positions/s by wall clock and by CPU time, the two-thread
  * scaling and the peak resident memory.
  * Targets (issue 17): >= 1900 positions/s on one thread, >= 3600 on two (>= 1.9x); <= 256 MB.
@@ -97,7 +98,7 @@ typedef struct {
 } result;
 
 /* In a child: the estimator alone, with `threads` threads. */
-static result run_inprocess(const char *path, int threads)
+static result run_inprocess(const char *path, int threads, int read_path)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -114,6 +115,7 @@ static result run_inprocess(const char *path, int threads)
         prm.width = W;
         prm.samples = 1;
         prm.threads = threads;
+        prm.read = read_path;
         sq_accept_stats *st = sq_accept_stats_new(W);
         double t0 = now_s();
         if (sq_accept_run(c, path, 1, &cfg, 1, &prm, &st, &err))
@@ -144,10 +146,11 @@ static result run_inprocess(const char *path, int threads)
 }
 
 /* In a child: CPU seconds of sq_accept_run's reading thread over the whole corpus, without
- * computing: the stored chunks where the corpus allows raw reads (sq_corpus_raw_rows; the
- * workers then inflate and check them, which counts as computing), else whole rows in blocks
- * of sq_corpus_block_rows (decompression and the finite check included). */
-static double read_only_cpu(const char *path)
+ * computing: the stored chunks where the corpus allows raw reads (sq_corpus_raw_rows; mapped
+ * and populated with `read` AUTO, fetched by H5Dread_chunk with CHUNKS; the workers then
+ * inflate and check them, which counts as computing), else whole rows in blocks of
+ * sq_corpus_block_rows (decompression and the finite check included). */
+static double read_only_cpu(const char *path, int read_path)
 {
     pid_t pid = fork();
     if (pid == 0) {
@@ -155,8 +158,10 @@ static double read_only_cpu(const char *path)
         sq_corpus *c;
         if (sq_corpus_open(path, &c, &err))
             die(path, &err);
+        if (read_path != SQ_ACCEPT_READ_AUTO)
+            sq_corpus_set_mapped(c, 0);
         const sq_corpus_info *info = sq_corpus_get_info(c);
-        int chunk = sq_corpus_raw_rows(c);
+        int chunk = read_path == SQ_ACCEPT_READ_ROWS ? 0 : sq_corpus_raw_rows(c);
         if (chunk > 0) {
             sq_corpus_raw raw = {0};
             float *rows = malloc((size_t)chunk * V * sizeof *rows);
@@ -166,6 +171,7 @@ static double read_only_cpu(const char *path)
                 for (int64_t ch = 0; ch * chunk < info->rows; ch++)
                     if (sq_corpus_read_raw(c, model, ch, rows, &raw, &err))
                         die(path, &err);
+            sq_corpus_raw_clear(&raw);
             _exit(0);
         }
         int block = sq_corpus_block_rows(c);
@@ -241,25 +247,35 @@ int main(int argc, char **argv)
            "(overlapped) r, measured alone, and the workers c = CPU of the run - r (chunk "
            "decoding included), per position; one thread: 1/max(c, r), two: 2/max(c + r, 2r) on "
            "two cores.\n");
-    printf("%-14s %7s | %10s | %8s %8s | %12s | %7s | %7s\n", "corpus", "threads", "pos/s wall",
-           "read us", "comp us", "idle pos/s", "peak MB", "p1");
-    for (int k = 0; k < 2; k++) {
-        double rd = read_only_cpu(path[k]) / rows;
-        result r[2];
-        double est[2];
-        for (int t = 0; t < 2; t++) {
-            r[t] = run_inprocess(path[k], t + 1);
-            double comp = r[t].cpu_s / rows - rd;
-            est[t] = t == 0 ? 1.0 / (comp > rd ? comp : rd)
-                            : 2.0 / (comp + rd > 2 * rd ? comp + rd : 2 * rd);
-            printf("%-14s %7d | %10.0f | %8.1f %8.1f | %12.0f | %7.1f | %7.4f\n",
-                   k ? "deflate 1" : "uncompressed", t + 1, r[t].wall_rate, rd * 1e6, comp * 1e6,
-                   est[t], r[t].peak_kib / 1024.0, r[t].p1);
-            fflush(stdout);
+    printf("Read paths: mapped = chunks mapped read-only and used in place or inflated by the "
+           "workers (the default); hdf5 chunks = chunks fetched by H5Dread_chunk (a copy), "
+           "inflated by the workers; hdf5 rows = rows read by H5Dread (decompression inside "
+           "HDF5, in the reading thread).\n");
+    printf("%-14s %-12s %7s | %10s | %8s %8s | %12s | %7s | %7s\n", "corpus", "read", "threads",
+           "pos/s wall", "read us", "comp us", "idle pos/s", "peak MB", "p1");
+    static const struct { int read; const char *name; } paths[3] = {
+        {SQ_ACCEPT_READ_AUTO, "mapped"},
+        {SQ_ACCEPT_READ_CHUNKS, "hdf5 chunks"},
+        {SQ_ACCEPT_READ_ROWS, "hdf5 rows"},
+    };
+    for (int k = 0; k < 2; k++)
+        for (int pi = 0; pi < 3; pi++) {
+            double rd = read_only_cpu(path[k], paths[pi].read) / rows;
+            result r[2];
+            double est[2];
+            for (int t = 0; t < 2; t++) {
+                r[t] = run_inprocess(path[k], t + 1, paths[pi].read);
+                double comp = r[t].cpu_s / rows - rd;
+                est[t] = t == 0 ? 1.0 / (comp > rd ? comp : rd)
+                                : 2.0 / (comp + rd > 2 * rd ? comp + rd : 2 * rd);
+                printf("%-14s %-12s %7d | %10.0f | %8.1f %8.1f | %12.0f | %7.1f | %7.4f\n",
+                       k ? "deflate 1" : "uncompressed", paths[pi].name, t + 1, r[t].wall_rate,
+                       rd * 1e6, comp * 1e6, est[t], r[t].peak_kib / 1024.0, r[t].p1);
+                fflush(stdout);
+            }
+            printf("%-14s %-12s %7s | %9.2fx | %17s | %11.2fx |\n", "", "", "2 vs 1",
+                   r[1].wall_rate / r[0].wall_rate, "", est[1] / est[0]);
         }
-        printf("%-14s %7s | %9.2fx | %17s | %11.2fx |\n", "", "2 vs 1",
-               r[1].wall_rate / r[0].wall_rate, "", est[1] / est[0]);
-    }
     if (tool) {
         double cpu;
         long peak;
