@@ -284,6 +284,58 @@ static void check_block(sq_corpus *c, int64_t row0, int count)
     free(tok);
 }
 
+/* Raw chunks (the estimator's reading, issue 17), mapped and fetched by HDF5: each chunk either
+ * decodes to exactly the rows sq_corpus_read gives, or fails with a message. */
+static void check_raw(sq_corpus *c)
+{
+    const sq_corpus_info *info = sq_corpus_get_info(c);
+    size_t n = (size_t)info->rows * (size_t)info->vocab;
+    float *t = malloc(n * sizeof *t), *d = malloc(n * sizeof *d);
+    if (!t || !d)
+        abort();
+    sq_error err = {0};
+    int whole = sq_corpus_read(c, 0, (int)info->rows, t, d, NULL, &err) == SQ_OK;
+    const int was = sq_corpus_mapped(c);
+    for (int mapped = was; mapped >= 0; mapped--) {
+        sq_corpus_set_mapped(c, mapped);
+        int rows = sq_corpus_raw_rows(c);
+        if (rows <= 0)
+            continue;
+        float *out = malloc((size_t)rows * (size_t)info->vocab * sizeof *out);
+        if (!out)
+            abort();
+        sq_corpus_raw raw = {0};
+        unsigned char *work = NULL;
+        size_t cap = 0;
+        for (int model = 0; model < 2; model++)
+            for (int64_t ch = 0; ch * rows < info->rows; ch++) {
+                sq_error e = {0};
+                int rc = sq_corpus_read_raw(c, model, ch, out, &raw, &e);
+                if (rc == SQ_OK)
+                    rc = sq_corpus_decode_raw(c, &raw, out, &work, &cap, &e);
+                if (rc != SQ_OK) {
+                    if (!e.msg[0])
+                        abort();
+                    continue;
+                }
+                int64_t r0 = ch * rows;
+                size_t cnt = (size_t)(info->rows - r0 < rows ? info->rows - r0 : rows) *
+                             (size_t)info->vocab;
+                const float *got = raw.rows ? raw.rows : out;
+                const float *want = (model ? d : t) + (size_t)r0 * (size_t)info->vocab;
+                for (size_t i = 0; i < cnt; i++)
+                    if (!isfinite(got[i]) || (whole && memcmp(&got[i], &want[i], sizeof *got)))
+                        abort();
+            }
+        sq_corpus_raw_clear(&raw);
+        free(work);
+        free(out);
+    }
+    sq_corpus_set_mapped(c, was);
+    free(t);
+    free(d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static int quiet;
@@ -340,6 +392,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check_block(c, 0, (int)count);
             check_block(c, info->rows - count, (int)count);
         }
+        if ((uint64_t)info->rows * (uint64_t)info->vocab <= (1u << 20) && !info->sparse)
+            check_raw(c);
         sq_error e2 = {0};
         if (sq_corpus_read(c, info->rows, 1, NULL, NULL, NULL, &e2) == SQ_OK)
             abort();
