@@ -1075,6 +1075,52 @@ Test(accept, a_corpus_cut_short_under_the_workers_is_a_clean_error, .timeout = 1
     free(dir);
 }
 
+/* /tokens is checked on every path (the chunk paths read the logits without sq_corpus_read, and
+ * once skipped it): a token id outside the vocabulary is the same error, after the logits. */
+Test(accept, a_token_outside_the_vocabulary_is_an_error_on_every_path, .timeout = 120)
+{
+    enum { VV = 3000, NN = 64 };
+    char *dir = tu_tmpdir();
+    float *t, *d;
+    kind_logits(NN, VV, &t, &d);
+    char *path = tu_path(dir, "tok.h5");
+    sq_error err = {0};
+    sq_corpus_writer_params wp = sq_corpus_writer_default_params();
+    wp.vocab = VV;
+    wp.chunk_rows = 4;
+    sq_corpus_writer *w;
+    int32_t tok[NN];
+    for (int i = 0; i < NN; i++)
+        tok[i] = i;
+    cr_assert_eq(sq_corpus_writer_open(path, &wp, &w, &err), SQ_OK, "%s", err.msg);
+    cr_assert_eq(sq_corpus_writer_append(w, t, d, tok, NN, &err), SQ_OK, "%s", err.msg);
+    cr_assert_eq(sq_corpus_writer_end_sequence(w, &err), SQ_OK, "%s", err.msg);
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), SQ_OK, "%s", err.msg);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t ds = H5Dopen2(f, "/tokens", H5P_DEFAULT);
+    tok[37] = VV + 5;
+    cr_assert(ds >= 0 && H5Dwrite(ds, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok) >= 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+    sq_corpus *c;
+    cr_assert_eq(sq_corpus_open(path, &c, &err), SQ_OK, "%s", err.msg);
+    for (int rd = 0; rd < 3; rd++)
+        for (int threads = 1; threads <= 2; threads++) {
+            double p[16], se[16];
+            err = (sq_error){0};
+            int rc = run_once(c, path, rd, threads, 1u << 20, p, se, &err);
+            cr_assert_eq(rc, SQ_EDATA, "read %d: status %d: %s", rd, rc, err.msg);
+            cr_assert(strstr(err.msg, "/tokens: row 37: token id 3005"), "read %d: %s", rd,
+                      err.msg);
+        }
+    sq_corpus_close(c);
+    free(t);
+    free(d);
+    free(path);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* Bytes of a stored chunk overwritten: a deflated chunk that no longer inflates (its adler32 or
  * its codes break) and an unfiltered one whose value became NaN are data errors naming the
  * file, the dataset and the chunk's or the bad row, on every reading path. */

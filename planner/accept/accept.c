@@ -1020,6 +1020,8 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     sq_accept_stats **part = calloc((size_t)n_cfg, sizeof *part);
     sq_corpus_raw *raw[2] = {NULL, NULL};
     int n_items[2] = {0, 0}, n_raw = 0, sync_made = 0;
+    int tok_rc[2] = {SQ_OK, SQ_OK};
+    sq_error tok_err[2] = {{0}, {0}};
     int rc = SQ_OK;
     if (units < 0 || !cfg_keys || !buf[0] || !buf[1] || !rowp[0] || !rowp[1] || !res || !acc ||
         !ws || !part) {
@@ -1070,6 +1072,8 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         sync_made = 1;
         rc = read_raw_batch(corpus, 0, count, raw_rows, buf[0], buf[0] + half, V, raw[0],
                             &n_items[0], rowp[0], rowp[0] + batch, err);
+        if (rc == SQ_OK)
+            tok_rc[0] = sq_corpus_read(corpus, 0, count, NULL, NULL, NULL, &tok_err[0]);
     } else {
         rc = read_rows_batch(corpus, 0, count, buf[0], buf[0] + half, V, rowp[0],
                              rowp[0] + batch, err);
@@ -1115,10 +1119,16 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         int64_t next_row = row + count;
         int next_count = (int)(N - next_row < batch ? N - next_row : batch);
         int rrc = SQ_OK;
-        if (next_count > 0 && raw_rows > 0)
+        if (next_count > 0 && raw_rows > 0) {
             rrc = read_raw_batch(corpus, next_row, next_count, raw_rows, buf[1 - cur],
                                  buf[1 - cur] + half, V, raw[1 - cur], &n_items[1 - cur],
                                  rowp[1 - cur], rowp[1 - cur] + batch, err);
+            /* /tokens (read and checked as sq_corpus_read does, after the logits) */
+            tok_err[1 - cur] = (sq_error){0};
+            if (rrc == SQ_OK)
+                tok_rc[1 - cur] = sq_corpus_read(corpus, next_row, next_count, NULL, NULL, NULL,
+                                                 &tok_err[1 - cur]);
+        }
         else if (next_count > 0)
             rrc = read_rows_batch(corpus, next_row, next_count, buf[1 - cur],
                                   buf[1 - cur] + half, V, rowp[1 - cur], rowp[1 - cur] + batch,
@@ -1130,6 +1140,12 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
             if (err)
                 *err = ctx.fail;
             rc = ctx.fail.status;
+            goto done;
+        }
+        if (raw_rows > 0 && tok_rc[cur]) {
+            if (err)
+                *err = tok_err[cur];
+            rc = tok_rc[cur];
             goto done;
         }
         if (rrc) {
