@@ -58,6 +58,7 @@ static long fail_each(const char *what, build_fn build, const void *obj)
     long n = count_allocations(build, obj, &want);
     cr_assert_gt(n, 10, "%s: %ld allocations", what, n);
     long points = n < MAX_POINTS ? n : MAX_POINTS;
+    long live = sq_json_live_blocks();
     for (long i = 0; i < points; i++) {
         long k = point(i, points, n);
         sq_json_inject_oom(k);
@@ -68,6 +69,8 @@ static long fail_each(const char *what, build_fn build, const void *obj)
             cr_assert_fail("%s: allocation %ld of %ld failed, but the build returned a tree", what,
                            k, n);
         }
+        cr_assert_eq(sq_json_live_blocks(), live, "%s: allocation %ld of %ld failed, and %ld "
+                     "blocks were not freed", what, k, n, sq_json_live_blocks() - live);
     }
     cJSON *j = build(obj);
     cr_assert_not_null(j);
@@ -184,9 +187,10 @@ Test(oom, saves_return_an_error_and_write_nothing)
 
 /* The builders nest (a plan holds a curve, a curve set holds curves): a failure inside the
  * inner one fails the outer one, and items that could not be attached are freed when the
- * build ends (ASan's leak check in the sanitizer build sees any that is not). */
+ * build ends: no cJSON block is left behind. */
 Test(oom, nested_builds_and_orphans)
 {
+    long live = sq_json_live_blocks();
     sq_json_build outer = sq_json_build_begin();
     cJSON *root = cJSON_CreateObject();
     cJSON *late = cJSON_CreateArray();
@@ -200,6 +204,8 @@ Test(oom, nested_builds_and_orphans)
     sq_json_add(root, "ok", ok);
     cr_assert(sq_json_build_failed(outer));
     cr_assert_null(sq_json_build_end(outer, root));
+    cr_assert_eq(sq_json_live_blocks(), live, "the failed build left %ld blocks",
+                 sq_json_live_blocks() - live);
 
     /* nothing failing: the same calls give the tree */
     outer = sq_json_build_begin();
@@ -214,6 +220,7 @@ Test(oom, nested_builds_and_orphans)
     cr_assert_str_eq(s, "{\n  \"late\": [1]\n}\n");
     free(s);
     cJSON_Delete(root);
+    cr_assert_eq(sq_json_live_blocks(), live);
 }
 
 /* The statistics that used to allocate scratch (and abort without it) no longer allocate:

@@ -1,6 +1,7 @@
 #include "libsequoia/base/json.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,6 +254,7 @@ static _Thread_local long inject_at = -1;            /* the allocation that is m
 /* Items that sq_json_add or sq_json_append could not add, chained through their `next`: they
  * stay valid (a builder may still fill them) until the build that made them ends. */
 static _Thread_local cJSON *orphans;
+static atomic_long live_blocks;   /* cJSON blocks allocated and not yet freed (a test hook) */
 
 static void *counted_malloc(size_t bytes)
 {
@@ -262,16 +264,30 @@ static void *counted_malloc(size_t bytes)
         inject_at = -1;
     if (!p)
         alloc_failures++;
+    else
+        atomic_fetch_add_explicit(&live_blocks, 1, memory_order_relaxed);
     return p;
 }
 
+static void counted_free(void *p)
+{
+    if (p)
+        atomic_fetch_sub_explicit(&live_blocks, 1, memory_order_relaxed);
+    free(p);
+}
+
 /* Installed when the library is loaded, before any thread of the program's: every cJSON
- * allocation (parsing, building, cJSON_Duplicate) is counted. free is left as it is, so that a
- * tree allocated before the hooks were installed is freed the same way. */
+ * allocation (parsing, building, cJSON_Duplicate) is counted. Both hooks end in malloc and
+ * free, so a block is freed the same way whoever allocated it. */
 __attribute__((constructor)) static void install_hooks(void)
 {
-    cJSON_Hooks hooks = {.malloc_fn = counted_malloc, .free_fn = free};
+    cJSON_Hooks hooks = {.malloc_fn = counted_malloc, .free_fn = counted_free};
     cJSON_InitHooks(&hooks);
+}
+
+long sq_json_live_blocks(void)
+{
+    return atomic_load_explicit(&live_blocks, memory_order_relaxed);
 }
 
 long sq_json_inject_oom(long n)

@@ -89,6 +89,10 @@ void sq_json_append(cJSON *arr, cJSON *item);
  * that a test can learn how many allocations a build makes and fail each in turn. */
 long sq_json_inject_oom(long n);
 
+/* Test hook: cJSON blocks allocated through the hooks and not yet freed, all threads (a test
+ * compares it before and after a build to see that nothing leaked). */
+long sq_json_live_blocks(void);
+
 /* Pretty-prints `item` followed by a newline. Arrays of scalars stay on one line; numbers use
  * the shortest of %.15g/%.17g that reads back exactly, so output is byte-stable. */
 void sq_json_print(FILE *fp, const cJSON *item);
