@@ -18,6 +18,7 @@
  * The KV cache mirrors the CPU's layout: per layer, max_context committed slots then
  * max_pending pending ones; keys are stored after RoPE, both in 16 bits. Commit gathers the kept pending slots into a
  * scratch buffer and copies them after the committed ones. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +40,59 @@ extern "C" {
 
 enum { T_ATTN_NORM, T_FFN_NORM, T_WQ, T_WK, T_WV, T_WO, T_GATE, T_UP, T_DOWN, T_COUNT };
 
+/* The weights of one model in one 16-bit type and one mode, on one device: shared by every
+ * context of that model, dtype and mode (a batch of B sequences is B contexts of one model, and
+ * B copies of a 7B model's weights would not fit). Reference-counted in a process-wide list
+ * (weights_acquire / weights_release below); the first context makes them, the last frees them. */
+typedef struct cuda_weights {
+    const sq_model       *model;
+    int                   bf16, offload, refs;
+    struct cuda_weights  *next;
+    uint8_t              *d_blocks;   // on device: (n_layers, block_bytes); offload: NULL
+    uint8_t              *h_blocks;   // offload: (n_layers, block_bytes) pinned host
+    uint16_t             *d_embed;    // (vocab, dim)
+    uint16_t             *d_lm_head;  // (vocab, dim)    == d_embed when tied
+    float                *d_norm;     // (dim)
+} cuda_weights;
+
+/* One sequence of a forward as the attention and KV-store kernels see it (uploaded per forward,
+ * one per sequence): its context's cache, the slots the new tokens go to, its rows of the
+ * forward's activations and its mask. A single-sequence forward is a batch of one. */
+typedef struct at_seq {
+    uint16_t *kc, *vc;        /* layer 0 of the sequence's 16-bit key and value cache      */
+    size_t    layer_stride;   /* elements per layer (slots * kv_dim)                       */
+    size_t    mask_off;       /* its (n, width) mask in the forward's mask buffer          */
+    int       C, width, n;    /* committed slots, pending + new, new tokens                */
+    int       row0, tile0;    /* its first row of the forward, its first query tile        */
+    int       chunks_per_split;
+} at_seq;
+
+/* The activations of one forward, for up to `rows` token rows (all sequences of a batch
+ * together); a context's own are sized for max_pending rows at creation and grow when a batched
+ * forward needs more (act_reserve). */
+typedef struct cuda_act {
+    size_t    rows, mask_bytes, part_rows, seqs, tiles;   /* capacities                       */
+    float    *x;              // (rows, dim)        residual stream
+    uint16_t *xb;             // (rows, dim)        normed, 16-bit GEMM input
+    float    *q;              // (rows, q_dim)
+    uint16_t *att;            // (rows, q_dim)      attention out, 16-bit
+    float    *gu;             // (rows, 2*hidden)   gate | up
+    uint16_t *hb;             // (rows, hidden)     silu(gate)*up, 16-bit
+    float    *logits;         // (rows, vocab)
+    float    *kf;             // (rows, kv_dim)     new keys, float32
+    float    *vf;             // (rows, kv_dim)     new values, float32
+    float    *part;           // (part_rows, hd + 2) attention range states
+    float    *h_logits;       // (rows, vocab)      pinned host
+    int32_t  *d_tokens;       // (rows)
+    int32_t  *d_pos;          // (rows)
+    int32_t  *d_row_seq;      // (rows)             the sequence of each row
+    uint8_t  *d_mask;         // (mask_bytes)       every sequence's mask, one after another
+    at_seq   *d_seqs;         // (seqs)
+    int32_t  *d_tile_seq;     // (tiles)            the sequence of each query tile
+    uint8_t  *h_meta;         // host staging of seqs, tile_seq and row_seq
+    size_t    h_meta_bytes;
+} cuda_act;
+
 typedef struct cuda_state {
     int             device;
     char            name[256];
@@ -52,34 +106,17 @@ typedef struct cuda_state {
     cublasHandle_t  blas;
     size_t          off[T_COUNT];   /* byte offsets of a layer's tensors in its block     */
     size_t          block_bytes;    /* one layer block, padded                            */
-    uint8_t        *d_blocks;       // (n_layers or 2, block_bytes)   device
-    uint8_t        *h_blocks;       // (n_layers, block_bytes)        pinned host, offload
-    uint16_t       *d_embed;        // (vocab, dim)
-    uint16_t       *d_lm_head;      // (vocab, dim)    == d_embed when tied
-    float          *d_norm;         // (dim)
+    cuda_weights   *w;              /* shared weights (NULL until acquired)               */
+    uint8_t        *d_blocks;       // offload: (2, block_bytes) device layer buffers
     float          *d_inv_freq;     // (head_dim/2)
     uint16_t       *k_cache;        // (layer, slots, kv_dim)     16-bit, keys after RoPE
     uint16_t       *v_cache;        // (layer, slots, kv_dim)
-    float          *kf;             // (max_pending, kv_dim)      new keys, float32
-    float          *vf;             // (max_pending, kv_dim)      new values, float32
-    float          *part;           // (part_rows, hd + 2)        attention range states
-    size_t          part_rows;      // (token, head, split) entries part holds
     int             sms;            // streaming multiprocessors
-    float          *h_logits;       // (max_pending, vocab)       pinned host
     cudaEvent_t     lev[LOGIT_EVENTS];
     int             levents;
-    float          *x;              // (max_pending, dim)        residual stream
-    uint16_t       *xb;             // (max_pending, dim)        normed, 16-bit GEMM input
-    float          *q;              // (max_pending, q_dim)
-    uint16_t       *att;            // (max_pending, q_dim)      attention out, 16-bit
-    float          *gu;             // (max_pending, 2*hidden)   gate | up
-    uint16_t       *hb;             // (max_pending, hidden)     silu(gate)*up, 16-bit
-    float          *logits;         // (max_pending, vocab)
+    cuda_act        a;              /* activations (of every batch this context leads)   */
     uint16_t       *gather;         // (max_pending, kv_dim)     commit scratch
-    int32_t        *d_tokens;       // (max_pending)
-    int32_t        *d_pos;          // (max_pending)
     int32_t        *d_keep;         // (max_pending)
-    uint8_t        *d_mask;         // (max_pending, max_pending)
 } cuda_state;
 
 /* ---- device helpers --------------------------------------------------------------------------- */
@@ -224,7 +261,14 @@ __global__ void __launch_bounds__(256) k_gemv(float *out, const uint16_t *in, co
  * for every row; pending slot C + j only where mask[token][j] != 0. Each block writes, per row,
  * (m, l, unnormalised accumulator) for its range.
  *
- * k_attn_merge: grid (n, n_heads), head_dim threads: merges the ranges' states with
+ * Several sequences (a batched forward, sq_context_forward_batch) share one launch: each has its
+ * own query tiles (numbered one sequence after another; tile_seq maps a tile to its sequence),
+ * its own KV cache, context length, mask and rows, all in its at_seq. Every sequence is cut
+ * into the same number of ranges, each of its own chunks_per_split chunks (a range past the end
+ * of a shorter context is empty: m = -inf, l = 0, which the merge ignores). A forward of one
+ * sequence is a batch of one.
+ *
+ * k_attn_merge: grid (rows, n_heads), head_dim threads: merges the ranges' states with
  * sq_k_online_merge and writes out = acc / l in 16 bits. */
 #define AT_TK 32            /* slots per chunk                                   */
 #define AT_THREADS 256      /* 8 warps                                           */
@@ -237,17 +281,25 @@ template <int HDMAX> struct at_shape {
 };
 
 template <int BF, int HDMAX>
-__global__ void __launch_bounds__(AT_THREADS, 2) k_attn_partial(float *part, const float *q, const uint16_t *kc,
-                               const uint16_t *vc, const uint8_t *mask, int C, int width,
-                               int n, int n_heads, int n_kv_heads, int hd, int chunks_per_split,
-                               int splits)
+__global__ void __launch_bounds__(AT_THREADS, 2) k_attn_partial(float *part, const float *q_all,
+                               const at_seq *seqs, const int32_t *tile_seq,
+                               const uint8_t *mask_all, int layer, int tile_base, int n_heads,
+                               int n_kv_heads, int hd, int splits)
 {
     typedef at_shape<HDMAX> S;
     __shared__ uint32_t sk[AT_TK][S::WPAD];    /* a chunk's keys: pairs of 16-bit values  */
     __shared__ uint32_t sv[AT_TK][S::WPAD];    /* and values                              */
     __shared__ float sq[S::TQ][HDMAX + 1];     /* the tile's queries, pre-scaled          */
     __shared__ float sp[AT_THREADS / 32][S::ROWS][AT_TK];   /* each warp's probabilities  */
-    const int kvh = blockIdx.x, tile = blockIdx.y, split = blockIdx.z;
+    /* this block's sequence: its cache, mask, rows and context */
+    const int gtile = tile_base + (int)blockIdx.y;
+    const at_seq sd = seqs[tile_seq[gtile]];
+    const uint16_t *kc = sd.kc + (size_t)layer * sd.layer_stride;
+    const uint16_t *vc = sd.vc + (size_t)layer * sd.layer_stride;
+    const uint8_t *mask = mask_all + sd.mask_off;
+    const float *q = q_all + (size_t)sd.row0 * n_heads * hd;
+    const int C = sd.C, width = sd.width, n = sd.n, chunks_per_split = sd.chunks_per_split;
+    const int kvh = blockIdx.x, tile = gtile - sd.tile0, split = blockIdx.z;
     const int group = n_heads / n_kv_heads, rows = n * group;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kv_dim = n_kv_heads * hd, total = C + width, words = hd / 2;
@@ -353,7 +405,8 @@ __global__ void __launch_bounds__(AT_THREADS, 2) k_attn_partial(float *part, con
             continue;
         int R = tile * S::TQ + warp * S::ROWS + r;
         int h = kvh * group + R % group;
-        float *o = part + (((size_t)tok[r] * n_heads + h) * splits + split) * (size_t)(hd + 2);
+        float *o = part + (((size_t)(sd.row0 + tok[r]) * n_heads + h) * splits + split) *
+                              (size_t)(hd + 2);
         if (lane == 0) {
             o[0] = m[r];
             o[1] = l[r];
@@ -386,19 +439,28 @@ __global__ void k_attn_merge(uint16_t *out, const float *part, int n_heads, int 
     out[((size_t)i * n_heads + h) * hd + e] = store16<BF>(tot.l > 0.0f ? res / tot.l : 0.0f);
 }
 
-/* New keys and values into the 16-bit cache: key pairs (k, k + hd/2) rotated at pos[i] (RoPE,
- * rotate_half), values converted. kf/vf (n, kv_dim) float32 GEMM outputs; kdst/vdst the first
- * new slot of the layer. grid (n, n_kv_heads), block hd/2. */
+/* New keys and values into the 16-bit cache: key pairs (k, k + hd/2) rotated at pos[row]
+ * (RoPE, rotate_half), values converted. kf_all/vf_all (rows, kv_dim) float32 GEMM outputs of
+ * the whole forward; row `row` of sequence sd goes to slot C + P + (row - row0) of that
+ * sequence's cache in layer `layer` (P = width - n: its pending slots before the forward).
+ * grid (rows, n_kv_heads), block hd/2. */
 template <int BF>
-__global__ void k_kv_store(uint16_t *kdst, uint16_t *vdst, const float *kf, const float *vf,
-                           const int32_t *pos, const float *inv_freq, int kv_dim, int head_dim)
+__global__ void k_kv_store(const at_seq *seqs, const int32_t *row_seq, int layer,
+                           const float *kf_all, const float *vf_all, const int32_t *pos,
+                           const float *inv_freq, int kv_dim, int head_dim)
 {
     const int npair = head_dim / 2, k = threadIdx.x;
     if (k >= npair)
         return;
-    const size_t o = (size_t)blockIdx.x * kv_dim + (size_t)blockIdx.y * head_dim;
+    const int row = (int)blockIdx.x;
+    const at_seq sd = seqs[row_seq[row]];
+    const size_t slot = (size_t)(sd.C + sd.width - sd.n + (row - sd.row0));
+    const size_t at = (size_t)layer * sd.layer_stride + slot * (size_t)kv_dim;
+    uint16_t *kdst = sd.kc + at, *vdst = sd.vc + at;
+    const float *kf = kf_all + (size_t)row * kv_dim, *vf = vf_all + (size_t)row * kv_dim;
+    const size_t o = (size_t)blockIdx.y * head_dim;
     float a = kf[o + k], b = kf[o + k + npair];
-    float angle = (float)pos[blockIdx.x] * inv_freq[k];
+    float angle = (float)pos[row] * inv_freq[k];
     sq_k_rope_rotate(&a, &b, cosf(angle), sinf(angle));
     kdst[o + k] = store16<BF>(a);
     kdst[o + k + npair] = store16<BF>(b);
@@ -537,23 +599,23 @@ static int upload16(uint16_t **dst, const float *src, size_t n, int bf16, uint16
     return SQ_OK;
 }
 
-/* Uploads the model's float32 weights, converted to 16 bits on the host: layer blocks (to the
- * device, or to the pinned host blocks in offload mode), the embedding, the LM head and the
- * final norm. */
-static int upload_weights(cuda_state *s, const sq_model_config *c, const sq_weights *w,
-                          sq_error *err)
+/* Uploads the model's float32 weights into `wt`, converted to 16 bits on the host: layer blocks
+ * (to the device, or to the pinned host blocks in offload mode), the embedding, the LM head and
+ * the final norm. */
+static int upload_weights(cuda_state *s, cuda_weights *wt, const sq_model_config *c,
+                          const sq_weights *w, sq_error *err)
 {
     const size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, V = (size_t)c->vocab_size;
     if (s->offload) {
         for (size_t l = 0; l < L; l++)
-            fill_block(s, c, &w->layers[l], s->h_blocks + l * s->block_bytes);
+            fill_block(s, c, &w->layers[l], wt->h_blocks + l * s->block_bytes);
     } else {
         uint8_t *staging = NULL;
         CUDA_CHECK(cudaMallocHost((void **)&staging, s->block_bytes));
         for (size_t l = 0; l < L; l++) {
             fill_block(s, c, &w->layers[l], staging);
-            cudaError_t e = cudaMemcpy(s->d_blocks + l * s->block_bytes, staging, s->block_bytes,
-                                       cudaMemcpyHostToDevice);
+            cudaError_t e = cudaMemcpy(wt->d_blocks + l * s->block_bytes, staging,
+                                       s->block_bytes, cudaMemcpyHostToDevice);
             if (e != cudaSuccess) {
                 cudaFreeHost(staging);
                 CUDA_CHECK(e);
@@ -565,16 +627,16 @@ static int upload_weights(cuda_state *s, const sq_model_config *c, const sq_weig
     uint16_t *st16 = (uint16_t *)malloc(st_elems * sizeof *st16);
     if (!st16)
         return sq_error_oom(err, "the CUDA upload buffer");
-    int rc = upload16(&s->d_embed, w->embed, V * dim, s->bf16, st16, st_elems, err);
+    int rc = upload16(&wt->d_embed, w->embed, V * dim, s->bf16, st16, st_elems, err);
     if (!rc && w->lm_head == w->embed)
-        s->d_lm_head = s->d_embed;
+        wt->d_lm_head = wt->d_embed;
     else if (!rc)
-        rc = upload16(&s->d_lm_head, w->lm_head, V * dim, s->bf16, st16, st_elems, err);
+        rc = upload16(&wt->d_lm_head, w->lm_head, V * dim, s->bf16, st16, st_elems, err);
     free(st16);
     if (rc)
         return rc;
-    CUDA_CHECK(cudaMalloc((void **)&s->d_norm, dim * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(s->d_norm, w->norm, dim * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMalloc((void **)&wt->d_norm, dim * sizeof(float)));
+    CUDA_CHECK(cudaMemcpy(wt->d_norm, w->norm, dim * sizeof(float), cudaMemcpyHostToDevice));
     return SQ_OK;
 }
 
@@ -603,11 +665,13 @@ static int fill32(cuda_state *s, float *dst, size_t n, float v, sq_error *err)
 }
 
 /* The weights of a model made by sq_model_new_random_device, generated on the device in the
- * context's 16-bit type (no float32 copy anywhere): sq_model_new_random's distribution, norms
- * 1, matrices uniform in +-1/dim (down: +-1/hidden_dim), the embedding in +-1. Each tensor is
- * its own counter stream, so every element is computed independently. Offload mode generates
- * each layer in device buffer 0 and copies it to its pinned host block. */
-static int random_weights(cuda_state *s, const sq_model_config *c, uint64_t seed, sq_error *err)
+ * context's 16-bit type (no float32 copy anywhere) into `wt`: sq_model_new_random's
+ * distribution, norms 1, matrices uniform in +-1/dim (down: +-1/hidden_dim), the embedding in
+ * +-1. Each tensor is its own counter stream, so every element is computed independently.
+ * Offload mode generates each layer in the context's device buffer 0 and copies it to its
+ * pinned host block. */
+static int random_weights(cuda_state *s, cuda_weights *wt, const sq_model_config *c,
+                          uint64_t seed, sq_error *err)
 {
     const size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, V = (size_t)c->vocab_size;
     const size_t hid = (size_t)c->hidden_dim;
@@ -616,7 +680,7 @@ static int random_weights(cuda_state *s, const sq_model_config *c, uint64_t seed
     const float sd = 1.0f / (float)dim, sh = 1.0f / (float)hid;
     int rc;
     for (size_t l = 0; l < L; l++) {
-        uint8_t *blk = s->d_blocks + (s->offload ? 0 : l * s->block_bytes);
+        uint8_t *blk = s->offload ? s->d_blocks : wt->d_blocks + l * s->block_bytes;
         const struct { int t; size_t n; float scale; } mats[] = {
             {T_WQ, q_dim * dim, sd},  {T_WK, kv_dim * dim, sd},   {T_WV, kv_dim * dim, sd},
             {T_WO, dim * q_dim, sd},  {T_GATE, 2 * hid * dim, sd}, {T_DOWN, dim * hid, sh},
@@ -629,26 +693,226 @@ static int random_weights(cuda_state *s, const sq_model_config *c, uint64_t seed
                              l * T_COUNT + (size_t)mats[k].t, mats[k].scale, err)))
                 return rc;
         if (s->offload) {
-            CUDA_CHECK(cudaMemcpyAsync(s->h_blocks + l * s->block_bytes, blk, s->block_bytes,
+            CUDA_CHECK(cudaMemcpyAsync(wt->h_blocks + l * s->block_bytes, blk, s->block_bytes,
                                        cudaMemcpyDeviceToHost, s->stream));
             CUDA_CHECK(cudaStreamSynchronize(s->stream));
         }
     }
     const uint64_t top = L * T_COUNT;
-    CUDA_CHECK(cudaMalloc((void **)&s->d_embed, V * dim * sizeof(uint16_t)));
-    if ((rc = fill16(s, s->d_embed, V * dim, seed, top, 1.0f, err)))
+    CUDA_CHECK(cudaMalloc((void **)&wt->d_embed, V * dim * sizeof(uint16_t)));
+    if ((rc = fill16(s, wt->d_embed, V * dim, seed, top, 1.0f, err)))
         return rc;
     if (c->tied_embeddings) {
-        s->d_lm_head = s->d_embed;
+        wt->d_lm_head = wt->d_embed;
     } else {
-        CUDA_CHECK(cudaMalloc((void **)&s->d_lm_head, V * dim * sizeof(uint16_t)));
-        if ((rc = fill16(s, s->d_lm_head, V * dim, seed, top + 1, sd, err)))
+        CUDA_CHECK(cudaMalloc((void **)&wt->d_lm_head, V * dim * sizeof(uint16_t)));
+        if ((rc = fill16(s, wt->d_lm_head, V * dim, seed, top + 1, sd, err)))
             return rc;
     }
-    CUDA_CHECK(cudaMalloc((void **)&s->d_norm, dim * sizeof(float)));
-    if ((rc = fill32(s, s->d_norm, dim, 1.0f, err)))
+    CUDA_CHECK(cudaMalloc((void **)&wt->d_norm, dim * sizeof(float)));
+    if ((rc = fill32(s, wt->d_norm, dim, 1.0f, err)))
         return rc;
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    return SQ_OK;
+}
+
+/* ---- shared weights ------------------------------------------------------------------------ */
+
+static pthread_mutex_t weights_mu = PTHREAD_MUTEX_INITIALIZER;
+static cuda_weights *weights_list;   /* under weights_mu */
+
+static void weights_free(cuda_weights *wt)
+{
+    if (!wt)
+        return;
+    if (wt->d_blocks)
+        cudaFree(wt->d_blocks);
+    if (wt->h_blocks)
+        cudaFreeHost(wt->h_blocks);
+    if (wt->d_lm_head && wt->d_lm_head != wt->d_embed)
+        cudaFree(wt->d_lm_head);
+    if (wt->d_embed)
+        cudaFree(wt->d_embed);
+    if (wt->d_norm)
+        cudaFree(wt->d_norm);
+    free(wt);
+}
+
+/* The shared weights of s's model, dtype and mode, or NULL when no context holds them yet
+ * (caller holds weights_mu). */
+static cuda_weights *weights_find(const sq_model *m, const cuda_state *s)
+{
+    for (cuda_weights *wt = weights_list; wt; wt = wt->next)
+        if (wt->model == m && wt->bf16 == s->bf16 && wt->offload == s->offload)
+            return wt;
+    return NULL;
+}
+
+/* Makes the weights of ctx's model in s's dtype and mode (caller holds weights_mu and found
+ * none) and lists them with one reference, s's. */
+static int weights_make(sq_context *ctx, cuda_state *s, sq_error *err)
+{
+    const sq_model_config *c = &ctx->model->config;
+    cuda_weights *wt = (cuda_weights *)calloc(1, sizeof *wt);
+    if (!wt)
+        return sq_error_oom(err, "the CUDA weights");
+    wt->model = ctx->model;
+    wt->bf16 = s->bf16;
+    wt->offload = s->offload;
+    wt->refs = 1;
+    cudaError_t e = s->offload
+        ? cudaHostAlloc((void **)&wt->h_blocks, (size_t)c->n_layers * s->block_bytes,
+                        cudaHostAllocDefault)
+        : cudaMalloc((void **)&wt->d_blocks, (size_t)c->n_layers * s->block_bytes);
+    int rc = SQ_OK;
+    if (e != cudaSuccess)
+        rc = sq_error_set(err, SQ_ESOFTWARE, "CUDA: %s:%d: %s of the layer blocks: %s", __FILE__,
+                          __LINE__, s->offload ? "cudaHostAlloc" : "cudaMalloc",
+                          cudaGetErrorString(e));
+    else if (ctx->model->device_random)
+        rc = random_weights(s, wt, c, ctx->model->random_seed, err);
+    else
+        rc = upload_weights(s, wt, c, &ctx->model->w, err);
+    if (rc) {
+        weights_free(wt);
+        return rc;
+    }
+    wt->next = weights_list;
+    weights_list = wt;
+    s->w = wt;
+    return SQ_OK;
+}
+
+/* Drops s's reference; the last one frees the weights. */
+static void weights_release(cuda_state *s)
+{
+    if (!s->w)
+        return;
+    pthread_mutex_lock(&weights_mu);
+    cuda_weights *wt = s->w;
+    if (--wt->refs == 0) {
+        for (cuda_weights **p = &weights_list; *p; p = &(*p)->next)
+            if (*p == wt) {
+                *p = wt->next;
+                break;
+            }
+        weights_free(wt);
+    }
+    pthread_mutex_unlock(&weights_mu);
+    s->w = NULL;
+}
+
+/* ---- activations ---------------------------------------------------------------------------- */
+
+static void act_free(cuda_act *a)
+{
+    void *dev[] = {a->x, a->xb, a->q, a->att, a->gu, a->hb, a->logits, a->kf, a->vf, a->part,
+                   a->d_tokens, a->d_pos, a->d_row_seq, a->d_mask, a->d_seqs, a->d_tile_seq};
+    for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
+        if (dev[k])
+            cudaFree(dev[k]);
+    if (a->h_logits)
+        cudaFreeHost(a->h_logits);
+    free(a->h_meta);
+    memset(a, 0, sizeof *a);
+}
+
+/* The partial-state entries (token, head, split) attention may use for `rows` rows. */
+static size_t act_part_rows(const sq_model_config *c, size_t rows)
+{
+    return (size_t)c->n_heads * (rows * 4 > AT_MAX_SPLITS ? rows * 4 : AT_MAX_SPLITS);
+}
+
+/* Device bytes of the activations for `rows` rows and `mask_bytes` of masks. */
+static size_t act_bytes(const sq_model_config *c, size_t rows, size_t mask_bytes)
+{
+    const size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    return rows * (dim * 6 + q_dim * 6 + hid * 10 + V * 4 + kv_dim * 8 + 12) + mask_bytes +
+           act_part_rows(c, rows) * (size_t)(c->head_dim + 2) * sizeof(float) +
+           rows * (sizeof(at_seq) + sizeof(int32_t));
+}
+
+#define DMALLOC(ptr, bytes) CUDA_CHECK(cudaMalloc((void **)&(ptr), (bytes)))
+
+/* Makes room for a forward of `rows` token rows in `nseq` sequences with `mask_bytes` of masks
+ * and `tiles` query tiles; buffers already large enough are kept. (cudaFree waits for the
+ * device, so nothing in flight uses a buffer that goes.) */
+static int act_reserve(const sq_model_config *c, cuda_act *a, size_t rows, size_t mask_bytes,
+                       size_t nseq, size_t tiles, sq_error *err)
+{
+    const size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    if (rows > a->rows) {
+        cuda_act keep = *a;   /* the masks and tables are sized apart */
+        void *dev[] = {a->x, a->xb, a->q, a->att, a->gu, a->hb, a->logits, a->kf, a->vf,
+                       a->part, a->d_tokens, a->d_pos, a->d_row_seq};
+        for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
+            if (dev[k])
+                cudaFree(dev[k]);
+        if (a->h_logits)
+            cudaFreeHost(a->h_logits);
+        memset(a, 0, sizeof *a);
+        a->mask_bytes = keep.mask_bytes;
+        a->d_mask = keep.d_mask;
+        a->seqs = keep.seqs;
+        a->d_seqs = keep.d_seqs;
+        a->tiles = keep.tiles;
+        a->d_tile_seq = keep.d_tile_seq;
+        a->h_meta = keep.h_meta;
+        a->h_meta_bytes = keep.h_meta_bytes;
+        a->part_rows = act_part_rows(c, rows);
+        DMALLOC(a->x, rows * dim * sizeof(float));
+        DMALLOC(a->xb, rows * dim * 2);
+        DMALLOC(a->q, rows * q_dim * sizeof(float));
+        DMALLOC(a->att, rows * q_dim * 2);
+        DMALLOC(a->gu, rows * 2 * hid * sizeof(float));
+        DMALLOC(a->hb, rows * hid * 2);
+        DMALLOC(a->logits, rows * V * sizeof(float));
+        DMALLOC(a->kf, rows * kv_dim * sizeof(float));
+        DMALLOC(a->vf, rows * kv_dim * sizeof(float));
+        DMALLOC(a->part, a->part_rows * (size_t)(c->head_dim + 2) * sizeof(float));
+        DMALLOC(a->d_tokens, rows * sizeof(int32_t));
+        DMALLOC(a->d_pos, rows * sizeof(int32_t));
+        DMALLOC(a->d_row_seq, rows * sizeof(int32_t));
+        CUDA_CHECK(cudaMallocHost((void **)&a->h_logits, rows * V * sizeof(float)));
+        a->rows = rows;
+    }
+    if (mask_bytes > a->mask_bytes) {
+        if (a->d_mask)
+            cudaFree(a->d_mask);
+        a->d_mask = NULL;
+        a->mask_bytes = 0;
+        DMALLOC(a->d_mask, mask_bytes);
+        a->mask_bytes = mask_bytes;
+    }
+    if (nseq > a->seqs) {
+        if (a->d_seqs)
+            cudaFree(a->d_seqs);
+        a->d_seqs = NULL;
+        a->seqs = 0;
+        DMALLOC(a->d_seqs, nseq * sizeof(at_seq));
+        a->seqs = nseq;
+    }
+    if (tiles > a->tiles) {
+        if (a->d_tile_seq)
+            cudaFree(a->d_tile_seq);
+        a->d_tile_seq = NULL;
+        a->tiles = 0;
+        DMALLOC(a->d_tile_seq, tiles * sizeof(int32_t));
+        a->tiles = tiles;
+    }
+    /* host staging: the tables, then rows' tokens and positions, then the masks */
+    size_t meta = nseq * sizeof(at_seq) + (tiles + 3 * rows) * sizeof(int32_t) + mask_bytes;
+    if (meta > a->h_meta_bytes) {
+        uint8_t *h = (uint8_t *)realloc(a->h_meta, meta);
+        if (!h)
+            return sq_error_oom(err, "the CUDA forward's tables");
+        a->h_meta = h;
+        a->h_meta_bytes = meta;
+    }
     return SQ_OK;
 }
 
@@ -662,19 +926,12 @@ static void cuda_free(sq_context *ctx)
         cudaStreamSynchronize(s->stream);
     if (s->copy_stream)
         cudaStreamSynchronize(s->copy_stream);
-    void *dev[] = {s->d_blocks, s->d_embed, s->d_norm, s->d_inv_freq, s->k_cache, s->v_cache,
-                   s->x, s->xb, s->q, s->att, s->gu, s->hb, s->logits, s->gather, s->kf, s->vf,
-                   s->part, s->d_tokens,
-                   s->d_pos, s->d_keep, s->d_mask};
+    weights_release(s);
+    act_free(&s->a);
+    void *dev[] = {s->d_blocks, s->d_inv_freq, s->k_cache, s->v_cache, s->gather, s->d_keep};
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k])
             cudaFree(dev[k]);
-    if (s->d_lm_head && s->d_lm_head != s->d_embed)
-        cudaFree(s->d_lm_head);
-    if (s->h_blocks)
-        cudaFreeHost(s->h_blocks);
-    if (s->h_logits)
-        cudaFreeHost(s->h_logits);
     for (int e = 0; e < s->levents; e++)
         cudaEventDestroy(s->lev[e]);
     for (int b = 0; b < s->events; b++) {
@@ -691,7 +948,12 @@ static void cuda_free(sq_context *ctx)
     ctx->impl = NULL;
 }
 
-#define DMALLOC(ptr, bytes) CUDA_CHECK(cudaMalloc((void **)&(ptr), (bytes)))
+/* Query tiles of a sequence of n tokens (at_shape's TQ rows each, per KV head). */
+static int at_tiles(const sq_model_config *c, int n)
+{
+    const int tq = c->head_dim <= 128 ? (int)at_shape<128>::TQ : (int)at_shape<256>::TQ;
+    return (n * (c->n_heads / c->n_kv_heads) + tq - 1) / tq;
+}
 
 static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
 {
@@ -730,23 +992,25 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     s->off[T_DOWN] = o;      o = align_up(o + dim * hid * 2);
     s->block_bytes = o;
 
-    /* refuse early, with the numbers, when the device cannot hold it */
+    /* refuse early, with the numbers, when the device cannot hold it; weights another context
+     * of this model, dtype and mode already holds cost nothing more */
+    pthread_mutex_lock(&weights_mu);
+    const int shared = weights_find(ctx->model, s) != NULL;
+    pthread_mutex_unlock(&weights_mu);
     size_t kv_bytes = 2 * L * (size_t)s->slots * kv_dim * sizeof(uint16_t);
-    s->part_rows = (size_t)c->n_heads * (mp * 4 > AT_MAX_SPLITS ? mp * 4 : AT_MAX_SPLITS);
-    size_t part_bytes = s->part_rows * (size_t)(c->head_dim + 2) * sizeof(float);
-    size_t act_bytes = mp * (dim * 6 + q_dim * 6 + hid * 10 + V * 4 + kv_dim * 10 + mp + 12) +
-                       part_bytes;
+    size_t a_bytes = act_bytes(c, mp, mp * mp) + mp * (kv_dim * 2 + 4);
     const int tied = ctx->model->device_random ? c->tied_embeddings : w->lm_head == w->embed;
-    size_t w_bytes = (s->offload ? 2 : L) * s->block_bytes + V * dim * 2 * (tied ? 1 : 2) +
-                     dim * 4;
+    size_t w_bytes = (s->offload ? 2 : 0) * s->block_bytes +
+                     (shared ? 0 : (s->offload ? 0 : L) * s->block_bytes +
+                                   V * dim * 2 * (tied ? 1 : 2) + dim * 4);
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (kv_bytes + act_bytes + w_bytes > free_b)
+    if (kv_bytes + a_bytes + w_bytes > free_b)
         return sq_error_set(err, SQ_EUSAGE, "CUDA backend: needs %.2f GiB (weights %.2f, KV "
                             "cache %.2f, activations %.2f) but %s has %.2f GiB free%s",
-                            (double)(kv_bytes + act_bytes + w_bytes) / (1 << 30),
+                            (double)(kv_bytes + a_bytes + w_bytes) / (1 << 30),
                             (double)w_bytes / (1 << 30), (double)kv_bytes / (1 << 30),
-                            (double)act_bytes / (1 << 30), s->name, (double)free_b / (1 << 30),
+                            (double)a_bytes / (1 << 30), s->name, (double)free_b / (1 << 30),
                             s->offload ? "" : "; try the offload mode (weights streamed from host memory)");
 
     CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
@@ -763,16 +1027,19 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     CUBLAS_CHECK(cublasCreate(&s->blas));
     CUBLAS_CHECK(cublasSetStream(s->blas, s->stream));
 
-    /* weights */
-    DMALLOC(s->d_blocks, (s->offload ? 2 : L) * s->block_bytes);
+    /* weights: this context's two layer buffers in offload mode, then the shared ones */
     if (s->offload)
-        CUDA_CHECK(cudaHostAlloc((void **)&s->h_blocks, L * s->block_bytes, cudaHostAllocDefault));
-    int rc;
-    if (ctx->model->device_random) {
-        rc = random_weights(s, c, ctx->model->random_seed, err);
+        DMALLOC(s->d_blocks, 2 * s->block_bytes);
+    int rc = SQ_OK;
+    pthread_mutex_lock(&weights_mu);
+    cuda_weights *wt = weights_find(ctx->model, s);
+    if (wt) {
+        wt->refs++;
+        s->w = wt;
     } else {
-        rc = upload_weights(s, c, w, err);
+        rc = weights_make(ctx, s, err);
     }
+    pthread_mutex_unlock(&weights_mu);
     if (rc)
         return rc;
     const int npair = c->head_dim / 2;
@@ -792,26 +1059,14 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     /* KV cache and scratch */
     DMALLOC(s->k_cache, kv_bytes / 2);
     DMALLOC(s->v_cache, kv_bytes / 2);
-    DMALLOC(s->x, mp * dim * sizeof(float));
-    DMALLOC(s->xb, mp * dim * 2);
-    DMALLOC(s->q, mp * q_dim * sizeof(float));
-    DMALLOC(s->att, mp * q_dim * 2);
-    DMALLOC(s->gu, mp * 2 * hid * sizeof(float));
-    DMALLOC(s->hb, mp * hid * 2);
-    DMALLOC(s->logits, mp * V * sizeof(float));
+    if ((rc = act_reserve(c, &s->a, mp, mp * mp, 1, (size_t)at_tiles(c, (int)mp), err)))
+        return rc;
     DMALLOC(s->gather, mp * kv_dim * sizeof(uint16_t));
-    DMALLOC(s->kf, mp * kv_dim * sizeof(float));
-    DMALLOC(s->vf, mp * kv_dim * sizeof(float));
-    DMALLOC(s->part, part_bytes);
-    CUDA_CHECK(cudaMallocHost((void **)&s->h_logits, mp * V * sizeof(float)));
     for (int e = 0; e < LOGIT_EVENTS; e++) {
         CUDA_CHECK(cudaEventCreateWithFlags(&s->lev[e], cudaEventDisableTiming));
         s->levents = e + 1;
     }
-    DMALLOC(s->d_tokens, mp * sizeof(int32_t));
-    DMALLOC(s->d_pos, mp * sizeof(int32_t));
     DMALLOC(s->d_keep, mp * sizeof(int32_t));
-    DMALLOC(s->d_mask, mp * mp);
     return SQ_OK;
 }
 
@@ -871,39 +1126,28 @@ static int prefetch(cuda_state *s, int l, sq_error *err)
     int b = l & 1;
     CUDA_CHECK(cudaStreamWaitEvent(s->copy_stream, s->consumed[b], 0));
     CUDA_CHECK(cudaMemcpyAsync(s->d_blocks + (size_t)b * s->block_bytes,
-                               s->h_blocks + (size_t)l * s->block_bytes, s->block_bytes,
+                               s->w->h_blocks + (size_t)l * s->block_bytes, s->block_bytes,
                                cudaMemcpyHostToDevice, s->copy_stream));
     CUDA_CHECK(cudaEventRecord(s->copied[b], s->copy_stream));
     return SQ_OK;
 }
 
-/* The launch geometry of the tree attention (docs/cuda.md): query tiles of TQ rows per KV head,
- * and the context split so that about 4 blocks per SM run, within the partial-state buffer. */
+/* The tree attention of layer `layer` over every sequence of the forward (their at_seq tables
+ * are on the device): the partial kernel over all query tiles (in launches of at most 65535
+ * tiles, the grid's y limit), then the merge over all R rows. */
 template <int BF, int HDMAX>
-static int attention_t(cuda_state *s, const sq_model_config *c, const uint16_t *kl,
-                       const uint16_t *vl, int n, int C, int width, sq_error *err)
+static int attention_t(cuda_state *s, const sq_model_config *c, int layer, int R, int tiles,
+                       int splits, sq_error *err)
 {
-    typedef at_shape<HDMAX> S;
-    const int group = c->n_heads / c->n_kv_heads, rows = n * group;
-    const int tiles = (rows + S::TQ - 1) / S::TQ;
-    const int chunks = (C + width + AT_TK - 1) / AT_TK;
-    long want = (4L * s->sms + (long)c->n_kv_heads * tiles - 1) / ((long)c->n_kv_heads * tiles);
-    long cap = (long)(s->part_rows / ((size_t)n * c->n_heads));
-    if (want > cap)
-        want = cap;
-    if (want > AT_MAX_SPLITS)
-        want = AT_MAX_SPLITS;
-    if (want > chunks)
-        want = chunks;
-    if (want < 1)
-        want = 1;
-    const int per = (chunks + (int)want - 1) / (int)want;
-    const int splits = (chunks + per - 1) / per;
-    k_attn_partial<BF, HDMAX><<<dim3(c->n_kv_heads, tiles, splits), AT_THREADS, 0, s->stream>>>(
-        s->part, s->q, kl, vl, s->d_mask, C, width, n, c->n_heads, c->n_kv_heads, c->head_dim,
-        per, splits);
-    CUDA_CHECK_LAUNCH();
-    k_attn_merge<BF><<<dim3(n, c->n_heads), c->head_dim, 0, s->stream>>>(s->att, s->part,
+    cuda_act *A = &s->a;
+    for (int t0 = 0; t0 < tiles; t0 += 65535) {
+        const int nt = tiles - t0 < 65535 ? tiles - t0 : 65535;
+        k_attn_partial<BF, HDMAX><<<dim3(c->n_kv_heads, nt, splits), AT_THREADS, 0, s->stream>>>(
+            A->part, A->q, A->d_seqs, A->d_tile_seq, A->d_mask, layer, t0, c->n_heads,
+            c->n_kv_heads, c->head_dim, splits);
+        CUDA_CHECK_LAUNCH();
+    }
+    k_attn_merge<BF><<<dim3(R, c->n_heads), c->head_dim, 0, s->stream>>>(A->att, A->part,
                                                                         c->n_heads, c->head_dim,
                                                                         splits);
     CUDA_CHECK_LAUNCH();
@@ -911,32 +1155,121 @@ static int attention_t(cuda_state *s, const sq_model_config *c, const uint16_t *
 }
 
 template <int BF>
-static int attention(cuda_state *s, const sq_model_config *c, const uint16_t *kl,
-                     const uint16_t *vl, int n, int C, int width, sq_error *err)
+static int attention(cuda_state *s, const sq_model_config *c, int layer, int R, int tiles,
+                     int splits, sq_error *err)
 {
-    return c->head_dim <= 128 ? attention_t<BF, 128>(s, c, kl, vl, n, C, width, err)
-                              : attention_t<BF, 256>(s, c, kl, vl, n, C, width, err);
+    return c->head_dim <= 128 ? attention_t<BF, 128>(s, c, layer, R, tiles, splits, err)
+                              : attention_t<BF, 256>(s, c, layer, R, tiles, splits, err);
 }
 
-template <int BF>
-static int forward_t(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
-                     const uint8_t *mask, int n, float *logits, sq_error *err)
+/* Copies floats [a, a + m) of the forward's (rows, vocab) logits, flat, from src (indexed the
+ * same way) to the sequences' own logits arrays. */
+static void scatter_logits(const sq_batch_seq *seqs, int b, size_t V, const float *src, size_t a,
+                           size_t m)
 {
-    const sq_model_config *c = &ctx->model->config;
-    cuda_state *s = (cuda_state *)ctx->impl;
+    size_t off = 0;
+    for (int k = 0; k < b && m > 0; k++) {
+        const size_t len = (size_t)seqs[k].n * V;
+        if (a < off + len) {
+            const size_t from = a - off, take = len - from < m ? len - from : m;
+            memcpy(seqs[k].logits + from, src + a, take * sizeof(float));
+            a += take;
+            m -= take;
+        }
+        off += len;
+    }
+}
+
+/* The forward of b >= 1 sequences of contexts that share one set of weights (runtime/backend.h;
+ * sq_context_forward is b = 1), on the first context's stream, weights and activations: the
+ * R = sum n_k rows go through every weight product together, the new keys and values go to
+ * each sequence's own cache, and the attention reads each sequence's own cache and mask (one
+ * launch for all of them, see k_attn_partial). The launch geometry of the attention: query
+ * tiles of TQ rows per KV head, and every context split into the same number of ranges, so
+ * that about 4 blocks per SM run, within the partial-state buffer (docs/cuda.md). */
+template <int BF>
+static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
+{
+    sq_context *ctx0 = seqs[0].ctx;
+    const sq_model_config *c = &ctx0->model->config;
+    cuda_state *s = (cuda_state *)ctx0->impl;
+    cuda_act *A = &s->a;
     const int dim = c->dim, hid = c->hidden_dim, hd = c->head_dim, V = c->vocab_size;
     const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
-    const int C = ctx->n_committed, P = ctx->n_pending, width = P + n;
     cudaStream_t st = s->stream;
     int rc;
 
+    size_t R = 0, maskb = 0, tiles = 0;
+    for (int k = 0; k < b; k++) {
+        const sq_context *ck = seqs[k].ctx;
+        R += (size_t)seqs[k].n;
+        maskb += (size_t)seqs[k].n * (size_t)(ck->n_pending + seqs[k].n);
+        tiles += (size_t)at_tiles(c, seqs[k].n);
+    }
+    if (R > (size_t)(INT_MAX / 4) || tiles > (size_t)(INT_MAX / 4))
+        return sq_error_set(err, SQ_EUSAGE, "forward batch: %zu token rows in one forward is too "
+                            "many for the CUDA backend", R);
     CUDA_CHECK(cudaSetDevice(s->device));
-    CUDA_CHECK(cudaMemcpyAsync(s->d_tokens, tokens, (size_t)n * sizeof *tokens,
-                               cudaMemcpyHostToDevice, st));
-    CUDA_CHECK(cudaMemcpyAsync(s->d_pos, pos, (size_t)n * sizeof *pos, cudaMemcpyHostToDevice,
+    if ((rc = act_reserve(c, A, R, maskb, (size_t)b, tiles, err)))
+        return rc;
+
+    /* the host tables: per sequence, per tile and per row; tokens, positions and masks */
+    at_seq *hs = (at_seq *)A->h_meta;
+    int32_t *h_tile = (int32_t *)(hs + b), *h_row = h_tile + tiles, *h_tok = h_row + R;
+    int32_t *h_pos = h_tok + R;
+    uint8_t *h_mask = (uint8_t *)(h_pos + R);
+    int row0 = 0, tile0 = 0, maxch = 1;
+    size_t moff = 0;
+    for (int k = 0; k < b; k++) {
+        const sq_context *ck = seqs[k].ctx;
+        const cuda_state *sk = (const cuda_state *)ck->impl;
+        const int n = seqs[k].n, width = ck->n_pending + n, nt = at_tiles(c, n);
+        hs[k] = at_seq{sk->k_cache, sk->v_cache, (size_t)sk->slots * kv_dim, moff,
+                       ck->n_committed, width, n, row0, tile0, 1};
+        for (int t = 0; t < nt; t++)
+            h_tile[tile0 + t] = k;
+        for (int i = 0; i < n; i++)
+            h_row[row0 + i] = k;
+        memcpy(h_tok + row0, seqs[k].tokens, (size_t)n * sizeof(int32_t));
+        memcpy(h_pos + row0, seqs[k].pos, (size_t)n * sizeof(int32_t));
+        memcpy(h_mask + moff, seqs[k].mask, (size_t)n * width);
+        const int ch = (ck->n_committed + width + AT_TK - 1) / AT_TK;
+        maxch = ch > maxch ? ch : maxch;
+        row0 += n;
+        tile0 += nt;
+        moff += (size_t)n * width;
+    }
+    long want = (4L * s->sms + (long)c->n_kv_heads * (long)tiles - 1) /
+                ((long)c->n_kv_heads * (long)tiles);
+    long cap = (long)(A->part_rows / (R * (size_t)c->n_heads));
+    if (want > cap)
+        want = cap;
+    if (want > AT_MAX_SPLITS)
+        want = AT_MAX_SPLITS;
+    if (want > maxch)
+        want = maxch;
+    if (want < 1)
+        want = 1;
+    int splits = 1;
+    for (int k = 0; k < b; k++) {
+        const int ch = (hs[k].C + hs[k].width + AT_TK - 1) / AT_TK;
+        const int per = (ch + (int)want - 1) / (int)want;
+        const int used = (ch + per - 1) / per;
+        hs[k].chunks_per_split = per;
+        splits = used > splits ? used : splits;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(A->d_seqs, hs, (size_t)b * sizeof(at_seq), cudaMemcpyHostToDevice,
                                st));
-    CUDA_CHECK(cudaMemcpyAsync(s->d_mask, mask, (size_t)n * width, cudaMemcpyHostToDevice, st));
-    k_embed<BF><<<n, 256, 0, st>>>(s->x, s->d_embed, s->d_tokens, dim);
+    CUDA_CHECK(cudaMemcpyAsync(A->d_tile_seq, h_tile, tiles * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaMemcpyAsync(A->d_row_seq, h_row, R * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               st));
+    CUDA_CHECK(cudaMemcpyAsync(A->d_tokens, h_tok, R * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               st));
+    CUDA_CHECK(cudaMemcpyAsync(A->d_pos, h_pos, R * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cudaMemcpyAsync(A->d_mask, h_mask, maskb, cudaMemcpyHostToDevice, st));
+    const int n = (int)R;
+    k_embed<BF><<<n, 256, 0, st>>>(A->x, s->w->d_embed, A->d_tokens, dim);
     CUDA_CHECK_LAUNCH();
     if (s->offload && (rc = prefetch(s, 0, err)))
         return rc;
@@ -949,56 +1282,51 @@ static int forward_t(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
             CUDA_CHECK(cudaStreamWaitEvent(st, s->copied[l & 1], 0));
             blk = s->d_blocks + (size_t)(l & 1) * s->block_bytes;
         } else {
-            blk = s->d_blocks + (size_t)l * s->block_bytes;
+            blk = s->w->d_blocks + (size_t)l * s->block_bytes;
         }
-        const size_t first = (size_t)l * s->slots + (size_t)(C + P);   /* slot of new token 0 */
-        uint16_t *kdst = s->k_cache + first * kv_dim, *vdst = s->v_cache + first * kv_dim;
-        const uint16_t *kl = s->k_cache + (size_t)l * s->slots * kv_dim;
-        const uint16_t *vl = s->v_cache + (size_t)l * s->slots * kv_dim;
-
-        k_rmsnorm<BF><<<n, 256, 0, st>>>(s->xb, s->x, (const float *)(blk + s->off[T_ATTN_NORM]),
+        k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[T_ATTN_NORM]),
                                          dim, c->norm_eps);
         CUDA_CHECK_LAUNCH();
-        if ((rc = gemm(s, s->q, s->xb, blk + s->off[T_WQ], n, dim, q_dim, 0.0f, err)) ||
-            (rc = gemm(s, s->kf, s->xb, blk + s->off[T_WK], n, dim, kv_dim, 0.0f, err)) ||
-            (rc = gemm(s, s->vf, s->xb, blk + s->off[T_WV], n, dim, kv_dim, 0.0f, err)))
+        if ((rc = gemm(s, A->q, A->xb, blk + s->off[T_WQ], n, dim, q_dim, 0.0f, err)) ||
+            (rc = gemm(s, A->kf, A->xb, blk + s->off[T_WK], n, dim, kv_dim, 0.0f, err)) ||
+            (rc = gemm(s, A->vf, A->xb, blk + s->off[T_WV], n, dim, kv_dim, 0.0f, err)))
             return rc;
-        k_rope<<<dim3(n, c->n_heads), hd / 2, 0, st>>>(s->q, (size_t)q_dim, s->d_pos,
+        k_rope<<<dim3(n, c->n_heads), hd / 2, 0, st>>>(A->q, (size_t)q_dim, A->d_pos,
                                                        s->d_inv_freq, hd);
         CUDA_CHECK_LAUNCH();
-        k_kv_store<BF><<<dim3(n, c->n_kv_heads), hd / 2, 0, st>>>(kdst, vdst, s->kf, s->vf,
-                                                                  s->d_pos, s->d_inv_freq,
-                                                                  kv_dim, hd);
+        k_kv_store<BF><<<dim3(n, c->n_kv_heads), hd / 2, 0, st>>>(A->d_seqs, A->d_row_seq, l,
+                                                                  A->kf, A->vf, A->d_pos,
+                                                                  s->d_inv_freq, kv_dim, hd);
         CUDA_CHECK_LAUNCH();
-        if ((rc = attention<BF>(s, c, kl, vl, n, C, width, err)))
+        if ((rc = attention<BF>(s, c, l, n, (int)tiles, splits, err)))
             return rc;
-        if ((rc = gemm(s, s->x, s->att, blk + s->off[T_WO], n, q_dim, dim, 1.0f, err)))
+        if ((rc = gemm(s, A->x, A->att, blk + s->off[T_WO], n, q_dim, dim, 1.0f, err)))
             return rc;
 
-        k_rmsnorm<BF><<<n, 256, 0, st>>>(s->xb, s->x, (const float *)(blk + s->off[T_FFN_NORM]),
+        k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[T_FFN_NORM]),
                                          dim, c->norm_eps);
         CUDA_CHECK_LAUNCH();
-        if ((rc = gemm(s, s->gu, s->xb, blk + s->off[T_GATE], n, dim, 2 * hid, 0.0f, err)))
+        if ((rc = gemm(s, A->gu, A->xb, blk + s->off[T_GATE], n, dim, 2 * hid, 0.0f, err)))
             return rc;
         int blocks = (int)(((size_t)n * hid + 255) / 256);
-        k_swiglu<BF><<<blocks < 65535 ? blocks : 65535, 256, 0, st>>>(s->hb, s->gu, n, hid);
+        k_swiglu<BF><<<blocks < 65535 ? blocks : 65535, 256, 0, st>>>(A->hb, A->gu, n, hid);
         CUDA_CHECK_LAUNCH();
-        if ((rc = gemm(s, s->x, s->hb, blk + s->off[T_DOWN], n, hid, dim, 1.0f, err)))
+        if ((rc = gemm(s, A->x, A->hb, blk + s->off[T_DOWN], n, hid, dim, 1.0f, err)))
             return rc;
         if (s->offload)
             CUDA_CHECK(cudaEventRecord(s->consumed[l & 1], st));
     }
-    k_rmsnorm<BF><<<n, 256, 0, st>>>(s->xb, s->x, s->d_norm, dim, c->norm_eps);
+    k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, s->w->d_norm, dim, c->norm_eps);
     CUDA_CHECK_LAUNCH();
-    if ((rc = gemm(s, s->logits, s->xb, s->d_lm_head, n, dim, V, 0.0f, err)))
+    if ((rc = gemm(s, A->logits, A->xb, s->w->d_lm_head, n, dim, V, 0.0f, err)))
         return rc;
     /* logits: device -> pinned buffer in chunks (full copy bandwidth), each chunk copied on to
-     * the caller's array as soon as it has landed, while the next one is in flight */
-    const size_t total = (size_t)n * V;
+     * the sequences' arrays as soon as it has landed, while the next one is in flight */
+    const size_t total = R * (size_t)V;
     const size_t nch = (total + LOGIT_CHUNK - 1) / LOGIT_CHUNK;
     for (size_t k = 0; k < nch; k++) {
         size_t a = k * LOGIT_CHUNK, m = total - a < LOGIT_CHUNK ? total - a : LOGIT_CHUNK;
-        CUDA_CHECK(cudaMemcpyAsync(s->h_logits + a, s->logits + a, m * sizeof(float),
+        CUDA_CHECK(cudaMemcpyAsync(A->h_logits + a, A->logits + a, m * sizeof(float),
                                    cudaMemcpyDeviceToHost, st));
         if (k < LOGIT_EVENTS)
             CUDA_CHECK(cudaEventRecord(s->lev[k], st));
@@ -1009,7 +1337,7 @@ static int forward_t(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
             CUDA_CHECK(cudaEventSynchronize(s->lev[k]));
         else
             CUDA_CHECK(cudaStreamSynchronize(st));
-        memcpy(logits + a, s->h_logits + a, m * sizeof(float));
+        scatter_logits(seqs, b, (size_t)V, A->h_logits, a, m);
     }
     return SQ_OK;
 }
@@ -1018,8 +1346,24 @@ static int cuda_forward(sq_context *ctx, const int32_t *tokens, const int32_t *p
                         const uint8_t *mask, int n, float *logits, sq_error *err)
 {
     const cuda_state *s = (const cuda_state *)ctx->impl;
-    return s->bf16 ? forward_t<1>(ctx, tokens, pos, mask, n, logits, err)
-                   : forward_t<0>(ctx, tokens, pos, mask, n, logits, err);
+    const sq_batch_seq one = {ctx, tokens, pos, mask, n, logits};
+    return s->bf16 ? forward_t<1>(&one, 1, err) : forward_t<0>(&one, 1, err);
+}
+
+/* sq_context_forward_batch on CUDA: the contexts (checked by context.c: distinct, one model)
+ * must also share the weights, i.e. have one dtype and one mode (on device or offload). */
+static int cuda_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
+{
+    const cuda_state *s0 = (const cuda_state *)seqs[0].ctx->impl;
+    for (int k = 1; k < b; k++) {
+        const cuda_state *sk = (const cuda_state *)seqs[k].ctx->impl;
+        if (sk->w != s0->w)
+            return sq_error_set(err, SQ_EUSAGE, "forward batch: sequence %d's context has %s%s "
+                                "weights, sequence 0's %s%s (a batch shares one set)", k,
+                                sk->bf16 ? "bf16" : "f16", sk->offload ? " offloaded" : "",
+                                s0->bf16 ? "bf16" : "f16", s0->offload ? " offloaded" : "");
+    }
+    return s0->bf16 ? forward_t<1>(seqs, b, err) : forward_t<0>(seqs, b, err);
 }
 
 static int cuda_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err)
@@ -1068,5 +1412,5 @@ extern "C" int sq_cuda_device_count_impl(sq_error *err)
 
 extern "C" const sq_backend_ops sq_backend_cuda = {
     "cuda", cuda_init, cuda_free, cuda_forward, cuda_commit, cuda_device_name,
-    NULL,   /* no batched forward yet: sq_context_forward_batch refuses batch > 1 */
+    cuda_forward_batch,
 };

@@ -371,6 +371,281 @@ ParameterizedTest(backend_case *bc, cuda, greedy_speculative_decoding_equals_tar
     sq_model_free(target);
 }
 
+/* ---- batched forward (issue 18) -------------------------------------------------------------- */
+
+/* Top-2 gap of a logits row. */
+static double top2_gap(const float *row, int n)
+{
+    double top1 = -INFINITY, top2 = -INFINITY;
+    for (int t = 0; t < n; t++) {
+        if (row[t] > top1) {
+            top2 = top1;
+            top1 = row[t];
+        } else if (row[t] > top2) {
+            top2 = row[t];
+        }
+    }
+    return top1 - top2;
+}
+
+enum { BQ = 3 };   /* sequences of the batched-forward tests */
+
+/* Sequence k's calls: a committed prefix of pre[k] tokens, then (sequence 2 only) a first tree
+ * part of 3 pending tokens, then the batched forward of n[k] tokens whose mask row i attends to
+ * the pending tokens of its tree (a chain through the earlier part, and itself), then a commit
+ * of 2 pending slots in reverse order and one more token each. */
+static const int bq_pre[BQ] = {3, 9, 14}, bq_n[BQ] = {5, 1, 7}, bq_pend[BQ] = {0, 0, 3};
+
+static int32_t bq_tok(int k, int i)
+{
+    return (int32_t)((k * 31 + i * 17 + 3) % V);
+}
+
+/* The prefix and the earlier pending part of sequence k on ctx. */
+static void bq_setup(sq_context *ctx, int k)
+{
+    sq_error err = {0};
+    int32_t tok[32], keep[32];
+    float *lg = malloc(32 * V * sizeof *lg);
+    for (int i = 0; i < bq_pre[k]; i++) {
+        tok[i] = bq_tok(k, i);
+        keep[i] = i;
+    }
+    causal(ctx, tok, bq_pre[k], lg);
+    cr_assert_eq(sq_context_commit(ctx, keep, bq_pre[k], &err), 0, "%s", err.msg);
+    if (bq_pend[k] > 0) {
+        int32_t pos[8];
+        uint8_t mask[64] = {0};
+        const int P = bq_pend[k];
+        for (int i = 0; i < P; i++) {
+            tok[i] = bq_tok(k, 100 + i);
+            pos[i] = bq_pre[k] + i;
+            for (int j = 0; j <= i; j++)
+                mask[i * P + j] = 1;
+        }
+        cr_assert_eq(sq_context_forward(ctx, tok, pos, mask, P, lg, &err), 0, "%s", err.msg);
+    }
+    free(lg);
+}
+
+/* The arguments of sequence k's batched forward: n tokens after P pending ones. */
+static void bq_args(int k, int32_t *tok, int32_t *pos, uint8_t *mask)
+{
+    const int P = bq_pend[k], n = bq_n[k], width = P + n;
+    memset(mask, 0, (size_t)n * width);
+    for (int i = 0; i < n; i++) {
+        tok[i] = bq_tok(k, 200 + i);
+        /* node i hangs below node i - 2 (or the earlier part's last pending token) */
+        int depth = i < 2 ? 0 : (i / 2);
+        pos[i] = bq_pre[k] + P + depth;
+        for (int j = 0; j < P; j++)
+            mask[(size_t)i * width + j] = 1;
+        for (int a = i; a >= 0; a -= 2)
+            mask[(size_t)i * width + P + a] = 1;
+    }
+}
+
+/* Runs the batched forward over ctxs (batched != 0) or each sequence's forward alone, then the
+ * commit and one more token per sequence (batched the same way); logits: (BQ, 8 + 1, V). */
+static void bq_run(sq_context **ctxs, int batched, float *logits)
+{
+    sq_error err = {0};
+    int32_t tok[BQ][8], pos[BQ][8];
+    uint8_t mask[BQ][8 * 16];
+    sq_batch_seq seqs[BQ];
+    for (int k = 0; k < BQ; k++) {
+        bq_setup(ctxs[k], k);
+        bq_args(k, tok[k], pos[k], mask[k]);
+        seqs[k] = (sq_batch_seq){ctxs[k], tok[k], pos[k], mask[k], bq_n[k],
+                                 logits + (size_t)k * 9 * V};
+    }
+    if (batched) {
+        cr_assert_eq(sq_context_forward_batch(seqs, BQ, &err), 0, "%s", err.msg);
+    } else {
+        for (int k = 0; k < BQ; k++)
+            cr_assert_eq(sq_context_forward(ctxs[k], tok[k], pos[k], mask[k], bq_n[k],
+                                            seqs[k].logits, &err), 0, "%s", err.msg);
+    }
+    for (int k = 0; k < BQ; k++) {
+        cr_assert_eq(sq_context_pending(ctxs[k]), bq_pend[k] + bq_n[k], "sequence %d", k);
+        /* keep the last new token and the earlier part's first, in that order */
+        int32_t keep[2] = {bq_pend[k] + bq_n[k] - 1, 0};
+        int nk = bq_pend[k] + bq_n[k] >= 2 ? 2 : 1;
+        cr_assert_eq(sq_context_commit(ctxs[k], keep, nk, &err), 0, "%s", err.msg);
+        tok[k][0] = bq_tok(k, 300);
+        pos[k][0] = bq_pre[k] + nk;
+        mask[k][0] = 1;
+        seqs[k] = (sq_batch_seq){ctxs[k], tok[k], pos[k], mask[k], 1,
+                                 logits + ((size_t)k * 9 + 8) * V};
+    }
+    if (batched) {
+        cr_assert_eq(sq_context_forward_batch(seqs, BQ, &err), 0, "%s", err.msg);
+    } else {
+        for (int k = 0; k < BQ; k++)
+            cr_assert_eq(sq_context_forward(ctxs[k], tok[k], pos[k], mask[k], 1, seqs[k].logits,
+                                            &err), 0, "%s", err.msg);
+    }
+}
+
+ParameterizedTestParameters(cuda, batched_forward_equals_separate_forwards_and_the_cpu_batch)
+{
+    return cr_make_param_array(backend_case, cuda_cases, sizeof cuda_cases / sizeof *cuda_cases);
+}
+
+/* Three sequences with prefixes of 3, 9 and 14 tokens (one with 3 tokens already pending) read
+ * trees of 5, 1 and 7 tokens in one batched forward, commit two slots each and read one more
+ * token in a second batched forward. On CUDA, each sequence's logits equal its forward alone
+ * (half the dtype tolerance: the same arithmetic in another batch shape) and the CPU's batched
+ * forward (the dtype tolerance); every row's argmax equals the CPU's wherever the CPU's top two
+ * logits are further apart than the tolerance (greedy decoding picks the same tokens). */
+ParameterizedTest(backend_case *bc, cuda, batched_forward_equals_separate_forwards_and_the_cpu_batch)
+{
+    need_device();
+    sq_model *m = tiny_model(31, 2);
+    backend_case cpu = {SQ_BACKEND_CPU, SQ_DTYPE_F32, 0, 0, "cpu"};
+    sq_context *gb[BQ], *ga[BQ], *cb[BQ];
+    for (int k = 0; k < BQ; k++) {
+        gb[k] = new_ctx(m, bc, 32, 16);
+        ga[k] = new_ctx(m, bc, 32, 16);
+        cb[k] = new_ctx(m, &cpu, 32, 16);
+    }
+    const size_t all = (size_t)BQ * 9 * V;
+    float *lb = calloc(all, sizeof *lb), *la = calloc(all, sizeof *la), *lc = calloc(all, sizeof *lc);
+    bq_run(gb, 1, lb);
+    bq_run(ga, 0, la);
+    bq_run(cb, 1, lc);
+    double scale = max_abs(lc, all);
+    for (int k = 0; k < BQ; k++) {
+        for (int part = 0; part < 2; part++) {
+            const int rows = part ? 1 : bq_n[k];
+            const size_t at = ((size_t)k * 9 + (part ? 8 : 0)) * V;
+            double ds = max_diff(lb + at, la + at, (size_t)rows * V);
+            double dc = max_diff(lb + at, lc + at, (size_t)rows * V);
+            cr_assert(ds <= bc->tol / 2 * scale, "%s: sequence %d, %s: batched vs alone: max "
+                      "diff %g (scale %g)", bc->label, k, part ? "after commit" : "tree", ds,
+                      scale);
+            cr_assert(dc <= bc->tol * scale, "%s: sequence %d, %s: CUDA batch vs CPU batch: max "
+                      "diff %g (scale %g)", bc->label, k, part ? "after commit" : "tree", dc,
+                      scale);
+            for (int i = 0; i < rows; i++) {
+                const float *rc = lc + at + (size_t)i * V, *rb = lb + at + (size_t)i * V;
+                if (top2_gap(rc, V) > bc->tol * scale)
+                    cr_assert_eq(sq_argmax_f(rb, V), sq_argmax_f(rc, V), "%s: sequence %d row "
+                                 "%d: greedy token", bc->label, k, i);
+            }
+        }
+    }
+    free(lb);
+    free(la);
+    free(lc);
+    for (int k = 0; k < BQ; k++) {
+        sq_context_free(gb[k]);
+        sq_context_free(ga[k]);
+        sq_context_free(cb[k]);
+    }
+    sq_model_free(m);
+}
+
+/* A batch shares one set of weights: contexts of one model in other dtypes are refused. */
+Test(cuda, batched_forward_refuses_contexts_of_other_dtypes)
+{
+    need_device();
+    sq_model *m = tiny_model(3, 1);
+    backend_case f16 = {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 0, 0, "f16"};
+    backend_case bf16 = {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 0, 0, "bf16"};
+    sq_context *a = new_ctx(m, &f16, 8, 4), *b = new_ctx(m, &bf16, 8, 4);
+    int32_t tok = 1, pos = 0;
+    uint8_t one = 1;
+    float la[V], lb[V];
+    sq_batch_seq seqs[2] = {{a, &tok, &pos, &one, 1, la}, {b, &tok, &pos, &one, 1, lb}};
+    sq_error err = {0};
+    cr_assert_eq(sq_context_forward_batch(seqs, 2, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "sequence 1") && strstr(err.msg, "bf16"), "%s", err.msg);
+    cr_assert_eq(sq_context_pending(a), 0, "a refused batch leaves the contexts as they were");
+    sq_context_free(a);
+    sq_context_free(b);
+    sq_model_free(m);
+}
+
+static backend_case batch_cases[] = {
+    {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 0, 1e-2, "f16"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 1, 3e-2, "bf16 offload"},
+};
+
+ParameterizedTestParameters(cuda, batched_greedy_decoding_equals_separate_runs)
+{
+    return cr_make_param_array(backend_case, batch_cases, sizeof batch_cases / sizeof *batch_cases);
+}
+
+/* sq_specdec_batch on CUDA (three prompts of different lengths, one batched forward per draft
+ * level and for the targets' trees) produces, per sequence, the greedy output of the
+ * sequence's decoder run alone on CUDA, token for token, with the near-tie rule of
+ * greedy_speculative_decoding_equals_target_greedy (a mismatch where the target's top two
+ * logits, on the CPU, are within the dtype tolerance ends the comparison; any other fails). */
+ParameterizedTest(backend_case *bc, cuda, batched_greedy_decoding_equals_separate_runs)
+{
+    need_device();
+    sq_model *draft = tiny_model(2, 1), *target = tiny_model(1, 2);
+    const int parent[7] = {-1, 0, 0, 1, 1, 2, 3};
+    sq_plan *plan = plan_of(parent, 7);
+    sq_specdec_params prm = sq_specdec_default_params();
+    prm.mode = SQ_MODE_GREEDY;
+    prm.temperature = 0.0;
+    prm.backend = bc->backend;
+    prm.dtype = bc->dtype;
+    prm.offload = bc->offload;
+    prm.max_context = 128;
+    sq_error err = {0};
+    sq_specdec_batch *bt;
+    cr_assert_eq(sq_specdec_batch_new(draft, target, plan, &prm, "plan.json", BQ, &bt, &err), 0,
+                 "%s: %s", bc->label, err.msg);
+    enum { NEW = 20 };
+    const int32_t p0[2] = {5, 6}, p1[6] = {1, 2, 3, 4, 5, 6}, p2[4] = {9, 8, 7, 6};
+    const int32_t *prompts[BQ] = {p0, p1, p2};
+    const int plen[BQ] = {2, 6, 4};
+    int32_t got[BQ][NEW], *outs[BQ] = {got[0], got[1], got[2]};
+    int steps[BQ], bsteps;
+    cr_assert_eq(sq_specdec_batch_generate(bt, prompts, plen, NEW, outs, steps, &bsteps, NULL,
+                                           &err), 0, "%s: %s", bc->label, err.msg);
+    sq_specdec *sd;
+    cr_assert_eq(sq_specdec_new(draft, target, plan, &prm, "plan.json", &sd, &err), 0, "%s",
+                 err.msg);
+    backend_case cpu = {SQ_BACKEND_CPU, SQ_DTYPE_F32, 0, 0, "cpu"};
+    for (int k = 0; k < BQ; k++) {
+        int32_t alone[NEW];
+        int st[NEW], ns;
+        cr_assert_eq(sq_specdec_generate(sd, prompts[k], plen[k], NEW, alone, st, &ns, NULL, &err),
+                     0, "%s", err.msg);
+        int first = -1;
+        for (int i = 0; i < NEW && first < 0; i++)
+            if (got[k][i] != alone[i])
+                first = i;
+        if (first < 0)
+            continue;
+        /* the target's logits after the agreed prefix, on the CPU */
+        sq_context *tc = new_ctx(target, &cpu, 128, 64);
+        int32_t seq[8 + NEW];
+        memcpy(seq, prompts[k], (size_t)plen[k] * sizeof *seq);
+        memcpy(seq + plen[k], alone, (size_t)first * sizeof *seq);
+        const int len = plen[k] + first;
+        float *lg = malloc((size_t)len * V * sizeof *lg);
+        causal(tc, seq, len, lg);
+        const float *row = lg + (size_t)(len - 1) * V;
+        const double gap = top2_gap(row, V), allowed = bc->tol * max_abs(row, V);
+        cr_log_warn("%s: sequence %d token %d: batched %d, alone %d; top-2 gap %.6g (near tie "
+                    "below %.6g)", bc->label, k, first, got[k][first], alone[first], gap, allowed);
+        cr_assert(gap <= allowed, "%s: sequence %d token %d: batched %d, alone %d: not a near tie",
+                  bc->label, k, first, got[k][first], alone[first]);
+        free(lg);
+        sq_context_free(tc);
+    }
+    sq_specdec_free(sd);
+    sq_specdec_batch_free(bt);
+    sq_plan_free(plan);
+    sq_model_free(draft);
+    sq_model_free(target);
+}
+
 /* ---- sampling kernels against libsequoia/verify/verify.c ----------------------------------------------- */
 
 static sq_cuda_sampler *new_sampler(int vocab)
