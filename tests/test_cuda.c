@@ -56,7 +56,8 @@ typedef struct backend_case {
                                  1e-2 for f16 and 3e-2 for bf16 weights (correct kernels stay
                                  under 3e-3 on sharp attention; each seeded attention bug
                                  exceeds them) */
-    const char     *label;
+    char            label[24];   /* in the struct: criterion copies parameters into a
+                                    re-executed child, where a pointer to a literal dangles */
 } backend_case;
 
 static sq_context *new_ctx(const sq_model *m, const backend_case *bc, int max_context,

@@ -23,6 +23,9 @@
 #   softmax     the probabilities are not normalised
 #   residual    the residual is not normalised
 #   without     sampling without replacement may draw a token twice
+#   batchmask   a batched forward's attention reads every sequence's mask from the first one's
+#   batchkv     a batched forward stores new keys and values at slots counted from the batch's
+#               first row instead of the sequence's own
 set -u
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -53,6 +56,8 @@ MUTATIONS=(
     "softmax@runtime/cuda_sample.cu@        p[i] /= s;@        p[i] /= 1.0;"
     "residual@runtime/cuda_sample.cu@r[i] = sq_k_residual(r[i], q[i]) / s;@r[i] = sq_k_residual(r[i], q[i]);"
     "without@runtime/cuda_sample.cu@            taken[bi] = 1;@            taken[bi] = 0;"
+    "batchmask@runtime/cuda_backend.cu@const uint8_t *mask = mask_all + sd.mask_off;@const uint8_t *mask = mask_all + 0 * sd.mask_off;"
+    "batchkv@runtime/cuda_backend.cu@const size_t slot = (size_t)(sd.C + sd.width - sd.n + (row - sd.row0));@const size_t slot = (size_t)(sd.C + sd.width - sd.n + row);"
 )
 
 # The tests: program|criterion filter|label
@@ -65,6 +70,8 @@ TESTS=(
     "test-emu-cuda|cuda/probs_follow_the_rule_at_ties_and_non_finite_logits|probs rule"
     "test-emu-cuda|cuda/argmax_and_residual_equal_the_verifier|argmax/residual"
     "test-emu-cuda|cuda/draws_with_and_without_replacement_equal_the_host_computation|draws"
+    "test-emu-cuda|cuda/batched_forward_equals_separate_forwards_and_the_cpu_batch|batch vs alone/CPU"
+    "test-emu-cuda|cuda/batched_greedy_decoding_equals_separate_runs|batch greedy"
     "test-emu-shapes|emu/edge_shapes_agree_with_the_cpu|edge shapes"
 )
 
