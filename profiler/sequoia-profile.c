@@ -53,7 +53,8 @@ static void usage(FILE *fp)
         "      --batch LIST       batch sizes, e.g. 1,2,4,8,16,32,64 (strictly increasing): each\n"
         "                         point times b independent sequences x n tokens in one forward,\n"
         "                         each on its own KV prefix of L tokens (a version 2 profile,\n"
-        "                         for sequoia-plan --ladder); default 1\n"
+        "                         for sequoia-plan --ladder); default 1. On CUDA the contexts\n"
+        "                         share one copy of the weights\n"
         "      --warmup W         untimed forwards per point (default 2)\n"
         "      --repeat R         timed forwards per point (default 10)\n"
         "      --threads T        CPU threads (default: all cores)\n"
@@ -339,9 +340,6 @@ static const char *misfit(profile_opts *o)
         return "--offload streams weights to a GPU: it needs --backend cuda";
     if (o->nbatches == 0)
         o->batches[o->nbatches++] = 1;
-    if (o->kind == SQ_BACKEND_CUDA && o->batches[o->nbatches - 1] > 1)
-        return "--batch: the CUDA backend has no batched forward yet (sizes above 1 need "
-               "--backend cpu)";
     if (o->ntokens > 0)
         o->mp.refine = 0; /* an explicit list is measured as given */
     return NULL;

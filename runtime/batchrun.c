@@ -9,9 +9,11 @@
 #include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/base/progress.h"
 #include "libsequoia/format/plan.h"
 #include "runtime/model.h"
 #include "runtime/tokens.h"
+#include "runtime/validate.h"
 
 typedef struct batch_state {
     sq_plan          *plan;
@@ -25,6 +27,10 @@ typedef struct batch_state {
     int              *steps;     /* (B) */
     int               batch_steps;
     double            spec_ms, base_ms;
+    sq_validation     val;
+    int               alone_ok;   /* greedy --validate: every sequence equals its run alone
+                                     (-1: not checked)                                       */
+    int               alone_seq, alone_tok;   /* the first mismatch                          */
 } batch_state;
 
 static void state_free(batch_state *st)
@@ -107,6 +113,68 @@ static int decode(const sq_batch_run_opts *o, batch_state *st, sq_error *err)
     return SQ_OK;
 }
 
+/* --validate (batchrun.h). */
+static int validate(const sq_batch_run_opts *o, batch_state *st, sq_error *err)
+{
+    const int B = o->batch, n = o->max_new;
+    sq_validation *val = &st->val;
+    val->ran = 1;
+    int rc = sq_validate_attention(sq_specdec_batch_member(st->bt, 0), st->prompts[0],
+                                   st->plen[0], sq_validate_attn_tol(o->prm.backend), val, err);
+    if (rc)
+        return rc;
+    if (o->prm.mode != SQ_MODE_GREEDY) {
+        sq_progress pg;
+        sq_progress_start(&pg, o->prog, "validate", "draws", o->quiet, 0);
+        rc = sq_validate_distribution_batch(st->bt, o->prm.seed, o->samples, st->prompts,
+                                            st->plen, val, sq_progress_callback, &pg, err);
+        sq_progress_end(&pg);
+        return rc;
+    }
+    /* the target's greedy decoding (the batch decoded by the target alone) */
+    val->greedy_checked = 1;
+    val->greedy_ok = 1;
+    val->greedy_first_mismatch = -1;
+    for (int k = 0; k < B && val->greedy_ok; k++)
+        for (int i = 0; i < n; i++)
+            if (st->gen_rows[k][i] != st->base_rows[k][i]) {
+                val->greedy_ok = 0;
+                val->greedy_first_mismatch = i;
+                fprintf(stderr, "%s: validate: sequence %d differs from the target's greedy "
+                        "decoding at token %d: FAILED\n", o->prog, k, i);
+                break;
+            }
+    /* B separate runs: each sequence through the single-sequence decoder on its own */
+    int32_t *alone = malloc((size_t)n * sizeof *alone);
+    int *stp = malloc((size_t)n * sizeof *stp), steps;
+    if (!alone || !stp) {
+        free(alone);
+        free(stp);
+        return sq_error_oom(err, "validation");
+    }
+    st->alone_ok = 1;
+    st->alone_seq = st->alone_tok = -1;
+    for (int k = 0; k < B && st->alone_ok && !rc; k++) {
+        sq_specdec *sd = sq_specdec_batch_member(st->bt, k);
+        sq_specdec_seed(sd, sq_specdec_batch_seed_of(o->prm.seed, k));
+        if ((rc = sq_specdec_generate(sd, st->prompts[k], st->plen[k], n, alone, stp, &steps,
+                                      NULL, err)))
+            break;
+        for (int i = 0; i < n; i++)
+            if (st->gen_rows[k][i] != alone[i]) {
+                st->alone_ok = 0;
+                st->alone_seq = k;
+                st->alone_tok = i;
+                fprintf(stderr, "%s: validate: sequence %d differs from its run alone at token "
+                        "%d: FAILED\n", o->prog, k, i);
+                break;
+            }
+    }
+    free(alone);
+    free(stp);
+    return rc;
+}
+
 static cJSON *report_json(const sq_batch_run_opts *o, const batch_state *st, int greedy_ok)
 {
     const int B = o->batch;
@@ -141,6 +209,10 @@ static cJSON *report_json(const sq_batch_run_opts *o, const batch_state *st, int
     }
     if (greedy_ok >= 0)
         sq_json_add(j, "greedy_equals_target", cJSON_CreateBool(greedy_ok));
+    if (st->alone_ok >= 0)
+        sq_json_add(j, "greedy_equals_separate_runs", cJSON_CreateBool(st->alone_ok));
+    if (st->val.ran)
+        sq_json_add(j, "validation", sq_validation_to_json(&st->val));
     cJSON *seqs = cJSON_CreateArray();
     for (int k = 0; k < B && seqs; k++) {
         cJSON *s = cJSON_CreateObject();
@@ -154,6 +226,29 @@ static cJSON *report_json(const sq_batch_run_opts *o, const batch_state *st, int
     return sq_json_build_end(b, j);
 }
 
+/* The --validate lines on stderr; SQ_EFAIL when a check failed. */
+static int summary(const sq_batch_run_opts *o, const batch_state *st, sq_error *err)
+{
+    const sq_validation *val = &st->val;
+    if (!val->ran)
+        return SQ_OK;
+    fprintf(stderr, "%s: validate: tree attention (sequence 0 alone) max |diff| %.3g (<= %g): "
+            "%s\n", o->prog, val->attn_max_diff, val->attn_tol, val->attn_ok ? "ok" : "FAILED");
+    if (val->greedy_checked && val->greedy_ok && st->alone_ok == 1)
+        fprintf(stderr, "%s: validate: every sequence's greedy output identical to the target's "
+                "and to its own run alone: ok\n", o->prog);
+    if (val->dist_checked)
+        fprintf(stderr, "%s: validate: %d draws in batches of %d over %d prompt%s; first token "
+                "chi2 %.2f df %d p = %.4g; first two tokens chi2 %.2f df %d p = %.4g (%s; fail "
+                "below %g): %s\n", o->prog, val->seeds, o->batch, val->dist_groups,
+                val->dist_groups == 1 ? "" : "s", val->first.stat, val->first.df,
+                val->first.p_value, val->pair.stat, val->pair.df, val->pair.p_value,
+                val->dist_groups == 1 ? "pooled" : "the worst prompt's", SQ_VALIDATE_P_MIN,
+                val->dist_ok ? "ok" : "FAILED");
+    return sq_validation_pass(val) && st->alone_ok != 0
+               ? SQ_OK : sq_error_set(err, SQ_EFAIL, "validation failed");
+}
+
 int sq_batch_run(const sq_batch_run_opts *o)
 {
     sq_error err = {0};
@@ -161,23 +256,16 @@ int sq_batch_run(const sq_batch_run_opts *o)
     enum { TOKENS, REPORT, N_OUT };
     sq_out *out[N_OUT] = {NULL, NULL};
     batch_state st = {0};
+    st.alone_ok = -1;
     cJSON *rep = NULL;
     int greedy_ok = -1;
     if (!(rc = sq_out_open(&out[TOKENS], o->out_file ? o->out_file : "-", &err)) &&
         !(o->report_file && (rc = sq_out_open(&out[REPORT], o->report_file, &err))) &&
         !(rc = setup(o, &st, &err)) && !(rc = decode(o, &st, &err))) {
-        if (o->validate) {
-            /* greedy (checked by run_misfit): each sequence equals the target alone */
-            greedy_ok = 1;
-            for (size_t i = 0; i < (size_t)o->batch * o->max_new; i++)
-                if (st.gen[i] != st.base[i]) {
-                    greedy_ok = 0;
-                    fprintf(stderr, "%s: validate: sequence %zu differs from the target's greedy "
-                            "decoding at token %zu: FAILED\n", o->prog, i / o->max_new,
-                            i % o->max_new);
-                    break;
-                }
-        }
+        if (o->validate && !(rc = validate(o, &st, &err)) && st.val.greedy_checked)
+            greedy_ok = st.val.greedy_ok;
+    }
+    if (!rc) {
         FILE *fp = sq_out_stream(out[TOKENS]);
         for (int k = 0; k < o->batch; k++) {
             for (int i = 0; i < o->max_new; i++)
@@ -204,11 +292,7 @@ int sq_batch_run(const sq_batch_run_opts *o)
                 fprintf(stderr, "%s: batch %d: target alone %.1f tokens/s over the batch: speedup "
                         "%.2fx\n", o->prog, o->batch, toks / (st.base_ms / 1e3),
                         st.base_ms / st.spec_ms);
-            if (greedy_ok == 1)
-                fprintf(stderr, "%s: validate: every sequence's greedy output identical to the "
-                        "target's: ok\n", o->prog);
-            if (greedy_ok == 0)
-                rc = sq_error_set(&err, SQ_EFAIL, "validation failed");
+            rc = summary(o, &st, &err);
         }
     }
     for (int i = 0; i < N_OUT; i++)

@@ -126,8 +126,9 @@ typedef struct sq_batch_seq {
  * mask, and its tokens become pending in its own context; the weight products see all
  * sum(n) rows together, attention is per sequence. The contexts must be distinct, on one
  * backend and of one model. The logits equal the separate forwards' up to float rounding (the
- * products' blocking depends on the row count). Backends without a batched forward (CUDA, for
- * now) refuse b > 1 with SQ_EUSAGE. */
+ * products' blocking depends on the row count). Both backends have one; on CUDA the contexts
+ * must also share one dtype and mode (they then share one copy of the weights on the device),
+ * else SQ_EUSAGE. A backend without a batched forward refuses b > 1 with SQ_EUSAGE. */
 int sq_context_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err);
 /* Whether the context's backend has a batched forward. */
 int sq_context_can_batch(const sq_context *ctx);

@@ -83,8 +83,10 @@ static void usage(FILE *fp)
         "                           batched forward per draft level and for the targets' trees;\n"
         "                           -o gets one line per sequence, the summary and --report give\n"
         "                           tokens/s over the batch and per sequence against the batch\n"
-        "                           decoded by the target alone; --validate (greedy only) checks\n"
-        "                           each sequence equals the target's greedy decoding\n"
+        "                           decoded by the target alone. --validate: greedy output of\n"
+        "                           every sequence equal to the target's and to its own run\n"
+        "                           alone; for sampled modes the chi-square test with its draws\n"
+        "                           made inside the batch (--validate-samples draws in all)\n"
         "  -q, --quiet              no progress line (it is drawn only on a terminal)\n"
         "  -h, --help               this text\n"
         "      --version            the version\n"
@@ -790,9 +792,6 @@ static const char *run_misfit(run_opts *o)
     if (o->offload && o->prm.backend != SQ_BACKEND_CUDA)
         return "--offload streams weights to a GPU: it needs --backend cuda";
     o->prm.offload = o->offload;
-    if (o->batch > 1 && o->validate && o->prm.mode != SQ_MODE_GREEDY)
-        return "--validate with --batch checks greedy outputs; the sampled modes' distribution "
-               "test runs with batch 1 (the library's batch test covers them)";
     if (o->batch > 1 && o->validate && !o->baseline)
         return "--validate in greedy mode compares with target-only decoding: drop --no-baseline";
     /* an output that is an input, or both outputs on one file (issue 14) */
@@ -824,7 +823,7 @@ int main(int argc, char **argv)
     if (o.batch >= 1) {   /* --batch given, even 1: the batch runner and its report */
         sq_batch_run_opts b = {PROG, o.draft_dir, o.target_dir, o.plan_file, o.prompt_file,
                                o.out_file, o.report_file, o.batch, o.max_new, o.baseline,
-                               o.validate, o.prm};
+                               o.validate, o.prm, o.samples, o.quiet};
         b.prm.max_context = o.context;
         b.prm.threads = o.threads;
         return sq_cli_finish(PROG, sq_batch_run(&b));

@@ -123,7 +123,8 @@ void sq_step_info_clear(sq_step_info *info);
  * sq_specdec_batch_seed_of(seed, k). */
 typedef struct sq_specdec_batch sq_specdec_batch;
 
-/* Errors as sq_specdec_new; SQ_EUSAGE when the backend has no batched forward and B > 1, or
+/* Errors as sq_specdec_new; SQ_EUSAGE when the backend has no batched forward and B > 1 (both
+ * the CPU and the CUDA backend have one), or
  * when B decoders' caches would not fit in memory (the message gives the bytes needed). */
 int sq_specdec_batch_new(const sq_model *draft, const sq_model *target, const sq_plan *plan,
                          const sq_specdec_params *params, const char *plan_file, int B,

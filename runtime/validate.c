@@ -32,48 +32,23 @@ int sq_validation_pass(const sq_validation *val)
            (!val->dist_checked || val->dist_ok);
 }
 
-/* The distribution of the first two generated tokens over `samples` seeds against the
- * target's own: first token ~ P(. | prompt), pair ~ P(a | prompt) P(b | prompt, a). */
-int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
-                             int L, sq_validation *val,
-                             void (*progress)(void *user, int64_t done, int64_t total),
-                             void *user, sq_error *err)
+/* The chi-square tests of R samples (first[i], second[i]) of the first two tokens generated
+ * after `prompt` against the target's own distribution (computed with sd): first token
+ * ~ P(. | prompt), pair ~ P(a | prompt) P(b | prompt, a). Fills first, pair and
+ * pair_first_tokens of *val. */
+static int dist_test(sq_specdec *sd, const int32_t *prompt, int L, const int32_t *first,
+                     const int32_t *second, int R, sq_validation *val, sq_error *err)
 {
-    int V = sq_specdec_vocab(sd), D = sq_specdec_depth(sd);
-    int R = seeds, rc = SQ_OK;
-    int32_t *first = malloc((size_t)R * sizeof *first), *second = malloc((size_t)R * sizeof *second);
-    int32_t *buf = malloc((size_t)D * sizeof *buf), *ctx = malloc(((size_t)L + 1) * sizeof *ctx);
+    int V = sq_specdec_vocab(sd), rc = SQ_OK;
+    int32_t *ctx = malloc(((size_t)L + 1) * sizeof *ctx);
     double *p0 = malloc((size_t)V * sizeof *p0), *p1 = malloc((size_t)V * sizeof *p1);
     double *cnt = calloc((size_t)V, sizeof *cnt);
     int32_t *order = malloc((size_t)V * sizeof *order);
     double *pp = NULL, *pc = NULL;
-    if (!first || !second || !buf || !ctx || !p0 || !p1 || !cnt || !order) {
+    if (!ctx || !p0 || !p1 || !cnt || !order) {
         rc = sq_error_oom(err, "validation");
         goto done;
     }
-    for (int i = 0; i < R && !rc; i++) {
-        if (progress)
-            progress(user, i, R);
-        sq_specdec_seed(sd, seed + 0x51ed27ull * (uint64_t)(i + 1));
-        if ((rc = sq_specdec_start(sd, prompt, L, err)))
-            break;
-        int got = 0;
-        while (got < 2 && !rc) {
-            if ((rc = sq_specdec_step(sd, buf, NULL, err)))
-                break;
-            int m = sq_specdec_length(sd) - L - got;
-            for (int j = 0; j < m && got < 2; j++, got++) {
-                if (got == 0)
-                    first[i] = buf[j];
-                else
-                    second[i] = buf[j];
-            }
-        }
-    }
-    if (!rc && progress)
-        progress(user, R, R);
-    if (rc)
-        goto done;
     if ((rc = sq_specdec_target_probs(sd, prompt, L, p0, err)))
         goto done;
     for (int i = 0; i < R; i++)
@@ -112,13 +87,7 @@ int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int
     }
     val->pair = sq_chisq_gof(pc, pp, (int)nb, 5.0);
     val->pair_first_tokens = A;
-    val->dist_checked = 1;
-    val->seeds = R;
-    val->dist_ok = val->first.p_value >= SQ_VALIDATE_P_MIN && val->pair.p_value >= SQ_VALIDATE_P_MIN;
 done:
-    free(first);
-    free(second);
-    free(buf);
     free(ctx);
     free(p0);
     free(p1);
@@ -126,6 +95,165 @@ done:
     free(order);
     free(pp);
     free(pc);
+    return rc;
+}
+
+static int dist_pass(const sq_validation *val)
+{
+    return val->first.p_value >= SQ_VALIDATE_P_MIN && val->pair.p_value >= SQ_VALIDATE_P_MIN;
+}
+
+/* The seed of the i-th (from 0) draw of the distribution test. */
+static uint64_t dist_seed(uint64_t seed, int i)
+{
+    return seed + 0x51ed27ull * (uint64_t)(i + 1);
+}
+
+/* The distribution of the first two generated tokens over `samples` seeds against the
+ * target's own. */
+int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
+                             int L, sq_validation *val,
+                             void (*progress)(void *user, int64_t done, int64_t total),
+                             void *user, sq_error *err)
+{
+    int D = sq_specdec_depth(sd);
+    int R = seeds, rc = SQ_OK;
+    int32_t *first = malloc((size_t)R * sizeof *first), *second = malloc((size_t)R * sizeof *second);
+    int32_t *buf = malloc((size_t)D * sizeof *buf);
+    if (!first || !second || !buf) {
+        rc = sq_error_oom(err, "validation");
+        goto done;
+    }
+    for (int i = 0; i < R && !rc; i++) {
+        if (progress)
+            progress(user, i, R);
+        sq_specdec_seed(sd, dist_seed(seed, i));
+        if ((rc = sq_specdec_start(sd, prompt, L, err)))
+            break;
+        int got = 0;
+        while (got < 2 && !rc) {
+            if ((rc = sq_specdec_step(sd, buf, NULL, err)))
+                break;
+            int m = sq_specdec_length(sd) - L - got;
+            for (int j = 0; j < m && got < 2; j++, got++) {
+                if (got == 0)
+                    first[i] = buf[j];
+                else
+                    second[i] = buf[j];
+            }
+        }
+    }
+    if (!rc && progress)
+        progress(user, R, R);
+    if (rc || (rc = dist_test(sd, prompt, L, first, second, R, val, err)))
+        goto done;
+    val->dist_checked = 1;
+    val->seeds = R;
+    val->dist_groups = 1;
+    val->dist_ok = dist_pass(val);
+done:
+    free(first);
+    free(second);
+    free(buf);
+    return rc;
+}
+
+int sq_validate_distribution_batch(sq_specdec_batch *bt, uint64_t seed, int samples,
+                                   const int32_t *const *prompts, const int *plen,
+                                   sq_validation *val,
+                                   void (*progress)(void *user, int64_t done, int64_t total),
+                                   void *user, sq_error *err)
+{
+    const int B = sq_specdec_batch_size(bt);
+    const int rounds = (samples + B - 1) / B;
+    const int D = sq_specdec_depth(sq_specdec_batch_member(bt, 0));
+    const size_t cells = (size_t)rounds * (size_t)B;
+    int rc = SQ_OK;
+    int32_t *first = malloc(cells * sizeof *first), *second = malloc(cells * sizeof *second);
+    int32_t *gf = malloc(cells * sizeof *gf), *gs = malloc(cells * sizeof *gs);
+    int32_t *buf = malloc((size_t)B * (size_t)D * sizeof *buf);
+    int32_t **outs = malloc((size_t)B * sizeof *outs);
+    int *got = malloc((size_t)B * sizeof *got), *ntok = malloc((size_t)B * sizeof *ntok);
+    int *active = malloc((size_t)B * sizeof *active), *done_g = calloc((size_t)B, sizeof *done_g);
+    if (!first || !second || !gf || !gs || !buf || !outs || !got || !ntok || !active || !done_g) {
+        rc = sq_error_oom(err, "validation");
+        goto done;
+    }
+    for (int k = 0; k < B; k++)
+        outs[k] = buf + (size_t)k * D;
+    /* the draws: round i reseeds the batch (sequence k from sq_specdec_batch_seed_of) and
+     * steps it, every sequence on its own prompt, until each has two tokens */
+    for (int i = 0; i < rounds && !rc; i++) {
+        if (progress)
+            progress(user, (int64_t)i * B, (int64_t)rounds * B);
+        sq_specdec_batch_seed(bt, dist_seed(seed, i));
+        if ((rc = sq_specdec_batch_start(bt, prompts, plen, err)))
+            break;
+        for (int k = 0; k < B; k++)
+            got[k] = 0;
+        for (;;) {
+            int any = 0;
+            for (int k = 0; k < B; k++)
+                any |= active[k] = got[k] < 2;
+            if (!any)
+                break;
+            if ((rc = sq_specdec_batch_step(bt, active, outs, ntok, NULL, err)))
+                break;
+            for (int k = 0; k < B; k++)
+                for (int j = 0; j < ntok[k] && got[k] < 2; j++, got[k]++)
+                    (got[k] == 0 ? first : second)[(size_t)i * B + k] = outs[k][j];
+        }
+    }
+    if (!rc && progress)
+        progress(user, (int64_t)rounds * B, (int64_t)rounds * B);
+    /* one test per distinct prompt, over the samples of the sequences that read it; the
+     * reported statistics are those of the group with the smallest p-value */
+    int groups = 0, ok = 1;
+    sq_validation worst = {0};
+    for (int k = 0; k < B && !rc; k++) {
+        if (done_g[k])
+            continue;
+        int R = 0;
+        for (int k2 = k; k2 < B; k2++) {
+            if (done_g[k2] || prompts[k2] != prompts[k] || plen[k2] != plen[k])
+                continue;
+            done_g[k2] = 1;
+            for (int i = 0; i < rounds; i++) {
+                gf[R] = first[(size_t)i * B + k2];
+                gs[R++] = second[(size_t)i * B + k2];
+            }
+        }
+        sq_validation g = {0};
+        if ((rc = dist_test(sq_specdec_batch_member(bt, k), prompts[k], plen[k], gf, gs, R, &g,
+                            err)))
+            break;
+        int pass = dist_pass(&g);
+        double pmin = fmin(g.first.p_value, g.pair.p_value);
+        if (groups == 0 || pmin < fmin(worst.first.p_value, worst.pair.p_value))
+            worst = g;
+        ok &= pass;
+        groups++;
+    }
+    if (rc)
+        goto done;
+    val->first = worst.first;
+    val->pair = worst.pair;
+    val->pair_first_tokens = worst.pair_first_tokens;
+    val->dist_checked = 1;
+    val->seeds = (int)cells;
+    val->dist_groups = groups;
+    val->dist_ok = ok;
+done:
+    free(first);
+    free(second);
+    free(gf);
+    free(gs);
+    free(buf);
+    free(outs);
+    free(got);
+    free(ntok);
+    free(active);
+    free(done_g);
     return rc;
 }
 
@@ -190,6 +318,8 @@ cJSON *sq_validation_to_json(const sq_validation *val)
     if (val->dist_checked) {
         cJSON *dj = cJSON_CreateObject();
         sq_json_add(dj, "seeds", cJSON_CreateNumber(val->seeds));
+        if (val->dist_groups > 1)   /* a batch over several prompts: the worst group's tests */
+            sq_json_add(dj, "prompts", cJSON_CreateNumber(val->dist_groups));
         sq_json_add(dj, "p_min", cJSON_CreateNumber(SQ_VALIDATE_P_MIN));
         sq_json_add(dj, "first_token",
                     chisq_json(&val->first, "chi-square goodness of fit of the first generated "

@@ -30,6 +30,7 @@ typedef struct sq_validation {
     double attn_max_diff, attn_tol;
     int    greedy_checked, greedy_ok, greedy_first_mismatch;
     int    dist_checked, dist_ok, seeds;
+    int    dist_groups;   /* distinct prompts tested (a batch may read several)        */
     sq_chisq first, pair;
     int    pair_first_tokens;
 } sq_validation;
@@ -50,6 +51,18 @@ int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int
                              int L, sq_validation *val,
                              void (*progress)(void *user, int64_t done, int64_t total),
                              void *user, sq_error *err);
+
+/* The same test drawn inside a batch (sequoia-run --batch): `samples` draws in rounds of B,
+ * round i reseeding the batch with the i-th seed of sq_validate_distribution (sequence k's
+ * generator from sq_specdec_batch_seed_of), every sequence k on prompts[k] (plen[k] tokens),
+ * batch steps until each has two tokens. Sequences that read the same prompt are pooled (their
+ * draws are independent); each distinct prompt is tested on its own, the check passes when
+ * every one passes, and *val holds the statistics of the one with the smallest p-value. */
+int sq_validate_distribution_batch(sq_specdec_batch *bt, uint64_t seed, int samples,
+                                   const int32_t *const *prompts, const int *plen,
+                                   sq_validation *val,
+                                   void (*progress)(void *user, int64_t done, int64_t total),
+                                   void *user, sq_error *err);
 
 /* Every check that ran passed. */
 int sq_validation_pass(const sq_validation *val);

@@ -749,6 +749,9 @@ Test(run, cli_batch_greedy_equals_separate_runs_and_reports_rates)
     double per = cJSON_GetObjectItem(j, "tokens_per_s_per_sequence")->valuedouble;
     cr_assert(tps > 0 && fabs(tps - 4 * per) < 1e-6 * tps, "%g vs 4 x %g", tps, per);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "greedy_equals_target")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "greedy_equals_separate_runs")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "validation"), "pass")));
+    cr_assert(strstr(se, "its own run alone: ok"), "%s", se);
     cJSON *seqs = cJSON_GetObjectItem(j, "sequences");
     cr_assert_eq(cJSON_GetArraySize(seqs), 4);
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(seqs, 1), "prompt_tokens")->valueint, 1);
@@ -756,21 +759,21 @@ Test(run, cli_batch_greedy_equals_separate_runs_and_reports_rates)
     free(lines);
     free(so);
     free(se);
-    /* refusals: a zero batch, a batch past the machine's memory (with the bytes), sampled
-     * --validate with a batch */
+    /* refusals: a zero batch, a batch past the machine's memory (with the bytes), greedy
+     * --validate without the target-only decoding it compares with */
     struct {
         const char *batch, *mode, *expect;
         int validate;
     } bad[] = {
         {"0", "greedy", "--batch", 0},
         {"1000000", "greedy", "bytes", 0},
-        {"2", "stochastic", "--validate", 1},
+        {"2", "greedy", "--no-baseline", 1},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *a[] = {(char *)run_bin(), "--draft", f.draft, "--target", f.target, "--plan", f.plan,
                      "--prompt", prompts, "-n", "4", "--mode", (char *)bad[i].mode, "--batch",
                      (char *)bad[i].batch, "-o", out, bad[i].validate ? "--validate" : NULL,
-                     NULL};
+                     "--no-baseline", NULL};
         cr_assert_eq(run_tool(a, &so, &se), 64, "case %zu: %s", i, se);
         cr_assert(strstr(se, bad[i].expect), "case %zu: %s", i, se);
         free(so);
@@ -801,6 +804,47 @@ Test(run, cli_stochastic_validate_reports_p_values)
         cJSON_GetObjectItem(cJSON_GetObjectItem(d, "first_two_tokens"), "p_value")->valuedouble;
     cr_assert(p1 >= P_MIN && p2 >= P_MIN, "p-values %g %g", p1, p2);
     cJSON_Delete(j);
+    tu_rmtree(f.dir);
+}
+
+/* sequoia-run --batch --validate in the sampled modes: the chi-square test of the first two
+ * tokens with every draw made inside a batch of 3 over two prompts of different lengths (one
+ * test per prompt, 400 and 200 draws) passes, from the command line; the report says so. */
+Test(run, cli_batch_sampled_validate_passes_the_chi_square_inside_the_batch)
+{
+    cli_fixture f = fixture();
+    char *prompts = tu_path(f.dir, "prompts.txt"), *rep = tu_path(f.dir, "report.json");
+    char *out = tu_path(f.dir, "out.txt");
+    tu_write(prompts, "5 1 7\n\n3\n");
+    const char *modes[] = {"stochastic", "specinfer"};
+    for (int m = 0; m < 2; m++) {
+        char *argv[] = {(char *)run_bin(), "--draft", f.small, "--target", f.small, "--plan",
+                        f.plan, "--prompt", prompts, "-n", "6", "-m", (char *)modes[m], "-t",
+                        "0.8", "-s", "5", "--batch", "3", "-o", out, "--report", rep,
+                        "--validate", "--validate-samples", "600", "--threads", "1", NULL};
+        char *so, *se;
+        cr_assert_eq(run_tool(argv, &so, &se), 0, "%s: stderr: %s", modes[m], se);
+        cr_assert(strstr(se, "600 draws in batches of 3 over 2 prompts") && strstr(se, "): ok"),
+                  "%s: %s", modes[m], se);
+        cJSON *j;
+        sq_error err = {0};
+        cr_assert_eq(sq_json_load(rep, &j, &err), 0, "%s", err.msg);
+        cJSON *v = cJSON_GetObjectItem(j, "validation");
+        cJSON *d = cJSON_GetObjectItem(v, "distribution");
+        cr_assert_not_null(d, "%s: the report has the distribution test", modes[m]);
+        cr_assert_eq(cJSON_GetObjectItem(d, "seeds")->valueint, 600);
+        cr_assert_eq(cJSON_GetObjectItem(d, "prompts")->valueint, 2);
+        double p1 = cJSON_GetObjectItem(cJSON_GetObjectItem(d, "first_token"), "p_value")->valuedouble;
+        double p2 = cJSON_GetObjectItem(cJSON_GetObjectItem(d, "first_two_tokens"),
+                                        "p_value")->valuedouble;
+        cr_assert(p1 >= P_MIN && p2 >= P_MIN, "%s: p-values %g %g", modes[m], p1, p2);
+        cr_assert(cJSON_GetObjectItem(cJSON_GetObjectItem(d, "first_token"), "df")->valueint >= 2,
+                  "the test has bins to compare");
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(v, "pass")));
+        cJSON_Delete(j);
+        free(so);
+        free(se);
+    }
     tu_rmtree(f.dir);
 }
 
