@@ -21,7 +21,7 @@ OUT=$WORK/out
 mkdir -p "$TREE" "$OUT" "$WORK/stub"
 
 # 1. the bundle, with the emulated CUDA programs under the names run.sh runs
-SQ_BUNDLE_MAP="tests/cuda-emu/sequoia-profile-emu=sequoia-profile runtime/sequoia-run
+SQ_BUNDLE_MAP="tests/cuda-emu/sequoia-profile-emu=sequoia-profile tests/cuda-emu/sequoia-run-emu=sequoia-run
  planner/sequoia-plan tests/cuda-emu/test-emu-cuda=test-cuda tests/test-cli-cuda
  tests/test-kernels tests/test-model tests/cuda-emu/bench-cuda-emu=bench-cuda
  tests/cuda-emu/bench-run-emu=bench-run tests/bench/bench-forward" \
@@ -51,6 +51,7 @@ set +e
     SQ_CUDA_EMU_SCHEDULE=random:1 \
     SQ_GPU_CONFIG=tests/cuda-emu/rehearse-config.json SQ_GPU_PREFIX=16 SQ_GPU_MAX_TOKENS=16 \
     SQ_GPU_TREE=16 SQ_GPU_REPS=3 SQ_GPU_TIME_SCALE=${SQ_REHEARSE_TIME_SCALE:-8} SQ_GPU_COPY_MB=4 SQ_GPU_BENCH_RUN_NEW=4 \
+    SQ_GPU_BATCHES=1,2 SQ_GPU_BATCH_TOKENS=1,4 \
     SQ_GPU_BUDGET_S=${SQ_REHEARSE_BUDGET_S:-1500} bash tests/gpu/run.sh) > "$WORK/run.log" 2>&1
 rc=$?
 set -e
@@ -67,6 +68,7 @@ check "no file over 16 MiB" '[ "$big" -eq 0 ]'
 for section in '== machine' 'Mem:' '== bundle' '== tests' 'tests cuda:' 'tests cli-cuda:' \
                '== bench-cuda' 'copy bandwidth' 'decode 1 token' 'verify 16 tokens' \
                '== sequoia-profile' 'profile-f16 (' 'profile-f16-offload (' \
+               'profile-f16-batch (' '== sequoia-run --backend cuda --batch' \
                '== bench-run' 'H200 targets' 'decode_target_met' 'verify_target_met' \
                'failed step'; do
     check "summary has '$section'" 'grep -qF -- "$section" "$OUT/summary.txt"'
@@ -74,7 +76,7 @@ done
 listing=$(tar -tzf "$OUT/gpu-results.tar.gz")
 for f in summary.txt test-cuda.tap test-cuda.log bench-cuda-f16.json bench-cuda-bf16.json \
          bench-cuda-f16-offload.json profile-f16.json profile-f16.svg profile-bf16.json \
-         profile-f16-offload.json bench-run.log bundle-MANIFEST.txt; do
+         profile-f16-offload.json profile-f16-batch.json bench-run.log bundle-MANIFEST.txt; do
     check "tarball has results/$f" 'grep -qx "results/$f" <<< "$listing"'
 done
 echo

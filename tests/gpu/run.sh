@@ -18,7 +18,9 @@
 # Steps: machine (free -g, nvidia-smi first), cuBLAS lookup, tests (test-cuda, test-cli-cuda,
 # test-kernels), bench-cuda (f16 and bf16 on the device, f16 offload: copy bandwidth, one-token
 # decode, 128-node verify), sequoia-profile --backend cuda sweeps (--no-refine --repeat 5; f16,
-# bf16, f16 offload), bench-run (speculative decoding on the CUDA backend).
+# bf16, f16 offload), the batched profile (--batch 1..64, f16, issue 18), bench-run
+# (speculative decoding on the CUDA backend), sequoia-run --batch 4 --validate (greedy and
+# stochastic, the shipped pair).
 #
 # Environment (the CUDA-emulation rehearsal, tests/cuda-emu/rehearse.sh, shrinks the work):
 #   SQ_GPU_CONFIG       model shape (default examples/configs/llama2-7b.json)
@@ -28,6 +30,8 @@
 #   SQ_GPU_REPS         bench-cuda repetitions (default 20)
 #   SQ_GPU_COPY_MB      bench-cuda copy size (default 2048)
 #   SQ_GPU_BENCH_RUN_NEW  tokens per bench-run prompt (default 64)
+#   SQ_GPU_BATCHES      batch sizes of the batched profile (default 1,2,4,8,16,32,64)
+#   SQ_GPU_BATCH_TOKENS token counts of the batched profile (default 1,2,4,8,16,32,64,128)
 #   SQ_GPU_BUDGET_S     whole-run budget in seconds (default 330)
 #   SQ_GPU_TIME_SCALE   multiplies every step's time limit (default 1; the emulation is slow)
 set -u
@@ -234,12 +238,39 @@ profile profile-f16 90 --dtype f16 --warmup 2
 profile profile-bf16 90 --dtype bf16 --warmup 2
 profile profile-f16-offload 120 --dtype f16 --offload --warmup 1
 
+# ---- 5b. batched forwards (issue 18): b sequences x n tokens, each on its own prefix, the b
+# contexts sharing one copy of the weights --------------------------------------------------------
+BATCHES=${SQ_GPU_BATCHES:-1,2,4,8,16,32,64}
+BTOKENS=${SQ_GPU_BATCH_TOKENS:-1,2,4,8,16,32,64,128}
+note ""
+note "== sequoia-profile --backend cuda --batch $BATCHES (tokens $BTOKENS after $PREFIX, f16)"
+step profile-f16-batch 150 "$BIN/sequoia-profile" --model "$CFG" --backend cuda --dtype f16 \
+    --batch "$BATCHES" --tokens "$BTOKENS" --prefix "$PREFIX" --no-refine --repeat 3 --warmup 1 \
+    --quiet -o "$RES/profile-f16-batch.json" --svg "$RES/profile-f16-batch.svg"
+
 # ---- 6. speculative decoding on the CUDA backend ----------------------------------------------
 note ""
 note "== bench-run on the CUDA backend"
 step bench-run 60 env SQ_BENCH_BACKEND=cuda "$BIN/bench-run" "$RUN_NEW"
 sed -n '/^target:/,$p' "$RES/bench-run.log" 2> /dev/null | head -30 | sed 's/^/    /' \
     | tee -a "$SUMMARY"
+
+# ---- 6b. sequoia-run --batch on the CUDA backend (issue 18): the shipped pair, the ladder's
+# batch-1 plan, 4 prompts of different lengths; --validate: greedy output equal to the target's
+# and to every sequence's run alone, and the chi-square test drawn inside the batch --------------
+note ""
+note "== sequoia-run --backend cuda --batch 4 --validate (shipped pair)"
+step run-batch-greedy 60 "$BIN/sequoia-run" --backend cuda --draft "$ROOT/data/models/draft" \
+    --target "$ROOT/data/models/target" --plan "$ROOT/data/ladder/plans/plan-b1.json" \
+    --prompt "$ROOT/data/ladder/prompts.txt" --batch 4 -n 32 --mode greedy --validate \
+    -o "$RES/run-batch-greedy.txt" --report "$RES/run-batch-greedy.json" -q
+step run-batch-stochastic 90 "$BIN/sequoia-run" --backend cuda --draft "$ROOT/data/models/draft" \
+    --target "$ROOT/data/models/target" --plan "$ROOT/data/ladder/plans/plan-b1.json" \
+    --prompt "$ROOT/data/ladder/prompts.txt" --batch 4 -n 8 --mode stochastic -t 0.8 \
+    --validate --validate-samples 400 --no-baseline -o "$RES/run-batch-stochastic.txt" \
+    --report "$RES/run-batch-stochastic.json" -q
+grep -hE 'batch 4:|validate:' "$RES/run-batch-greedy.log" "$RES/run-batch-stochastic.log" \
+    2> /dev/null | sed 's/^/    /' | tee -a "$SUMMARY"
 
 # ---- 7. figures and targets ---------------------------------------------------------------------
 note ""
@@ -282,6 +313,22 @@ for name in ("profile-f16", "profile-bf16", "profile-f16-offload"):
         r = d[128] / d[1]
         print("  128 tokens / 1 token = %.2f (target <= 1.5: %s)" % (r, "MET" if r <= 1.5 else
               "NOT met"))
+p = load("profile-f16-batch.json")
+if not p:
+    print("profile-f16-batch: no result")
+else:
+    pts = {}
+    for q in p["points"]:
+        pts.setdefault(q.get("batch", 1), {})[q["tokens"]] = q["median_ms"]
+    print("profile-f16-batch (%s): median ms of b sequences x n tokens" % p.get("device", "?"))
+    toks = sorted(set(t for row in pts.values() for t in row))
+    print("  batch " + "".join("%9d" % t for t in toks) + "   t(b,1)/t(1,1)")
+    t11 = pts.get(1, {}).get(1)
+    for b in sorted(pts):
+        row = pts[b]
+        r = row.get(1, float("nan")) / t11 if t11 else float("nan")
+        print("  %5d " % b + "".join("%9.3f" % row.get(t, float("nan")) for t in toks) +
+              "   %.2f" % r)
 PY
 else
     note "no python3: the figures are in the bench and profile logs of the tarball"
