@@ -43,7 +43,8 @@ enum { T_ATTN_NORM, T_FFN_NORM, T_WQ, T_WK, T_WV, T_WO, T_GATE, T_UP, T_DOWN, T_
 /* The weights of one model in one 16-bit type and one mode, on one device: shared by every
  * context of that model, dtype and mode (a batch of B sequences is B contexts of one model, and
  * B copies of a 7B model's weights would not fit). Reference-counted in a process-wide list
- * (weights_acquire / weights_release below); the first context makes them, the last frees them. */
+ * (weights_find, weights_make, weights_release below); the first context makes them, the last
+ * frees them. Contexts are freed before their model (the list is keyed by the model). */
 typedef struct cuda_weights {
     const sq_model       *model;
     int                   bf16, offload, refs;
