@@ -454,10 +454,10 @@ __global__ void k_kv_store(const at_seq *seqs, const int32_t *row_seq, int layer
     if (k >= npair)
         return;
     const int row = (int)blockIdx.x;
-    const at_seq sd = seqs[row_seq[row]];
-    const size_t slot = (size_t)(sd.C + sd.width - sd.n + (row - sd.row0));
-    const size_t at = (size_t)layer * sd.layer_stride + slot * (size_t)kv_dim;
-    uint16_t *kdst = sd.kc + at, *vdst = sd.vc + at;
+    const at_seq *sd = &seqs[row_seq[row]];
+    const size_t slot = (size_t)(sd->C + sd->width - sd->n + (row - sd->row0));
+    const size_t at = (size_t)layer * sd->layer_stride + slot * (size_t)kv_dim;
+    uint16_t *kdst = sd->kc + at, *vdst = sd->vc + at;
     const float *kf = kf_all + (size_t)row * kv_dim, *vf = vf_all + (size_t)row * kv_dim;
     const size_t o = (size_t)blockIdx.y * head_dim;
     float a = kf[o + k], b = kf[o + k + npair];

@@ -57,7 +57,7 @@ MUTATIONS=(
     "residual@runtime/cuda_sample.cu@r[i] = sq_k_residual(r[i], q[i]) / s;@r[i] = sq_k_residual(r[i], q[i]);"
     "without@runtime/cuda_sample.cu@            taken[bi] = 1;@            taken[bi] = 0;"
     "batchmask@runtime/cuda_backend.cu@const uint8_t *mask = mask_all + sd.mask_off;@const uint8_t *mask = mask_all + 0 * sd.mask_off;"
-    "batchkv@runtime/cuda_backend.cu@const size_t slot = (size_t)(sd.C + sd.width - sd.n + (row - sd.row0));@const size_t slot = (size_t)(sd.C + sd.width - sd.n + row);"
+    "batchkv@runtime/cuda_backend.cu@const size_t slot = (size_t)(sd->C + sd->width - sd->n + (row - sd->row0));@const size_t slot = (size_t)(sd->C + sd->width - sd->n + row);"
 )
 
 # The tests: program|criterion filter|label
