@@ -38,8 +38,8 @@ typedef struct cpu_state {
     int    slots;        /* max_context + max_pending                                  */
     int    ld_scores;    /* slots rounded up to a multiple of 16 (the softmax's lanes)  */
     int    threads;
-    sq_pool pool;        /* threads workers, the calling thread included               */
-    int    pool_ok;      /* the pool was started                                       */
+    sq_pool *pool;       /* the process's shared pool of `threads` workers (calling
+                            thread included): runtime/cpu_pool.h                       */
     float *key_cache;    // (layer, slots, kv_dim)
     float *value_cache;  // (layer, slots, kv_dim)
     float *x;            // (max_pending, dim)         residual stream
@@ -64,8 +64,7 @@ static void cpu_free(sq_context *ctx)
     cpu_state *s = ctx->impl;
     if (!s)
         return;
-    if (s->pool_ok)
-        sq_pool_stop(&s->pool);
+    sq_pool_shared_release(s->pool);
     free(s->key_cache);
     free(s->value_cache);
     free(s->x);
@@ -144,12 +143,13 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     /* As transformers computes it: inv_freq[i] = 1 / theta^(2i / head_dim) in float32. */
     for (int i = 0; i < c->head_dim / 2; i++)
         s->inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
-    s->pool_ok = sq_pool_start(&s->pool, s->threads) == 0;
-    if (!s->pool_ok) {
+    s->pool = sq_pool_shared_acquire(s->threads);
+    if (!s->pool) {
         cpu_free(ctx);
         return sq_error_oom(err, "the CPU thread pool");
     }
-    openblas_set_num_threads(s->threads);
+    /* every thread of a forward is the pool's: runtime/cpu_matmul.h */
+    openblas_set_num_threads(1);
     return SQ_OK;
 }
 
@@ -157,7 +157,7 @@ static int cpu_init(sq_context *ctx, sq_error *err)
 static void linear(cpu_state *s, float *out, const float *in, const float *w, int n, int d_in,
                    int d_out, int accumulate)
 {
-    sq_cpu_matmul(&s->pool, out, in, w, n, d_in, d_out, accumulate);
+    sq_cpu_matmul(s->pool, out, in, w, n, d_in, d_out, accumulate);
 }
 
 static void rmsnorm(float *out, const float *x, const float *weight, int n, int dim, float eps)
@@ -325,13 +325,11 @@ static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, 
     attn_job jb = {c, s, layer, n, C, P, mask, (n * group + ATTN_TILE - 1) / ATTN_TILE};
     /* multiply-adds of the two products: small ones are not worth waking the pool */
     double work = 2.0 * n * c->n_heads * (double)total * c->head_dim;
-    if (s->pool.n < 2 || work < ATTN_PARALLEL_MIN_WORK) {
+    if (s->pool->n < 2 || work < ATTN_PARALLEL_MIN_WORK) {
         attn_worker(&jb, 0, 1);
         return;
     }
-    openblas_set_num_threads(1);   /* each job multiplies on its own thread */
-    sq_pool_run(&s->pool, attn_worker, &jb);
-    openblas_set_num_threads(s->threads);
+    sq_pool_run(s->pool, attn_worker, &jb);
 }
 
 static int cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,

@@ -151,30 +151,33 @@ typedef struct matmul_job {
     float       *out;
     const float *in, *w;
     int          n, d_in, d_out, accumulate;
+    int          unit;   /* columns per share are a multiple of this */
 } matmul_job;
 
-/* Worker w of nw takes a contiguous range of 4-column blocks. */
+/* Worker w of nw takes a contiguous range of column blocks of `unit` columns: the skinny kernel
+ * for few rows, single-threaded OpenBLAS on its slice of w and out for more. */
 static void matmul_worker(void *arg, int worker, int n_workers)
 {
     const matmul_job *m = arg;
-    long long blocks = (m->d_out + 3) / 4;
-    int o0 = (int)(4 * (blocks * worker / n_workers));
-    int o1 = (int)(4 * (blocks * (worker + 1) / n_workers));
+    long long blocks = (m->d_out + m->unit - 1) / m->unit;
+    int o0 = (int)(m->unit * (blocks * worker / n_workers));
+    int o1 = (int)(m->unit * (blocks * (worker + 1) / n_workers));
     if (o1 > m->d_out)
         o1 = m->d_out;
-    if (o0 < o1)
+    if (o0 >= o1)
+        return;
+    if (m->n <= SQ_CPU_SKINNY_MAX)
         sq_cpu_matmul_skinny(m->out, m->in, m->w, m->n, m->d_in, m->d_out, m->accumulate, o0, o1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->n, o1 - o0, m->d_in, 1.0f, m->in,
+                    m->d_in, m->w + (size_t)o0 * (size_t)m->d_in, m->d_in,
+                    m->accumulate ? 1.0f : 0.0f, m->out + o0, m->d_out);
 }
 
 void sq_cpu_matmul(sq_pool *pool, float *out, const float *in, const float *w, int n, int d_in,
                    int d_out, int accumulate)
 {
-    if (n > SQ_CPU_SKINNY_MAX) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d_out, d_in, 1.0f, in, d_in, w,
-                    d_in, accumulate ? 1.0f : 0.0f, out, d_out);
-        return;
-    }
-    matmul_job m = {out, in, w, n, d_in, d_out, accumulate};
+    matmul_job m = {out, in, w, n, d_in, d_out, accumulate, n <= SQ_CPU_SKINNY_MAX ? 4 : 16};
     if (!pool || pool->n < 2 || (double)n * d_in * d_out < MATMUL_PARALLEL_MIN_WORK)
         matmul_worker(&m, 0, 1);
     else

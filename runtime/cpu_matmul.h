@@ -16,10 +16,12 @@
 /* Largest n the skinny product is used for; above it sq_cpu_matmul calls cblas_sgemm. */
 #define SQ_CPU_SKINNY_MAX 16
 
-/* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate != 0), all row-major, on the pool's
- * threads: the skinny product for n <= SQ_CPU_SKINNY_MAX, its output columns split over the
- * workers (on the calling thread alone when the product is too small to pay for a dispatch);
- * cblas_sgemm, threaded by OpenBLAS, above. */
+/* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate != 0), all row-major, its output
+ * columns split over the pool's workers (on the calling thread alone when the product is too
+ * small to pay for a dispatch): the skinny product for n <= SQ_CPU_SKINNY_MAX, cblas_sgemm on
+ * each worker's slice above. The backend keeps OpenBLAS single-threaded (its own threads spin
+ * after each call and would compete with the pool for the cores), so every thread of a forward
+ * is the pool's. */
 void sq_cpu_matmul(sq_pool *pool, float *out, const float *in, const float *w, int n, int d_in,
                    int d_out, int accumulate);
 

@@ -4,9 +4,12 @@
 #include "runtime/cpu_pool.h"
 
 /* Iterations of the spin-wait before a worker or the caller sleeps: with a pause of the order of
- * 50-150 cycles each, about 50-150 microseconds, longer than the gaps between the dispatches of
- * one forward and much shorter than the gaps between decoding steps. */
-#define POOL_SPIN 1024
+ * 40-150 cycles each, a few milliseconds, longer than the gaps between the dispatches of one
+ * forward and between the forwards of a decoding step (the draft's levels, then the target's
+ * verify), shorter than a pause between requests. Measured on the 2-core VM with the 18M
+ * target: 1,024 iterations left the workers asleep at most dispatches of a 4-token forward,
+ * which then cost 2.5x a one-token forward; 65,536 brought it to 1.5x. */
+#define POOL_SPIN 65536
 
 static inline void cpu_relax(void)
 {
@@ -53,6 +56,7 @@ void sq_pool_run(sq_pool *p, sq_pool_fn fn, void *arg)
             fn(arg, w, p->n);
         return;
     }
+    pthread_mutex_lock(&p->run_mu);
     p->fn = fn;
     p->arg = arg;
     atomic_store_explicit(&p->pending, p->started, memory_order_relaxed);
@@ -71,6 +75,7 @@ void sq_pool_run(sq_pool *p, sq_pool_fn fn, void *arg)
             pthread_cond_wait(&p->done, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
+    pthread_mutex_unlock(&p->run_mu);
 }
 
 int sq_pool_start(sq_pool *p, int n)
@@ -88,6 +93,7 @@ int sq_pool_start(sq_pool *p, int n)
         return -1;
     }
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->run_mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
     for (int w = 1; w < n; w++) {
@@ -110,10 +116,67 @@ void sq_pool_stop(sq_pool *p)
     for (int w = 0; w < p->started; w++)
         pthread_join(p->tids[w], NULL);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->run_mu);
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
     free(p->tids);
     free(p->ws);
     p->tids = NULL;
     p->ws = NULL;
+}
+
+/* ---- the shared pools ---------------------------------------------------------------------- */
+
+#define SHARED_POOLS 8
+
+static pthread_mutex_t shared_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    sq_pool *p;
+    int      refs;
+} shared[SHARED_POOLS];
+
+sq_pool *sq_pool_shared_acquire(int n)
+{
+    sq_pool *got = NULL;
+    pthread_mutex_lock(&shared_mu);
+    int slot = -1;
+    for (int i = 0; i < SHARED_POOLS && !got; i++) {
+        if (shared[i].p && shared[i].p->n == n) {
+            got = shared[i].p;
+            shared[i].refs++;
+        } else if (!shared[i].p && slot < 0) {
+            slot = i;
+        }
+    }
+    if (!got) {
+        got = malloc(sizeof *got);
+        if (got && sq_pool_start(got, n) != 0) {
+            free(got);
+            got = NULL;
+        }
+        if (got && slot >= 0)
+            shared[slot].p = got, shared[slot].refs = 1;
+        /* no free slot: a private pool, stopped by its release */
+    }
+    pthread_mutex_unlock(&shared_mu);
+    return got;
+}
+
+void sq_pool_shared_release(sq_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&shared_mu);
+    int last = 1;
+    for (int i = 0; i < SHARED_POOLS; i++)
+        if (shared[i].p == p) {
+            last = --shared[i].refs == 0;
+            if (last)
+                shared[i].p = NULL;
+        }
+    pthread_mutex_unlock(&shared_mu);
+    if (last) {
+        sq_pool_stop(p);
+        free(p);
+    }
 }

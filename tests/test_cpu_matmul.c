@@ -9,6 +9,7 @@
  *   - a tool's BLAS set-up never leaves OpenBLAS on its Prescott fallback on a CPU with AVX2 and
  *     FMA, and leaves a user's OPENBLAS_CORETYPE alone. */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,7 +145,7 @@ Test(cpu_pool, every_worker_runs_once_per_dispatch)
         for (int k = 0; k < 8; k++)
             atomic_init(&j.hits[k], 0);
         atomic_init(&j.wrong_n, 0);
-        const int rounds = 20000;
+        const int rounds = 3000;
         for (int r = 0; r < rounds; r++)
             sq_pool_run(&pool, count_worker, &j);
         sq_pool_stop(&pool);
@@ -179,4 +180,47 @@ Test(cpu_matmul, blas_setup_leaves_no_prescott_fallback)
     cr_assert_str_eq(out, "Haswell Haswell\n");
     free(out);
     unsetenv("OPENBLAS_CORETYPE");
+}
+
+typedef struct two_callers {
+    sq_pool  *pool;
+    count_job job;
+} two_callers;
+
+static void *caller_main(void *arg)
+{
+    two_callers *t = arg;
+    for (int r = 0; r < 500; r++)
+        sq_pool_run(t->pool, count_worker, &t->job);
+    return NULL;
+}
+
+Test(cpu_pool, shared_pools_are_one_per_thread_count_and_take_turns)
+{
+    sq_pool *a = sq_pool_shared_acquire(2), *b = sq_pool_shared_acquire(2);
+    sq_pool *c = sq_pool_shared_acquire(3);
+    cr_assert(a && b && c);
+    cr_assert_eq(a, b, "two users of 2 threads share one pool");
+    cr_assert_neq(a, c);
+    /* two threads dispatching on the same pool at once: each dispatch runs whole */
+    two_callers t[2];
+    pthread_t tid[2];
+    for (int i = 0; i < 2; i++) {
+        t[i].pool = a;
+        for (int k = 0; k < 8; k++)
+            atomic_init(&t[i].job.hits[k], 0);
+        atomic_init(&t[i].job.wrong_n, 0);
+        cr_assert_eq(pthread_create(&tid[i], NULL, caller_main, &t[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(tid[i], NULL);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(atomic_load(&t[i].job.hits[k]), 500, "caller %d, worker %d", i, k);
+    sq_pool_shared_release(b);
+    sq_pool_shared_release(c);
+    sq_pool *d = sq_pool_shared_acquire(2);
+    cr_assert_eq(d, a, "still shared while a user holds it");
+    sq_pool_shared_release(d);
+    sq_pool_shared_release(a);
 }
