@@ -145,7 +145,7 @@ Test(cpu_pool, every_worker_runs_once_per_dispatch)
         for (int k = 0; k < 8; k++)
             atomic_init(&j.hits[k], 0);
         atomic_init(&j.wrong_n, 0);
-        const int rounds = 3000;
+        const int rounds = 1000;
         for (int r = 0; r < rounds; r++)
             sq_pool_run(&pool, count_worker, &j);
         sq_pool_stop(&pool);
