@@ -991,6 +991,40 @@ Test(run, cli_dump_writes_teacher_forced_logits)
     cr_assert_eq(sq_corpus_get_info(c)->rows, 11);
     cr_assert_eq(sq_corpus_get_info(c)->sparse, 0);
     sq_corpus_close(c);
+    /* --compression 0: no filter on the logits, the same rows as the default level 1 */
+    char *c0 = tu_path(f.dir, "c0.h5"), *c1 = tu_path(f.dir, "c1.h5");
+    char *argv5[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
+                     "--tokens", toks, "-o", c0, "--compression", "0", "--threads", "1", NULL};
+    char *argv6[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
+                     "--tokens", toks, "-o", c1, "--threads", "1", NULL};
+    cr_assert_eq(run_tool(argv5, NULL, &se), 0, "%s", se);
+    cr_assert_eq(run_tool(argv6, NULL, &se), 0, "%s", se);
+    int nfilters[2];
+    float *rows[2];
+    for (int k = 0; k < 2; k++) {
+        hid_t file = H5Fopen(k ? c1 : c0, H5F_ACC_RDONLY, H5P_DEFAULT);
+        cr_assert(file >= 0);
+        hid_t ds = H5Dopen2(file, "/target/logits", H5P_DEFAULT);
+        hid_t pl = H5Dget_create_plist(ds);
+        nfilters[k] = H5Pget_nfilters(pl);
+        H5Pclose(pl);
+        H5Dclose(ds);
+        H5Fclose(file);
+        cr_assert_eq(sq_corpus_open(k ? c1 : c0, &c, &err), 0, "%s", err.msg);
+        rows[k] = malloc(2 * 11 * 97 * sizeof(float));
+        cr_assert_eq(sq_corpus_read(c, 0, 11, rows[k], rows[k] + 11 * 97, NULL, &err), 0, "%s",
+                     err.msg);
+        sq_corpus_close(c);
+    }
+    cr_assert_eq(nfilters[0], 0, "--compression 0 left %d filters", nfilters[0]);
+    cr_assert_gt(nfilters[1], 0, "the default level wrote no filter");
+    cr_assert(memcmp(rows[0], rows[1], 2 * 11 * 97 * sizeof(float)) == 0);
+    free(rows[0]);
+    free(rows[1]);
+    char *argv7[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
+                     "--tokens", toks, "-o", c0, "--compression", "10", NULL};
+    cr_assert_eq(run_tool(argv7, NULL, &se), 64, "%s", se);
+    cr_assert(strstr(se, "--compression"), "%s", se);
     /* a missing token file, and nothing written */
     char *c2 = tu_path(f.dir, "c2.h5");
     char *argv3[] = {(char *)run_bin(), "dump", "--draft", f.draft, "--target", f.target,
