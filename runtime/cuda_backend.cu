@@ -837,6 +837,21 @@ static size_t act_bytes(const sq_model_config *c, size_t rows, size_t mask_bytes
 
 #define DMALLOC(ptr, bytes) CUDA_CHECK(cudaMalloc((void **)&(ptr), (bytes)))
 
+/* A device buffer *p of *cap elements of `unit` bytes grown to at least `need` (kept when large
+ * enough; the old contents are not kept). On failure *p is NULL and *cap 0. */
+static int grow_device(void **p, size_t *cap, size_t need, size_t unit, sq_error *err)
+{
+    if (need <= *cap)
+        return SQ_OK;
+    if (*p)
+        cudaFree(*p);
+    *p = NULL;
+    *cap = 0;
+    CUDA_CHECK(cudaMalloc(p, need * unit));
+    *cap = need;
+    return SQ_OK;
+}
+
 /* Makes room for a forward of `rows` token rows in `nseq` sequences with `mask_bytes` of masks
  * and `tiles` query tiles; buffers already large enough are kept. (cudaFree waits for the
  * device, so nothing in flight uses a buffer that goes.) */
@@ -881,30 +896,11 @@ static int act_reserve(const sq_model_config *c, cuda_act *a, size_t rows, size_
         CUDA_CHECK(cudaMallocHost((void **)&a->h_logits, rows * V * sizeof(float)));
         a->rows = rows;
     }
-    if (mask_bytes > a->mask_bytes) {
-        if (a->d_mask)
-            cudaFree(a->d_mask);
-        a->d_mask = NULL;
-        a->mask_bytes = 0;
-        DMALLOC(a->d_mask, mask_bytes);
-        a->mask_bytes = mask_bytes;
-    }
-    if (nseq > a->seqs) {
-        if (a->d_seqs)
-            cudaFree(a->d_seqs);
-        a->d_seqs = NULL;
-        a->seqs = 0;
-        DMALLOC(a->d_seqs, nseq * sizeof(at_seq));
-        a->seqs = nseq;
-    }
-    if (tiles > a->tiles) {
-        if (a->d_tile_seq)
-            cudaFree(a->d_tile_seq);
-        a->d_tile_seq = NULL;
-        a->tiles = 0;
-        DMALLOC(a->d_tile_seq, tiles * sizeof(int32_t));
-        a->tiles = tiles;
-    }
+    int rc;
+    if ((rc = grow_device((void **)&a->d_mask, &a->mask_bytes, mask_bytes, 1, err)) ||
+        (rc = grow_device((void **)&a->d_seqs, &a->seqs, nseq, sizeof(at_seq), err)) ||
+        (rc = grow_device((void **)&a->d_tile_seq, &a->tiles, tiles, sizeof(int32_t), err)))
+        return rc;
     /* host staging: the tables, then rows' tokens and positions, then the masks */
     size_t meta = nseq * sizeof(at_seq) + (tiles + 3 * rows) * sizeof(int32_t) + mask_bytes;
     if (meta > a->h_meta_bytes) {
