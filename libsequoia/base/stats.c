@@ -138,3 +138,21 @@ sq_mean_ci sq_mean_ci_batch(const double *x, int n)
     r.hi = r.mean + t * r.stderr_;
     return r;
 }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double sq_quantile(double *v, int n, double p)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    if (n == 1)
+        return v[0];
+    double pos = p * (n - 1);
+    int lo = (int)floor(pos);
+    if (lo >= n - 1)
+        return v[n - 1];
+    return v[lo] + (pos - lo) * (v[lo + 1] - v[lo]);
+}

@@ -1,5 +1,6 @@
 /* Statistics for validating a run: a chi-square goodness-of-fit test against exact
- * probabilities, and a mean with a confidence interval for correlated series. */
+ * probabilities, a mean with a confidence interval for correlated series, and quantiles of
+ * timings. */
 #ifndef SQ_BASE_STATS_H
 #define SQ_BASE_STATS_H
 
@@ -32,5 +33,9 @@ typedef struct sq_mean_ci {
  * steps of one generation), so the standard error comes from the means of about sqrt(n)
  * consecutive batches; with fewer than 4 values the interval is infinite. */
 sq_mean_ci sq_mean_ci_batch(const double *x, int n);
+
+/* The p-th quantile (0..1) of v[0..n), n >= 1, by linear interpolation between the order
+ * statistics (p = 0.5: the median); sorts v. */
+double sq_quantile(double *v, int n, double p);
 
 #endif

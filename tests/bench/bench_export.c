@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "libsequoia/base/stats.h"
 #include "planner/dp.h"
 #include "planner/engine.h"
 #include "planner/export.h"
@@ -23,18 +24,6 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static void die(const sq_error *err)
@@ -62,7 +51,7 @@ static void bench_engine(sq_engine e, int n, int d, int mnl)
         sq_tree_free(res.tree);
     }
     printf("engine plan %-7s N=%-5d D=%-3d max_non_leaves=%-2d  %9.2f ms   F = %.4f\n",
-           sq_engine_name(e), n, d, mnl, median(t, REPS), F);
+           sq_engine_name(e), n, d, mnl, sq_quantile(t, REPS, 0.5), F);
 }
 
 int main(void)
@@ -118,12 +107,12 @@ int main(void)
                     sq_tree_free(back);
                 }
                 printf("import %-8s 1024 nodes                   %9.2f ms\n",
-                       f == SQ_EXPORT_TRTLLM ? "choices" : "growmap", median(ti, REPS));
+                       f == SQ_EXPORT_TRTLLM ? "choices" : "growmap", sq_quantile(ti, REPS, 0.5));
             }
             free(s);
         }
         printf("export %-8s 1024 nodes  %9zu bytes   %9.2f ms\n",
-               sq_export_format_name((sq_export_format)f), len, median(tm, REPS));
+               sq_export_format_name((sq_export_format)f), len, sq_quantile(tm, REPS, 0.5));
     }
     sq_plan_free(plan);
     return 0;

@@ -31,6 +31,7 @@
 
 #include <gsl/gsl_cblas.h>
 
+#include "libsequoia/base/stats.h"
 #include "runtime/backend.h"
 #include "runtime/model.h"
 #include "runtime/st_writer.h"
@@ -49,18 +50,6 @@ static double cpu_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static double memcpy_bandwidth(void)
@@ -366,7 +355,7 @@ int main(int argc, char **argv)
                 times[r] = now_s() - s;
         }
         double fcpu = (cpu_s() - fcpu0) / reps;
-        double tf = median(times, reps);
+        double tf = sq_quantile(times, reps, 0.5);
         /* the same GEMMs alone, in order, on the model's weights */
         for (int r = -2; r < reps; r++) {
             double s = now_s();
@@ -375,7 +364,7 @@ int main(int argc, char **argv)
             if (r >= 0)
                 times[r] = now_s() - s;
         }
-        double tg = median(times, reps);
+        double tg = sq_quantile(times, reps, 0.5);
         double ratio = tf / floor;
         if (ratio > worst) {
             worst = ratio;
@@ -403,7 +392,7 @@ int main(int argc, char **argv)
         C++;
     }
     double streamed = weight_bytes + D * 4.0;
-    double t1 = median(times, reps), c1 = (cpu_s() - cpu0) / reps;
+    double t1 = sq_quantile(times, reps, 0.5), c1 = (cpu_s() - cpu0) / reps;
     printf("\ndecode 1 token (context %d): median %.3f ms (%.3f ms CPU, all threads); streams "
            "%.1f MB of weights at %.2f GB/s = %.0f%% of the memcpy bandwidth (target >= 50%%; above 100%%: the weights sit in the L3 cache)\n",
            context, t1 * 1e3, c1 * 1e3, streamed / 1e6, streamed / t1 / 1e9,
@@ -433,7 +422,7 @@ int main(int argc, char **argv)
         if (r >= 0)
             times[r] = now_s() - s;
     }
-    double tt = median(times, reps), ct = (cpu_s() - cpu0) / reps;
+    double tt = sq_quantile(times, reps, 0.5), ct = (cpu_s() - cpu0) / reps;
     double flops = 2.0 * tree * (params - V * D);
     printf("verify a %d-node tree: median %.3f ms = %.2fx one token (target <= 3x); %.3f ms CPU "
            "= %.2fx one token's CPU; %.1f GFLOP/s of wall time\n", tree, tt * 1e3, tt / t1,
