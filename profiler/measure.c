@@ -1,5 +1,7 @@
 #include "profiler/measure.h"
 
+#include "libsequoia/base/stats.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,24 +18,6 @@ static double now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double sq_quantile(double *v, int n, double p)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    if (n == 1)
-        return v[0];
-    double pos = p * (n - 1);
-    int lo = (int)floor(pos);
-    if (lo >= n - 1)
-        return v[n - 1];
-    return v[lo] + (pos - lo) * (v[lo + 1] - v[lo]);
 }
 
 static unsigned next_token(unsigned *s, int vocab)
@@ -72,110 +56,116 @@ int sq_measure_prefill(sq_context *ctx, int vocab, const sq_measure_params *prm,
     return SQ_OK;
 }
 
-int sq_measure_point(sq_context *ctx, int vocab, int n, const sq_measure_params *prm,
-                     sq_profile_point *out, sq_error *err)
+/* The inputs of one point of a set: n chain tokens per sequence, their positions and the causal
+ * mask, and the b sequences of the batched forward. */
+typedef struct point_inputs {
+    int32_t      *tok, *pos;   /* (b, n) */
+    uint8_t      *mask;        /* (n, n) */
+    sq_batch_seq *seqs;        /* (b)    */
+    double       *t;           /* (repeat) timed samples */
+} point_inputs;
+
+static void inputs_free(point_inputs *in)
 {
-    int32_t *tok = malloc((size_t)n * sizeof *tok), *pos = malloc((size_t)n * sizeof *pos);
-    uint8_t *mask = malloc((size_t)n * (size_t)n);
-    float *logits = malloc((size_t)n * (size_t)vocab * sizeof *logits);
-    double *t = malloc((size_t)(prm->repeat > 0 ? prm->repeat : 1) * sizeof *t);
-    int rc = SQ_OK;
-    if (!tok || !pos || !mask || !logits || !t) {
-        rc = sq_error_oom(err, "a measurement");
-        goto done;
-    }
-    unsigned s = prm->seed * 7919u + (unsigned)n;
-    int base = sq_context_committed(ctx);
-    for (int i = 0; i < n; i++) {
-        tok[i] = (int32_t)next_token(&s, vocab);
-        pos[i] = base + i;
-        for (int j = 0; j < n; j++)
-            mask[(size_t)i * (size_t)n + (size_t)j] = j <= i;
-    }
-    for (int r = 0; r < prm->warmup + prm->repeat; r++) {
-        double t0 = now_ms();
-        if ((rc = sq_context_forward(ctx, tok, pos, mask, n, logits, err)))
-            goto done;
-        double dt = now_ms() - t0;
-        if ((rc = sq_context_commit(ctx, NULL, 0, err)))
-            goto done;
-        if (r >= prm->warmup)
-            t[r - prm->warmup] = dt;
-    }
-    out->batch = 1;
-    out->tokens = n;
-    out->samples = prm->repeat;
-    out->p10_ms = sq_quantile(t, prm->repeat, 0.10);
-    out->median_ms = sq_quantile(t, prm->repeat, 0.50);
-    out->p90_ms = sq_quantile(t, prm->repeat, 0.90);
-done:
-    free(tok);
-    free(pos);
-    free(mask);
-    free(logits);
-    free(t);
-    return rc;
+    free(in->tok);
+    free(in->pos);
+    free(in->mask);
+    free(in->seqs);
+    free(in->t);
 }
 
-int sq_measure_point_batch(sq_context *const *ctxs, int b, int vocab, int n,
-                           const sq_measure_params *prm, sq_profile_point *out, sq_error *err)
+static int inputs_make(sq_context *const *ctxs, int b, int vocab, int n, float *logits,
+                       const sq_measure_params *prm, point_inputs *in, sq_error *err)
 {
     size_t nb = (size_t)b * (size_t)n;
-    int32_t *tok = malloc(nb * sizeof *tok), *pos = malloc(nb * sizeof *pos);
-    uint8_t *mask = malloc((size_t)n * (size_t)n);
-    float *logits = malloc(nb * (size_t)vocab * sizeof *logits);
-    double *t = malloc((size_t)(prm->repeat > 0 ? prm->repeat : 1) * sizeof *t);
-    sq_batch_seq *seqs = malloc((size_t)b * sizeof *seqs);
-    int rc = SQ_OK;
-    if (!tok || !pos || !mask || !logits || !t || !seqs) {
-        rc = sq_error_oom(err, "a measurement");
-        goto done;
-    }
+    in->tok = malloc(nb * sizeof *in->tok);
+    in->pos = malloc(nb * sizeof *in->pos);
+    in->mask = malloc((size_t)n * (size_t)n);
+    in->seqs = malloc((size_t)b * sizeof *in->seqs);
+    in->t = malloc((size_t)(prm->repeat > 0 ? prm->repeat : 1) * sizeof *in->t);
+    if (!in->tok || !in->pos || !in->mask || !in->seqs || !in->t)
+        return sq_error_oom(err, "a measurement");
     unsigned s = prm->seed * 7919u + (unsigned)n;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < n; j++)
-            mask[(size_t)i * (size_t)n + (size_t)j] = j <= i;
+            in->mask[(size_t)i * (size_t)n + (size_t)j] = j <= i;
     for (int k = 0; k < b; k++) {
         int base = sq_context_committed(ctxs[k]);
         for (int i = 0; i < n; i++) {
-            tok[(size_t)k * n + i] = (int32_t)next_token(&s, vocab);
-            pos[(size_t)k * n + i] = base + i;
+            in->tok[(size_t)k * n + i] = (int32_t)next_token(&s, vocab);
+            in->pos[(size_t)k * n + i] = base + i;
         }
-        seqs[k] = (sq_batch_seq){ctxs[k], tok + (size_t)k * n, pos + (size_t)k * n, mask, n,
-                                 logits + (size_t)k * n * (size_t)vocab};
+        in->seqs[k] = (sq_batch_seq){ctxs[k], in->tok + (size_t)k * n, in->pos + (size_t)k * n,
+                                     in->mask, n, logits + (size_t)k * n * (size_t)vocab};
     }
-    for (int r = 0; r < prm->warmup + prm->repeat; r++) {
-        double t0 = now_ms();
-        if ((rc = sq_context_forward_batch(seqs, b, err)))
-            goto done;
-        double dt = now_ms() - t0;
-        for (int k = 0; k < b; k++)
-            if ((rc = sq_context_commit(ctxs[k], NULL, 0, err)))
-                goto done;
-        if (r >= prm->warmup)
-            t[r - prm->warmup] = dt;
-    }
-    out->batch = b;
-    out->tokens = n;
-    out->samples = prm->repeat;
-    out->p10_ms = sq_quantile(t, prm->repeat, 0.10);
-    out->median_ms = sq_quantile(t, prm->repeat, 0.50);
-    out->p90_ms = sq_quantile(t, prm->repeat, 0.90);
-done:
-    free(tok);
-    free(pos);
-    free(mask);
-    free(logits);
-    free(t);
-    free(seqs);
+    return SQ_OK;
+}
+
+/* One forward of the point (b = 1: the plain forward), timed; the pending tokens are dropped. */
+static int forward_once(const point_inputs *in, int b, double *ms, sq_error *err)
+{
+    const sq_batch_seq *q = in->seqs;
+    double t0 = now_ms();
+    int rc = b == 1 ? sq_context_forward(q->ctx, q->tokens, q->pos, q->mask, q->n, q->logits, err)
+                    : sq_context_forward_batch(in->seqs, b, err);
+    *ms = now_ms() - t0;
+    for (int k = 0; k < b && !rc; k++)
+        rc = sq_context_commit(in->seqs[k].ctx, NULL, 0, err);
     return rc;
 }
 
-static int measure_at(sq_context *const *ctxs, int b, int vocab, int n,
-                      const sq_measure_params *prm, sq_profile_point *out, sq_error *err)
+int sq_measure_points(sq_context *const *ctxs, int b, int vocab, const int *ns, int count,
+                      const sq_measure_params *prm, sq_measure_progress progress, void *user,
+                      int done, int total, sq_profile_point *out, sq_error *err)
 {
-    return b == 1 ? sq_measure_point(ctxs[0], vocab, n, prm, out, err)
-                  : sq_measure_point_batch(ctxs, b, vocab, n, prm, out, err);
+    int maxn = 0;
+    for (int i = 0; i < count; i++)
+        maxn = ns[i] > maxn ? ns[i] : maxn;
+    float *logits = malloc((size_t)b * (size_t)maxn * (size_t)vocab * sizeof *logits);
+    point_inputs *in = count > 0 ? calloc((size_t)count, sizeof *in) : NULL;
+    int rc = SQ_OK;
+    if (count <= 0)
+        goto done;
+    if (!logits || !in) {
+        rc = sq_error_oom(err, "a measurement");
+        goto done;
+    }
+    for (int i = 0; i < count && !rc; i++)
+        rc = inputs_make(ctxs, b, vocab, ns[i], logits, prm, &in[i], err);
+    /* Round r visits every point once, starting at point r mod count: `warmup` untimed
+     * forwards, and more until SQ_MEASURE_WARMUP_MS have passed, then the next SQ_MEASURE_BLOCK
+     * of its timed ones, back to back. A forward right after other work (a larger forward,
+     * another process, an idle spell) runs slower than in a steady stream of forwards, the way a
+     * decoding runs them: on this project's 2-core VM, 4 one-token forwards of a batch of 4 took
+     * 9 ms each right after a 256-row forward and 4.5 ms from about 70 ms later on
+     * (docs/design.md §7.3). The untimed forwards take up that
+     * transition, and the rounds spread a slow spell of the machine over all points. */
+    const int rounds = (prm->repeat + SQ_MEASURE_BLOCK - 1) / SQ_MEASURE_BLOCK;
+    double ms;
+    for (int r = 0; r < rounds && !rc; r++) {
+        if (progress)
+            progress(user, done + (int)((long long)count * r / rounds), total, ns[r % count]);
+        for (int c = 0; c < count && !rc; c++) {
+            int i = (r + c) % count;
+            double t0 = now_ms();
+            for (int w = 0; !rc && (w < prm->warmup || now_ms() - t0 < SQ_MEASURE_WARMUP_MS); w++)
+                rc = forward_once(&in[i], b, &ms, err);
+            for (int k = r * SQ_MEASURE_BLOCK; k < (r + 1) * SQ_MEASURE_BLOCK && k < prm->repeat &&
+                 !rc; k++)
+                rc = forward_once(&in[i], b, &in[i].t[k], err);
+        }
+    }
+    for (int i = 0; i < count && !rc; i++)
+        out[i] = (sq_profile_point){.batch = b, .tokens = ns[i], .samples = prm->repeat,
+                                    .p10_ms = sq_quantile(in[i].t, prm->repeat, 0.10),
+                                    .median_ms = sq_quantile(in[i].t, prm->repeat, 0.50),
+                                    .p90_ms = sq_quantile(in[i].t, prm->repeat, 0.90)};
+done:
+    for (int i = 0; in && i < count; i++)
+        inputs_free(&in[i]);
+    free(in);
+    free(logits);
+    return rc;
 }
 
 static int insert_point(sq_profile_point *pts, int *n, sq_profile_point p)
@@ -190,14 +180,6 @@ static int insert_point(sq_profile_point *pts, int *n, sq_profile_point p)
     return i;
 }
 
-int sq_measure_sweep(sq_context *ctx, int vocab, const int *tokens, int ntokens,
-                     const sq_measure_params *prm, sq_measure_progress progress, void *user,
-                     sq_profile_point **out, int *nout, sq_error *err)
-{
-    return sq_measure_sweep_batch(&ctx, 1, vocab, tokens, ntokens, prm, progress, user, out, nout,
-                                  err);
-}
-
 int sq_measure_sweep_batch(sq_context *const *ctxs, int b, int vocab, const int *tokens,
                            int ntokens, const sq_measure_params *prm,
                            sq_measure_progress progress, void *user, sq_profile_point **out,
@@ -207,67 +189,77 @@ int sq_measure_sweep_batch(sq_context *const *ctxs, int b, int vocab, const int 
     *nout = 0;
     int cap = ntokens + (prm->refine ? prm->max_points : 0) + 1;
     sq_profile_point *pts = calloc((size_t)cap, sizeof *pts);
-    if (!pts)
-        return sq_error_oom(err, "points");
+    sq_profile_point *got = calloc((size_t)cap, sizeof *got);
+    /* segments still to examine: this generation's and the next's */
+    typedef struct { int a, b; } segment;
+    int scap = 2 * cap + 2;
+    segment *seg = malloc((size_t)scap * sizeof *seg), *next = malloc((size_t)scap * sizeof *next);
+    int *mids = malloc((size_t)cap * sizeof *mids);
     int n = 0, rc;
     int total = ntokens + (prm->refine ? ntokens - 1 : 0); /* a guess for the progress line */
-    for (int i = 0; i < ntokens; i++) {
-        if (progress)
-            progress(user, n, total, tokens[i]);
-        sq_profile_point p;
-        if ((rc = measure_at(ctxs, b, vocab, tokens[i], prm, &p, err)))
-            goto fail;
-        insert_point(pts, &n, p);
+    if (!pts || !got || !seg || !next || !mids) {
+        rc = sq_error_oom(err, "points");
+        goto fail;
     }
-    if (prm->refine && ntokens > 1) {
-        /* Bisect segments whose midpoint is off the straight line by more than bend_tol; a
-         * bent segment has both halves examined in turn. */
-        typedef struct { int a, b; } segment;
-        int scap = 2 * (ntokens + prm->max_points) + 2, top = 0;
-        segment *stack = malloc((size_t)scap * sizeof *stack);
-        if (!stack) {
-            rc = sq_error_oom(err, "segments");
+    if ((rc = sq_measure_points(ctxs, b, vocab, tokens, ntokens, prm, progress, user, 0, total,
+                                got, err)))
+        goto fail;
+    for (int i = 0; i < ntokens; i++)
+        insert_point(pts, &n, got[i]);
+    int nseg = 0;
+    if (prm->refine)
+        for (int i = 1; i < ntokens; i++)
+            seg[nseg++] = (segment){tokens[i - 1], tokens[i]};
+    /* Refinement in generations: the midpoints of every pending segment are timed together as
+     * one set, then a segment whose midpoint is off the straight line by more than bend_tol
+     * (and by more than the midpoint's own p10-p90 spread) has both halves examined in the next
+     * generation. */
+    while (nseg > 0 && n < prm->max_points) {
+        int nm = 0, nnext = 0;
+        for (int s = 0; s < nseg && n + nm < prm->max_points; s++)
+            if (seg[s].b - seg[s].a >= 2)
+                seg[nm] = seg[s], mids[nm] = seg[s].a + (seg[s].b - seg[s].a) / 2, nm++;
+        if (nm == 0)
+            break;
+        if (total < n + nm)
+            total = n + nm;
+        if ((rc = sq_measure_points(ctxs, b, vocab, mids, nm, prm, progress, user, n, total, got,
+                                    err)))
             goto fail;
-        }
-        for (int i = ntokens - 1; i >= 1; i--)
-            stack[top++] = (segment){tokens[i - 1], tokens[i]};
-        while (top > 0 && n < prm->max_points) {
-            segment sg = stack[--top];
-            if (sg.b - sg.a < 2)
-                continue;
+        for (int s = 0; s < nm; s++) {
             double ta = 0, tb = 0;
             for (int i = 0; i < n; i++) {
-                if (pts[i].tokens == sg.a)
+                if (pts[i].tokens == seg[s].a)
                     ta = pts[i].median_ms;
-                if (pts[i].tokens == sg.b)
+                if (pts[i].tokens == seg[s].b)
                     tb = pts[i].median_ms;
             }
-            int mid = sg.a + (sg.b - sg.a) / 2;
-            double line = ta + (tb - ta) * (mid - sg.a) / (double)(sg.b - sg.a);
-            if (progress)
-                progress(user, n, n + top + 1 > total ? n + top + 1 : total, mid);
-            sq_profile_point p;
-            if ((rc = measure_at(ctxs, b, vocab, mid, prm, &p, err))) {
-                free(stack);
-                goto fail;
-            }
-            insert_point(pts, &n, p);
-            /* a bend must also stand out of the midpoint's own noise (its p10-p90 spread) */
-            double noise = p.p90_ms - p.p10_ms;
-            double gap = fabs(p.median_ms - line);
-            if (gap > prm->bend_tol * line && gap > noise && top + 2 <= scap) {
-                stack[top++] = (segment){mid, sg.b};
-                stack[top++] = (segment){sg.a, mid};
+            double line = ta + (tb - ta) * (mids[s] - seg[s].a) / (double)(seg[s].b - seg[s].a);
+            double noise = got[s].p90_ms - got[s].p10_ms, gap = fabs(got[s].median_ms - line);
+            if (gap > prm->bend_tol * line && gap > noise && nnext + 2 <= scap) {
+                next[nnext++] = (segment){seg[s].a, mids[s]};
+                next[nnext++] = (segment){mids[s], seg[s].b};
             }
         }
-        free(stack);
+        for (int s = 0; s < nm; s++)
+            insert_point(pts, &n, got[s]);
+        segment *tmp = seg;
+        seg = next, next = tmp, nseg = nnext;
     }
     if (progress)
         progress(user, n, n, 0);
+    free(got);
+    free(seg);
+    free(next);
+    free(mids);
     *out = pts;
     *nout = n;
     return SQ_OK;
 fail:
     free(pts);
+    free(got);
+    free(seg);
+    free(next);
+    free(mids);
     return rc;
 }

@@ -3,7 +3,8 @@
  * A point times `repeat` forwards of n new tokens (after `warmup` untimed ones) on top of a KV
  * prefix of `prefix` committed tokens. The n tokens form a chain (causal mask), the most
  * attention work a tree of n nodes can need; the pending tokens are dropped after each forward,
- * so every sample starts from the same cache. */
+ * so every sample starts from the same cache. The points of a sweep are timed in interleaved
+ * rounds. */
 #ifndef SQ_PROFILER_MEASURE_H
 #define SQ_PROFILER_MEASURE_H
 
@@ -30,28 +31,30 @@ typedef void (*sq_measure_progress)(void *user, int done, int total, int tokens)
 int sq_measure_prefill(sq_context *ctx, int vocab, const sq_measure_params *params,
                        sq_error *err);
 
-/* Times one point. */
-int sq_measure_point(sq_context *ctx, int vocab, int n, const sq_measure_params *params,
-                     sq_profile_point *out, sq_error *err);
+/* Timed forwards of a point taken back to back in one visit, and the least time of untimed
+ * forwards before them (see sq_measure_points). */
+#define SQ_MEASURE_BLOCK 10
+#define SQ_MEASURE_WARMUP_MS 100.0
 
-/* Times one point of b >= 2 sequences: b contexts (each prefilled) with n chain tokens each,
- * in one sq_context_forward_batch. out->batch = b. */
-int sq_measure_point_batch(sq_context *const *ctxs, int b, int vocab, int n,
-                           const sq_measure_params *params, sq_profile_point *out, sq_error *err);
+/* Times the points of ns[0..count) (token counts) at batch b: b >= 2 sequences are one
+ * sq_context_forward_batch over ctxs[0..b) (each prefilled) with n chain tokens each, b = 1 a
+ * plain forward on ctxs[0]. The `repeat` timed forwards of each point are taken in
+ * ceil(repeat / SQ_MEASURE_BLOCK) interleaved rounds (docs/design.md §7.3): each round visits
+ * every point once, runs `warmup` untimed forwards (and more until SQ_MEASURE_WARMUP_MS have
+ * passed) and then the next block of timed ones, so
+ * that a slow spell of a shared machine spreads over all points instead of falling on one.
+ * out[i]: point ns[i]. progress, when not NULL, is called at the start of each round with
+ * done + the rounds' share of count, out of total, and the round's first point. */
+int sq_measure_points(sq_context *const *ctxs, int b, int vocab, const int *ns, int count,
+                      const sq_measure_params *params, sq_measure_progress progress, void *user,
+                      int done, int total, sq_profile_point *out, sq_error *err);
 
-/* sq_measure_sweep at batch b over ctxs[0 .. b) (b = 1: sq_measure_point on ctxs[0]). */
+/* Times every count of `tokens` (strictly increasing) as one set at batch b over ctxs[0..b),
+ * then, when params->refine is set, bisects the segments where the curve bends (each
+ * generation of midpoints one set). *out (malloc'd) gets *nout points, increasing. */
 int sq_measure_sweep_batch(sq_context *const *ctxs, int b, int vocab, const int *tokens,
                            int ntokens, const sq_measure_params *params,
                            sq_measure_progress progress, void *user, sq_profile_point **out,
                            int *nout, sq_error *err);
-
-/* Times every count of `tokens` (strictly increasing), then, when params->refine is set,
- * bisects the segments where the curve bends. *out (malloc'd) gets *nout points, increasing. */
-int sq_measure_sweep(sq_context *ctx, int vocab, const int *tokens, int ntokens,
-                     const sq_measure_params *params, sq_measure_progress progress, void *user,
-                     sq_profile_point **out, int *nout, sq_error *err);
-
-/* The p-th quantile (0..1) of v[0..n) by linear interpolation; sorts v. */
-double sq_quantile(double *v, int n, double p);
 
 #endif

@@ -10,6 +10,8 @@
 #include "libsequoia/base/svg.h"
 #include "libsequoia/format/profile.h"
 #include "profiler/latency_svg.h"
+#include "profiler/measure.h"
+#include "runtime/model.h"
 #include "tests/testutil.h"
 
 #define TINY_CONFIG "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64," \
@@ -462,4 +464,71 @@ Test(cli_profile, latency_picture_is_drawn_by_the_shared_svg_writer)
     }
     free(head);
     free(text);
+}
+
+/* sq_measure_points times its points in interleaved rounds of SQ_MEASURE_BLOCK samples
+ * (docs/design.md §7.3): round r starts at point r mod count, every point gets `repeat`
+ * samples, and the contexts are left as they were (each forward's tokens dropped). At batch 2
+ * the same holds over both contexts. */
+typedef struct rounds_seen {
+    int n, done[16], tokens[16];
+} rounds_seen;
+
+static void on_round(void *user, int done, int total, int tokens)
+{
+    rounds_seen *s = user;
+    cr_assert_eq(total, 100);
+    if (s->n < 16) {
+        s->done[s->n] = done;
+        s->tokens[s->n] = tokens;
+    }
+    s->n++;
+}
+
+Test(cli_profile, points_are_timed_in_interleaved_rounds)
+{
+    sq_model_config cfg = {.dim = 64, .hidden_dim = 128, .n_layers = 2, .n_heads = 4,
+                           .n_kv_heads = 2, .head_dim = 16, .vocab_size = 64,
+                           .max_position = 64, .rope_theta = 10000.0f, .norm_eps = 1e-5f,
+                           .dtype = "F32"};
+    sq_model *m;
+    sq_error e = {0};
+    cr_assert_eq(sq_model_new_random(&cfg, 7, &m, &e), 0, "%s", e.msg);
+    sq_context_params cp = sq_context_default_params();
+    cp.max_context = 64;
+    cp.max_pending = 16;
+    cp.threads = 1;
+    sq_context *ctx[2];
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(sq_context_new(m, &cp, &ctx[k], &e), 0, "%s", e.msg);
+    sq_measure_params prm = sq_measure_default_params();
+    prm.prefix = 8;
+    prm.warmup = 1;   /* and SQ_MEASURE_WARMUP_MS of them */
+    prm.repeat = 2 * SQ_MEASURE_BLOCK + 2;   /* three rounds */
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(sq_measure_prefill(ctx[k], cfg.vocab_size, &prm, &e), 0, "%s", e.msg);
+    const int ns[3] = {1, 3, 8};
+    for (int b = 1; b <= 2; b++) {
+        rounds_seen seen = {0};
+        sq_profile_point pts[3];
+        cr_assert_eq(sq_measure_points(ctx, b, cfg.vocab_size, ns, 3, &prm, on_round, &seen, 10,
+                                       100, pts, &e), 0, "%s", e.msg);
+        cr_assert_eq(seen.n, 3, "one progress call per round of %d samples", SQ_MEASURE_BLOCK);
+        for (int r = 0; r < 3; r++) {
+            cr_assert_eq(seen.tokens[r], ns[r % 3], "round %d starts at point %d", r, r % 3);
+            cr_assert_eq(seen.done[r], 10 + r);
+        }
+        for (int i = 0; i < 3; i++) {
+            cr_assert_eq(pts[i].batch, b);
+            cr_assert_eq(pts[i].tokens, ns[i]);
+            cr_assert_eq(pts[i].samples, prm.repeat);
+            cr_assert(pts[i].p10_ms > 0 && pts[i].p10_ms <= pts[i].median_ms &&
+                      pts[i].median_ms <= pts[i].p90_ms);
+        }
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(sq_context_committed(ctx[k]), prm.prefix, "the caches are as they were");
+    }
+    for (int k = 0; k < 2; k++)
+        sq_context_free(ctx[k]);
+    sq_model_free(m);
 }
