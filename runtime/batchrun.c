@@ -10,10 +10,20 @@
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
 #include "libsequoia/base/progress.h"
+#include "libsequoia/base/stats.h"
 #include "libsequoia/format/plan.h"
 #include "runtime/model.h"
 #include "runtime/tokens.h"
 #include "runtime/validate.h"
+
+/* Where a decoding's time went, from its batch steps alone: the prompts' prefill and the
+ * start-up are left out, so that the rate compares with a profile of the forwards
+ * (docs/benchmarks.md, "Ladder"). Medians and 10th percentiles are over the batch steps. */
+typedef struct batch_timing {
+    double decode_ms;                 /* sum of the batch steps' times                    */
+    double step_ms, draft_ms, target_forward_ms, verify_ms;   /* medians                   */
+    double step_p10_ms, target_forward_p10_ms;
+} batch_timing;
 
 typedef struct batch_state {
     sq_plan          *plan;
@@ -27,14 +37,20 @@ typedef struct batch_state {
     int              *steps;     /* (B) */
     int               batch_steps;
     double            spec_ms, base_ms;
+    sq_step_info     *infos;     /* (B, max_new) per-sequence step infos of the decoding     */
+    batch_timing      timing;    /* the batch steps' times (prompts' prefill left out)       */
     sq_validation     val;
     int               alone_ok;   /* greedy --validate: every sequence equals its run alone
                                      (-1: not checked)                                       */
     int               alone_seq, alone_tok;   /* the first mismatch                          */
 } batch_state;
 
-static void state_free(batch_state *st)
+static void state_free(batch_state *st, int max_new)
 {
+    if (st->infos && st->bt)
+        for (size_t i = 0; i < (size_t)sq_specdec_batch_size(st->bt) * (size_t)max_new; i++)
+            sq_step_info_clear(&st->infos[i]);
+    free(st->infos);
     sq_specdec_batch_free(st->bt);
     free(st->prompts);
     free(st->plen);
@@ -72,8 +88,9 @@ static int setup(const sq_batch_run_opts *o, batch_state *st, sq_error *err)
     st->gen_rows = malloc((size_t)B * sizeof *st->gen_rows);
     st->base_rows = malloc((size_t)B * sizeof *st->base_rows);
     st->steps = malloc((size_t)B * sizeof *st->steps);
+    st->infos = calloc(cells, sizeof *st->infos);
     if (!st->prompts || !st->plen || !st->gen || !st->base || !st->gen_rows || !st->base_rows ||
-        !st->steps)
+        !st->steps || !st->infos)
         return sq_error_oom(err, "batch buffers");
     sq_specdec *sd = sq_specdec_batch_member(st->bt, 0);
     int D = sq_specdec_depth(sd), ctxlen = sq_specdec_max_context(sd);
@@ -93,15 +110,51 @@ static int setup(const sq_batch_run_opts *o, batch_state *st, sq_error *err)
     return SQ_OK;
 }
 
+/* The batch steps' times: the sequence that took the most steps was in every batch step, and
+ * each of its step infos carries that batch step's times. */
+static int step_timing(const sq_batch_run_opts *o, batch_state *st, sq_error *err)
+{
+    int kmax = 0, n = 0;
+    for (int k = 1; k < o->batch; k++)
+        if (st->steps[k] > st->steps[kmax])
+            kmax = k;
+    n = st->steps[kmax];
+    const sq_step_info *in = st->infos + (size_t)kmax * (size_t)o->max_new;
+    double *v = malloc((size_t)(n > 0 ? n : 1) * 4 * sizeof *v);
+    if (!v)
+        return sq_error_oom(err, "step times");
+    batch_timing *t = &st->timing;
+    *t = (batch_timing){0};
+    for (int i = 0; i < n; i++) {
+        t->decode_ms += in[i].step_ms;
+        v[i] = in[i].step_ms;
+        v[n + i] = in[i].draft_ms;
+        v[2 * n + i] = in[i].target_forward_ms;
+        v[3 * n + i] = in[i].verify_ms;
+    }
+    if (n > 0) {
+        t->step_ms = sq_quantile(v, n, 0.5);
+        t->step_p10_ms = sq_quantile(v, n, 0.1);
+        t->draft_ms = sq_quantile(v + n, n, 0.5);
+        t->target_forward_ms = sq_quantile(v + 2 * n, n, 0.5);
+        t->target_forward_p10_ms = sq_quantile(v + 2 * n, n, 0.1);
+        t->verify_ms = sq_quantile(v + 3 * n, n, 0.5);
+    }
+    free(v);
+    return SQ_OK;
+}
+
 static int decode(const sq_batch_run_opts *o, batch_state *st, sq_error *err)
 {
     int rc;
     sq_specdec_batch_seed(st->bt, o->prm.seed);
     double t0 = sq_now_ms();
     if ((rc = sq_specdec_batch_generate(st->bt, st->prompts, st->plen, o->max_new, st->gen_rows,
-                                        st->steps, &st->batch_steps, NULL, err)))
+                                        st->steps, &st->batch_steps, st->infos, err)))
         return rc;
     st->spec_ms = sq_now_ms() - t0;
+    if ((rc = step_timing(o, st, err)))
+        return rc;
     st->base_ms = NAN;
     if (o->baseline) {
         t0 = sq_now_ms();
@@ -202,6 +255,17 @@ static cJSON *report_json(const sq_batch_run_opts *o, const batch_state *st, int
     sq_json_add(j, "tokens_per_s", cJSON_CreateNumber(toks / (st->spec_ms / 1e3)));
     sq_json_add(j, "tokens_per_s_per_sequence",
                 cJSON_CreateNumber(o->max_new / (st->spec_ms / 1e3)));
+    cJSON *dj = cJSON_CreateObject();
+    const batch_timing *t = &st->timing;
+    sq_json_add(dj, "ms", cJSON_CreateNumber(t->decode_ms));
+    sq_json_add(dj, "tokens_per_s", cJSON_CreateNumber(toks / (t->decode_ms / 1e3)));
+    sq_json_add(dj, "step_ms_median", cJSON_CreateNumber(t->step_ms));
+    sq_json_add(dj, "step_ms_p10", cJSON_CreateNumber(t->step_p10_ms));
+    sq_json_add(dj, "draft_ms_median", cJSON_CreateNumber(t->draft_ms));
+    sq_json_add(dj, "target_forward_ms_median", cJSON_CreateNumber(t->target_forward_ms));
+    sq_json_add(dj, "target_forward_ms_p10", cJSON_CreateNumber(t->target_forward_p10_ms));
+    sq_json_add(dj, "verify_ms_median", cJSON_CreateNumber(t->verify_ms));
+    sq_json_add(j, "decode", dj);
     if (o->baseline) {
         sq_json_add(j, "base_ms", cJSON_CreateNumber(st->base_ms));
         sq_json_add(j, "base_tokens_per_s", cJSON_CreateNumber(toks / (st->base_ms / 1e3)));
@@ -298,7 +362,7 @@ int sq_batch_run(const sq_batch_run_opts *o)
     for (int i = 0; i < N_OUT; i++)
         sq_out_abort(out[i]);
     cJSON_Delete(rep);
-    state_free(&st);
+    state_free(&st, o->max_new);
     if (rc)
         fprintf(stderr, "%s: %s\n", o->prog, err.msg);
     return rc;

@@ -938,8 +938,9 @@ int sq_specdec_batch_step(sq_specdec_batch *bt, const int *active, int32_t *cons
         for (int i = 0; i < M; i++) {
             sq_step_info *in = &info[bt->idx[i]];
             in->draft_ms = t1 - t0;
-            in->target_ms = t2 - t1;
+            in->target_ms = in->target_forward_ms = t2 - t1;
             in->verify_ms = t3 - t2;
+            in->step_ms = t3 - t0;
         }
     return SQ_OK;
 }
