@@ -748,6 +748,22 @@ Test(run, cli_batch_greedy_equals_separate_runs_and_reports_rates)
     double tps = cJSON_GetObjectItem(j, "tokens_per_s")->valuedouble;
     double per = cJSON_GetObjectItem(j, "tokens_per_s_per_sequence")->valuedouble;
     cr_assert(tps > 0 && fabs(tps - 4 * per) < 1e-6 * tps, "%g vs 4 x %g", tps, per);
+    /* the decoding steps' own time: part of the whole, made of the batch steps it names */
+    cJSON *dec = cJSON_GetObjectItem(j, "decode");
+    cr_assert_not_null(dec);
+    double dms = cJSON_GetObjectItem(dec, "ms")->valuedouble;
+    double spec = cJSON_GetObjectItem(j, "spec_ms")->valuedouble;
+    double smed = cJSON_GetObjectItem(dec, "step_ms_median")->valuedouble;
+    double sp10 = cJSON_GetObjectItem(dec, "step_ms_p10")->valuedouble;
+    double tmed = cJSON_GetObjectItem(dec, "target_forward_ms_median")->valuedouble;
+    double tp10 = cJSON_GetObjectItem(dec, "target_forward_ms_p10")->valuedouble;
+    int bsteps = cJSON_GetObjectItem(j, "batch_steps")->valueint;
+    cr_assert(dms > 0 && dms <= spec, "decode %g ms, whole run %g ms", dms, spec);
+    cr_assert(cJSON_GetObjectItem(dec, "tokens_per_s")->valuedouble >= tps);
+    cr_assert(sp10 > 0 && sp10 <= smed && tp10 <= tmed && tmed <= smed, "%g %g %g %g", sp10,
+              smed, tp10, tmed);
+    cr_assert(dms >= (bsteps + 1) / 2 * smed * (1 - 1e-9), "half the steps take the median or "
+              "more: %g ms in %d steps of median %g", dms, bsteps, smed);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "greedy_equals_target")));
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "greedy_equals_separate_runs")));
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "validation"), "pass")));
