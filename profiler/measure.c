@@ -138,8 +138,8 @@ int sq_measure_points(sq_context *const *ctxs, int b, int vocab, const int *ns, 
      * another process, an idle spell) runs slower than in a steady stream of forwards, the way a
      * decoding runs them: on this project's 2-core VM, 4 one-token forwards of a batch of 4 took
      * 9 ms each right after a 256-row forward and 4.5 ms from about 70 ms later on
-     * (docs/design.md §7.3). The untimed forwards take up that
-     * transition, and the rounds spread a slow spell of the machine over all points. */
+     * (docs/design.md §7.3). The untimed forwards take up that transition, and the rounds
+     * spread a slow spell of the machine over all points. */
     const int rounds = (prm->repeat + SQ_MEASURE_BLOCK - 1) / SQ_MEASURE_BLOCK;
     double ms;
     for (int r = 0; r < rounds && !rc; r++) {

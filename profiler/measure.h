@@ -38,7 +38,7 @@ int sq_measure_prefill(sq_context *ctx, int vocab, const sq_measure_params *para
 
 /* Times the points of ns[0..count) (token counts) at batch b: b >= 2 sequences are one
  * sq_context_forward_batch over ctxs[0..b) (each prefilled) with n chain tokens each, b = 1 a
- * plain forward on ctxs[0]. The `repeat` timed forwards of each point are taken in
+ * plain forward on ctxs[0]. The `repeat` (>= 1) timed forwards of each point are taken in
  * ceil(repeat / SQ_MEASURE_BLOCK) interleaved rounds (docs/design.md §7.3): each round visits
  * every point once, runs `warmup` untimed forwards (and more until SQ_MEASURE_WARMUP_MS have
  * passed) and then the next block of timed ones, so

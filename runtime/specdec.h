@@ -149,7 +149,8 @@ int sq_specdec_batch_start(sq_specdec_batch *bt, const int32_t *const *prompts, 
 
 /* One step of every sequence k with active[k] != 0 (NULL: all). out[k] (capacity: the depth)
  * receives ntok[k] tokens (0 for an inactive sequence); info, when not NULL, (B) per-sequence
- * step infos (the times are the batch step's). */
+ * step infos (the times are the batch step's: draft_ms, target_ms = target_forward_ms,
+ * verify_ms and step_ms; draft_forward_ms and commit_ms are not timed in a batch and stay 0). */
 int sq_specdec_batch_step(sq_specdec_batch *bt, const int *active, int32_t *const *out,
                           int *ntok, sq_step_info *info, sq_error *err);
 
