@@ -18,6 +18,8 @@
 # PROMPTS (default 8), NEW_TOKENS (default 128), PREFIX (default 128: about the mean context of
 # the runs), REPEAT (profile samples per point, default 30), ROUNDS (runs per batch size, the
 # median taken; default 3), MARGIN (default 0.05), STAT (p10 or median, default p10: below).
+# Exit status: 0 when it ran (the verdict is in measured.txt), 64 for a STAT that is neither,
+# 66 when a tool is not built, 1 when a plan's greedy output differs from plain decoding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,7 +51,14 @@ for tool in "$PLAN" "$ACCEPT" "$PROFILE" "$RUN"; do
         exit 66
     fi
 done
+case "${STAT:=p10}" in
+    p10|median) ;;
+    *) echo "ladder.sh: STAT: '$STAT' is neither p10 nor median" >&2; exit 64 ;;
+esac
 mkdir -p "$OUT/plans" "$OUT/runs"
+# plain decoding: the root-only plan (whatever the curve, a one-node tree is the target alone),
+# used for the large target's corpus below and as every batch size's baseline
+"$PLAN" -a data/pipeline/curves.json -c greedy@T0 -n 1 -d 1 -o "$OUT/plans/root.json" 2>/dev/null
 say() { printf '\n== %s\n' "$*" >&2; }
 bytes_to_ids() { od -An -v -tu1 | tr -s ' \n' '\n' | sed '/^$/d'; }
 
@@ -73,13 +82,12 @@ if [ -z "${CURVES:-}" ]; then
         # (p_1 0.75 against 0.66 for the 18M target). So the corpus is the target's decoding of
         # 32 other held-out prompts, prompts included, the way the runs below decode theirs.
         say "1b. acceptance curves of $DRAFT against $TARGET on the target's own continuations"
-        "$PLAN" -a data/pipeline/curves.json -c greedy@T0 -n 1 -d 1 -o "$OUT/corpus_root.json" 2>/dev/null
         : > "$OUT/corpus_prompts.txt"
         for i in $(seq 0 31); do
             head -c $((i * 1024 + 64)) "$HELDOUT" | tail -c 64 | bytes_to_ids | tr '\n' ' ' >> "$OUT/corpus_prompts.txt"
             printf '\n\n' >> "$OUT/corpus_prompts.txt"
         done
-        "$RUN" --draft "$DRAFT" --target "$TARGET" --plan "$OUT/corpus_root.json" \
+        "$RUN" --draft "$DRAFT" --target "$TARGET" --plan "$OUT/plans/root.json" \
             --prompt "$OUT/corpus_prompts.txt" --batch 32 -n "$NEW_TOKENS" --mode "$MODE" \
             --threads "$THREADS" --no-baseline -o "$OUT/corpus_generated.txt" 2>/dev/null
         paste -d ' ' <(sed '/^$/d' "$OUT/corpus_prompts.txt") "$OUT/corpus_generated.txt" |
@@ -110,7 +118,6 @@ done
 # time. STAT=p10 (the default) plans from the profiles' p10 and rates a run by its batch steps'
 # p10 (throughput = batch x tokens/step / p10 step time); STAT=median plans from the medians and
 # rates a run by its tokens over its whole decoding time. The table gives both.
-STAT=${STAT:-p10}
 for m in target draft; do
     python3 - "$OUT/profile_$m.json" "$OUT/profile_${m}_plan.json" "$STAT" <<'EOF2'
 import json, sys
@@ -129,7 +136,6 @@ say "3. the ladder (sequoia-plan --ladder, curve $CURVE, budget $BUDGET, depth $
 cat "$OUT/ladder.txt" >&2
 
 say "4. every rung's plan at every batch size, and plain decoding (sequoia-run --batch, $ROUNDS rounds, median)"
-"$PLAN" -a "$CURVES" -c "$CURVE" -n 1 -d 1 -o "$OUT/plans/root.json" 2>/dev/null
 IFS=, read -r -a BS <<< "$BATCHES"
 for round in $(seq 1 "$ROUNDS"); do
     for b in "${BS[@]}"; do
