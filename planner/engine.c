@@ -619,12 +619,6 @@ int sqe_plan_uniform(const sq_engine_plan_params *p, const sq_curve *c, sq_engin
 
 /* ---- TensorRT-LLM and Medusa --------------------------------------------------------- */
 
-static int fix_non_leaves(const sq_tree *cand, const sq_curve *c, int budget, int D, int B,
-                          int max_non_leaves, sq_tree **out, sq_error *err)
-{
-    return repair_non_leaves(cand, c, budget, D, B, max_non_leaves, out, err);
-}
-
 int sqe_plan_rank_limited(const sq_engine_plan_params *p, const sq_curve *c,
                           sq_engine_plan_result *out, sq_error *err)
 {
@@ -647,7 +641,7 @@ int sqe_plan_rank_limited(const sq_engine_plan_params *p, const sq_curve *c,
         /* Repair the optimal trees of several width bounds (narrower trees have fewer
          * non-leaves to cut) and keep the best. */
         sq_tree *best = NULL;
-        if ((rc = repair_widths(t, c, budget, D, B, lim.max_non_leaves, 0, 0, fix_non_leaves,
+        if ((rc = repair_widths(t, c, budget, D, B, lim.max_non_leaves, 0, 0, repair_non_leaves,
                                 &best, err)))
             return rc;
         t = best;
