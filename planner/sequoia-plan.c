@@ -123,7 +123,8 @@ static void usage(FILE *fp)
     fprintf(fp,
         "\n"
         "Engines, exports, imports and pictures:\n");
-    /* the engines and the formats from their tables (planner/engine.h, planner/export.h) */
+    /* the engines and the formats from their tables (planner/engine.h, planner/export.h),
+     * wrapped where these two paragraphs always wrapped (90 and 93 columns) */
     const char *names[SQ_ENGINE_COUNT + SQ_EXPORT_COUNT], *notes[SQ_ENGINE_COUNT + SQ_EXPORT_COUNT];
     int n = 0;
     for (int e = SQ_ENGINE_NONE + 1; e < SQ_ENGINE_COUNT; e++, n++) {
