@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "planner/dp.h"
+#include "planner/engine_private.h"
 
 sq_engine_plan_params sq_engine_plan_default_params(void)
 {
@@ -542,59 +543,107 @@ static int max_non_leaves_of(const sq_tree *t)
     return m;
 }
 
+/* ---- repairing the DP trees of several width bounds ------------------------------------ */
+
+/* Repairs `cand` (NULL: grows a tree from the root alone) into *out within the engine's rule. */
+typedef int (*repair_fn)(const sq_tree *cand, const sq_curve *c, int budget, int D, int B,
+                         int max_non_leaves, sq_tree **out, sq_error *err);
+
+/* The optimal trees of the width bounds B, B-1, ... (B, B/2, B/4, ... past 256 nodes, one by one
+ * from 2) down to 1, and with from_root a tree grown from the root alone, each repaired by `fix`;
+ * the best with at least min_levels levels is kept (ties go to the wider bound). `t` is the
+ * optimal tree of width B and is consumed. *best stays NULL when no repaired tree qualifies. */
+static int repair_widths(sq_tree *t, const sq_curve *c, int budget, int D, int B,
+                         int max_non_leaves, int from_root, int min_levels, repair_fn fix,
+                         sq_tree **best, sq_error *err)
+{
+    *best = NULL;
+    double best_f = -1;
+    int rc = SQ_OK;
+    for (int w = B; w >= (from_root ? 0 : 1) && !rc; w = (budget <= 256 || w <= 2) ? w - 1 : w / 2) {
+        sq_tree *cand = NULL, *fixed = NULL;
+        if (w == B) {
+            cand = t;
+            t = NULL;
+        } else if (w > 0 && (rc = dp_best_tree(c, budget, D, w, NULL, &cand, NULL, NULL, err))) {
+            break;
+        }
+        rc = fix(cand, c, budget, D, B, max_non_leaves, &fixed, err);
+        sq_tree_free(cand);
+        double f = 0;
+        if (!rc && (rc = sq_tree_score(fixed, c, &f, err)))
+            sq_tree_free(fixed);
+        if (rc)
+            break;
+        if (sq_tree_depth(fixed) >= min_levels && f > best_f) {
+            sq_tree_free(*best);
+            *best = fixed;
+            best_f = f;
+        } else {
+            sq_tree_free(fixed);
+        }
+    }
+    sq_tree_free(t);
+    if (rc) {
+        sq_tree_free(*best);
+        *best = NULL;
+    }
+    return rc;
+}
+
+/* ---- vLLM ---------------------------------------------------------------------------------- */
+
+int sqe_plan_uniform(const sq_engine_plan_params *p, const sq_curve *c, sq_engine_plan_result *out,
+                     sq_error *err)
+{
+    int D = p->depth < p->budget ? p->depth : p->budget;
+    int *k = malloc((size_t)(D > 1 ? D : 1) * sizeof *k);
+    int levels = 0, rc;
+    double F = 1;
+    if (!k)
+        return sq_error_oom(err, "engine plan");
+    rc = sq_uniform_search(c, p->budget, p->depth, p->width, k, &levels, &F, err);
+    if (!rc) {
+        out->tree = sq_uniform_tree(k, levels);
+        if (!out->tree)
+            rc = sq_error_oom(err, "engine plan");
+    }
+    free(k);
+    if (rc)
+        return rc;
+    out->exact = 1;
+    out->depth = D;
+    out->width = p->width > 0 ? p->width : c->width;
+    return SQ_OK;
+}
+
 /* ---- TensorRT-LLM and Medusa --------------------------------------------------------- */
 
-static int plan_rank_limited(const sq_engine_plan_params *p, const sq_curve *c, int budget,
-                             sq_engine_plan_result *out, sq_error *err)
+int sqe_plan_rank_limited(const sq_engine_plan_params *p, const sq_curve *c,
+                          sq_engine_plan_result *out, sq_error *err)
 {
     sq_engine_limits lim = sq_engine_limits_of(p->engine, p->max_non_leaves);
+    int budget = p->budget;
     int W = p->width > 0 ? p->width : c->width;
-    if (W > lim.max_rank0 + 1)
+    if (lim.max_rank0 >= 0 && W > lim.max_rank0 + 1)
         W = lim.max_rank0 + 1;
     int depth = p->depth;
     if (lim.max_path && depth > lim.max_path + 1)
         depth = lim.max_path + 1;
     sq_tree *t = NULL;
     int D = 0, B = 0, rc;
-    if ((rc = dp_best_tree(c, budget, depth, W, budget == p->budget ? p->solved : NULL, &t, &D,
-                           &B, err)))
+    if ((rc = dp_best_tree(c, budget, depth, W, p->solved, &t, &D, &B, err)))
         return rc;
     out->depth = D;
     out->width = B;
     out->exact = 1;
     if (lim.max_non_leaves && max_non_leaves_of(t) > lim.max_non_leaves) {
         /* Repair the optimal trees of several width bounds (narrower trees have fewer
-         * non-leaves to cut) and keep the best; ties go to the wider bound. */
+         * non-leaves to cut) and keep the best. */
         sq_tree *best = NULL;
-        double best_f = -1;
-        for (int w = B; w >= 1 && !rc; w = (budget <= 256 || w <= 2) ? w - 1 : w / 2) {
-            sq_tree *cand = NULL, *fixed = NULL;
-            if (w == B) {
-                cand = t;
-                t = NULL;
-            } else if ((rc = dp_best_tree(c, budget, D, w, NULL, &cand, NULL, NULL, err))) {
-                break;
-            }
-            rc = repair_non_leaves(cand, c, budget, D, B, lim.max_non_leaves, &fixed, err);
-            sq_tree_free(cand);
-            double f = 0;
-            if (!rc && (rc = sq_tree_score(fixed, c, &f, err)))
-                sq_tree_free(fixed);
-            if (rc)
-                break;
-            if (f > best_f) {
-                sq_tree_free(best);
-                best = fixed;
-                best_f = f;
-            } else {
-                sq_tree_free(fixed);
-            }
-        }
-        sq_tree_free(t);
-        if (rc) {
-            sq_tree_free(best);
+        if ((rc = repair_widths(t, c, budget, D, B, lim.max_non_leaves, 0, 0, repair_non_leaves,
+                                &best, err)))
             return rc;
-        }
         t = best;
         out->exact = 0;
     }
@@ -604,17 +653,36 @@ static int plan_rank_limited(const sq_engine_plan_params *p, const sq_curve *c, 
 
 /* ---- EAGLE-1 --------------------------------------------------------------------------- */
 
-static int plan_eagle(const sq_engine_plan_params *p, const sq_curve *c,
-                      sq_engine_plan_result *out, sq_error *err)
+/* EAGLE-1's repair of `cand`, or (cand NULL) the tree grown from the root within its rule. */
+static int fix_eagle(const sq_tree *cand, const sq_curve *c, int budget, int D, int B,
+                     int max_non_leaves, sq_tree **out, sq_error *err)
 {
-    if (p->budget < 3 || p->depth < 3)
+    (void)max_non_leaves;
+    if (cand)
+        return sq_eagle_repair(cand, c, budget, D, B, out, err);
+    grow g;
+    if (grow_init(&g, budget, D, B))
+        return sq_error_oom(err, "engine plan");
+    grow_add(&g, -1, 0, 1.0);
+    grow_fill(&g, c, budget);
+    int rc = grow_tree(&g, out, err);
+    grow_free(&g);
+    return rc;
+}
+
+int sqe_plan_eagle(const sq_engine_plan_params *p, const sq_curve *c, sq_engine_plan_result *out,
+                   sq_error *err)
+{
+    sq_engine_limits lim = sq_engine_limits_of(p->engine, p->max_non_leaves);
+    int min_levels = lim.min_path + 1;   /* EAGLE-1: 3 */
+    if (p->budget < min_levels || p->depth < min_levels)
         return sq_error_set(err, SQ_EUSAGE, "engine eagle: budget %d and depth %d: EAGLE-1 needs "
                             "a path of at least 2 tokens (a tree of depth 1 crashes its "
                             "generate_tree_buffers with IndexError): use a budget of 3 or more "
                             "and a depth of 3 or more", p->budget, p->depth);
     int W = p->width > 0 ? p->width : c->width;
-    if (W > SQ_EAGLE_MAX_RANK0 + 1)
-        W = SQ_EAGLE_MAX_RANK0 + 1;
+    if (W > lim.max_rank0 + 1)
+        W = lim.max_rank0 + 1;
     sq_tree *t = NULL;
     int D = 0, B = 0, rc;
     if ((rc = dp_best_tree(c, p->budget, p->depth, W, p->solved, &t, &D, &B, err)))
@@ -622,54 +690,17 @@ static int plan_eagle(const sq_engine_plan_params *p, const sq_curve *c,
     out->depth = D;
     out->width = B;
     out->exact = 1;
-    if (sq_tree_depth(t) >= 3 && sq_eagle_deep_first(t, NULL, NULL)) {
+    if (sq_tree_depth(t) >= min_levels && sq_eagle_deep_first(t, NULL, NULL)) {
         out->tree = t;
         return SQ_OK;
     }
     /* Repair the DP trees of several widths, and grow one from the root; keep the best. */
     sq_tree *best = NULL;
-    double best_f = -1;
-    for (int w = B; w >= 0 && !rc; w = w == 0 ? -1 : (p->budget <= 256 || w <= 2) ? w - 1 : w / 2) {
-        sq_tree *cand = NULL, *fixed = NULL;
-        if (w == B) {
-            cand = t;
-            t = NULL;
-        } else if (w > 0 && (rc = dp_best_tree(c, p->budget, D, w, NULL, &cand, NULL, NULL, err))) {
-            break;
-        }
-        if (w == 0) {
-            grow g;
-            if (grow_init(&g, p->budget, D, B)) {
-                rc = sq_error_oom(err, "engine plan");
-                break;
-            }
-            grow_add(&g, -1, 0, 1.0);
-            grow_fill(&g, c, p->budget);
-            rc = grow_tree(&g, &fixed, err);
-            grow_free(&g);
-        } else {
-            rc = sq_eagle_repair(cand, c, p->budget, D, B, &fixed, err);
-            sq_tree_free(cand);
-        }
-        double f = 0;
-        if (!rc && (rc = sq_tree_score(fixed, c, &f, err)))
-            sq_tree_free(fixed);
-        if (rc)
-            break;
-        if (sq_tree_depth(fixed) >= 3 && f > best_f) {
-            sq_tree_free(best);
-            best = fixed;
-            best_f = f;
-        } else {
-            sq_tree_free(fixed);
-        }
-    }
-    sq_tree_free(t);
-    if (rc || !best) {
-        sq_tree_free(best);
-        return rc ? rc : sq_error_set(err, SQ_EUSAGE, "engine eagle: no tree of 2 levels below "
-                                      "the root fits the bounds");
-    }
+    if ((rc = repair_widths(t, c, p->budget, D, B, 0, 1, min_levels, fix_eagle, &best, err)))
+        return rc;
+    if (!best)
+        return sq_error_set(err, SQ_EUSAGE, "engine eagle: no tree of 2 levels below the root "
+                            "fits the bounds");
     out->tree = best;
     out->exact = 0;
     return SQ_OK;
@@ -765,8 +796,8 @@ static int envelope_try(const sq_engine_plan_params *p, const sq_curve *c, int K
     return SQ_OK;
 }
 
-static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
-                         sq_engine_plan_result *out, sq_error *err)
+int sqe_plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
+                      sq_engine_plan_result *out, sq_error *err)
 {
     if (p->budget < 2 || p->depth < 2)
         return sq_error_set(err, SQ_EUSAGE, "engine %s: budget %d and depth %d leave no draft "
@@ -837,49 +868,26 @@ static int plan_envelope(const sq_engine_plan_params *p, const sq_curve *c,
 int sq_engine_plan(const sq_engine_plan_params *p, sq_engine_plan_result *out, sq_error *err)
 {
     memset(out, 0, sizeof *out);
+    const sq_engine_info *in = sq_engine_info_of(p->engine);
+    if (!in)
+        return sq_error_set(err, SQ_EUSAGE, "engine plan: unknown engine");
     const sq_curve *c = p->curve ? p->curve : sq_curve_default();
     int rc;
     out->budget = p->budget;
-    if (p->engine == SQ_ENGINE_VLLM) {
-        int D = p->depth < p->budget ? p->depth : p->budget;
-        int *k = malloc((size_t)(D > 1 ? D : 1) * sizeof *k);
-        int levels = 0;
-        double F = 1;
-        if (!k)
-            return sq_error_oom(err, "engine plan");
-        rc = sq_uniform_search(c, p->budget, p->depth, p->width, k, &levels, &F, err);
-        if (!rc) {
-            out->tree = sq_uniform_tree(k, levels);
-            if (!out->tree)
-                rc = sq_error_oom(err, "engine plan");
-        }
-        free(k);
-        if (rc)
-            return rc;
-        out->exact = 1;
-        out->depth = D;
-        out->width = p->width > 0 ? p->width : c->width;
-    } else if (p->engine == SQ_ENGINE_TRTLLM || p->engine == SQ_ENGINE_MEDUSA) {
-        if ((rc = plan_rank_limited(p, c, p->budget, out, err)))
-            return rc;
-        /* TensorRT-LLM cannot take 32k + 1 nodes (planner/export.h): one node less is the best
+    if ((rc = in->plan(p, c, out, err)))
+        return rc;
+    sq_engine_limits lim = sq_engine_limits_of(p->engine, p->max_non_leaves);
+    if (!sq_engine_size_ok(&lim, out->tree->n)) {
+        /* A size the engine cannot take (TensorRT-LLM: 32k + 1 nodes): one node less is the best
          * size below, and it is never 32k + 1 itself. */
-        if (p->engine == SQ_ENGINE_TRTLLM && out->tree->n > 1 && (out->tree->n - 1) % 32 == 0) {
-            int budget = out->tree->n - 1;
-            sq_tree_free(out->tree);
-            memset(out, 0, sizeof *out);
-            if ((rc = plan_rank_limited(p, c, budget, out, err)))
-                return rc;
-            out->budget = budget;
-        }
-    } else if (p->engine == SQ_ENGINE_EAGLE) {
-        if ((rc = plan_eagle(p, c, out, err)))
+        sq_engine_plan_params q = *p;
+        q.budget = out->tree->n - 1;
+        q.solved = NULL;
+        sq_tree_free(out->tree);
+        memset(out, 0, sizeof *out);
+        if ((rc = in->plan(&q, c, out, err)))
             return rc;
-    } else if (sq_engine_is_envelope(p->engine)) {
-        if ((rc = plan_envelope(p, c, out, err)))
-            return rc;
-    } else {
-        return sq_error_set(err, SQ_EUSAGE, "engine plan: unknown engine");
+        out->budget = q.budget;
     }
     if ((rc = sq_tree_score(out->tree, c, &out->expected_tokens, err))) {
         sq_tree_free(out->tree);

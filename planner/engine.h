@@ -1,5 +1,6 @@
 /* Planning under a serving engine's limits (sequoia-plan --engine; limits in planner/export.h,
- * the engines and versions in docs/engines.md).
+ * the engines and versions in docs/engines.md), and the engine table that every per-engine
+ * lookup reads (below; the rows are in planner/engines.c).
  *
  *  - vllm: the best level-uniform tree k_1 x k_2 x ... x k_L (every node of level l-1 has k_l
  *    children of ranks 1..k_l), searched exactly. The nodes of level l score in total
@@ -72,6 +73,51 @@ typedef struct sq_engine_plan_result {
     double   step_ms;         /* envelope engines with hw: predicted time per step ...    */
     double   speedup;         /* ... and speedup over the target alone; 0 without hw     */
 } sq_engine_plan_result;
+
+/* ---- the engine table (planner/engines.c; docs/engines.md, "Adding an engine") --------
+ *
+ * One row per engine holds everything the planner knows about it: its name, the versions read,
+ * its limits and why they exist, its export writer, how to plan within its limits and what to
+ * pass alongside its export. Every lookup by engine (parsing --engine, the name lists of --help
+ * and of error messages, the checks, the summary's verdicts, sq_engine_plan) reads this table;
+ * nothing else switches over engines. */
+
+/* Planning within the engine's limits (sq_engine_plan calls it, and again with one node less
+ * when the tree's size breaks the size rule, sq_engine_size_ok). Fills out->tree, exact, depth,
+ * width (and the envelope fields). */
+typedef int (*sq_engine_planner)(const sq_engine_plan_params *p, const sq_curve *c,
+                                 sq_engine_plan_result *out, sq_error *err);
+
+/* What goes alongside the export of t (which passes sq_engine_check), one line into buf. */
+typedef void (*sq_engine_requirer)(const sq_tree *t, int max_non_leaves, char *buf, size_t cap);
+
+typedef struct sq_engine_info {
+    sq_engine          id;
+    const char        *name;          /* --engine, --export and messages: "trtllm"              */
+    const char *const *aliases;       /* more names --engine takes (NULL-terminated), or NULL    */
+    const char        *display;       /* the engine in explanations: "TensorRT-LLM"             */
+    const char        *versions;      /* the versions whose source was read (the verdict line)   */
+    const char        *summary;       /* its limits in a phrase, for --help                       */
+    sq_export_format   format;        /* its --export format (named as the engine)               */
+    sq_engine_limits   limits;        /* max_non_leaves: the default (--max-non-leaves overrides) */
+    int                envelope;      /* 1: the export is flags, the engine builds its own tree  */
+    int                counts_root;   /* envelope: its draft-token count includes the root       */
+    /* why each limit, quoted in refusals (NULL where the limit is off) */
+    const char        *min_path_note; /* min_path >= 2                                           */
+    const char        *path_note;     /* max_path                                                */
+    const char        *rank_note;     /* max_rank0                                               */
+    const char        *uniform_note;  /* level_uniform                                           */
+    sq_export_writer   write;         /* its export (limits already checked)                     */
+    sq_engine_planner  plan;          /* --engine                                                */
+    sq_engine_requirer requirements;  /* the verdict's "pass ..." / envelope flags               */
+} sq_engine_info;
+
+/* The row of `e`; NULL for SQ_ENGINE_NONE and anything out of range. */
+const sq_engine_info *sq_engine_info_of(sq_engine e);
+
+/* The size rule (limits.no_32k_plus_1: TensorRT-LLM's mask packing, docs/engines.md): 1 when a
+ * tree of n nodes (root included) is allowed. The check and the planner both ask it. */
+int sq_engine_size_ok(const sq_engine_limits *lim, int n);
 
 /* Errors: SQ_EUSAGE for bounds the engine cannot take (EAGLE-1 below 3 levels or 3 nodes,
  * an envelope with a budget of 1), or past the DP's limits. */

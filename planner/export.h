@@ -1,5 +1,6 @@
 /* Exports of a plan for serving engines (docs/design.md §6.5; docs/engines.md has the
- * engine/version table), and the engines' limits.
+ * engine/version table), and the engines' limits. The formats are one table (planner/export.c);
+ * the engine functions below read the engine table (planner/engine.h, planner/engines.c).
  *
  * Rank-path formats list every node but the root as the path of 0-based ranks from the root,
  * sorted by (length, lexicographic) — the order of the plan's nodes (docs/design.md §7.4):
@@ -80,6 +81,25 @@ int sq_engine_is_envelope(sq_engine e);
 /* The engine whose limits an export format must satisfy (SQ_ENGINE_NONE for growmap, dot,
  * svg). */
 sq_engine sq_export_engine(sq_export_format f);
+
+/* An export writer: the export of `plan` to fp, the engine's limits already checked; `file`
+ * names the plan in messages. */
+typedef int (*sq_export_writer)(FILE *fp, const sq_plan *plan, const char *file, sq_error *err);
+
+/* The format table (planner/export.c), one row per format; an engine's format takes the
+ * engine's writer from the engine table (planner/engine.h). */
+typedef struct sq_export_format_info {
+    const char      *name;    /* --export FORMAT                                           */
+    sq_engine        engine;  /* whose limits and writer; SQ_ENGINE_NONE for growmap, dot, svg */
+    sq_export_writer write;   /* the writer of a format without an engine, else NULL       */
+    const char      *note;    /* what it writes, for --help ("choices lists")              */
+} sq_export_format_info;
+
+/* The row of `f`; NULL out of range. */
+const sq_export_format_info *sq_export_format_info_of(sq_export_format f);
+
+/* The writer of `f`: its own, or its engine's. */
+sq_export_writer sq_export_writer_of(sq_export_format f);
 
 #define SQ_TRTLLM_MAX_PATH 8        /* speculated tokens on one path (tree depth 9 with the root) */
 #define SQ_TRTLLM_MAX_RANK0 15      /* largest 0-based rank                                       */

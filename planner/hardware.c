@@ -18,6 +18,8 @@ static int profile_ms(const sq_profile *p, const char *which, double x, sq_extra
 {
     sq_error e = {0};
     int rc = sq_profile_ms(p, x, mode, ms, &e);
+    if (rc && err && err->status == SQ_OK)
+        err->cause = e.cause;   /* kept through the prefix (libsequoia/base/error.h) */
     if (rc)
         return sq_error_set(err, rc, "%s: %s", which, e.msg);
     return SQ_OK;

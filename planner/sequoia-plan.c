@@ -29,6 +29,43 @@
 
 #define PROG "sequoia-plan"
 
+#define OPTION_COLUMN 25   /* where the help text of an option starts */
+
+/* One option's help: `head` (the option, padded to OPTION_COLUMN), then `lead` and the list
+ * "NAME (note), ..." (names in a row with the same note share it, joined by `same`), then
+ * `tail`, wrapped at `width` columns with continuation lines indented to OPTION_COLUMN. */
+static void print_option(FILE *fp, const char *head, const char *lead, const char *const *names,
+                         const char *const *notes, int n, const char *same, const char *tail,
+                         int width)
+{
+    char text[2048];
+    size_t len = (size_t)snprintf(text, sizeof text, "%s", lead);
+    for (int i = 0; i < n && len < sizeof text; i++) {
+        int last = i + 1 == n || strcmp(notes[i], notes[i + 1]) != 0;
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s%s", i == 0 ? " "
+                                : strcmp(notes[i], notes[i - 1]) == 0 ? same : ", ", names[i]);
+        if (last && len < sizeof text)
+            len += (size_t)snprintf(text + len, sizeof text - len, " (%s)", notes[i]);
+    }
+    if (len < sizeof text)
+        snprintf(text + len, sizeof text - len, "%s", tail);
+    fprintf(fp, "%-*s", OPTION_COLUMN, head);
+    int used = 0;   /* characters of text on the current line */
+    for (const char *w = text; *w;) {
+        int wl = (int)strcspn(w, " ");
+        if (used && OPTION_COLUMN + used + 1 + wl > width) {
+            fprintf(fp, "\n%*s", OPTION_COLUMN, "");
+            used = 0;
+        }
+        fprintf(fp, "%s%.*s", used ? " " : "", wl, w);
+        used += (used ? 1 : 0) + wl;
+        w += wl;
+        while (*w == ' ')
+            w++;
+    }
+    fputc('\n', fp);
+}
+
 static void usage(FILE *fp)
 {
     fprintf(fp,
@@ -85,24 +122,31 @@ static void usage(FILE *fp)
         "      --svg FILE         with --ladder: predicted speedup against batch size\n");
     fprintf(fp,
         "\n"
-        "Engines, exports, imports and pictures:\n"
-        "      --engine E         plan under the limits of engine E and report what they cost\n"
-        "                         (docs/engines.md): vllm (best k_1 x k_2 x ... tree, exact),\n"
-        "                         trtllm (static choices, <= 1.3: ranks <= 15, 8 speculated tokens\n"
-        "                         per path, <= M non-leaves per level, not 32k+1 nodes), medusa\n"
-        "                         (ranks <= 9), eagle (EAGLE-1: ranks <= 9, its parent rule, depth\n"
-        "                         >= 3), sglang and trtllm-dynamic (envelopes: the topk, steps and\n"
-        "                         draft tokens with the best static tree; with --target-profile,\n"
-        "                         the fastest)\n"
+        "Engines, exports, imports and pictures:\n");
+    /* the engines and the formats from their tables (planner/engine.h, planner/export.h),
+     * wrapped where these two paragraphs always wrapped (90 and 93 columns) */
+    const char *names[SQ_ENGINE_COUNT + SQ_EXPORT_COUNT], *notes[SQ_ENGINE_COUNT + SQ_EXPORT_COUNT];
+    int n = 0;
+    for (int e = SQ_ENGINE_NONE + 1; e < SQ_ENGINE_COUNT; e++, n++) {
+        names[n] = sq_engine_info_of((sq_engine)e)->name;
+        notes[n] = sq_engine_info_of((sq_engine)e)->summary;
+    }
+    print_option(fp, "      --engine E", "plan under the limits of engine E and report what they cost "
+                 "(docs/engines.md):", names, notes, n, " and ", "", 90);
+    fprintf(fp,
         "      --max-non-leaves M TensorRT-LLM's max_non_leaves_per_layer (checked by --export\n"
-        "                         trtllm and kept by --engine trtllm); default 10, as\n"
-        "                         convert_checkpoint.py\n"
-        "  -e, --export FORMAT    write FORMAT instead of the plan to -o (or stdout): trtllm, medusa,\n"
-        "                         eagle (choices lists), vllm (speculative_token_tree string), growmap\n"
-        "                         (Sequoia/UMbreLLa JSON), dot (Graphviz), svg (picture), sglang\n"
-        "                         (server flags), trtllm-dynamic (EagleDecodingConfig fields, JSON).\n"
-        "                         A plan that breaks the engine's limits is refused (exit 65) with\n"
-        "                         the reason\n"
+        "                         trtllm and kept by --engine trtllm); default %d, as\n"
+        "                         convert_checkpoint.py\n", SQ_TRTLLM_MAX_NON_LEAVES);
+    n = 0;
+    for (int f = 0; f < SQ_EXPORT_COUNT; f++, n++) {
+        names[n] = sq_export_format_info_of((sq_export_format)f)->name;
+        notes[n] = sq_export_format_info_of((sq_export_format)f)->note;
+    }
+    print_option(fp, "  -e, --export FORMAT", "write FORMAT instead of the plan to -o (or stdout):",
+                 names, notes, n, ", ", ".", 93);
+    print_option(fp, "", "A plan that breaks the engine's limits is refused (exit 65) with the "
+                 "reason", NULL, NULL, 0, NULL, "", 90);
+    fprintf(fp,
         "      --plan FILE        export an existing plan instead of planning\n"
         "      --import FMT FILE  read an engine's tree (FMT: choices, i.e. [[0], [0, 0], ...] or\n"
         "                         [(0,), ...]; or growmap) and score it under the curve as a plan;\n"
@@ -376,11 +420,31 @@ static int parse_options(int argc, char **argv, plan_opts *o)
     return PARSE_RUN;
 }
 
+/* "--target-profile ... an --engine other than sglang and trtllm-dynamic": the envelope
+ * engines, from the engine table. */
+static const char *target_profile_conflict(char *buf, size_t cap)
+{
+    size_t len = (size_t)snprintf(buf, cap, "--target-profile chooses a new tree; it does not go "
+                                  "with --plan, --import or an --engine other than");
+    int count = 0;
+    for (int e = SQ_ENGINE_NONE + 1; e < SQ_ENGINE_COUNT && len < cap; e++)
+        if (sq_engine_is_envelope((sq_engine)e)) {
+            int more = 0;   /* another envelope engine follows */
+            for (int f = e + 1; f < SQ_ENGINE_COUNT; f++)
+                more |= sq_engine_is_envelope((sq_engine)f);
+            len += (size_t)snprintf(buf + len, cap - len, "%s%s",
+                                    count == 0 ? " " : more ? ", " : " and ",
+                                    sq_engine_name((sq_engine)e));
+            count++;
+        }
+    return buf;
+}
+
 /* The options that do not go together; 0 or SQ_EUSAGE (with the message printed). */
 static int check_options(const plan_opts *o)
 {
     const char *why = NULL;
-    char buf[160];
+    char buf[256];
     if (o->width_given && o->params.width < 1)
         snprintf(buf, sizeof buf, "--width: %d, must be at least 1", o->params.width), why = buf;
     else if (o->params.budget < 1 || o->params.depth < 1)
@@ -399,8 +463,7 @@ static int check_options(const plan_opts *o)
     else if (o->target_profile && (o->plan_file || o->import_file ||
                                    (o->engine != SQ_ENGINE_NONE &&
                                     !sq_engine_is_envelope((sq_engine)o->engine))))
-        why = "--target-profile chooses a new tree; it does not go with --plan, --import or an "
-              "--engine other than sglang and trtllm-dynamic";
+        why = target_profile_conflict(buf, sizeof buf);
     else if (o->plan_file && o->import_file)
         why = "--plan and --import exclude each other";
     else if ((o->objective || o->schedule_file || o->envelopes_file || o->ladder_plans) &&
@@ -583,7 +646,7 @@ static int write_outputs(const plan_opts *o, const plan_state *st, sq_error *err
     sq_export_format fmt = (sq_export_format)o->export_fmt;
     int rc;
     /* Check the export before opening anything, so that a refusal leaves no file behind. */
-    if (o->export_fmt >= 0 && sq_export_engine(fmt) != SQ_ENGINE_NONE &&
+    if (o->export_fmt >= 0 &&
         (rc = sq_engine_check(plan->tree, sq_export_engine(fmt), o->max_non_leaves, plan_name,
                               err)))
         return rc;
@@ -600,6 +663,7 @@ static int write_outputs(const plan_opts *o, const plan_state *st, sq_error *err
     if (out[MAIN] && o->export_fmt >= 0) {
         sq_export_params xp = sq_export_default_params();
         xp.max_non_leaves = o->max_non_leaves;
+        xp.check_limits = 0;   /* checked above */
         if ((rc = sq_export_write(sq_out_stream(out[MAIN]), plan, fmt, &xp, plan_name, err)))
             goto fail;
     } else if (out[MAIN] && (rc = print_json(sq_out_stream(out[MAIN]), sq_plan_to_json(plan), "plan",
@@ -624,9 +688,9 @@ fail:
 static void print_engine_extra(FILE *fp, const plan_opts *o, const plan_state *st)
 {
     const sq_engine_plan_result *ep = &st->ep;
-    if (ep->budget != o->params.budget)
-        fprintf(fp, "                budget %d lowered to %d (TensorRT-LLM: not 32k + 1 nodes)\n",
-                o->params.budget, ep->budget);
+    if (ep->budget != o->params.budget)   /* the size rule, sq_engine_size_ok */
+        fprintf(fp, "                budget %d lowered to %d (%s: not 32k + 1 nodes)\n",
+                o->params.budget, ep->budget, sq_engine_info_of((sq_engine)o->engine)->display);
     if (!sq_engine_is_envelope((sq_engine)o->engine))
         return;
     char req[400];
@@ -751,7 +815,7 @@ int main(int argc, char **argv)
     if (!rc && st.default_curve)
         fprintf(stderr, PROG ": no --acceptance given; using %s\n", sq_curve_default_provenance);
     state_free(&st);
-    if (rc == SQ_EUSAGE && strstr(err.msg, "linear or constant extrapolation"))
+    if (rc == SQ_EUSAGE && err.cause == SQ_CAUSE_OUT_OF_RANGE)
         sq_cli_hint(&err, "see --extrapolate");
     if (rc) {
         fprintf(stderr, PROG ": %s\n", err.msg);

@@ -28,8 +28,17 @@ enum sq_status {
 
 #define SQ_ERROR_MSG_MAX 1024
 
+/* Why a failure happened, for a caller that reacts to one cause (a hint, a retry): set by the
+ * functions whose documentation names it, so that no caller reads the message's wording. */
+enum sq_cause {
+    SQ_CAUSE_NONE = 0,
+    SQ_CAUSE_OUT_OF_RANGE,   /* outside a profile's measured range, and no extrapolation mode
+                                (libsequoia/format/profile.h, sq_profile_ms)                  */
+};
+
 typedef struct sq_error {
     int  status;                  /* enum sq_status; SQ_OK when nothing happened        */
+    int  cause;                   /* enum sq_cause of the recorded failure              */
     char msg[SQ_ERROR_MSG_MAX];   /* "file: field: problem", without the tool's name    */
 } sq_error;
 

@@ -378,10 +378,13 @@ static int run_ms(const sq_profile_point *pt, int n, double x, sq_extrapolate mo
         *ms = lo == n - 1 ? pt[lo].median_ms : lerp(&pt[lo], &pt[lo + 1], x);
         return SQ_OK;
     }
-    if (mode == SQ_EXTRAPOLATE_NONE)
+    if (mode == SQ_EXTRAPOLATE_NONE) {
+        if (err && err->status == SQ_OK)
+            err->cause = SQ_CAUSE_OUT_OF_RANGE;
         return sq_error_set(err, SQ_EUSAGE, "%.6g tokens is outside the profile's measured range "
                             "[%d, %d]; measure it, or allow linear or constant extrapolation", x,
                             pt[0].tokens, pt[n - 1].tokens);
+    }
     int below = x < pt[0].tokens;
     if (mode == SQ_EXTRAPOLATE_CONSTANT || n == 1) {
         *ms = below ? pt[0].median_ms : pt[n - 1].median_ms;

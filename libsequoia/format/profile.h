@@ -78,7 +78,7 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
 /* Forward time for x new tokens (x may be fractional, e.g. the mean accepted length), at the
  * profile's smallest batch size (batch 1 for every version 1 profile).
  * Errors: SQ_EUSAGE when x is outside the measured range and mode is NONE (the message names
- * the range and the --extrapolate option). */
+ * the range and the --extrapolate option; err->cause is SQ_CAUSE_OUT_OF_RANGE). */
 int sq_profile_ms(const sq_profile *p, double x, sq_extrapolate mode, double *ms, sq_error *err);
 
 /* The same at batch size `batch`: SQ_EUSAGE when the profile has no point of that batch. */
