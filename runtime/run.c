@@ -345,10 +345,7 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
     const sq_validation *val = r->val;
     const int B = st->B, n = st->n;
     const double toks = (double)B * n;
-    fprintf(stderr, "%s: %.0f tokens in %d steps: %.3f tokens/step (95%% CI %.3f .. %.3f), plan "
-            "expects %.3f%s\n", prog, toks, r->steps, pr->ci.mean, pr->ci.lo, pr->ci.hi,
-            r->plan->expected_tokens, pr->within ? "" : pr->have_ci
-            ? " (outside the CI: see the report's prediction)" : " (too few steps for a CI)");
+    /* --batch: the rates over the batch; otherwise tokens/step against the plan and ms/token */
     if (o->batch) {
         fprintf(stderr, "%s: batch %d: %d tokens per sequence in %d batch steps, %.3f "
                 "tokens/step (plan expects %.3f); %.1f tokens/s over the batch, %.1f per "
@@ -357,7 +354,13 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
         if (r->base)
             fprintf(stderr, "%s: batch %d: target alone %.1f tokens/s over the batch: speedup "
                     "%.2fx\n", prog, B, toks / (r->base_ms / 1e3), r->base_ms / r->spec_ms);
-    } else if (r->base) {
+    } else {
+        fprintf(stderr, "%s: %.0f tokens in %d steps: %.3f tokens/step (95%% CI %.3f .. %.3f), "
+                "plan expects %.3f%s\n", prog, toks, r->steps, pr->ci.mean, pr->ci.lo, pr->ci.hi,
+                r->plan->expected_tokens, pr->within ? "" : pr->have_ci
+                ? " (outside the CI: see the report's prediction)" : " (too few steps for a CI)");
+    }
+    if (!o->batch && r->base) {
         fprintf(stderr, "%s: %.3f ms/token speculative, %.3f ms/token target alone: speedup "
                 "%.2fx\n", prog, r->spec_ms / toks, r->base_ms / toks, r->base_ms / r->spec_ms);
     }
