@@ -111,7 +111,8 @@ for m in target draft; do
         --svg "$OUT/profile_$m.svg" --quiet > "$OUT/profile_$m.txt"
 done
 
-# The runs below are timed over their decoding steps only (sequoia-run's report, "decode"),
+# The runs below are timed over their decoding steps only (sequoia-run's report, "batch" section,
+# "decode"),
 # leaving out the loading of the models and the prompts' prefill, which the profiles do not time
 # either. On a shared host a forward's time moves by up to 2x from one second to the next with
 # the neighbours' load (docs/benchmarks.md, "Ladder"); its 10th percentile is the forward's own
@@ -170,8 +171,18 @@ rate = rate_p10 if stat == "p10" else rate_mean
 lad = json.load(open(f"{out}/ladder.json"))
 rungs = {r["batch"]: r for r in lad["rungs"]}
 def run(b, p, r):
-    j = json.load(open(f"{out}/runs/b{b}_plan{p}_r{r}.json"))
-    return j
+    """a run's batch figures: the batch section of sequoia-run-report v2 (docs/formats.md), or
+    a sequoia-run-batch v1 report (sequoia-run before v2), whose top level held them"""
+    path = f"{out}/runs/b{b}_plan{p}_r{r}.json"
+    j = json.load(open(path))
+    if j.get("format") == "sequoia-run-batch" and j.get("version") == 1:
+        return j
+    if j.get("format") != "sequoia-run-report" or j.get("version") != 2:
+        sys.exit(f"ladder.sh: {path}: not a sequoia-run-report v2 (format {j.get('format')!r}, "
+                 f"version {j.get('version')!r})")
+    bt = j["batch"]
+    return dict(batch=bt["size"], tokens_per_step=bt["tokens_per_step"],
+                tokens_per_s=bt["tokens_per_s"], decode=bt["decode"])
 rows, table = [], []
 meas_pays = {}
 for b in batches:

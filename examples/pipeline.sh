@@ -116,10 +116,17 @@ out, prompts = sys.argv[1], int(sys.argv[2])
 def load(p):
     return json.load(open(p))
 
+def run_report(p):
+    # a single run's report: the fields read here are the same in sequoia-run-report v1 and v2
+    r = load(p)
+    if r.get("format") != "sequoia-run-report" or r.get("version") not in (1, 2):
+        sys.exit(f"pipeline.sh: {p}: not a sequoia-run-report v1 or v2")
+    return r
+
 def measured(name):
     steps, tok, spec_ms, ar_ms, ar_tok, valid = [], 0, 0.0, 0.0, 0, []
     for i in range(prompts):
-        r = load(f"{out}/report_{name}_{i}.json")
+        r = run_report(f"{out}/report_{name}_{i}.json")
         steps += r["step_tokens"]
         tok += r["generated_tokens"]
         spec_ms += r["timing"]["speculative_ms"]

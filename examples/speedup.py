@@ -119,8 +119,17 @@ def runs(out, tag, prompts):
     for i in range(prompts):
         p = os.path.join(out, "runs", "report_%s_%d.json" % (tag, i))
         if os.path.exists(p):
-            rs.append(load(p))
+            rs.append(run_report(p))
     return rs
+
+
+def run_report(path):
+    """a single run's sequoia-run-report: the fields read here (generated_tokens, steps,
+    step_tokens, timing) are the same in versions 1 and 2 for one sequence (docs/formats.md)"""
+    r = load(path)
+    if r.get("format") != "sequoia-run-report" or r.get("version") not in (1, 2):
+        raise SystemExit("speedup.py: %s: not a sequoia-run-report v1 or v2" % path)
+    return r
 
 
 def measured(rs, base=None):

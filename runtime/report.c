@@ -67,6 +67,31 @@ int sq_tree_f_with(const sq_tree *t, const double *p, int W, double *F, sq_error
     return SQ_OK;
 }
 
+int sq_run_decode_timing(const sq_step_info *in, int n, sq_run_decode *t, sq_error *err)
+{
+    double *v = malloc((size_t)(n > 0 ? n : 1) * 4 * sizeof *v);
+    if (!v)
+        return sq_error_oom(err, "step times");
+    *t = (sq_run_decode){0};
+    for (int i = 0; i < n; i++) {
+        t->ms += in[i].step_ms;
+        v[i] = in[i].step_ms;
+        v[n + i] = in[i].draft_ms;
+        v[2 * n + i] = in[i].target_forward_ms;
+        v[3 * n + i] = in[i].verify_ms;
+    }
+    if (n > 0) {
+        t->step_ms = sq_quantile(v, n, 0.5);
+        t->step_p10_ms = sq_quantile(v, n, 0.1);
+        t->draft_ms = sq_quantile(v + n, n, 0.5);
+        t->target_forward_ms = sq_quantile(v + 2 * n, n, 0.5);
+        t->target_forward_p10_ms = sq_quantile(v + 2 * n, n, 0.1);
+        t->verify_ms = sq_quantile(v + 3 * n, n, 0.5);
+    }
+    free(v);
+    return SQ_OK;
+}
+
 int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err)
 {
     memset(out, 0, sizeof *out);
@@ -183,11 +208,17 @@ static cJSON *acceptance_json(const sq_run_record *r, double *pc)
     return aj;
 }
 
+/* Tokens generated in all: every sequence's max_new_tokens. */
+static double generated(const sq_run_record *r)
+{
+    return (double)(r->batch ? r->batch->size : 1) * r->max_new_tokens;
+}
+
 static cJSON *timing_json(const sq_run_record *r)
 {
     cJSON *tj = cJSON_CreateObject();
     sq_json_add(tj, "speculative_ms", cJSON_CreateNumber(r->spec_ms));
-    sq_json_add(tj, "speculative_ms_per_token", cJSON_CreateNumber(r->spec_ms / r->max_new_tokens));
+    sq_json_add(tj, "speculative_ms_per_token", cJSON_CreateNumber(r->spec_ms / generated(r)));
     sq_json_add(tj, "draft_ms", cJSON_CreateNumber(r->draft_ms));
     sq_json_add(tj, "target_ms", cJSON_CreateNumber(r->target_ms));
     sq_json_add(tj, "verify_ms", cJSON_CreateNumber(r->verify_ms));
@@ -210,10 +241,65 @@ static cJSON *timing_json(const sq_run_record *r)
     if (r->base) {
         sq_json_add(tj, "autoregressive_ms", cJSON_CreateNumber(r->base_ms));
         sq_json_add(tj, "autoregressive_ms_per_token",
-                    cJSON_CreateNumber(r->base_ms / r->max_new_tokens));
+                    cJSON_CreateNumber(r->base_ms / generated(r)));
         sq_json_add(tj, "speedup", cJSON_CreateNumber(r->base_ms / r->spec_ms));
     }
     return tj;
+}
+
+static int common_prefix(const int32_t *a, const int32_t *b, int n)
+{
+    int same = 0;
+    while (same < n && a[same] == b[same])
+        same++;
+    return same;
+}
+
+/* The batch section: the batch's rates, its steps' times and every sequence's figures. */
+static cJSON *batch_json(const sq_run_record *r)
+{
+    const sq_run_batch *bt = r->batch;
+    const int n = r->max_new_tokens;
+    const double toks = generated(r);
+    long seq_steps = 0;
+    for (int k = 0; k < bt->size; k++)
+        seq_steps += bt->seqs[k].steps;
+    cJSON *j = cJSON_CreateObject();
+    sq_json_add(j, "size", cJSON_CreateNumber(bt->size));
+    sq_json_add(j, "batch_steps", cJSON_CreateNumber(bt->batch_steps));
+    sq_json_add(j, "tokens_per_step", cJSON_CreateNumber(toks / (double)seq_steps));
+    sq_json_add(j, "tokens_per_s", cJSON_CreateNumber(toks / (r->spec_ms / 1e3)));
+    sq_json_add(j, "tokens_per_s_per_sequence", cJSON_CreateNumber(n / (r->spec_ms / 1e3)));
+    if (r->base)
+        sq_json_add(j, "base_tokens_per_s", cJSON_CreateNumber(toks / (r->base_ms / 1e3)));
+    const sq_run_decode *t = &bt->decode;
+    cJSON *dj = cJSON_CreateObject();
+    sq_json_add(dj, "ms", cJSON_CreateNumber(t->ms));
+    sq_json_add(dj, "tokens_per_s", cJSON_CreateNumber(toks / (t->ms / 1e3)));
+    sq_json_add(dj, "step_ms_median", cJSON_CreateNumber(t->step_ms));
+    sq_json_add(dj, "step_ms_p10", cJSON_CreateNumber(t->step_p10_ms));
+    sq_json_add(dj, "draft_ms_median", cJSON_CreateNumber(t->draft_ms));
+    sq_json_add(dj, "target_forward_ms_median", cJSON_CreateNumber(t->target_forward_ms));
+    sq_json_add(dj, "target_forward_ms_p10", cJSON_CreateNumber(t->target_forward_p10_ms));
+    sq_json_add(dj, "verify_ms_median", cJSON_CreateNumber(t->verify_ms));
+    sq_json_add(j, "decode", dj);
+    if (bt->greedy_equals_separate_runs >= 0)
+        sq_json_add(j, "greedy_equals_separate_runs",
+                    cJSON_CreateBool(bt->greedy_equals_separate_runs));
+    cJSON *seqs = cJSON_CreateArray();
+    for (int k = 0; k < bt->size && seqs; k++) {
+        const sq_run_sequence *q = &bt->seqs[k];
+        cJSON *s = cJSON_CreateObject();
+        sq_json_add(s, "prompt_tokens", cJSON_CreateNumber(q->prompt_tokens));
+        sq_json_add(s, "steps", cJSON_CreateNumber(q->steps));
+        sq_json_add(s, "tokens_per_step", cJSON_CreateNumber((double)n / (double)q->steps));
+        if (q->base)
+            sq_json_add(s, "common_prefix_with_autoregressive",
+                        cJSON_CreateNumber(common_prefix(q->gen, q->base, n)));
+        sq_json_append(seqs, s);
+    }
+    sq_json_add(j, "sequences", seqs);
+    return j;
 }
 
 cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
@@ -240,7 +326,7 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     sq_json_add(pj, "rank_semantics", cJSON_CreateString(r->plan->rank_semantics));
     sq_json_add(pj, "curve", cJSON_CreateString(r->plan->acceptance.name));
     sq_json_add(rep, "plan", pj);
-    sq_json_add(rep, "generated_tokens", cJSON_CreateNumber(n));
+    sq_json_add(rep, "generated_tokens", cJSON_CreateNumber(generated(r)));
     sq_json_add(rep, "steps", cJSON_CreateNumber(r->steps));
     sq_json_add(rep, "step_tokens", sq_json_int_array(r->step_tokens, (size_t)r->steps));
     for (int s = 0; s < r->steps; s++)
@@ -258,9 +344,7 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     sq_json_add(rep, "acceptance_measured", acceptance_json(r, pc));
     sq_json_add(rep, "timing", timing_json(r));
     if (r->base) {
-        int same = 0;
-        while (same < n && r->gen[same] == r->base[same])
-            same++;
+        int same = common_prefix(r->gen, r->base, n);
         cJSON *bj = cJSON_CreateObject();
         for (int i = 0; i < n; i++)
             iv[i] = r->base[i];
@@ -270,6 +354,8 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     }
     if (r->val && r->val->ran)
         sq_json_add(rep, "validation", sq_validation_to_json(r->val));
+    if (r->batch)
+        sq_json_add(rep, "batch", batch_json(r));
     cJSON_free(pc);
     cJSON_free(iv);
     return sq_json_build_end(b, rep);

@@ -1,7 +1,7 @@
-/* The run report of sequoia-run (format sequoia-run-report v1, docs/runtime.md): what was run,
+/* The run report of sequoia-run (format sequoia-run-report v2, docs/formats.md): what was run,
  * tokens per step with a confidence interval against the plan's expected_tokens, the
- * acceptance measured along the verifier's walks, timing, the target-only baseline and the
- * validation. */
+ * acceptance measured along the verifier's walks, timing, the target-only baseline, the
+ * validation, and the batch section (the B sequences decoded together; a single run is B = 1). */
 #ifndef SQ_RUNTIME_REPORT_H
 #define SQ_RUNTIME_REPORT_H
 
@@ -16,7 +16,10 @@
 #include "runtime/validate.h"
 
 #define SQ_RUN_REPORT_FORMAT "sequoia-run-report"
-#define SQ_RUN_REPORT_VERSION 1
+#define SQ_RUN_REPORT_VERSION 2
+/* Version 1 of the report had no batch section; `sequoia-run --batch` wrote a report of its own
+ * (format "sequoia-run-batch", version 1), which version 2 replaces (docs/formats.md). */
+#define SQ_RUN_BATCH_FORMAT_V1 "sequoia-run-batch"
 
 /* Acceptance measured along the verifier's walks: at a visited node with c children, ranks
  * 1..c were each "offered"; hits[k] counts rank k+1 accepted. Under the positional assumption
@@ -36,7 +39,38 @@ void sq_run_acceptance_p(const sq_run_acceptance *a, double *p);
 /* F(T) with the per-rank acceptance p(W) (ranks past W count as 0). Errors: out of memory. */
 int sq_tree_f_with(const sq_tree *t, const double *p, int W, double *F, sq_error *err);
 
-/* Everything a run measured. */
+/* Where a decoding's time went, from its batch steps alone: the prompts' prefill and the
+ * start-up are left out, so that the rate compares with a profile of the forwards
+ * (docs/benchmarks.md, "Ladder"). Medians and 10th percentiles are over the batch steps. */
+typedef struct sq_run_decode {
+    double ms;                              /* sum of the batch steps' times              */
+    double step_ms, draft_ms, target_forward_ms, verify_ms;   /* medians                  */
+    double step_p10_ms, target_forward_p10_ms;
+} sq_run_decode;
+
+/* The decode times of n batch steps whose step infos are in[0..n-1] (each carries its batch
+ * step's times). Errors: out of memory. */
+int sq_run_decode_timing(const sq_step_info *in, int n, sq_run_decode *out, sq_error *err);
+
+/* One sequence of a batch. */
+typedef struct sq_run_sequence {
+    int            prompt_tokens, steps;
+    const int32_t *gen;                    /* (max_new_tokens)                      */
+    const int32_t *base;                   /* target alone, or NULL (no baseline)   */
+} sq_run_sequence;
+
+/* The batch section: B sequences decoded together (B = 1 for a single run). */
+typedef struct sq_run_batch {
+    int                    size;           /* B                                     */
+    int                    batch_steps;
+    const sq_run_sequence *seqs;           /* (B)                                   */
+    sq_run_decode          decode;
+    int                    greedy_equals_separate_runs;   /* -1: not checked        */
+} sq_run_batch;
+
+/* Everything a run measured. The pooled fields (steps, step_tokens, acc) cover every sequence
+ * of the batch; the timing sums are over batch steps; prompt_tokens, gen and base are the first
+ * sequence's (the whole run for B = 1). */
 typedef struct sq_run_record {
     /* setup */
     const char *draft, *target, *plan_file, *prompt_file, *mode, *backend, *dtype;
@@ -56,6 +90,7 @@ typedef struct sq_run_record {
     const int32_t *base;                   /* target alone, or NULL (no baseline)   */
     double      base_ms;
     const sq_validation *val;              /* NULL: not validated                   */
+    const sq_run_batch *batch;             /* NULL: no batch section (B = 1)        */
 } sq_run_record;
 
 /* The measured tokens per step against the plan's prediction. */
@@ -68,7 +103,8 @@ typedef struct sq_run_prediction {
 
 int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err);
 
-/* The report; NULL when out of memory. */
+/* The report (format SQ_RUN_REPORT_FORMAT, version SQ_RUN_REPORT_VERSION); NULL when out of
+ * memory. */
 cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pred);
 
 #endif

@@ -743,32 +743,37 @@ Test(run, cli_batch_greedy_equals_separate_runs_and_reports_rates)
     cJSON *j;
     sq_error err = {0};
     cr_assert_eq(sq_json_load(rep, &j, &err), 0, "%s", err.msg);
-    cr_assert_str_eq(cJSON_GetObjectItem(j, "format")->valuestring, "sequoia-run-batch");
-    cr_assert_eq(cJSON_GetObjectItem(j, "batch")->valueint, 4);
-    double tps = cJSON_GetObjectItem(j, "tokens_per_s")->valuedouble;
-    double per = cJSON_GetObjectItem(j, "tokens_per_s_per_sequence")->valuedouble;
+    /* report v2: the batch's figures are in its batch section (docs/formats.md) */
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "format")->valuestring, "sequoia-run-report");
+    cr_assert_eq(cJSON_GetObjectItem(j, "version")->valueint, 2);
+    cJSON *bj = cJSON_GetObjectItem(j, "batch");
+    cr_assert_eq(cJSON_GetObjectItem(bj, "size")->valueint, 4);
+    double tps = cJSON_GetObjectItem(bj, "tokens_per_s")->valuedouble;
+    double per = cJSON_GetObjectItem(bj, "tokens_per_s_per_sequence")->valuedouble;
     cr_assert(tps > 0 && fabs(tps - 4 * per) < 1e-6 * tps, "%g vs 4 x %g", tps, per);
     /* the decoding steps' own time: part of the whole, made of the batch steps it names */
-    cJSON *dec = cJSON_GetObjectItem(j, "decode");
+    cJSON *dec = cJSON_GetObjectItem(bj, "decode");
     cr_assert_not_null(dec);
     double dms = cJSON_GetObjectItem(dec, "ms")->valuedouble;
-    double spec = cJSON_GetObjectItem(j, "spec_ms")->valuedouble;
+    double spec = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "timing"),
+                                      "speculative_ms")->valuedouble;
     double smed = cJSON_GetObjectItem(dec, "step_ms_median")->valuedouble;
     double sp10 = cJSON_GetObjectItem(dec, "step_ms_p10")->valuedouble;
     double tmed = cJSON_GetObjectItem(dec, "target_forward_ms_median")->valuedouble;
     double tp10 = cJSON_GetObjectItem(dec, "target_forward_ms_p10")->valuedouble;
-    int bsteps = cJSON_GetObjectItem(j, "batch_steps")->valueint;
+    int bsteps = cJSON_GetObjectItem(bj, "batch_steps")->valueint;
     cr_assert(dms > 0 && dms <= spec, "decode %g ms, whole run %g ms", dms, spec);
     cr_assert(cJSON_GetObjectItem(dec, "tokens_per_s")->valuedouble >= tps);
     cr_assert(sp10 > 0 && sp10 <= smed && tp10 <= tmed && tmed <= smed, "%g %g %g %g", sp10,
               smed, tp10, tmed);
     cr_assert(dms >= (bsteps + 1) / 2 * smed * (1 - 1e-9), "half the steps take the median or "
               "more: %g ms in %d steps of median %g", dms, bsteps, smed);
-    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "greedy_equals_target")));
-    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "greedy_equals_separate_runs")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j,
+                           "validation"), "greedy"), "pass")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(bj, "greedy_equals_separate_runs")));
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "validation"), "pass")));
     cr_assert(strstr(se, "its own run alone: ok"), "%s", se);
-    cJSON *seqs = cJSON_GetObjectItem(j, "sequences");
+    cJSON *seqs = cJSON_GetObjectItem(bj, "sequences");
     cr_assert_eq(cJSON_GetArraySize(seqs), 4);
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(seqs, 1), "prompt_tokens")->valueint, 1);
     cJSON_Delete(j);
@@ -795,6 +800,210 @@ Test(run, cli_batch_greedy_equals_separate_runs_and_reports_rates)
         free(so);
         free(se);
     }
+    tu_rmtree(f.dir);
+}
+
+/* Runs sequoia-run with the fixture's models and `extra` arguments (NULL-terminated); returns
+ * the exit status, stderr in *se (the caller frees it). */
+static int run_with(const char *draft, const char *target, const char *plan, const char *prompt,
+                    const char *const *extra, char **se)
+{
+    char *argv[40] = {(char *)run_bin(), "--draft", (char *)draft, "--target", (char *)target,
+                      "--plan", (char *)plan, "--prompt", (char *)prompt, "--threads", "1"};
+    int a = 11;
+    for (int i = 0; extra[i] && a < 39; i++)
+        argv[a++] = (char *)extra[i];
+    argv[a] = NULL;
+    char *so = NULL;
+    int rc = run_tool(argv, &so, se);
+    free(so);
+    return rc;
+}
+
+/* A report without what depends on the clock: the timing object and the batch's rates. */
+static cJSON *report_without_times(const char *path)
+{
+    cJSON *j;
+    sq_error err = {0};
+    cr_assert_eq(sq_json_load(path, &j, &err), 0, "%s", err.msg);
+    cJSON_DeleteItemFromObject(j, "timing");
+    cJSON *b = cJSON_GetObjectItem(j, "batch");
+    cr_assert_not_null(b, "%s: every v2 report has the batch section", path);
+    const char *clock[] = {"tokens_per_s", "tokens_per_s_per_sequence", "base_tokens_per_s",
+                           "decode"};
+    for (size_t i = 0; i < sizeof clock / sizeof *clock; i++)
+        cJSON_DeleteItemFromObject(b, clock[i]);
+    return j;
+}
+
+/* One driver (runtime/run.h): a single run is a batch of one. Without --batch and with
+ * --batch 1, the same prompt gives the same tokens and the same report but for the times, in
+ * greedy mode (validated against the target) and in a sampled mode (validated by the
+ * distribution test). */
+Test(run, cli_single_run_equals_a_batch_of_one)
+{
+    cli_fixture f = fixture();
+    const struct {
+        const char *draft, *target, *prompt;
+        const char *args[12];
+    } cases[] = {
+        {f.draft, f.target, f.prompt, {"-n", "20", "--mode", "greedy", "--validate", NULL}},
+        {f.small, f.small, f.small_prompt, {"-n", "12", "-m", "stochastic", "-t", "0.8", "-s",
+                                            "4", "--validate", "--validate-samples", "200",
+                                            NULL}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char *out[2], *rep[2], *toks[2];
+        cJSON *j[2];
+        for (int b = 0; b < 2; b++) {
+            char name[32];
+            snprintf(name, sizeof name, "out%d.txt", b);
+            out[b] = tu_path(f.dir, name);
+            snprintf(name, sizeof name, "rep%d.json", b);
+            rep[b] = tu_path(f.dir, name);
+            const char *extra[24];
+            int a = 0;
+            for (int i = 0; cases[c].args[i]; i++)
+                extra[a++] = cases[c].args[i];
+            extra[a++] = "-o";
+            extra[a++] = out[b];
+            extra[a++] = "--report";
+            extra[a++] = rep[b];
+            if (b) {
+                extra[a++] = "--batch";
+                extra[a++] = "1";
+            }
+            extra[a] = NULL;
+            char *se;
+            cr_assert_eq(run_with(cases[c].draft, cases[c].target, f.plan, cases[c].prompt, extra,
+                                  &se), 0, "case %zu%s: %s", c, b ? " --batch 1" : "", se);
+            free(se);
+            toks[b] = tu_read(out[b], NULL);
+            j[b] = report_without_times(rep[b]);
+        }
+        cr_assert_str_eq(toks[0], toks[1], "case %zu: the same tokens", c);
+        char *s0 = cJSON_PrintUnformatted(j[0]), *s1 = cJSON_PrintUnformatted(j[1]);
+        cr_assert_str_eq(s0, s1, "case %zu: the same report but for the times", c);
+        cr_assert(cJSON_IsTrue(sq_json_field(sq_json_field(j[0], "validation"), "pass")));
+        const cJSON *bj = sq_json_field(j[0], "batch");
+        cr_assert_eq(sq_json_field(bj, "size")->valueint, 1);
+        cr_assert_eq(sq_json_field(bj, "batch_steps")->valueint,
+                     sq_json_field(j[0], "steps")->valueint);
+        free(s0);
+        free(s1);
+        for (int b = 0; b < 2; b++) {
+            cJSON_Delete(j[b]);
+            free(toks[b]);
+            free(out[b]);
+            free(rep[b]);
+        }
+    }
+    tu_rmtree(f.dir);
+}
+
+/* The two drifts of the run's former copies (issue 23): a batch warns, as a single run does,
+ * that the plan was made for other ranks than the mode's; and --validate --no-baseline is
+ * refused in greedy mode only (it compares with the target-only decoding), with or without a
+ * batch: the sampled modes' distribution test runs without the baseline. */
+Test(run, cli_batch_warns_of_rank_semantics_and_validates_sampled_modes_without_baseline)
+{
+    cli_fixture f = fixture();
+    char *topk = tu_path(f.dir, "topk.json"), *out = tu_path(f.dir, "out.txt");
+    char *rep = tu_path(f.dir, "report.json"), *prompts = tu_path(f.dir, "prompts.txt");
+    sq_plan *p = star_plan(4, "greedy");   /* draft-topk ranks */
+    sq_error err = {0};
+    cr_assert_eq(sq_plan_save(topk, p, &err), 0, "%s", err.msg);
+    sq_plan_free(p);
+    tu_write(prompts, "5 1 7\n\n3\n");
+    const char *batch[] = {NULL, "2"};
+    for (int b = 0; b < 2; b++) {
+        const char *extra[] = {"-n", "6", "-m", "stochastic", "-t", "0.8", "--validate",
+                               "--validate-samples", "200", "--no-baseline", "-o", out,
+                               "--report", rep, batch[b] ? "--batch" : NULL, batch[b], NULL};
+        char *se;
+        cr_assert_eq(run_with(f.small, f.small, topk, prompts, extra, &se), 0, "batch %s: %s",
+                     batch[b] ? batch[b] : "none", se);
+        cr_assert(strstr(se, "warning") && strstr(se, "rank_semantics") &&
+                  strstr(se, "draft-topk"), "batch %s: %s", batch[b] ? batch[b] : "none", se);
+        free(se);
+        cJSON *j;
+        cr_assert_eq(sq_json_load(rep, &j, &err), 0, "%s", err.msg);
+        const cJSON *v = sq_json_field(j, "validation");
+        cr_assert_not_null(sq_json_field(v, "distribution"));
+        cr_assert(cJSON_IsTrue(sq_json_field(v, "pass")));
+        cr_assert_null(sq_json_field(j, "autoregressive"), "no baseline");
+        cr_assert_null(sq_json_field(sq_json_field(j, "batch"), "base_tokens_per_s"));
+        cr_assert_eq(sq_json_field(sq_json_field(j, "batch"), "size")->valueint, b ? 2 : 1);
+        cJSON_Delete(j);
+    }
+    /* greedy: refused before any work, with or without a batch */
+    for (int b = 0; b < 2; b++) {
+        const char *extra[] = {"-n", "6", "-m", "greedy", "--validate", "--no-baseline", "-o",
+                               out, batch[b] ? "--batch" : NULL, batch[b], NULL};
+        char *se;
+        cr_assert_eq(run_with(f.small, f.small, topk, prompts, extra, &se), 64, "%s", se);
+        cr_assert(strstr(se, "--no-baseline"), "%s", se);
+        free(se);
+    }
+    tu_rmtree(f.dir);
+}
+
+/* The v2 report's batch section for a batch of 3 over prompts of different lengths: the pooled
+ * figures are the sequences' sums, each sequence has its entry, the rates agree. */
+Test(run, cli_report_v2_batch_section)
+{
+    cli_fixture f = fixture();
+    char *prompts = tu_path(f.dir, "prompts.txt"), *out = tu_path(f.dir, "out.txt");
+    char *rep = tu_path(f.dir, "report.json");
+    tu_write(prompts, "5 17 42 8 9 1\n\n60\n");
+    const char *extra[] = {"-n", "16", "--mode", "greedy", "--batch", "3", "-o", out,
+                           "--report", rep, NULL};
+    char *se;
+    cr_assert_eq(run_with(f.draft, f.target, f.plan, prompts, extra, &se), 0, "%s", se);
+    free(se);
+    cJSON *j;
+    sq_error err = {0};
+    cr_assert_eq(sq_json_load(rep, &j, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(sq_json_field(j, "format")->valuestring, "sequoia-run-report");
+    cr_assert_eq(sq_json_field(j, "version")->valueint, 2);
+    cr_assert_eq(sq_json_field(j, "generated_tokens")->valueint, 3 * 16);
+    cr_assert_eq(sq_json_field(sq_json_field(j, "setup"), "prompt_tokens")->valueint, 6);
+    const cJSON *bj = sq_json_field(j, "batch");
+    cr_assert_eq(sq_json_field(bj, "size")->valueint, 3);
+    const cJSON *seqs = sq_json_field(bj, "sequences");
+    cr_assert_eq(cJSON_GetArraySize(seqs), 3);
+    int plen[3] = {6, 1, 6}, sum = 0, most = 0;
+    for (int k = 0; k < 3; k++) {
+        const cJSON *q = cJSON_GetArrayItem(seqs, k);
+        int st = sq_json_field(q, "steps")->valueint;
+        cr_assert_eq(sq_json_field(q, "prompt_tokens")->valueint, plen[k]);
+        cr_assert_float_eq(sq_json_field(q, "tokens_per_step")->valuedouble, 16.0 / st, 1e-12);
+        cr_assert_eq(sq_json_field(q, "common_prefix_with_autoregressive")->valueint, 16,
+                     "greedy: sequence %d is the target's own continuation", k);
+        sum += st;
+        most = st > most ? st : most;
+    }
+    cr_assert_eq(sq_json_field(j, "steps")->valueint, sum, "steps pool every sequence's");
+    cr_assert_eq(cJSON_GetArraySize(sq_json_field(j, "step_tokens")), sum);
+    cr_assert_eq(sq_json_field(bj, "batch_steps")->valueint, most,
+                 "the batch runs until its slowest sequence is done");
+    cr_assert_float_eq(sq_json_field(bj, "tokens_per_step")->valuedouble, 48.0 / sum, 1e-12);
+    const cJSON *t = sq_json_field(j, "timing");
+    double spec = sq_json_field(t, "speculative_ms")->valuedouble;
+    double base = sq_json_field(t, "autoregressive_ms")->valuedouble;
+    cr_assert_float_eq(sq_json_field(bj, "tokens_per_s")->valuedouble, 48 / (spec / 1e3), 1e-9);
+    cr_assert_float_eq(sq_json_field(bj, "base_tokens_per_s")->valuedouble, 48 / (base / 1e3),
+                       1e-9);
+    cr_assert_float_eq(sq_json_field(t, "speedup")->valuedouble, base / spec, 1e-12);
+    cr_assert_float_eq(sq_json_field(t, "speculative_ms_per_token")->valuedouble, spec / 48,
+                       1e-12);
+    const cJSON *dec = sq_json_field(bj, "decode");
+    const char *dk[] = {"ms", "tokens_per_s", "step_ms_median", "step_ms_p10", "draft_ms_median",
+                        "target_forward_ms_median", "target_forward_ms_p10", "verify_ms_median"};
+    for (size_t i = 0; i < sizeof dk / sizeof *dk; i++)
+        cr_assert(cJSON_IsNumber(sq_json_field(dec, dk[i])), "decode.%s", dk[i]);
+    cr_assert_null(sq_json_field(bj, "greedy_equals_separate_runs"), "not validated");
+    cJSON_Delete(j);
     tu_rmtree(f.dir);
 }
 

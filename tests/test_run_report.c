@@ -137,6 +137,99 @@ Test(run_report, prediction_and_report)
     sq_run_acceptance_free(&a);
 }
 
+/* The decode times of batch steps: their sum, medians and 10th percentiles. */
+Test(run_report, decode_timing_of_batch_steps)
+{
+    sq_step_info in[5];
+    double step[5] = {5, 1, 4, 2, 3};
+    for (int i = 0; i < 5; i++)
+        in[i] = (sq_step_info){.step_ms = step[i], .draft_ms = step[i] / 2,
+                               .target_forward_ms = step[i] / 4, .verify_ms = 0.125};
+    sq_run_decode d;
+    sq_error err = {0};
+    cr_assert_eq(sq_run_decode_timing(in, 5, &d, &err), SQ_OK);
+    cr_assert_float_eq(d.ms, 15, 1e-12);
+    cr_assert_float_eq(d.step_ms, 3, 1e-12);
+    cr_assert_float_eq(d.draft_ms, 1.5, 1e-12);
+    cr_assert_float_eq(d.target_forward_ms, 0.75, 1e-12);
+    cr_assert_float_eq(d.verify_ms, 0.125, 1e-12);
+    cr_assert(d.step_p10_ms >= 1 && d.step_p10_ms < 3, "%g", d.step_p10_ms);
+    cr_assert(d.target_forward_p10_ms <= d.target_forward_ms);
+    cr_assert_eq(sq_run_decode_timing(in, 0, &d, &err), SQ_OK);
+    cr_assert_eq(d.ms, 0);
+}
+
+/* Report v2: the batch section of two sequences: the rates over the batch, the decode times,
+ * every sequence's entry; the pooled top level counts both sequences' tokens. */
+Test(run_report, report_v2_batch_section)
+{
+    sq_run_acceptance a;
+    sq_error err = {0};
+    cr_assert_eq(sq_run_acceptance_init(&a, 2, 3, &err), SQ_OK);
+    int steps[8] = {2, 3, 2, 3, 2, 3, 2, 3};
+    int32_t gen[2][4] = {{1, 2, 3, 4}, {5, 6, 7, 8}}, base[2][4] = {{1, 2, 9, 4}, {5, 6, 7, 8}};
+    sq_plan *plan = plan_of(2.5);
+    sq_run_sequence seqs[2] = {{3, 5, gen[0], base[0]}, {1, 3, gen[1], base[1]}};
+    sq_run_batch bt = {.size = 2, .batch_steps = 5, .seqs = seqs,
+                       .decode = {.ms = 8, .step_ms = 1.5}, .greedy_equals_separate_runs = 1};
+    sq_run_record r = {.draft = "d", .target = "t", .plan_file = "p.json", .prompt_file = "x",
+                       .mode = "greedy", .backend = "cpu", .dtype = "f32", .prompt_tokens = 3,
+                       .max_new_tokens = 4, .context = 64, .vocab_size = 32, .plan = plan,
+                       .depth = 3, .steps = 8, .step_tokens = steps, .acc = &a, .spec_ms = 10,
+                       .gen = gen[0], .base = base[0], .base_ms = 20, .batch = &bt};
+    sq_run_prediction pr;
+    cr_assert_eq(sq_run_predict(&r, &pr, &err), SQ_OK);
+    cJSON *rep = sq_run_report_json(&r, &pr);
+    cr_assert_not_null(rep);
+    cr_assert_eq(sq_json_field(rep, "version")->valueint, SQ_RUN_REPORT_VERSION);
+    cr_assert_eq(SQ_RUN_REPORT_VERSION, 2);
+    cr_assert_eq(sq_json_field(rep, "generated_tokens")->valueint, 8);
+    const cJSON *t = sq_json_field(rep, "timing");
+    cr_assert_float_eq(sq_json_field(t, "speculative_ms_per_token")->valuedouble, 10.0 / 8, 1e-15);
+    cr_assert_float_eq(sq_json_field(t, "autoregressive_ms_per_token")->valuedouble, 20.0 / 8,
+                       1e-15);
+    const cJSON *b = sq_json_field(rep, "batch");
+    cr_assert_eq(sq_json_field(b, "size")->valueint, 2);
+    cr_assert_eq(sq_json_field(b, "batch_steps")->valueint, 5);
+    cr_assert_float_eq(sq_json_field(b, "tokens_per_step")->valuedouble, 8.0 / 8, 1e-15);
+    cr_assert_float_eq(sq_json_field(b, "tokens_per_s")->valuedouble, 800, 1e-9);
+    cr_assert_float_eq(sq_json_field(b, "tokens_per_s_per_sequence")->valuedouble, 400, 1e-9);
+    cr_assert_float_eq(sq_json_field(b, "base_tokens_per_s")->valuedouble, 400, 1e-9);
+    cr_assert(cJSON_IsTrue(sq_json_field(b, "greedy_equals_separate_runs")));
+    const cJSON *d = sq_json_field(b, "decode");
+    cr_assert_float_eq(sq_json_field(d, "ms")->valuedouble, 8, 1e-15);
+    cr_assert_float_eq(sq_json_field(d, "tokens_per_s")->valuedouble, 1000, 1e-9);
+    cr_assert_float_eq(sq_json_field(d, "step_ms_median")->valuedouble, 1.5, 1e-15);
+    const cJSON *q = sq_json_field(b, "sequences");
+    cr_assert_eq(cJSON_GetArraySize(q), 2);
+    const cJSON *q0 = cJSON_GetArrayItem(q, 0), *q1 = cJSON_GetArrayItem(q, 1);
+    cr_assert_eq(sq_json_field(q0, "prompt_tokens")->valueint, 3);
+    cr_assert_eq(sq_json_field(q0, "steps")->valueint, 5);
+    cr_assert_float_eq(sq_json_field(q0, "tokens_per_step")->valuedouble, 4.0 / 5, 1e-15);
+    cr_assert_eq(sq_json_field(q0, "common_prefix_with_autoregressive")->valueint, 2);
+    cr_assert_eq(sq_json_field(q1, "common_prefix_with_autoregressive")->valueint, 4);
+    cJSON_Delete(rep);
+    /* without a baseline nor the check: neither base_tokens_per_s nor the verdict */
+    bt.greedy_equals_separate_runs = -1;
+    seqs[0].base = seqs[1].base = NULL;
+    r.base = NULL;
+    rep = sq_run_report_json(&r, &pr);
+    b = sq_json_field(rep, "batch");
+    cr_assert_null(sq_json_field(b, "base_tokens_per_s"));
+    cr_assert_null(sq_json_field(b, "greedy_equals_separate_runs"));
+    cr_assert_null(sq_json_field(cJSON_GetArrayItem(sq_json_field(b, "sequences"), 0),
+                                 "common_prefix_with_autoregressive"));
+    cJSON_Delete(rep);
+    /* a record without a batch section (B = 1 by default) writes none */
+    r.batch = NULL;
+    rep = sq_run_report_json(&r, &pr);
+    cr_assert_null(sq_json_field(rep, "batch"));
+    cr_assert_eq(sq_json_field(rep, "generated_tokens")->valueint, 4);
+    cJSON_Delete(rep);
+    sq_plan_free(plan);
+    sq_run_acceptance_free(&a);
+}
+
 Test(run_report, attention_tolerance_by_backend)
 {
     cr_assert_eq(sq_validate_attn_tol(SQ_BACKEND_CPU), 1e-4);

@@ -1,0 +1,244 @@
+/* The corpus dump of sequoia-run: see dump.h. */
+#include "runtime/dump.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/progress.h"
+#include "libsequoia/base/sha256.h"
+#include "libsequoia/format/corpus.h"
+#include "runtime/model.h"
+#include "runtime/tokens.h"
+
+sq_dump_opts sq_dump_default_opts(void)
+{
+    return (sq_dump_opts){.prog = "sequoia-run", .compression = 1};
+}
+
+#define DUMP_CHUNK 128
+/* --resume: SIGINT/SIGTERM only set this flag; the dump checkpoints OUT.partial after the chunk
+ * in progress and then dies of the signal. */
+static volatile sig_atomic_t dump_stop_signal;
+
+static void dump_on_signal(int sig)
+{
+    dump_stop_signal = sig;
+}
+
+/* What a partial dump must have been started with to be resumed: the token ids, the models'
+ * directories and shapes, and every option that changes the rows. */
+static void dump_fingerprint(const sq_dump_opts *o, const sq_tokens *toks, int V, int ctxlen,
+                             char *out, size_t cap)
+{
+    sq_sha256 h;
+    uint8_t dg[SQ_SHA256_BYTES];
+    char hex[SQ_SHA256_HEX];
+    sq_sha256_init(&h);
+    sq_sha256_update(&h, toks->ids, (size_t)toks->n * sizeof *toks->ids);
+    sq_sha256_update(&h, toks->offsets, (size_t)(toks->sequences + 1) * sizeof *toks->offsets);
+    sq_sha256_final(&h, dg);
+    sq_sha256_hex(dg, hex);
+    int n = snprintf(out, cap, "tokens sha256 %s; draft %.1000s; target %.1000s; V %d; top-k %d; "
+                     "half %d; context %d", hex, o->draft_dir, o->target_dir, V, o->topk, o->half,
+                     ctxlen);
+    /* the default level adds nothing, so that partial files of earlier versions still resume */
+    if (o->compression != 1 && n > 0 && (size_t)n < cap)
+        snprintf(out + n, cap - (size_t)n, "; compression %d", o->compression);
+}
+
+int sq_dump(const sq_dump_opts *o, sq_error *err)
+{
+    int rc;
+    sq_model *draft = NULL, *target = NULL;
+    sq_tokens *toks = NULL;
+    sq_context *dctx = NULL, *tctx = NULL;
+    sq_corpus_writer *w = NULL;
+    float *tl = NULL, *dl = NULL;
+    uint8_t *mask = NULL;
+    int32_t *pos = NULL, *keep = NULL, *next = NULL;
+    int64_t rows = 0, done_rows = 0;
+    char *partial = NULL;
+
+    if ((rc = sq_model_load(o->draft_dir, &draft, err)) ||
+        (rc = sq_model_load(o->target_dir, &target, err)) ||
+        (rc = sq_tokens_load(o->tokens_file, &toks, err)))
+        goto done;
+    const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
+    if (dc->vocab_size != tc->vocab_size) {
+        rc = sq_error_set(err, SQ_EDATA,
+                          "%s/config.json: vocab_size: %d differs from the target's %d (%s)",
+                          o->draft_dir, dc->vocab_size, tc->vocab_size, o->target_dir);
+        goto done;
+    }
+    int V = tc->vocab_size;
+    if ((rc = sq_tokens_check_vocab(toks, V, o->tokens_file, err)))
+        goto done;
+    if (o->topk > V) {
+        rc = sq_error_set(err, SQ_EUSAGE, "--top-k: %d exceeds the vocabulary (%d tokens)",
+                          o->topk, V);
+        goto done;
+    }
+    int maxpos = dc->max_position < tc->max_position ? dc->max_position : tc->max_position;
+    int ctxlen = o->context > 0 ? o->context : (maxpos < 2048 ? maxpos : 2048);
+    if (ctxlen > maxpos || ctxlen < 2) {
+        rc = sq_error_set(err, SQ_EUSAGE,
+                          "--context: %d must be in [2, %d] (max_position_embeddings)", ctxlen,
+                          maxpos);
+        goto done;
+    }
+    sq_context_params cp = sq_context_default_params();
+    cp.max_context = ctxlen;
+    cp.max_pending = DUMP_CHUNK;
+    cp.threads = o->threads;
+    if ((rc = sq_context_new(draft, &cp, &dctx, err)) ||
+        (rc = sq_context_new(target, &cp, &tctx, err)))
+        goto done;
+    tl = malloc((size_t)DUMP_CHUNK * V * sizeof *tl);
+    dl = malloc((size_t)DUMP_CHUNK * V * sizeof *dl);
+    mask = malloc((size_t)DUMP_CHUNK * DUMP_CHUNK);
+    pos = malloc(DUMP_CHUNK * sizeof *pos);
+    keep = malloc(DUMP_CHUNK * sizeof *keep);
+    next = malloc(DUMP_CHUNK * sizeof *next);
+    if (!tl || !dl || !mask || !pos || !keep || !next) {
+        rc = sq_error_oom(err, "dump buffers");
+        goto done;
+    }
+    sq_corpus_writer_params wp = sq_corpus_writer_default_params();
+    wp.vocab = V;
+    wp.topk = o->topk;
+    wp.half = o->half;
+    wp.compression = o->compression;
+    wp.draft = o->draft_dir;
+    wp.target = o->target_dir;
+    if (o->resume) {
+        size_t n = strlen(o->out_file) + sizeof ".partial";
+        char fp[SQ_CORPUS_MAX_FINGERPRINT + 1];
+        partial = malloc(n);
+        if (!partial) {
+            rc = sq_error_oom(err, "partial path");
+            goto done;
+        }
+        snprintf(partial, n, "%s.partial", o->out_file);
+        dump_fingerprint(o, toks, V, ctxlen, fp, sizeof fp);
+        if ((rc = sq_corpus_writer_open_resumable(o->out_file, partial, &wp, fp, &done_rows, &w,
+                                                  err)))
+            goto done;
+        if (done_rows > 0)
+            fprintf(stderr, "%s: %s: resuming after %lld positions\n", o->prog, partial,
+                    (long long)done_rows);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = dump_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+    } else if ((rc = sq_corpus_writer_open(o->out_file, &wp, &w, err))) {
+        goto done;
+    }
+    int64_t total_rows = 0;
+    for (int64_t s = 0; s < toks->sequences; s++)
+        if (toks->offsets[s + 1] - toks->offsets[s] > 1)
+            total_rows += toks->offsets[s + 1] - toks->offsets[s] - 1;
+    sq_progress pg;
+    sq_progress_start(&pg, o->prog, o->out_file, "positions", o->quiet, 0);
+    for (int64_t s = 0; s < toks->sequences; s++) {
+        int64_t b = toks->offsets[s], e = toks->offsets[s + 1];
+        int64_t before = rows;
+        /* a resumed dump skips the sequences the partial file holds whole (their boundary is
+         * in it, or is exactly where it stopped) */
+        int64_t seq_rows = e - b > 1 ? e - b - 1 : 0;
+        if (rows + seq_rows <= done_rows) {
+            rows += seq_rows;
+            if (seq_rows > 0 && rows == done_rows &&
+                (rc = sq_corpus_writer_end_sequence(w, err)))
+                goto done;
+            continue;
+        }
+        /* windows of ctxlen tokens; a row for every position that has a next token */
+        for (int64_t w0 = b; w0 < e - 1; w0 += ctxlen) {
+            int64_t w1 = w0 + ctxlen < e ? w0 + ctxlen : e;
+            int64_t win_rows = (w1 < e ? w1 : e - 1) - w0;
+            if (rows + win_rows <= done_rows) {  /* whole window already in the file */
+                rows += win_rows;
+                continue;
+            }
+            sq_context_reset(dctx);
+            sq_context_reset(tctx);
+            for (int64_t c0 = w0; c0 < w1; c0 += DUMP_CHUNK) {
+                int m = (int)(w1 - c0 < DUMP_CHUNK ? w1 - c0 : DUMP_CHUNK);
+                for (int i = 0; i < m; i++) {
+                    pos[i] = (int32_t)(c0 - w0 + i);
+                    keep[i] = i;
+                    for (int j = 0; j < m; j++)
+                        mask[(size_t)i * m + j] = j <= i;
+                }
+                const int32_t *ids = toks->ids + c0;
+                if ((rc = sq_context_forward(tctx, ids, pos, mask, m, tl, err)) ||
+                    (rc = sq_context_forward(dctx, ids, pos, mask, m, dl, err)) ||
+                    (rc = sq_context_commit(tctx, keep, m, err)) ||
+                    (rc = sq_context_commit(dctx, keep, m, err)))
+                    goto done;
+                int r = 0;
+                while (r < m && c0 + r + 1 < e) {
+                    next[r] = toks->ids[c0 + r + 1];
+                    r++;
+                }
+                /* rows before done_rows are in the partial file: forward only (KV cache) */
+                int skip = rows >= done_rows ? 0 : (int)(done_rows - rows < r ? done_rows - rows : r);
+                if (r > skip &&
+                    (rc = sq_corpus_writer_append(w, tl + (size_t)skip * V, dl + (size_t)skip * V,
+                                                  next + skip, r - skip, err)))
+                    goto done;
+                rows += r;
+                sq_progress_update(&pg, rows, total_rows);
+                if (dump_stop_signal) {
+                    int sig = dump_stop_signal;
+                    if ((rc = sq_corpus_writer_checkpoint(w, err)))
+                        goto done;
+                    sq_corpus_writer_abort(w);  /* keeps the partial file */
+                    w = NULL;
+                    sq_progress_end(&pg);
+                    fprintf(stderr, "%s: %s: interrupted after %lld positions; run the same "
+                            "command with --resume to go on\n", o->prog, partial, (long long)rows);
+                    signal(sig, SIG_DFL);
+                    raise(sig);
+                    rc = SQ_EFAIL;  /* not reached unless the signal is blocked */
+                    goto done;
+                }
+            }
+        }
+        if (rows > before && (rc = sq_corpus_writer_end_sequence(w, err)))
+            goto done;
+    }
+    sq_progress_end(&pg);
+    if (rows == 0) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: no sequence has two tokens: nothing to dump",
+                          o->tokens_file);
+        goto done;
+    }
+    rc = sq_corpus_writer_commit(w, err);
+    w = NULL;
+    if (!rc)
+        fprintf(stderr, "%s: %s: %lld positions in %lld sequences, vocabulary %d%s\n",
+                o->prog, o->out_file, (long long)rows, (long long)toks->sequences, V,
+                o->topk ? " (top-k logits)" : "");
+done:
+    sq_corpus_writer_abort(w);
+    free(tl);
+    free(dl);
+    free(mask);
+    free(pos);
+    free(keep);
+    free(next);
+    free(partial);
+    sq_context_free(dctx);
+    sq_context_free(tctx);
+    sq_tokens_free(toks);
+    sq_model_free(draft);
+    sq_model_free(target);
+    return rc;
+}
+

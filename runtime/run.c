@@ -1,0 +1,437 @@
+/* The run of sequoia-run: see run.h. */
+#include "runtime/run.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/cli.h"
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
+#include "libsequoia/base/progress.h"
+#include "libsequoia/base/stats.h"
+#include "libsequoia/format/plan.h"
+#include "runtime/model.h"
+#include "runtime/report.h"
+#include "runtime/tokens.h"
+#include "runtime/validate.h"
+
+/* What one run holds: B sequences, row k of every (B, n) array being sequence k's. */
+typedef struct run_state {
+    sq_plan          *plan;
+    sq_model         *draft, *target;
+    sq_tokens        *prompt;
+    int               B, n;          /* sequences, new tokens per sequence                    */
+    /* B = 1: the single-sequence decoder; B > 1: the batch (runtime/specdec.h). A batch of one
+     * is the plain decoder (sq_specdec_batch_seed_of keeps sequence 0's seed); running it
+     * directly keeps the step infos' finer timing (a batch step times neither the draft's
+     * forwards nor the commits on their own) and its memory check (the batch's also counts the
+     * KV caches at the full context) */
+    sq_specdec       *sd;
+    sq_specdec_batch *bt;
+    const int32_t   **prompts;       /* (B)                                                  */
+    int              *plen;          /* (B)                                                  */
+    int32_t          *gen, *base;    /* (B, n)                                               */
+    int32_t         **gen_rows, **base_rows;
+    int              *steps;         /* (B) steps of each sequence                           */
+    int               batch_steps;
+    int              *step_tokens;   /* (B, n): every sequence's steps, one after the other  */
+    int               nsteps;        /* sum of steps                                         */
+    sq_step_info     *infos;         /* (B, n) per-sequence step infos                       */
+    double            spec_ms, base_ms;
+    sq_run_acceptance acc;
+    sq_validation     val;
+    int               alone_ok;      /* greedy --validate with B > 1: every sequence equals its
+                                        run alone (-1: not checked)                           */
+    sq_run_sequence  *seqs;          /* (B) for the report                                   */
+    sq_run_batch      batch;
+} run_state;
+
+static sq_specdec *member(run_state *st, int k)
+{
+    return st->B == 1 ? st->sd : sq_specdec_batch_member(st->bt, k);
+}
+
+static void state_free(run_state *st)
+{
+    if (st->infos)
+        for (size_t i = 0; i < (size_t)st->B * (size_t)st->n; i++)
+            sq_step_info_clear(&st->infos[i]);
+    free(st->infos);
+    free(st->step_tokens);
+    free(st->prompts);
+    free(st->plen);
+    free(st->gen);
+    free(st->base);
+    free(st->gen_rows);
+    free(st->base_rows);
+    free(st->steps);
+    free(st->seqs);
+    sq_run_acceptance_free(&st->acc);
+    sq_specdec_free(st->sd);
+    sq_specdec_batch_free(st->bt);
+    sq_tokens_free(st->prompt);
+    sq_model_free(st->draft);
+    sq_model_free(st->target);
+    sq_plan_free(st->plan);
+}
+
+int sq_run_check(const sq_run_opts *o, sq_error *err)
+{
+    if (o->validate && o->prm.mode == SQ_MODE_GREEDY && !o->baseline)
+        return sq_error_set(err, SQ_EUSAGE, "--validate in greedy mode compares with target-only "
+                            "decoding: drop --no-baseline");
+    return SQ_OK;
+}
+
+/* Loads the plan, the models and the prompts, checks that they fit together, and makes the
+ * speculative decoder(s). */
+static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
+{
+    int rc;
+    if ((rc = sq_plan_load(o->plan_file, &st->plan, err)) ||
+        (rc = sq_model_load(o->draft_dir, &st->draft, err)) ||
+        (rc = sq_model_load(o->target_dir, &st->target, err)) ||
+        (rc = sq_tokens_load(o->prompt_file, &st->prompt, err)))
+        return rc;
+    const sq_model_config *dcfg = sq_model_get_config(st->draft);
+    const sq_model_config *tcfg = sq_model_get_config(st->target);
+    if (dcfg->vocab_size != tcfg->vocab_size)
+        return sq_error_set(err, SQ_EDATA,
+                            "%s/config.json: vocab_size: %d differs from the target's %d (%s)",
+                            o->draft_dir, dcfg->vocab_size, tcfg->vocab_size, o->target_dir);
+    if ((rc = sq_tokens_check_vocab(st->prompt, tcfg->vocab_size, o->prompt_file, err)))
+        return rc;
+    const char *want = sq_mode_rank_semantics(o->prm.mode);
+    if (strcmp(st->plan->rank_semantics, want) != 0)
+        fprintf(stderr,
+                "%s: warning: %s: rank_semantics: the plan was made for '%s' ranks but --mode "
+                "%s uses '%s'; its expected_tokens does not describe this run\n", o->prog,
+                o->plan_file, st->plan->rank_semantics, sq_mode_name(o->prm.mode), want);
+    const int B = st->B = o->batch > 0 ? o->batch : 1;
+    const int n = st->n = o->max_new;
+    size_t cells = (size_t)B * (size_t)n;
+    st->prompts = malloc((size_t)B * sizeof *st->prompts);
+    st->plen = malloc((size_t)B * sizeof *st->plen);
+    st->gen = malloc(cells * sizeof *st->gen);
+    st->base = malloc(cells * sizeof *st->base);
+    st->gen_rows = malloc((size_t)B * sizeof *st->gen_rows);
+    st->base_rows = malloc((size_t)B * sizeof *st->base_rows);
+    st->steps = calloc((size_t)B, sizeof *st->steps);
+    st->step_tokens = malloc(cells * sizeof *st->step_tokens);
+    st->infos = calloc(cells, sizeof *st->infos);
+    st->seqs = calloc((size_t)B, sizeof *st->seqs);
+    if (!st->prompts || !st->plen || !st->gen || !st->base || !st->gen_rows || !st->base_rows ||
+        !st->steps || !st->step_tokens || !st->infos || !st->seqs)
+        return sq_error_oom(err, "run buffers");
+    /* the prompts: the whole file for a single run, the file's sequences in turn for --batch */
+    for (int k = 0; k < B; k++) {
+        int64_t s = o->batch ? k % st->prompt->sequences : 0;
+        int64_t a = o->batch ? st->prompt->offsets[s] : 0;
+        int64_t b = o->batch ? st->prompt->offsets[s + 1] : st->prompt->n;
+        if (b - a > INT_MAX / 2)
+            return sq_error_set(err, SQ_EDATA, "%s: %lld tokens is too long a prompt",
+                                o->prompt_file, (long long)(b - a));
+        st->prompts[k] = st->prompt->ids + a;
+        st->plen[k] = (int)(b - a);
+        st->gen_rows[k] = st->gen + (size_t)k * n;
+        st->base_rows[k] = st->base + (size_t)k * n;
+    }
+    if (B == 1)
+        rc = sq_specdec_new(st->draft, st->target, st->plan, &o->prm, o->plan_file, &st->sd, err);
+    else
+        rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &o->prm, o->plan_file, B,
+                                  &st->bt, err);
+    if (rc)
+        return rc;
+    int D = sq_specdec_depth(member(st, 0)), ctxlen = sq_specdec_max_context(member(st, 0));
+    for (int k = 0; k < B; k++) {
+        int L = st->plen[k];
+        long long seq = o->batch ? k % st->prompt->sequences + 1 : 0;
+        char where[48] = "";
+        if (o->batch)
+            snprintf(where, sizeof where, ": sequence %lld", seq);
+        if (L - 1 + D > ctxlen)
+            return sq_error_set(err, SQ_EDATA, "%s%s: %d tokens are longer than the context (%d "
+                                "tokens, less the tree depth %d)", o->prompt_file, where, L,
+                                ctxlen, D);
+        if (L + n - 1 + D > ctxlen && o->batch)
+            return sq_error_set(err, SQ_EUSAGE, "%s%s: %d prompt tokens + %d new tokens + a tree "
+                                "of depth %d exceed the context of %d tokens (see --context)",
+                                o->prompt_file, where, L, n, D, ctxlen);
+        if (L + n - 1 + D > ctxlen)
+            return sq_error_set(err, SQ_EUSAGE,
+                                "--max-new-tokens: %d new tokens after a %d-token prompt and a "
+                                "tree of depth %d exceed the context of %d tokens (see --context)",
+                                n, L, D, ctxlen);
+    }
+    return sq_run_acceptance_init(&st->acc, sq_tree_max_children(st->plan->tree), D, err);
+}
+
+/* Speculative decoding and the target alone: fills gen, steps, the step infos, the pooled step
+ * tokens and acceptance, the times. */
+static int decode(const sq_run_opts *o, run_state *st, sq_error *err)
+{
+    const int B = st->B, n = st->n;
+    int rc;
+    double t0 = sq_now_ms();
+    if (B == 1) {
+        sq_specdec_seed(st->sd, o->prm.seed);
+        t0 = sq_now_ms();
+        rc = sq_specdec_generate(st->sd, st->prompts[0], st->plen[0], n, st->gen,
+                                 st->step_tokens, &st->steps[0], st->infos, err);
+        st->batch_steps = st->steps[0];
+    } else {
+        sq_specdec_batch_seed(st->bt, o->prm.seed);
+        t0 = sq_now_ms();
+        rc = sq_specdec_batch_generate(st->bt, st->prompts, st->plen, n, st->gen_rows,
+                                       st->steps, &st->batch_steps, st->infos, err);
+    }
+    if (rc)
+        return rc;
+    st->spec_ms = sq_now_ms() - t0;
+    st->nsteps = 0;
+    for (int k = 0; k < B; k++)
+        for (int s = 0; s < st->steps[k]; s++) {
+            const sq_step_info *in = &st->infos[(size_t)k * n + s];
+            st->step_tokens[st->nsteps++] = in->tokens;
+            sq_run_acceptance_add(&st->acc, in);
+        }
+    st->base_ms = NAN;
+    if (o->baseline) {
+        t0 = sq_now_ms();
+        if (B == 1)
+            rc = sq_specdec_autoregressive(st->sd, st->prompts[0], st->plen[0], n, o->prm.seed,
+                                           st->base, err);
+        else
+            rc = sq_specdec_batch_autoregressive(st->bt, st->prompts, st->plen, n, o->prm.seed,
+                                                 st->base_rows, err);
+        if (rc)
+            return rc;
+        st->base_ms = sq_now_ms() - t0;
+    }
+    return SQ_OK;
+}
+
+/* --validate (run.h). */
+static int validate(const sq_run_opts *o, run_state *st, sq_error *err)
+{
+    const int B = st->B, n = st->n;
+    sq_validation *val = &st->val;
+    val->ran = 1;
+    int rc = sq_validate_attention(member(st, 0), st->prompts[0], st->plen[0],
+                                   sq_validate_attn_tol(o->prm.backend), val, err);
+    if (rc)
+        return rc;
+    if (o->prm.mode != SQ_MODE_GREEDY) {
+        sq_progress pg;
+        sq_progress_start(&pg, o->prog, "validate", B == 1 ? "seeds" : "draws", o->quiet, 0);
+        if (B == 1)
+            rc = sq_validate_distribution(st->sd, o->prm.seed, o->samples, st->prompts[0],
+                                          st->plen[0], val, sq_progress_callback, &pg, err);
+        else
+            rc = sq_validate_distribution_batch(st->bt, o->prm.seed, o->samples, st->prompts,
+                                                st->plen, val, sq_progress_callback, &pg, err);
+        sq_progress_end(&pg);
+        return rc;
+    }
+    /* the target's greedy decoding, sequence by sequence */
+    for (int k = 0; k < B; k++) {
+        sq_validate_greedy(st->gen_rows[k], st->base_rows[k], n, val);
+        if (!val->greedy_ok) {
+            if (B > 1)
+                fprintf(stderr, "%s: validate: sequence %d differs from the target's greedy "
+                        "decoding at token %d: FAILED\n", o->prog, k, val->greedy_first_mismatch);
+            break;
+        }
+    }
+    if (B == 1)
+        return SQ_OK;   /* a batch of one is its run alone */
+    /* B separate runs: each sequence through the single-sequence decoder on its own */
+    int32_t *alone = malloc((size_t)n * sizeof *alone);
+    int *stp = malloc((size_t)n * sizeof *stp), steps;
+    if (!alone || !stp) {
+        free(alone);
+        free(stp);
+        return sq_error_oom(err, "validation");
+    }
+    st->alone_ok = 1;
+    for (int k = 0; k < B && st->alone_ok && !rc; k++) {
+        sq_specdec *sd = member(st, k);
+        sq_specdec_seed(sd, sq_specdec_batch_seed_of(o->prm.seed, k));
+        if ((rc = sq_specdec_generate(sd, st->prompts[k], st->plen[k], n, alone, stp, &steps,
+                                      NULL, err)))
+            break;
+        for (int i = 0; i < n; i++)
+            if (st->gen_rows[k][i] != alone[i]) {
+                st->alone_ok = 0;
+                fprintf(stderr, "%s: validate: sequence %d differs from its run alone at token "
+                        "%d: FAILED\n", o->prog, k, i);
+                break;
+            }
+    }
+    free(alone);
+    free(stp);
+    return rc;
+}
+
+/* The record of report.h: pooled steps and acceptance, the times of the batch steps (those of
+ * the sequence that took the most steps, which was in every one), the batch section. */
+static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_error *err)
+{
+    const int B = st->B, n = st->n;
+    int kmax = 0;
+    for (int k = 1; k < B; k++)
+        if (st->steps[k] > st->steps[kmax])
+            kmax = k;
+    const sq_step_info *in = st->infos + (size_t)kmax * n;
+    for (int s = 0; s < st->steps[kmax]; s++) {
+        r->draft_ms += in[s].draft_ms;
+        r->target_ms += in[s].target_ms;
+        r->verify_ms += in[s].verify_ms;
+        r->draft_forward_ms += in[s].draft_forward_ms;
+        r->target_forward_ms += in[s].target_forward_ms;
+        r->commit_ms += in[s].commit_ms;
+        r->steps_ms += in[s].step_ms;
+    }
+    int rc = sq_run_decode_timing(in, st->steps[kmax], &st->batch.decode, err);
+    if (rc)
+        return rc;
+    for (int k = 0; k < B; k++)
+        st->seqs[k] = (sq_run_sequence){st->plen[k], st->steps[k], st->gen_rows[k],
+                                        o->baseline ? st->base_rows[k] : NULL};
+    st->batch.size = B;
+    st->batch.batch_steps = st->batch_steps;
+    st->batch.seqs = st->seqs;
+    st->batch.greedy_equals_separate_runs = st->alone_ok;
+    const sq_model_config *tcfg = sq_model_get_config(st->target);
+    r->draft = o->draft_dir;
+    r->target = o->target_dir;
+    r->plan_file = o->plan_file;
+    r->prompt_file = o->prompt_file;
+    r->mode = sq_mode_name(o->prm.mode);
+    r->backend = o->prm.backend == SQ_BACKEND_CPU ? "cpu" : o->prm.offload ? "cuda-offload"
+                                                                           : "cuda";
+    r->dtype = o->prm.dtype == SQ_DTYPE_AUTO ? (o->prm.backend == SQ_BACKEND_CPU ? "f32" : "f16")
+                                             : sq_weight_dtype_name(o->prm.dtype);
+    r->prompt_tokens = st->plen[0];
+    r->max_new_tokens = n;
+    r->context = sq_specdec_max_context(member(st, 0));
+    r->vocab_size = tcfg->vocab_size;
+    r->temperature = o->prm.mode == SQ_MODE_GREEDY ? 0.0 : o->prm.temperature;
+    r->top_p = o->prm.top_p;
+    r->seed = o->prm.seed;
+    r->plan = st->plan;
+    r->depth = sq_specdec_depth(member(st, 0));
+    r->steps = st->nsteps;
+    r->step_tokens = st->step_tokens;
+    r->acc = &st->acc;
+    r->spec_ms = st->spec_ms;
+    r->gen = st->gen;
+    r->base = o->baseline ? st->base : NULL;
+    r->base_ms = st->base_ms;
+    r->val = &st->val;
+    r->batch = &st->batch;
+    return SQ_OK;
+}
+
+/* The summary on stderr; SQ_EFAIL when a check failed. */
+static int summary(const sq_run_opts *o, const run_state *st, const sq_run_record *r,
+                   const sq_run_prediction *pr, sq_error *err)
+{
+    const char *prog = o->prog;
+    const sq_validation *val = r->val;
+    const int B = st->B, n = st->n;
+    const double toks = (double)B * n;
+    /* --batch: the rates over the batch; otherwise tokens/step against the plan and ms/token */
+    if (o->batch) {
+        fprintf(stderr, "%s: batch %d: %d tokens per sequence in %d batch steps, %.3f "
+                "tokens/step (plan expects %.3f); %.1f tokens/s over the batch, %.1f per "
+                "sequence\n", prog, B, n, st->batch_steps, toks / (double)r->steps,
+                r->plan->expected_tokens, toks / (r->spec_ms / 1e3), n / (r->spec_ms / 1e3));
+        if (r->base)
+            fprintf(stderr, "%s: batch %d: target alone %.1f tokens/s over the batch: speedup "
+                    "%.2fx\n", prog, B, toks / (r->base_ms / 1e3), r->base_ms / r->spec_ms);
+    } else {
+        fprintf(stderr, "%s: %.0f tokens in %d steps: %.3f tokens/step (95%% CI %.3f .. %.3f), "
+                "plan expects %.3f%s\n", prog, toks, r->steps, pr->ci.mean, pr->ci.lo, pr->ci.hi,
+                r->plan->expected_tokens, pr->within ? "" : pr->have_ci
+                ? " (outside the CI: see the report's prediction)" : " (too few steps for a CI)");
+    }
+    if (!o->batch && r->base) {
+        fprintf(stderr, "%s: %.3f ms/token speculative, %.3f ms/token target alone: speedup "
+                "%.2fx\n", prog, r->spec_ms / toks, r->base_ms / toks, r->base_ms / r->spec_ms);
+    }
+    if (!val->ran)
+        return SQ_OK;
+    fprintf(stderr, "%s: validate: tree attention%s max |diff| %.3g (<= %g): %s\n", prog,
+            B > 1 ? " (sequence 0 alone)" : "", val->attn_max_diff, val->attn_tol,
+            val->attn_ok ? "ok" : "FAILED");
+    if (val->greedy_checked && val->greedy_ok && st->alone_ok == 1)
+        fprintf(stderr, "%s: validate: every sequence's greedy output identical to the target's "
+                "and to its own run alone: ok\n", prog);
+    else if (val->greedy_checked && val->greedy_ok && st->alone_ok < 0)
+        fprintf(stderr, "%s: validate: greedy output identical to the target's: ok\n", prog);
+    else if (val->greedy_checked && B == 1)
+        fprintf(stderr, "%s: validate: greedy output differs from the target's at token %d: "
+                "FAILED\n", prog, val->greedy_first_mismatch);
+    if (val->dist_checked && B == 1)
+        fprintf(stderr, "%s: validate: %d seeds, first token chi2 %.2f df %d p = %.4g; "
+                "first two tokens chi2 %.2f df %d p = %.4g (fail below %g): %s\n", prog,
+                val->seeds, val->first.stat, val->first.df, val->first.p_value, val->pair.stat,
+                val->pair.df, val->pair.p_value, SQ_VALIDATE_P_MIN,
+                val->dist_ok ? "ok" : "FAILED");
+    else if (val->dist_checked)
+        fprintf(stderr, "%s: validate: %d draws in batches of %d over %d prompt%s; first token "
+                "chi2 %.2f df %d p = %.4g; first two tokens chi2 %.2f df %d p = %.4g (%s; fail "
+                "below %g): %s\n", prog, val->seeds, B, val->dist_groups,
+                val->dist_groups == 1 ? "" : "s", val->first.stat, val->first.df,
+                val->first.p_value, val->pair.stat, val->pair.df, val->pair.p_value,
+                val->dist_groups == 1 ? "pooled" : "the worst prompt's", SQ_VALIDATE_P_MIN,
+                val->dist_ok ? "ok" : "FAILED");
+    return sq_validation_pass(val) && st->alone_ok != 0
+               ? SQ_OK : sq_error_set(err, SQ_EFAIL, "validation failed");
+}
+
+int sq_run(const sq_run_opts *o)
+{
+    sq_error err = {0};
+    int rc;
+    enum { TOKENS, REPORT, N_OUT };
+    sq_out *out[N_OUT] = {NULL, NULL};
+    run_state st = {0};
+    st.alone_ok = -1;
+    sq_run_record rec = {0};
+    sq_run_prediction pred;
+    cJSON *rep = NULL;
+    /* every output first, so that an unwritable path fails before any work */
+    if (!(rc = sq_run_check(o, &err)) &&
+        !(rc = sq_out_open(&out[TOKENS], o->out_file ? o->out_file : "-", &err)) &&
+        !(o->report_file && (rc = sq_out_open(&out[REPORT], o->report_file, &err))) &&
+        !(rc = setup(o, &st, &err)) && !(rc = decode(o, &st, &err)) &&
+        !(o->validate && (rc = validate(o, &st, &err))) &&
+        !(rc = record(o, &st, &rec, &err)) && !(rc = sq_run_predict(&rec, &pred, &err))) {
+        FILE *fp = sq_out_stream(out[TOKENS]);
+        for (int k = 0; k < st.B; k++) {
+            for (int i = 0; i < st.n; i++)
+                fprintf(fp, i ? " %d" : "%d", (int)st.gen_rows[k][i]);
+            fputc('\n', fp);
+        }
+        if (out[REPORT] && !(rep = sq_run_report_json(&rec, &pred)))
+            rc = sq_error_oom(&err, "report");
+        else if (out[REPORT])
+            sq_json_print(sq_out_stream(out[REPORT]), rep);
+        /* both written out before either is renamed: a full disk leaves both as they were */
+        if (!rc && !(rc = sq_cli_commit(out, N_OUT, &err)))
+            rc = summary(o, &st, &rec, &pred, &err);
+    }
+    for (int i = 0; i < N_OUT; i++)
+        sq_out_abort(out[i]);
+    cJSON_Delete(rep);
+    state_free(&st);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", o->prog, err.msg);
+    return rc;
+}

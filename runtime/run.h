@@ -1,0 +1,47 @@
+/* The run of sequoia-run (docs/runtime.md, "sequoia-run" and "Batches"): B prompts decoded
+ * together with one plan by tree speculative decoding (runtime/specdec.h), timed against the
+ * same prompts decoded by the target alone, optionally validated (runtime/validate.h), written
+ * as token ids and as a report (runtime/report.h, sequoia-run-report v2). A single run is a
+ * batch of one: one setup, one decoding, one set of checks, one report and one summary serve
+ * every B. */
+#ifndef SQ_RUNTIME_RUN_H
+#define SQ_RUNTIME_RUN_H
+
+#include "libsequoia/base/error.h"
+#include "runtime/specdec.h"
+
+typedef struct sq_run_opts {
+    const char       *prog;          /* prefix of the messages on stderr                      */
+    const char       *draft_dir, *target_dir, *plan_file, *prompt_file;
+    const char       *out_file;      /* one line of token ids per sequence; NULL or "-": stdout */
+    const char       *report_file;   /* JSON report, or NULL                                  */
+    /* 0: one sequence, every token of the prompt file; B >= 1 (--batch B): B sequences,
+     * sequence k reading the file's sequence k mod S (empty lines or HDF5 /seq_offsets
+     * separate them), the summary in tokens/s over the batch */
+    int               batch;
+    int               max_new;       /* new tokens per sequence                               */
+    int               baseline;      /* also decode with the target alone (the speedup)       */
+    int               validate;
+    int               samples;       /* --validate-samples: seeds (draws) of the distribution test */
+    int               quiet;         /* no progress line                                      */
+    sq_specdec_params prm;           /* mode, sampling, seed, context, backend, threads, ...  */
+} sq_run_opts;
+
+/* SQ_EUSAGE with the message when the options cannot run together: --validate in greedy mode
+ * compares with the target-only decoding, so it needs the baseline (the sampled modes' test
+ * does not use it, with or without a batch). */
+int sq_run_check(const sq_run_opts *o, sq_error *err);
+
+/* Runs it: opens every output first (an unwritable path fails before any work), loads the
+ * plan, the models and the prompts, decodes, writes the token ids and the report (both
+ * written before either is renamed into place), prints the summary on stderr. Returns the
+ * exit status, the message printed: SQ_EFAIL (1) when a --validate check failed.
+ *
+ * validate: the tree attention of sequence 0's decoder (sq_validate_attention, alone); greedy:
+ * every sequence's output equals the target's greedy decoding, and with B > 1 also the
+ * sequence's own run alone (the single-sequence decoder), token for token; sampled modes: the
+ * chi-square test of the first two tokens (B > 1: drawn inside the batch,
+ * sq_validate_distribution_batch). */
+int sq_run(const sq_run_opts *o);
+
+#endif
