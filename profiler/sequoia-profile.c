@@ -17,6 +17,7 @@
 #include "profiler/latency_svg.h"
 #include "profiler/measure.h"
 #include "runtime/config.h"
+#include "runtime/memory.h"
 #include "runtime/model.h"
 #include "runtime/cpu_matmul.h"
 
@@ -450,20 +451,6 @@ static int load_model(profile_opts *o, sq_model **model, sq_model_config *cfg,
                                       : sq_model_new_random(cfg, 1234, model, err);
 }
 
-/* The memory b contexts of this shape need (their KV caches and scratch) and the batched
- * forward's scratch, in bytes. */
-static double batch_bytes(const sq_model_config *c, int b, int max_context, int max_pending)
-{
-    double kv = (double)c->n_kv_heads * c->head_dim, q = (double)c->n_heads * c->head_dim;
-    double slots = (double)max_context + max_pending;
-    double per_ctx = 2.0 * c->n_layers * slots * kv * 4 +
-                     (double)max_pending * (2.0 * c->dim + 2 * q + 2.0 * c->hidden_dim) * 4;
-    double rows = (double)b * max_pending;
-    double batch = rows * (2.0 * c->dim + 2 * q + 2 * kv + 2.0 * c->hidden_dim + c->head_dim +
-                           c->vocab_size) * 4;
-    return b * per_ctx + batch;
-}
-
 /* Times the sweep at every batch size; fills prof (its strings and points to free). */
 static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
 {
@@ -483,17 +470,16 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
     cp.max_pending = biggest > 64 ? biggest : 64;
     if (o->kind == SQ_BACKEND_CPU && bmax > 1) {
         /* refused up front rather than swapped or OOM-killed half way through the sweep */
-        double need = batch_bytes(&cfg, bmax, cp.max_context, cp.max_pending) +
-                      (random ? 4.0 * (double)sq_model_config_params(&cfg) : 0);
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-        double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-        if (have > 0 && need > 0.8 * have) {
+        double need = bmax * sq_cpu_context_bytes(&cfg, cp.max_context, cp.max_pending,
+                                                  cp.threads) +
+                      sq_cpu_batch_bytes(&cfg, (double)bmax * cp.max_pending) +
+                      (random ? sq_weights_bytes(&cfg) : 0);
+        if ((rc = sq_memory_check(need, err, "use smaller batch sizes, --prefix or --tokens",
+                                  "--batch %d: %d sequences with a prefix of %d and %d new tokens "
+                                  "need %.0f bytes (%.2f GiB) of KV caches, scratch and weights",
+                                  bmax, bmax, o->mp.prefix, biggest, need, need / (1 << 30)))) {
             sq_model_free(model);
-            return sq_error_set(err, SQ_EUSAGE, "--batch %d: %d sequences with a prefix of %d and "
-                                "%d new tokens need %.0f bytes (%.2f GiB) of KV caches, scratch "
-                                "and weights, more than 80%% of this machine's %.2f GiB; use "
-                                "smaller batch sizes, --prefix or --tokens", bmax, bmax,
-                                o->mp.prefix, biggest, need, need / (1 << 30), have / (1 << 30));
+            return rc;
         }
     }
     sq_context **ctxs = calloc((size_t)bmax, sizeof *ctxs);

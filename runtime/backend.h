@@ -11,28 +11,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/arch.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
 
-/* One decoder layer. Matrices are HF nn.Linear weights: (out_features, in_features),
- * row-major, so y = W x. q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim. */
+/* The weights, one float32 view per slot of the architecture's table (runtime/arch.h, which
+ * gives each slot's HF name and shape; SQ_L_* / SQ_M_* name the slots). Matrices are HF
+ * nn.Linear weights: (out_features, in_features), row-major, so y = W x. A slot the
+ * architecture does not have, or an optional tensor the checkpoint lacks, is NULL; a tied
+ * lm_head is the embedding's pointer. */
 typedef struct sq_layer_weights {
-    const float *attn_norm;   // (dim)                 input_layernorm.weight
-    const float *wq;          // (q_dim, dim)          self_attn.q_proj.weight
-    const float *wk;          // (kv_dim, dim)         self_attn.k_proj.weight
-    const float *wv;          // (kv_dim, dim)         self_attn.v_proj.weight
-    const float *wo;          // (dim, q_dim)          self_attn.o_proj.weight
-    const float *ffn_norm;    // (dim)                 post_attention_layernorm.weight
-    const float *w_gate;      // (hidden_dim, dim)     mlp.gate_proj.weight
-    const float *w_up;        // (hidden_dim, dim)     mlp.up_proj.weight
-    const float *w_down;      // (dim, hidden_dim)     mlp.down_proj.weight
+    const float *t[SQ_L_COUNT];    // model.layers.{i}.*
 } sq_layer_weights;
 
 typedef struct sq_weights {
-    const float      *embed;    // (vocab, dim)        model.embed_tokens.weight
-    sq_layer_weights *layers;   // (n_layers)          model.layers.{i}.*
-    const float      *norm;     // (dim)               model.norm.weight
-    const float      *lm_head;  // (vocab, dim)        lm_head.weight, or embed when tied
+    const float      *t[SQ_M_COUNT];  // embed, lm_head (== embed when tied), final norm
+    sq_layer_weights *layers;         // (n_layers)
 } sq_weights;
 
 /* Float32 weights: F32 tensors whose data is 4-byte aligned in the mapping are used in place

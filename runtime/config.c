@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "libsequoia/base/json.h"
+#include "runtime/arch.h"
 
 static int get_bool(const cJSON *root, const char *key, int *out, const char *file,
                     sq_error *err)
@@ -28,20 +29,22 @@ static int get_int(const cJSON *root, const char *key, int required, long long l
     return rc;
 }
 
-static int check_architecture(const char *file, const cJSON *root, sq_error *err)
+/* The architecture (runtime/arch.h) that "architectures" names, or without it "model_type". */
+static int check_architecture(const char *file, const cJSON *root, int *arch, sq_error *err)
 {
-    const cJSON *arch = sq_json_field(root, "architectures");
-    if (arch) {
-        if (!cJSON_IsArray(arch) || !arch->child)
+    const cJSON *archs = sq_json_field(root, "architectures");
+    if (archs) {
+        if (!cJSON_IsArray(archs) || !archs->child)
             return sq_error_set(err, SQ_EDATA, "%s: architectures: expected a non-empty array of "
                                 "strings", file);
-        for (const cJSON *a = arch->child; a; a = a->next)
-            if (cJSON_IsString(a) && strcmp(a->valuestring, "LlamaForCausalLM") == 0)
+        for (const cJSON *a = archs->child; a; a = a->next)
+            if (cJSON_IsString(a) && (*arch = sq_arch_find(a->valuestring, 0)) >= 0)
                 return SQ_OK;
-        const cJSON *first = arch->child;
+        const cJSON *first = archs->child;
         return sq_error_set(err, SQ_EDATA, "%s: architectures: %.64s is not supported (this "
-                            "runtime loads LlamaForCausalLM only)", file,
-                            cJSON_IsString(first) ? first->valuestring : "(not a string)");
+                            "runtime loads %s only)", file,
+                            cJSON_IsString(first) ? first->valuestring : "(not a string)",
+                            sq_arch_names(0));
     }
     const char *mt = NULL;
     int rc = sq_json_get_string(root, "model_type", 0, &mt, file, "", err);
@@ -49,10 +52,10 @@ static int check_architecture(const char *file, const cJSON *root, sq_error *err
         return rc;
     if (!mt)
         return sq_error_set(err, SQ_EDATA, "%s: architectures: missing, and no model_type "
-                            "either; expected LlamaForCausalLM", file);
-    if (strcmp(mt, "llama") != 0)
+                            "either; expected %s", file, sq_arch_names(0));
+    if ((*arch = sq_arch_find(mt, 1)) < 0)
         return sq_error_set(err, SQ_EDATA, "%s: model_type: \"%.64s\" is not supported (this "
-                            "runtime loads llama only)", file, mt);
+                            "runtime loads %s only)", file, mt, sq_arch_names(1));
     return SQ_OK;
 }
 
@@ -86,7 +89,7 @@ int sq_model_config_parse(const char *file, const cJSON *root, sq_model_config *
     memset(cfg, 0, sizeof *cfg);
     if (!cJSON_IsObject(root))
         return sq_error_set(err, SQ_EDATA, "%s: expected a JSON object", file);
-    int rc = check_architecture(file, root, err);
+    int rc = check_architecture(file, root, &cfg->arch, err);
     if (rc)
         return rc;
 
@@ -192,11 +195,12 @@ cJSON *sq_model_config_to_json(const sq_model_config *cfg)
         cJSON_Delete(arch);
         return NULL;
     }
-    int ok = cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM")) &&
+    const sq_arch *a = sq_arch_get(cfg->arch) ? sq_arch_get(cfg->arch) : sq_arch_get(0);
+    int ok = cJSON_AddItemToArray(arch, cJSON_CreateString(a->name)) &&
              cJSON_AddItemToObject(o, "architectures", arch);
     if (!ok)
         cJSON_Delete(arch);
-    ok = ok && cJSON_AddStringToObject(o, "model_type", "llama") &&
+    ok = ok && cJSON_AddStringToObject(o, "model_type", a->model_type) &&
          cJSON_AddNumberToObject(o, "hidden_size", cfg->dim) &&
          cJSON_AddNumberToObject(o, "intermediate_size", cfg->hidden_dim) &&
          cJSON_AddNumberToObject(o, "num_hidden_layers", cfg->n_layers) &&

@@ -1,7 +1,8 @@
 /* config.json of a Hugging Face Llama checkpoint <-> sq_model_config.
  *
- * Accepted: "architectures" containing "LlamaForCausalLM" or, without "architectures",
- * "model_type": "llama". Required keys: hidden_size, intermediate_size, num_hidden_layers,
+ * Accepted: "architectures" containing an architecture of runtime/arch.h (today
+ * "LlamaForCausalLM") or, without "architectures", its "model_type" ("llama"); cfg->arch records
+ * which. Required keys: hidden_size, intermediate_size, num_hidden_layers,
  * num_attention_heads, vocab_size. Optional keys take the defaults of transformers'
  * LlamaConfig: num_key_value_heads = num_attention_heads, rms_norm_eps = 1e-6,
  * rope_theta = 10000, max_position_embeddings = 2048, tie_word_embeddings = false,
@@ -34,7 +35,7 @@ int sq_model_config_parse(const char *file, const cJSON *root, sq_model_config *
 /* Reads and parses a config.json file. Errors: SQ_ENOINPUT, SQ_EDATA, SQ_EIO. */
 int sq_model_config_load(const char *path, sq_model_config *cfg, sq_error *err);
 
-/* The config.json object for `cfg` (LlamaForCausalLM); NULL when out of memory. */
+/* The config.json object for `cfg` (its architecture's names); NULL when out of memory. */
 cJSON *sq_model_config_to_json(const sq_model_config *cfg);
 
 #endif

@@ -7,6 +7,11 @@
  * pending slots: committed token t sits in slot t, pending token j in slot C + j (C = committed
  * count). Keys are stored after RoPE, so a slot never needs its position again.
  *
+ * One forward body serves both entry points: sq_context_forward is a batch of one
+ * (cpu_forward_batch). The layer body reads the weights by their slots in the architecture's
+ * table (runtime/arch.h); the context's memory is laid out by cpu_sizes_of, which
+ * sq_cpu_context_bytes (runtime/memory.h) also counts.
+ *
  * Attention runs as independent jobs (one KV head and a tile of its query rows each) on a small
  * pool of persistent threads, each job with single-threaded BLAS and its own scratch, so that
  * a tree verify pays neither OpenBLAS's per-call threading on tiny products nor a thread start
@@ -22,6 +27,7 @@
 #include "runtime/cpu_matmul.h"
 #include "runtime/cpu_pool.h"
 #include "runtime/kernels.h"
+#include "runtime/memory.h"
 
 /* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). */
 void openblas_set_num_threads(int num_threads);
@@ -42,22 +48,110 @@ typedef struct cpu_state {
                             thread included): runtime/cpu_pool.h                       */
     float *key_cache;    // (layer, slots, kv_dim)
     float *value_cache;  // (layer, slots, kv_dim)
-    float *x;            // (max_pending, dim)         residual stream
-    float *xb;           // (max_pending, dim)         normed input / scratch
-    float *q;            // (max_pending, q_dim)
-    float *att_out;      // (max_pending, q_dim)
-    float *hb;           // (max_pending, hidden_dim)
-    float *hb2;          // (max_pending, hidden_dim)
+    float *rows_buf;     // (rows_cap, row_floats)     a forward's per-row scratch: cpu_rows
+    size_t rows_cap;     /* rows it holds: max_pending, more once it led a larger batch */
     float *scores;       // (threads, ATTN_TILE, ld_scores) attention scores, then weights
     float *qg;           // (threads, ATTN_TILE, head_dim)  queries of one KV head, packed
     float *og;           // (threads, ATTN_TILE, head_dim)  their attention outputs
-    float *rope_cos;     // (max_pending, head_dim/2)
-    float *rope_sin;     // (max_pending, head_dim/2)
     float *inv_freq;     // (head_dim/2)
-    float *batch_buf;    /* scratch of sq_context_forward_batch when this context is the
-                            batch's first: see cpu_forward_batch                          */
-    size_t batch_cap;    /* its size in floats                                         */
+    float *logit_buf;    /* a batch's logits (b > 1) when this context leads it           */
+    size_t logit_cap;    /* its size in floats                                         */
 } cpu_state;
+
+/* The per-row scratch of a forward of R token rows (all sequences of a batch together), cut
+ * from one buffer of R * row_floats floats in this order. */
+typedef struct cpu_rows {
+    float *x;            // (R, dim)          residual stream
+    float *xb;           // (R, dim)          normed input / scratch
+    float *q;            // (R, q_dim)
+    float *att;          // (R, q_dim)        attention output
+    float *kb, *vb;      // (R, kv_dim)       new keys (after RoPE) and values
+    float *hb, *hb2;     // (R, hidden_dim)
+    float *rc, *rs;      // (R, head_dim/2)   RoPE cos and sin
+} cpu_rows;
+
+static size_t row_floats(const sq_model_config *c)
+{
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    return 2 * (size_t)c->dim + 2 * q_dim + 2 * kv_dim + 2 * (size_t)c->hidden_dim +
+           (size_t)c->head_dim;
+}
+
+static cpu_rows rows_at(float *buf, const sq_model_config *c, size_t R)
+{
+    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    cpu_rows r;
+    r.x = buf;
+    r.xb = r.x + R * c->dim;
+    r.q = r.xb + R * c->dim;
+    r.att = r.q + R * q_dim;
+    r.kb = r.att + R * q_dim;
+    r.vb = r.kb + R * kv_dim;
+    r.hb = r.vb + R * kv_dim;
+    r.hb2 = r.hb + R * c->hidden_dim;
+    r.rc = r.hb2 + R * c->hidden_dim;
+    r.rs = r.rc + R * (c->head_dim / 2);
+    return r;
+}
+
+/* The buffers of a context, in floats: what cpu_init allocates and sq_cpu_context_bytes counts
+ * (runtime/memory.h). 0 when a size overflows. */
+typedef struct cpu_sizes {
+    int    threads, slots, ld_scores;
+    size_t cache;        /* each of the key and value caches      */
+    size_t rows;         /* rows_buf                              */
+    size_t scores, qg;   /* scores; qg and og each                */
+    size_t inv_freq;
+} cpu_sizes;
+
+static int cpu_threads(int threads)
+{
+    if (threads == 0) {
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = ncpu > 0 ? (int)ncpu : 1;
+    }
+    return threads > CPU_MAX_THREADS ? CPU_MAX_THREADS : threads;
+}
+
+static int cpu_sizes_of(const sq_model_config *c, int max_context, int max_pending, int threads,
+                        cpu_sizes *z)
+{
+    memset(z, 0, sizeof *z);
+    z->threads = cpu_threads(threads);
+    z->slots = max_context + max_pending;
+    z->ld_scores = (z->slots + 15) / 16 * 16;
+    const size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    const size_t tile_rows = (size_t)z->threads * ATTN_TILE;
+    int bad = __builtin_mul_overflow((size_t)c->n_layers, (size_t)z->slots, &z->cache) ||
+              __builtin_mul_overflow(z->cache, kv_dim, &z->cache) ||
+              __builtin_mul_overflow((size_t)max_pending, row_floats(c), &z->rows) ||
+              __builtin_mul_overflow(tile_rows, (size_t)z->ld_scores, &z->scores);
+    z->qg = tile_rows * (size_t)c->head_dim;
+    z->inv_freq = (size_t)c->head_dim / 2;
+    size_t total = 0;
+    bad = bad || __builtin_add_overflow(z->cache, z->cache, &total) ||
+          __builtin_add_overflow(total, z->rows, &total) ||
+          __builtin_add_overflow(total, z->scores, &total) ||
+          __builtin_mul_overflow(total + 2 * z->qg + z->inv_freq, sizeof(float), &total);
+    return bad ? -1 : 0;
+}
+
+double sq_cpu_context_bytes(const sq_model_config *c, int max_context, int max_pending,
+                            int threads)
+{
+    cpu_sizes z;
+    if (cpu_sizes_of(c, max_context, max_pending, threads, &z) != 0)
+        return HUGE_VAL;
+    return ((double)z.cache * 2 + (double)z.rows + (double)z.scores + 2.0 * (double)z.qg +
+            (double)z.inv_freq) * sizeof(float);
+}
+
+double sq_cpu_batch_bytes(const sq_model_config *c, double rows)
+{
+    return rows * ((double)row_floats(c) + c->vocab_size) * sizeof(float);
+}
 
 static void cpu_free(sq_context *ctx)
 {
@@ -67,32 +161,21 @@ static void cpu_free(sq_context *ctx)
     sq_pool_shared_release(s->pool);
     free(s->key_cache);
     free(s->value_cache);
-    free(s->x);
-    free(s->xb);
-    free(s->q);
-    free(s->att_out);
-    free(s->hb);
-    free(s->hb2);
+    free(s->rows_buf);
     free(s->scores);
     free(s->qg);
     free(s->og);
-    free(s->rope_cos);
-    free(s->rope_sin);
     free(s->inv_freq);
-    free(s->batch_buf);
+    free(s->logit_buf);
     free(s);
     ctx->impl = NULL;
 }
 
-static float *alloc_floats(size_t a, size_t b, size_t c, int *ok)
+static float *alloc_floats(size_t n, int *ok)
 {
-    size_t n;
-    if (!*ok || __builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, c, &n) ||
-        __builtin_mul_overflow(n, sizeof(float), &n)) {
-        *ok = 0;
+    if (!*ok)
         return NULL;
-    }
-    float *p = calloc(n ? n : 1, 1);
+    float *p = calloc(n ? n : 1, sizeof(float));
     if (!p)
         *ok = 0;
     return p;
@@ -106,35 +189,21 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     if (!s)
         return sq_error_oom(err, "the CPU context");
     ctx->impl = s;
-    s->slots = p->max_context + p->max_pending;
-    s->threads = p->threads;
-    if (s->threads == 0) {
-        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        s->threads = ncpu > 0 ? (int)ncpu : 1;
-    }
-    if (s->threads > CPU_MAX_THREADS)
-        s->threads = CPU_MAX_THREADS;
-    s->ld_scores = (s->slots + 15) / 16 * 16;
-    size_t q_dim = (size_t)c->n_heads * (size_t)c->head_dim;
-    size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
-    size_t mp = (size_t)p->max_pending;
-    int ok = 1;
-    s->key_cache = alloc_floats((size_t)c->n_layers, (size_t)s->slots, kv_dim, &ok);
-    s->value_cache = alloc_floats((size_t)c->n_layers, (size_t)s->slots, kv_dim, &ok);
-    s->x = alloc_floats(mp, (size_t)c->dim, 1, &ok);
-    s->xb = alloc_floats(mp, (size_t)c->dim, 1, &ok);
-    s->q = alloc_floats(mp, q_dim, 1, &ok);
-    s->att_out = alloc_floats(mp, q_dim, 1, &ok);
-    s->hb = alloc_floats(mp, (size_t)c->hidden_dim, 1, &ok);
-    s->hb2 = alloc_floats(mp, (size_t)c->hidden_dim, 1, &ok);
-    size_t nt = (size_t)s->threads;
-    s->scores = alloc_floats(nt * ATTN_TILE, (size_t)s->ld_scores, 1, &ok);
-    s->qg = alloc_floats(nt * ATTN_TILE, (size_t)c->head_dim, 1, &ok);
-    s->og = alloc_floats(nt * ATTN_TILE, (size_t)c->head_dim, 1, &ok);
-    s->rope_cos = alloc_floats(mp, (size_t)c->head_dim / 2, 1, &ok);
-    s->rope_sin = alloc_floats(mp, (size_t)c->head_dim / 2, 1, &ok);
-    s->inv_freq = alloc_floats((size_t)c->head_dim / 2, 1, 1, &ok);
+    cpu_sizes z;
+    int ok = cpu_sizes_of(c, p->max_context, p->max_pending, p->threads, &z) == 0;
+    s->slots = z.slots;
+    s->threads = z.threads;
+    s->ld_scores = z.ld_scores;
+    s->key_cache = alloc_floats(z.cache, &ok);
+    s->value_cache = alloc_floats(z.cache, &ok);
+    s->rows_buf = alloc_floats(z.rows, &ok);
+    s->rows_cap = (size_t)p->max_pending;
+    s->scores = alloc_floats(z.scores, &ok);
+    s->qg = alloc_floats(z.qg, &ok);
+    s->og = alloc_floats(z.qg, &ok);
+    s->inv_freq = alloc_floats(z.inv_freq, &ok);
     if (!ok) {
+        size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
         size_t mib = (size_t)c->n_layers * (size_t)s->slots * kv_dim * 2 * sizeof(float) >> 20;
         cpu_free(ctx);
         return sq_error_set(err, SQ_ESOFTWARE, "out of memory for a KV cache of %d slots "
@@ -265,12 +334,14 @@ static void attn_softmax_row(float *row, int total, int C, const uint8_t *mrow)
  * Keys and values of slot t sit at row t of the layer's cache (stride kv_dim), so both products
  * read the cache in place. Masked pending slots cost a few wasted multiply-adds (at most the
  * pending share of the row) and no branch in the inner loops. Jobs (g, tile) are independent:
- * each writes its own rows of att_out. */
+ * each writes its own rows of att. */
 typedef struct attn_job {
     const sq_model_config *c;
-    cpu_state             *s;
+    cpu_state             *s;       /* the sequence's context: its caches, its scratch */
     int                    layer, n, C, P;
     const uint8_t         *mask;
+    const float           *q;       /* (n, q_dim) the sequence's queries               */
+    float                 *att;     /* (n, q_dim) its attention output                 */
     int                    tiles;   /* row tiles per KV head */
 } attn_job;
 
@@ -288,7 +359,7 @@ static void attn_tile(const attn_job *jb, int g, int tile, float *scores, float 
     const int rows = rows_all - row0 < ATTN_TILE ? rows_all - row0 : ATTN_TILE;
     for (int r = 0; r < rows; r++) {
         int i = (row0 + r) / group, h = g * group + (row0 + r) % group;
-        memcpy(qg + (size_t)r * hd, s->q + (size_t)i * q_dim + (size_t)h * hd,
+        memcpy(qg + (size_t)r * hd, jb->q + (size_t)i * q_dim + (size_t)h * hd,
                (size_t)hd * sizeof(float));
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, total, hd, scale, qg, hd, K,
@@ -300,7 +371,7 @@ static void attn_tile(const attn_job *jb, int g, int tile, float *scores, float 
                 s->ld_scores, V, kv_dim, 0.0f, og, hd);
     for (int r = 0; r < rows; r++) {
         int i = (row0 + r) / group, h = g * group + (row0 + r) % group;
-        memcpy(s->att_out + (size_t)i * q_dim + (size_t)h * hd, og + (size_t)r * hd,
+        memcpy(jb->att + (size_t)i * q_dim + (size_t)h * hd, og + (size_t)r * hd,
                (size_t)hd * sizeof(float));
     }
 }
@@ -319,10 +390,10 @@ static void attn_worker(void *arg, int worker, int n_workers)
 }
 
 static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, int C, int P,
-                      const uint8_t *mask)
+                      const uint8_t *mask, const float *q, float *att)
 {
     const int group = c->n_heads / c->n_kv_heads, total = C + P + n;
-    attn_job jb = {c, s, layer, n, C, P, mask, (n * group + ATTN_TILE - 1) / ATTN_TILE};
+    attn_job jb = {c, s, layer, n, C, P, mask, q, att, (n * group + ATTN_TILE - 1) / ATTN_TILE};
     /* multiply-adds of the two products: small ones are not worth waking the pool */
     double work = 2.0 * n * c->n_heads * (double)total * c->head_dim;
     if (s->pool->n < 2 || work < ATTN_PARALLEL_MIN_WORK) {
@@ -332,87 +403,14 @@ static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, 
     sq_pool_run(s->pool, attn_worker, &jb);
 }
 
-static int cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
-                       const uint8_t *mask, int n, float *logits, sq_error *err)
-{
-    const sq_model_config *c = &ctx->model->config;
-    const sq_weights *w = &ctx->model->w;
-    cpu_state *s = ctx->impl;
-    const int dim = c->dim, hid = c->hidden_dim, hd = c->head_dim, half = hd / 2;
-    const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
-    const int C = ctx->n_committed, P = ctx->n_pending;
-
-    for (int i = 0; i < n; i++) {
-        memcpy(s->x + (size_t)i * dim, w->embed + (size_t)tokens[i] * dim,
-               (size_t)dim * sizeof(float));
-        for (int k = 0; k < half; k++) {
-            float angle = (float)pos[i] * s->inv_freq[k];
-            s->rope_cos[(size_t)i * half + k] = cosf(angle);
-            s->rope_sin[(size_t)i * half + k] = sinf(angle);
-        }
-    }
-
-    for (int l = 0; l < c->n_layers; l++) {
-        const sq_layer_weights *lw = &w->layers[l];
-        size_t first = (size_t)l * s->slots + (size_t)(C + P);   /* slot of new token 0 */
-        float *kdst = s->key_cache + first * kv_dim;
-        float *vdst = s->value_cache + first * kv_dim;
-
-        rmsnorm(s->xb, s->x, lw->attn_norm, n, dim, c->norm_eps);
-        linear(s, s->q, s->xb, lw->wq, n, dim, q_dim, 0);
-        linear(s, kdst, s->xb, lw->wk, n, dim, kv_dim, 0);
-        linear(s, vdst, s->xb, lw->wv, n, dim, kv_dim, 0);
-        for (int i = 0; i < n; i++) {
-            const float *cs = s->rope_cos + (size_t)i * half, *sn = s->rope_sin + (size_t)i * half;
-            rope(s->q + (size_t)i * q_dim, c->n_heads, hd, cs, sn);
-            rope(kdst + (size_t)i * kv_dim, c->n_kv_heads, hd, cs, sn);
-        }
-        attention(c, s, l, n, C, P, mask);
-        linear(s, s->x, s->att_out, lw->wo, n, q_dim, dim, 1);
-
-        rmsnorm(s->xb, s->x, lw->ffn_norm, n, dim, c->norm_eps);
-        linear(s, s->hb, s->xb, lw->w_gate, n, dim, hid, 0);
-        linear(s, s->hb2, s->xb, lw->w_up, n, dim, hid, 0);
-        for (size_t k = 0; k < (size_t)n * hid; k++)
-            s->hb[k] = sq_k_silu_mul(s->hb[k], s->hb2[k]);
-        linear(s, s->x, s->hb, lw->w_down, n, hid, dim, 1);
-    }
-    rmsnorm(s->xb, s->x, w->norm, n, dim, c->norm_eps);
-    linear(s, logits, s->xb, w->lm_head, n, dim, c->vocab_size, 0);
-    (void)err;
-    return SQ_OK;
-}
-
-/* Gathers pending slots keep[] to committed slots C .. C+nkeep-1, through the scratch rows of
- * q (max_pending x q_dim >= nkeep x kv_dim), so any order of keep is fine. */
-static int cpu_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err)
-{
-    const sq_model_config *c = &ctx->model->config;
-    cpu_state *s = ctx->impl;
-    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    const size_t row = kv_dim * sizeof(float);
-    const int C = ctx->n_committed;
-    for (int l = 0; l < c->n_layers; l++) {
-        float *caches[2] = {s->key_cache, s->value_cache};
-        for (int which = 0; which < 2; which++) {
-            float *base = caches[which] + (size_t)l * s->slots * kv_dim;
-            for (int k = 0; k < nkeep; k++)
-                memcpy(s->q + k * kv_dim, base + (size_t)(C + keep[k]) * kv_dim, row);
-            memcpy(base + (size_t)C * kv_dim, s->q, (size_t)nkeep * row);
-        }
-    }
-    (void)err;
-    return SQ_OK;
-}
-
-/* Several sequences in one forward (sq_context_forward_batch): the R = sum n_k rows of all
- * sequences go through every weight product together (RMSNorm, the projections, SwiGLU and
- * the LM head see R rows, so each weight matrix is read once per layer for the whole batch),
- * while attention runs per sequence on that sequence's own KV cache and tree mask, through the
- * same attention() as the single-sequence forward: its q and att_out rows are pointed at the
- * sequence's slice of the batch scratch for the call. New keys and values are computed into the
- * scratch, rotated, then copied to each context's pending slots. The scratch lives in the first
- * context and grows to the largest batch seen. */
+/* The forward of b >= 1 sequences of distinct contexts of one model (sq_context_forward_batch;
+ * sq_context_forward is b = 1). The R = sum n_k rows of all sequences go through every weight
+ * product together (RMSNorm, the projections, SwiGLU and the LM head see R rows, so each weight
+ * matrix is read once per layer for the whole batch), while attention runs per sequence on that
+ * sequence's own KV cache and tree mask. New keys and values are computed into the scratch,
+ * rotated, then copied to each context's pending slots. The rows' scratch is the first
+ * context's, grown to the largest batch it led; a batch's logits go through its logit buffer,
+ * a single sequence's straight to the caller's array. */
 static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
 {
     sq_context *ctx0 = seqs[0].ctx;
@@ -425,73 +423,112 @@ static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
     size_t R = 0;
     for (int k = 0; k < b; k++)
         R += (size_t)seqs[k].n;
-    const size_t per_row = 2 * dim + 2 * q_dim + 2 * kv_dim + 2 * hid + 2 * half + V;
-    if (R * per_row > s0->batch_cap) {
-        float *nb = malloc(R * per_row * sizeof(float));
+    if (R > s0->rows_cap) {
+        float *nb = malloc(R * row_floats(c) * sizeof(float));
         if (!nb)
             return sq_error_oom(err, "batched forward scratch");
-        free(s0->batch_buf);
-        s0->batch_buf = nb;
-        s0->batch_cap = R * per_row;
+        free(s0->rows_buf);
+        s0->rows_buf = nb;
+        s0->rows_cap = R;
     }
-    float *x = s0->batch_buf, *xb = x + R * dim, *q = xb + R * dim, *att = q + R * q_dim;
-    float *kb = att + R * q_dim, *vb = kb + R * kv_dim, *hb = vb + R * kv_dim, *hb2 = hb + R * hid;
-    float *rc_ = hb2 + R * hid, *rs_ = rc_ + R * half, *lg = rs_ + R * half;
+    float *lg = seqs[0].logits;
+    if (b > 1) {
+        if (R * V > s0->logit_cap) {
+            float *nb = malloc(R * V * sizeof(float));
+            if (!nb)
+                return sq_error_oom(err, "batched forward scratch");
+            free(s0->logit_buf);
+            s0->logit_buf = nb;
+            s0->logit_cap = R * V;
+        }
+        lg = s0->logit_buf;
+    }
+    const cpu_rows r = rows_at(s0->rows_buf, c, R);
     const int n_all = (int)R;
 
-    for (int k = 0, r = 0; k < b; k++) {
+    for (int k = 0, i0 = 0; k < b; k++) {
         const cpu_state *sk = seqs[k].ctx->impl;
-        for (int i = 0; i < seqs[k].n; i++, r++) {
-            memcpy(x + (size_t)r * dim, w->embed + (size_t)seqs[k].tokens[i] * dim,
+        for (int i = 0; i < seqs[k].n; i++, i0++) {
+            memcpy(r.x + (size_t)i0 * dim, w->t[SQ_M_EMBED] + (size_t)seqs[k].tokens[i] * dim,
                    dim * sizeof(float));
             for (size_t j = 0; j < half; j++) {
                 float angle = (float)seqs[k].pos[i] * sk->inv_freq[j];
-                rc_[(size_t)r * half + j] = cosf(angle);
-                rs_[(size_t)r * half + j] = sinf(angle);
+                r.rc[(size_t)i0 * half + j] = cosf(angle);
+                r.rs[(size_t)i0 * half + j] = sinf(angle);
             }
         }
     }
     for (int l = 0; l < c->n_layers; l++) {
-        const sq_layer_weights *lw = &w->layers[l];
-        rmsnorm(xb, x, lw->attn_norm, n_all, (int)dim, c->norm_eps);
-        linear(s0, q, xb, lw->wq, n_all, (int)dim, (int)q_dim, 0);
-        linear(s0, kb, xb, lw->wk, n_all, (int)dim, (int)kv_dim, 0);
-        linear(s0, vb, xb, lw->wv, n_all, (int)dim, (int)kv_dim, 0);
-        for (size_t r = 0; r < R; r++) {
-            rope(q + r * q_dim, c->n_heads, (int)hd, rc_ + r * half, rs_ + r * half);
-            rope(kb + r * kv_dim, c->n_kv_heads, (int)hd, rc_ + r * half, rs_ + r * half);
+        const float *const *lw = w->layers[l].t;
+        rmsnorm(r.xb, r.x, lw[SQ_L_ATTN_NORM], n_all, (int)dim, c->norm_eps);
+        linear(s0, r.q, r.xb, lw[SQ_L_WQ], n_all, (int)dim, (int)q_dim, 0);
+        linear(s0, r.kb, r.xb, lw[SQ_L_WK], n_all, (int)dim, (int)kv_dim, 0);
+        linear(s0, r.vb, r.xb, lw[SQ_L_WV], n_all, (int)dim, (int)kv_dim, 0);
+        for (size_t i = 0; i < R; i++) {
+            rope(r.q + i * q_dim, c->n_heads, (int)hd, r.rc + i * half, r.rs + i * half);
+            rope(r.kb + i * kv_dim, c->n_kv_heads, (int)hd, r.rc + i * half, r.rs + i * half);
         }
-        for (int k = 0, r = 0; k < b; k++) {
+        for (int k = 0, i0 = 0; k < b; k++) {
             sq_context *ctx = seqs[k].ctx;
             cpu_state *sk = ctx->impl;
             const int n = seqs[k].n, C = ctx->n_committed, P = ctx->n_pending;
-            size_t first = (size_t)l * sk->slots + (size_t)(C + P);
-            memcpy(sk->key_cache + first * kv_dim, kb + (size_t)r * kv_dim,
+            size_t first = (size_t)l * sk->slots + (size_t)(C + P);   /* slot of new token 0 */
+            memcpy(sk->key_cache + first * kv_dim, r.kb + (size_t)i0 * kv_dim,
                    (size_t)n * kv_dim * sizeof(float));
-            memcpy(sk->value_cache + first * kv_dim, vb + (size_t)r * kv_dim,
+            memcpy(sk->value_cache + first * kv_dim, r.vb + (size_t)i0 * kv_dim,
                    (size_t)n * kv_dim * sizeof(float));
-            float *q_own = sk->q, *att_own = sk->att_out;
-            sk->q = q + (size_t)r * q_dim;
-            sk->att_out = att + (size_t)r * q_dim;
-            attention(c, sk, l, n, C, P, seqs[k].mask);
-            sk->q = q_own;
-            sk->att_out = att_own;
-            r += n;
+            attention(c, sk, l, n, C, P, seqs[k].mask, r.q + (size_t)i0 * q_dim,
+                      r.att + (size_t)i0 * q_dim);
+            i0 += n;
         }
-        linear(s0, x, att, lw->wo, n_all, (int)q_dim, (int)dim, 1);
-        rmsnorm(xb, x, lw->ffn_norm, n_all, (int)dim, c->norm_eps);
-        linear(s0, hb, xb, lw->w_gate, n_all, (int)dim, (int)hid, 0);
-        linear(s0, hb2, xb, lw->w_up, n_all, (int)dim, (int)hid, 0);
+        linear(s0, r.x, r.att, lw[SQ_L_WO], n_all, (int)q_dim, (int)dim, 1);
+
+        rmsnorm(r.xb, r.x, lw[SQ_L_FFN_NORM], n_all, (int)dim, c->norm_eps);
+        linear(s0, r.hb, r.xb, lw[SQ_L_GATE], n_all, (int)dim, (int)hid, 0);
+        linear(s0, r.hb2, r.xb, lw[SQ_L_UP], n_all, (int)dim, (int)hid, 0);
         for (size_t j = 0; j < R * hid; j++)
-            hb[j] = sq_k_silu_mul(hb[j], hb2[j]);
-        linear(s0, x, hb, lw->w_down, n_all, (int)hid, (int)dim, 1);
+            r.hb[j] = sq_k_silu_mul(r.hb[j], r.hb2[j]);
+        linear(s0, r.x, r.hb, lw[SQ_L_DOWN], n_all, (int)hid, (int)dim, 1);
     }
-    rmsnorm(xb, x, w->norm, n_all, (int)dim, c->norm_eps);
-    linear(s0, lg, xb, w->lm_head, n_all, (int)dim, (int)V, 0);
-    for (int k = 0, r = 0; k < b; k++) {
-        memcpy(seqs[k].logits, lg + (size_t)r * V, (size_t)seqs[k].n * V * sizeof(float));
-        r += seqs[k].n;
+    rmsnorm(r.xb, r.x, w->t[SQ_M_NORM], n_all, (int)dim, c->norm_eps);
+    linear(s0, lg, r.xb, w->t[SQ_M_LM_HEAD], n_all, (int)dim, (int)V, 0);
+    if (b > 1)
+        for (int k = 0, i0 = 0; k < b; k++) {
+            memcpy(seqs[k].logits, lg + (size_t)i0 * V, (size_t)seqs[k].n * V * sizeof(float));
+            i0 += seqs[k].n;
+        }
+    return SQ_OK;
+}
+
+/* A single sequence is a batch of one. */
+static int cpu_forward(sq_context *ctx, const int32_t *tokens, const int32_t *pos,
+                       const uint8_t *mask, int n, float *logits, sq_error *err)
+{
+    const sq_batch_seq one = {ctx, tokens, pos, mask, n, logits};
+    return cpu_forward_batch(&one, 1, err);
+}
+
+/* Gathers pending slots keep[] to committed slots C .. C+nkeep-1, through the key rows of the
+ * context's scratch (rows_cap >= max_pending >= nkeep rows of kv_dim), so any order of keep is
+ * fine. */
+static int cpu_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error *err)
+{
+    const sq_model_config *c = &ctx->model->config;
+    cpu_state *s = ctx->impl;
+    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    const size_t row = kv_dim * sizeof(float);
+    const int C = ctx->n_committed;
+    float *tmp = rows_at(s->rows_buf, c, s->rows_cap).kb;
+    for (int l = 0; l < c->n_layers; l++) {
+        float *caches[2] = {s->key_cache, s->value_cache};
+        for (int which = 0; which < 2; which++) {
+            float *base = caches[which] + (size_t)l * s->slots * kv_dim;
+            for (int k = 0; k < nkeep; k++)
+                memcpy(tmp + k * kv_dim, base + (size_t)(C + keep[k]) * kv_dim, row);
+            memcpy(base + (size_t)C * kv_dim, tmp, (size_t)nkeep * row);
+        }
     }
+    (void)err;
     return SQ_OK;
 }
 

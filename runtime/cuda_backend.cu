@@ -8,8 +8,9 @@
  * back through a pinned buffer. The per-element arithmetic of every kernel is in runtime/kernels.h, shared
  * with the CPU backend and tested on the CPU; this file holds the launches and the memory.
  *
- * Layout. The weights of one layer are one block (the norms in float32 first, then the seven
- * matrices in 16 bits, gate and up adjacent so that one GEMM computes both). On-device mode
+ * Layout. The weights of one layer are one block, laid out from the architecture's table
+ * (runtime/arch.h): its vectors (the norms) in float32 first, then its matrices in 16 bits, gate
+ * and up adjacent so that one GEMM computes both; the layer body finds a tensor by its slot. On-device mode
  * keeps all blocks on the device. Offload mode keeps them in pinned host memory and streams
  * layer l+1 into one of two device block buffers on a copy stream while layer l computes on the
  * compute stream (events order "copied" before compute and "consumed" before the next copy
@@ -38,8 +39,6 @@ extern "C" {
 #define LOGIT_EVENTS 8
 #define BLOCK_ALIGN 256
 
-enum { T_ATTN_NORM, T_FFN_NORM, T_WQ, T_WK, T_WV, T_WO, T_GATE, T_UP, T_DOWN, T_COUNT };
-
 /* The weights of one model in one 16-bit type and one mode, on one device: shared by every
  * context of that model, dtype and mode (a batch of B sequences is B contexts of one model, and
  * B copies of a 7B model's weights would not fit). Reference-counted in a process-wide list
@@ -51,9 +50,9 @@ typedef struct cuda_weights {
     struct cuda_weights  *next;
     uint8_t              *d_blocks;   // on device: (n_layers, block_bytes); offload: NULL
     uint8_t              *h_blocks;   // offload: (n_layers, block_bytes) pinned host
-    uint16_t             *d_embed;    // (vocab, dim)
-    uint16_t             *d_lm_head;  // (vocab, dim)    == d_embed when tied
-    float                *d_norm;     // (dim)
+    void                 *d_model[SQ_M_COUNT]; /* the model's own tensors (runtime/arch.h):
+                                             matrices 16-bit, vectors float32; a tied one
+                                             is the pointer it is tied to               */
 } cuda_weights;
 
 /* One sequence of a forward as the attention and KV-store kernels see it (uploaded per forward,
@@ -105,7 +104,8 @@ typedef struct cuda_state {
     cudaEvent_t     copied[2], consumed[2];
     int             events;         /* events created                                     */
     cublasHandle_t  blas;
-    size_t          off[T_COUNT];   /* byte offsets of a layer's tensors in its block     */
+    size_t          off[SQ_L_COUNT]; /* byte offsets of a layer's tensors in its block,
+                                       by slot (runtime/arch.h)                           */
     size_t          block_bytes;    /* one layer block, padded                            */
     cuda_weights   *w;              /* shared weights (NULL until acquired)               */
     uint8_t        *d_blocks;       // offload: (2, block_bytes) device layer buffers
@@ -569,23 +569,25 @@ static void convert16(uint16_t *dst, const float *src, size_t n, int bf16)
 #undef MAXT
 }
 
-/* Fills one layer block in host memory `blk` (block_bytes). */
+/* Fills one layer block in host memory `blk` (block_bytes) from the layer's float32 views, tensor
+ * by tensor as the architecture's table lists them: vectors as float32, matrices in 16 bits.
+ * An optional tensor the checkpoint lacks is zeros. */
 static void fill_block(const cuda_state *s, const sq_model_config *c, const sq_layer_weights *lw,
                        uint8_t *blk)
 {
-    const size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim;
-    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
-    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    memcpy(blk + s->off[T_ATTN_NORM], lw->attn_norm, dim * sizeof(float));
-    memcpy(blk + s->off[T_FFN_NORM], lw->ffn_norm, dim * sizeof(float));
-    const struct { int t; const float *w; size_t n; } mats[] = {
-        {T_WQ, lw->wq, q_dim * dim},     {T_WK, lw->wk, kv_dim * dim},
-        {T_WV, lw->wv, kv_dim * dim},    {T_WO, lw->wo, dim * q_dim},
-        {T_GATE, lw->w_gate, hid * dim}, {T_UP, lw->w_up, hid * dim},
-        {T_DOWN, lw->w_down, dim * hid},
-    };
-    for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++)
-        convert16((uint16_t *)(blk + s->off[mats[k].t]), mats[k].w, mats[k].n, s->bf16);
+    sq_arch_item it[SQ_L_COUNT];
+    const int n = sq_arch_items(c, 0, it, SQ_L_COUNT);
+    for (int k = 0; k < n; k++) {
+        const float *src = lw->t[it[k].t->slot];
+        uint8_t *dst = blk + s->off[it[k].t->slot];
+        const size_t numel = (size_t)it[k].numel;
+        if (!src)
+            memset(dst, 0, numel * (it[k].ndim == 1 ? sizeof(float) : sizeof(uint16_t)));
+        else if (it[k].ndim == 1)
+            memcpy(dst, src, numel * sizeof(float));
+        else
+            convert16((uint16_t *)dst, src, numel, s->bf16);
+    }
 }
 
 static int upload16(uint16_t **dst, const float *src, size_t n, int bf16, uint16_t *staging,
@@ -606,7 +608,7 @@ static int upload16(uint16_t **dst, const float *src, size_t n, int bf16, uint16
 static int upload_weights(cuda_state *s, cuda_weights *wt, const sq_model_config *c,
                           const sq_weights *w, sq_error *err)
 {
-    const size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, V = (size_t)c->vocab_size;
+    const size_t L = (size_t)c->n_layers;
     if (s->offload) {
         for (size_t l = 0; l < L; l++)
             fill_block(s, c, &w->layers[l], wt->h_blocks + l * s->block_bytes);
@@ -628,17 +630,32 @@ static int upload_weights(cuda_state *s, cuda_weights *wt, const sq_model_config
     uint16_t *st16 = (uint16_t *)malloc(st_elems * sizeof *st16);
     if (!st16)
         return sq_error_oom(err, "the CUDA upload buffer");
-    int rc = upload16(&wt->d_embed, w->embed, V * dim, s->bf16, st16, st_elems, err);
-    if (!rc && w->lm_head == w->embed)
-        wt->d_lm_head = wt->d_embed;
-    else if (!rc)
-        rc = upload16(&wt->d_lm_head, w->lm_head, V * dim, s->bf16, st16, st_elems, err);
+    sq_arch_item it[SQ_M_COUNT];
+    const int n = sq_arch_items(c, -1, it, SQ_M_COUNT);
+    int rc = SQ_OK;
+    for (int k = 0; k < n && !rc; k++) {
+        const int slot = it[k].t->slot;
+        const size_t numel = (size_t)it[k].numel;
+        const float *src = w->t[slot];
+        if (it[k].tied || !src)   /* tied: below; an absent optional one stays NULL */
+            continue;
+        if (it[k].ndim == 2) {
+            rc = upload16((uint16_t **)&wt->d_model[slot], src, numel, s->bf16, st16, st_elems,
+                          err);
+            continue;
+        }
+        cudaError_t e = cudaMalloc(&wt->d_model[slot], numel * sizeof(float));
+        if (e == cudaSuccess)
+            e = cudaMemcpy(wt->d_model[slot], src, numel * sizeof(float), cudaMemcpyHostToDevice);
+        if (e != cudaSuccess)
+            rc = sq_error_set(err, SQ_ESOFTWARE, "CUDA: %s:%d: upload of %s: %s", __FILE__,
+                              __LINE__, it[k].name, cudaGetErrorString(e));
+    }
     free(st16);
-    if (rc)
-        return rc;
-    CUDA_CHECK(cudaMalloc((void **)&wt->d_norm, dim * sizeof(float)));
-    CUDA_CHECK(cudaMemcpy(wt->d_norm, w->norm, dim * sizeof(float), cudaMemcpyHostToDevice));
-    return SQ_OK;
+    for (int k = 0; k < n && !rc; k++)
+        if (it[k].tied)
+            wt->d_model[it[k].t->slot] = wt->d_model[it[k].t->tied_to];
+    return rc;
 }
 
 static int fill16(cuda_state *s, uint16_t *dst, size_t n, uint64_t seed, uint64_t stream,
@@ -665,54 +682,71 @@ static int fill32(cuda_state *s, float *dst, size_t n, float v, sq_error *err)
     return SQ_OK;
 }
 
+/* The spread of a random matrix, as sq_model_new_random's: +-1/in_features, the embedding +-1,
+ * the LM head +-1/dim. */
+static float random_scale(const sq_model_config *c, const sq_arch_item *it)
+{
+    switch (it->t->init) {
+    case SQ_INIT_EMBED: return 1.0f;
+    case SQ_INIT_HEAD:  return 1.0f / (float)c->dim;
+    default:            return 1.0f / (float)it->shape[1];
+    }
+}
+
 /* The weights of a model made by sq_model_new_random_device, generated on the device in the
  * context's 16-bit type (no float32 copy anywhere) into `wt`: sq_model_new_random's
  * distribution, norms 1, matrices uniform in +-1/dim (down: +-1/hidden_dim), the embedding in
- * +-1. Each tensor is its own counter stream, so every element is computed independently.
+ * +-1, every tensor of the architecture's table (runtime/arch.h). Each tensor is its own counter
+ * stream (numbered by layer and slot), so every element is computed independently.
  * Offload mode generates each layer in the context's device buffer 0 and copies it to its
  * pinned host block. */
 static int random_weights(cuda_state *s, cuda_weights *wt, const sq_model_config *c,
                           uint64_t seed, sq_error *err)
 {
-    const size_t L = (size_t)c->n_layers, dim = (size_t)c->dim, V = (size_t)c->vocab_size;
-    const size_t hid = (size_t)c->hidden_dim;
-    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
-    const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    const float sd = 1.0f / (float)dim, sh = 1.0f / (float)hid;
+    const size_t L = (size_t)c->n_layers;
     int rc;
+    sq_arch_item it[(int)SQ_L_COUNT > (int)SQ_M_COUNT ? (int)SQ_L_COUNT : (int)SQ_M_COUNT];
     for (size_t l = 0; l < L; l++) {
         uint8_t *blk = s->offload ? s->d_blocks : wt->d_blocks + l * s->block_bytes;
-        const struct { int t; size_t n; float scale; } mats[] = {
-            {T_WQ, q_dim * dim, sd},  {T_WK, kv_dim * dim, sd},   {T_WV, kv_dim * dim, sd},
-            {T_WO, dim * q_dim, sd},  {T_GATE, 2 * hid * dim, sd}, {T_DOWN, dim * hid, sh},
-        };
-        if ((rc = fill32(s, (float *)(blk + s->off[T_ATTN_NORM]), dim, 1.0f, err)) ||
-            (rc = fill32(s, (float *)(blk + s->off[T_FFN_NORM]), dim, 1.0f, err)))
-            return rc;
-        for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++)
-            if ((rc = fill16(s, (uint16_t *)(blk + s->off[mats[k].t]), mats[k].n, seed,
-                             l * T_COUNT + (size_t)mats[k].t, mats[k].scale, err)))
+        const int n = sq_arch_items(c, (int)l, it, SQ_L_COUNT);
+        for (int k = 0; k < n; k++) {
+            const int slot = it[k].t->slot;
+            rc = it[k].ndim == 1
+                ? fill32(s, (float *)(blk + s->off[slot]), (size_t)it[k].numel,
+                         it[k].t->init == SQ_INIT_NORM ? 1.0f : 0.0f, err)
+                : fill16(s, (uint16_t *)(blk + s->off[slot]), (size_t)it[k].numel, seed,
+                         l * SQ_L_COUNT + (size_t)slot, random_scale(c, &it[k]), err);
+            if (rc)
                 return rc;
+        }
         if (s->offload) {
             CUDA_CHECK(cudaMemcpyAsync(wt->h_blocks + l * s->block_bytes, blk, s->block_bytes,
                                        cudaMemcpyDeviceToHost, s->stream));
             CUDA_CHECK(cudaStreamSynchronize(s->stream));
         }
     }
-    const uint64_t top = L * T_COUNT;
-    CUDA_CHECK(cudaMalloc((void **)&wt->d_embed, V * dim * sizeof(uint16_t)));
-    if ((rc = fill16(s, wt->d_embed, V * dim, seed, top, 1.0f, err)))
-        return rc;
-    if (c->tied_embeddings) {
-        wt->d_lm_head = wt->d_embed;
-    } else {
-        CUDA_CHECK(cudaMalloc((void **)&wt->d_lm_head, V * dim * sizeof(uint16_t)));
-        if ((rc = fill16(s, wt->d_lm_head, V * dim, seed, top + 1, sd, err)))
+    const uint64_t top = L * SQ_L_COUNT;
+    const int n = sq_arch_items(c, -1, it, SQ_M_COUNT);
+    for (int k = 0; k < n; k++) {
+        const int slot = it[k].t->slot;
+        const size_t numel = (size_t)it[k].numel;
+        if (it[k].tied)
+            continue;
+        if (it[k].ndim == 2) {
+            CUDA_CHECK(cudaMalloc(&wt->d_model[slot], numel * sizeof(uint16_t)));
+            rc = fill16(s, (uint16_t *)wt->d_model[slot], numel, seed, top + (uint64_t)slot,
+                        random_scale(c, &it[k]), err);
+        } else {
+            CUDA_CHECK(cudaMalloc(&wt->d_model[slot], numel * sizeof(float)));
+            rc = fill32(s, (float *)wt->d_model[slot], numel,
+                        it[k].t->init == SQ_INIT_NORM ? 1.0f : 0.0f, err);
+        }
+        if (rc)
             return rc;
     }
-    CUDA_CHECK(cudaMalloc((void **)&wt->d_norm, dim * sizeof(float)));
-    if ((rc = fill32(s, wt->d_norm, dim, 1.0f, err)))
-        return rc;
+    for (int k = 0; k < n; k++)
+        if (it[k].tied)
+            wt->d_model[it[k].t->slot] = wt->d_model[it[k].t->tied_to];
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
     return SQ_OK;
 }
@@ -730,12 +764,13 @@ static void weights_free(cuda_weights *wt)
         cudaFree(wt->d_blocks);
     if (wt->h_blocks)
         cudaFreeHost(wt->h_blocks);
-    if (wt->d_lm_head && wt->d_lm_head != wt->d_embed)
-        cudaFree(wt->d_lm_head);
-    if (wt->d_embed)
-        cudaFree(wt->d_embed);
-    if (wt->d_norm)
-        cudaFree(wt->d_norm);
+    for (int k = 0; k < SQ_M_COUNT; k++) {
+        int alias = 0;   /* a tied tensor is another's pointer: freed once */
+        for (int j = 0; j < k; j++)
+            alias |= wt->d_model[j] == wt->d_model[k];
+        if (wt->d_model[k] && !alias)
+            cudaFree(wt->d_model[k]);
+    }
     free(wt);
 }
 
@@ -955,7 +990,6 @@ static int at_tiles(const sq_model_config *c, int n)
 static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
 {
     const sq_model_config *c = &ctx->model->config;
-    const sq_weights *w = &ctx->model->w;
     const sq_context_params *p = &ctx->params;
     if (c->head_dim > HEAD_DIM_MAX || c->head_dim % 2)
         return sq_error_set(err, SQ_EUSAGE, "CUDA backend: head_dim %d: must be even and at most "
@@ -973,20 +1007,21 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     s->offload = p->offload;
     s->slots = p->max_context + p->max_pending;
 
-    const size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, V = (size_t)c->vocab_size;
-    const size_t q_dim = (size_t)c->n_heads * c->head_dim;
     const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     const size_t L = (size_t)c->n_layers, mp = (size_t)p->max_pending;
+    /* the layer block: the vectors in float32, then the matrices in 16 bits, in table order,
+     * each aligned, except that up follows gate directly (one GEMM computes both) */
+    sq_arch_item li[SQ_L_COUNT];
+    const int nli = sq_arch_items(c, 0, li, SQ_L_COUNT);
     size_t o = 0;
-    s->off[T_ATTN_NORM] = o; o = align_up(o + dim * 4);
-    s->off[T_FFN_NORM] = o;  o = align_up(o + dim * 4);
-    s->off[T_WQ] = o;        o = align_up(o + q_dim * dim * 2);
-    s->off[T_WK] = o;        o = align_up(o + kv_dim * dim * 2);
-    s->off[T_WV] = o;        o = align_up(o + kv_dim * dim * 2);
-    s->off[T_WO] = o;        o = align_up(o + dim * q_dim * 2);
-    s->off[T_GATE] = o;      s->off[T_UP] = o + hid * dim * 2;   /* adjacent: one GEMM */
-    o = align_up(o + 2 * hid * dim * 2);
-    s->off[T_DOWN] = o;      o = align_up(o + dim * hid * 2);
+    for (int pass = 1; pass <= 2; pass++)
+        for (int k = 0; k < nli; k++) {
+            if (li[k].ndim != pass)
+                continue;
+            const size_t bytes = (size_t)li[k].numel * (pass == 1 ? sizeof(float) : 2);
+            s->off[li[k].t->slot] = o;
+            o = li[k].t->slot == SQ_L_GATE ? o + bytes : align_up(o + bytes);
+        }
     s->block_bytes = o;
 
     /* refuse early, with the numbers, when the device cannot hold it; weights another context
@@ -996,10 +1031,14 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     pthread_mutex_unlock(&weights_mu);
     size_t kv_bytes = 2 * L * (size_t)s->slots * kv_dim * sizeof(uint16_t);
     size_t a_bytes = act_bytes(c, mp, mp * mp) + mp * (kv_dim * 2 + 4);
-    const int tied = ctx->model->device_random ? c->tied_embeddings : w->lm_head == w->embed;
+    size_t model_bytes = 0;   /* the model's own tensors: matrices 16-bit, vectors float32 */
+    sq_arch_item mi[SQ_M_COUNT];
+    const int nmi = sq_arch_items(c, -1, mi, SQ_M_COUNT);
+    for (int k = 0; k < nmi; k++)
+        if (!mi[k].tied)
+            model_bytes += (size_t)mi[k].numel * (mi[k].ndim == 2 ? 2 : sizeof(float));
     size_t w_bytes = (s->offload ? 2 : 0) * s->block_bytes +
-                     (shared ? 0 : (s->offload ? 0 : L) * s->block_bytes +
-                                   V * dim * 2 * (tied ? 1 : 2) + dim * 4);
+                     (shared ? 0 : (s->offload ? 0 : L) * s->block_bytes + model_bytes);
     size_t free_b = 0, total_b = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (kv_bytes + a_bytes + w_bytes > free_b)
@@ -1266,7 +1305,8 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
     CUDA_CHECK(cudaMemcpyAsync(A->d_pos, h_pos, R * sizeof(int32_t), cudaMemcpyHostToDevice, st));
     CUDA_CHECK(cudaMemcpyAsync(A->d_mask, h_mask, maskb, cudaMemcpyHostToDevice, st));
     const int n = (int)R;
-    k_embed<BF><<<n, 256, 0, st>>>(A->x, s->w->d_embed, A->d_tokens, dim);
+    k_embed<BF><<<n, 256, 0, st>>>(A->x, (const uint16_t *)s->w->d_model[SQ_M_EMBED], A->d_tokens,
+                                   dim);
     CUDA_CHECK_LAUNCH();
     if (s->offload && (rc = prefetch(s, 0, err)))
         return rc;
@@ -1281,12 +1321,12 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
         } else {
             blk = s->w->d_blocks + (size_t)l * s->block_bytes;
         }
-        k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[T_ATTN_NORM]),
+        k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[SQ_L_ATTN_NORM]),
                                          dim, c->norm_eps);
         CUDA_CHECK_LAUNCH();
-        if ((rc = gemm(s, A->q, A->xb, blk + s->off[T_WQ], n, dim, q_dim, 0.0f, err)) ||
-            (rc = gemm(s, A->kf, A->xb, blk + s->off[T_WK], n, dim, kv_dim, 0.0f, err)) ||
-            (rc = gemm(s, A->vf, A->xb, blk + s->off[T_WV], n, dim, kv_dim, 0.0f, err)))
+        if ((rc = gemm(s, A->q, A->xb, blk + s->off[SQ_L_WQ], n, dim, q_dim, 0.0f, err)) ||
+            (rc = gemm(s, A->kf, A->xb, blk + s->off[SQ_L_WK], n, dim, kv_dim, 0.0f, err)) ||
+            (rc = gemm(s, A->vf, A->xb, blk + s->off[SQ_L_WV], n, dim, kv_dim, 0.0f, err)))
             return rc;
         k_rope<<<dim3(n, c->n_heads), hd / 2, 0, st>>>(A->q, (size_t)q_dim, A->d_pos,
                                                        s->d_inv_freq, hd);
@@ -1297,25 +1337,26 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
         CUDA_CHECK_LAUNCH();
         if ((rc = attention<BF>(s, c, l, n, (int)tiles, splits, err)))
             return rc;
-        if ((rc = gemm(s, A->x, A->att, blk + s->off[T_WO], n, q_dim, dim, 1.0f, err)))
+        if ((rc = gemm(s, A->x, A->att, blk + s->off[SQ_L_WO], n, q_dim, dim, 1.0f, err)))
             return rc;
 
-        k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[T_FFN_NORM]),
+        k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[SQ_L_FFN_NORM]),
                                          dim, c->norm_eps);
         CUDA_CHECK_LAUNCH();
-        if ((rc = gemm(s, A->gu, A->xb, blk + s->off[T_GATE], n, dim, 2 * hid, 0.0f, err)))
+        if ((rc = gemm(s, A->gu, A->xb, blk + s->off[SQ_L_GATE], n, dim, 2 * hid, 0.0f, err)))
             return rc;
         int blocks = (int)(((size_t)n * hid + 255) / 256);
         k_swiglu<BF><<<blocks < 65535 ? blocks : 65535, 256, 0, st>>>(A->hb, A->gu, n, hid);
         CUDA_CHECK_LAUNCH();
-        if ((rc = gemm(s, A->x, A->hb, blk + s->off[T_DOWN], n, hid, dim, 1.0f, err)))
+        if ((rc = gemm(s, A->x, A->hb, blk + s->off[SQ_L_DOWN], n, hid, dim, 1.0f, err)))
             return rc;
         if (s->offload)
             CUDA_CHECK(cudaEventRecord(s->consumed[l & 1], st));
     }
-    k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, s->w->d_norm, dim, c->norm_eps);
+    k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)s->w->d_model[SQ_M_NORM], dim,
+                                     c->norm_eps);
     CUDA_CHECK_LAUNCH();
-    if ((rc = gemm(s, A->logits, A->xb, s->w->d_lm_head, n, dim, V, 0.0f, err)))
+    if ((rc = gemm(s, A->logits, A->xb, s->w->d_model[SQ_M_LM_HEAD], n, dim, V, 0.0f, err)))
         return rc;
     /* logits: device -> pinned buffer in chunks (full copy bandwidth), each chunk copied on to
      * the sequences' arrays as soon as it has landed, while the next one is in flight */

@@ -1,15 +1,15 @@
-/* Loading a Llama checkpoint: config.json + safetensors -> float32 weight views. */
+/* Loading a checkpoint: config.json + safetensors -> float32 weight views, tensor by tensor as
+ * the architecture's table lists them (runtime/arch.h). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/arch.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
 #include "runtime/safetensors.h"
-
-#define NAME_MAX_LEN 128
 
 static int keep_buffer(sq_model *m, float *buf, size_t bytes, sq_error *err)
 {
@@ -35,25 +35,29 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
         snprintf(buf + len, cap - len, "]");
 }
 
-/* Finds `name`, checks its dtype and shape (d0) or (d0, d1) (d1 = 0 for a vector), and returns
- * a float32 view of it. */
-static int get_weight(sq_model *m, const char *name, int64_t d0, int64_t d1, const float **out,
+/* Finds tensor `it`, checks its dtype and shape against the config, and returns a float32 view
+ * of it; an optional tensor the checkpoint lacks leaves *out NULL. */
+static int get_weight(sq_model *m, const sq_arch_item *it, const float **out,
                       const char **dtype_out, sq_error *err)
 {
+    const char *name = it->name;
     const sq_st_file *f = NULL;
     const sq_st_tensor *t = sq_st_set_find(m->st, name, &f);
+    if (!t && it->t->optional) {
+        *out = NULL;
+        return SQ_OK;
+    }
     if (!t)
         return sq_error_set(err, SQ_EDATA, "%s: tensor %s: missing from the checkpoint", m->dir,
                             name);
     if (t->dtype != SQ_ST_F32 && t->dtype != SQ_ST_F16 && t->dtype != SQ_ST_BF16)
         return sq_error_set(err, SQ_EDATA, "%s: %s: dtype %s is not supported (F32, F16 or "
                             "BF16)", f->path, name, sq_st_dtype_name(t->dtype));
-    int64_t want[2] = {d0, d1};
-    int want_ndim = d1 ? 2 : 1;
-    if (t->ndim != want_ndim || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
+    const int64_t d0 = it->shape[0], d1 = it->shape[1];
+    if (t->ndim != it->ndim || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
         char got[160], exp[64];
         shape_str(got, sizeof got, t->ndim, t->shape);
-        shape_str(exp, sizeof exp, want_ndim, want);
+        shape_str(exp, sizeof exp, it->ndim, it->shape);
         return sq_error_set(err, SQ_EDATA, "%s: %s: shape %s, but config.json implies %s",
                             f->path, name, got, exp);
     }
@@ -72,51 +76,34 @@ static int get_weight(sq_model *m, const char *name, int64_t d0, int64_t d1, con
     return keep_buffer(m, buf, bytes, err);
 }
 
+/* Every tensor of the architecture's table (runtime/arch.h), in checkpoint order; the dtype of
+ * the first one found is the model's. A tied tensor takes the view of the one it is tied to
+ * (like transformers, a stored copy is ignored). */
 static int load_weights(sq_model *m, sq_error *err)
 {
     const sq_model_config *c = &m->config;
-    int64_t dim = c->dim, hid = c->hidden_dim, vocab = c->vocab_size;
-    int64_t q_dim = (int64_t)c->n_heads * c->head_dim;
-    int64_t kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
-    const char *dtype = NULL;
-    int rc = get_weight(m, "model.embed_tokens.weight", vocab, dim, &m->w.embed, &dtype, err);
-    if (rc)
-        return rc;
-    snprintf(m->config.dtype, sizeof m->config.dtype, "%s", dtype);
-    m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers);
+    m->w.layers = calloc((size_t)(c->n_layers > 0 ? c->n_layers : 1), sizeof *m->w.layers);
     if (!m->w.layers)
         return sq_error_oom(err, "the layer table");
-    char name[NAME_MAX_LEN];
-    for (int l = 0; l < c->n_layers && !rc; l++) {
-        sq_layer_weights *lw = &m->w.layers[l];
-        const struct {
-            const char   *suffix;
-            int64_t       d0, d1;
-            const float **dst;
-        } items[] = {
-            {"input_layernorm.weight", dim, 0, &lw->attn_norm},
-            {"self_attn.q_proj.weight", q_dim, dim, &lw->wq},
-            {"self_attn.k_proj.weight", kv_dim, dim, &lw->wk},
-            {"self_attn.v_proj.weight", kv_dim, dim, &lw->wv},
-            {"self_attn.o_proj.weight", dim, q_dim, &lw->wo},
-            {"post_attention_layernorm.weight", dim, 0, &lw->ffn_norm},
-            {"mlp.gate_proj.weight", hid, dim, &lw->w_gate},
-            {"mlp.up_proj.weight", hid, dim, &lw->w_up},
-            {"mlp.down_proj.weight", dim, hid, &lw->w_down},
-        };
-        for (size_t i = 0; i < sizeof items / sizeof items[0] && !rc; i++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s", l, items[i].suffix);
-            rc = get_weight(m, name, items[i].d0, items[i].d1, items[i].dst, NULL, err);
-        }
+    const int count = sq_arch_count(c);
+    int rc = SQ_OK;
+    for (int k = 0; k < count && !rc; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(c, k, &it);
+        if (it.tied)
+            continue;
+        const char *dtype = NULL;
+        rc = get_weight(m, &it, sq_arch_slot(&m->w, &it), m->config.dtype[0] ? NULL : &dtype,
+                        err);
+        if (!rc && dtype)
+            snprintf(m->config.dtype, sizeof m->config.dtype, "%s", dtype);
     }
-    if (!rc)
-        rc = get_weight(m, "model.norm.weight", dim, 0, &m->w.norm, NULL, err);
-    if (rc)
-        return rc;
-    if (c->tied_embeddings)
-        m->w.lm_head = m->w.embed;   /* like transformers, a stored lm_head.weight is ignored */
-    else
-        rc = get_weight(m, "lm_head.weight", vocab, dim, &m->w.lm_head, NULL, err);
+    for (int k = 0; k < count && !rc; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(c, k, &it);
+        if (it.tied)
+            *sq_arch_slot(&m->w, &it) = m->w.t[it.t->tied_to];
+    }
     return rc;
 }
 

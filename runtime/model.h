@@ -1,4 +1,5 @@
-/* Llama-architecture decoders for the reference runtime (docs/design.md §8).
+/* Llama-architecture decoders for the reference runtime (docs/design.md §8; which tensors an
+ * architecture has: runtime/arch.h).
  *
  * A model is loaded from a Hugging Face directory (config.json + model.safetensors, or shards
  * listed in model.safetensors.index.json), mapped read-only. A context holds one model's KV
@@ -36,6 +37,8 @@ typedef struct sq_model_config {
     float norm_eps;         /* rms_norm_eps                                  */
     int   tied_embeddings;  /* tie_word_embeddings                           */
     char  dtype[8];         /* checkpoint dtype: "F32", "F16" or "BF16"      */
+    int   arch;             /* sq_arch_id (runtime/arch.h): which tensors the
+                               checkpoint holds; 0 is LlamaForCausalLM       */
 } sq_model_config;
 
 typedef struct sq_model sq_model;
@@ -57,7 +60,8 @@ int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **ou
 int sq_model_new_random_device(const sq_model_config *cfg, uint64_t seed, sq_model **out,
                                sq_error *err);
 
-/* Parameters of a model of this shape. */
+/* Parameters of a model of this shape (runtime/arch.c: its architecture's tensors, tied ones
+ * counted once). */
 size_t sq_model_config_params(const sq_model_config *cfg);
 
 typedef enum sq_backend_kind { SQ_BACKEND_CPU = 0, SQ_BACKEND_CUDA = 1 } sq_backend_kind;

@@ -1,13 +1,14 @@
 /* Models with random weights of a given shape, held in memory: forward latency depends on the
  * shapes, not the values, so sequoia-profile can time a Llama-2-7B or 70B shape from its
- * config.json alone. */
+ * config.json alone. Every tensor of the architecture's table (runtime/arch.h) is filled. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "runtime/arch.h"
 #include "runtime/backend.h"
+#include "runtime/memory.h"
 
 /* splitmix64: a tiny deterministic generator, plenty for filler weights */
 static uint64_t next_u64(uint64_t *s)
@@ -42,25 +43,37 @@ static float *alloc_fill(sq_model *m, size_t count, float scale, float offset, u
     return buf;
 }
 
-size_t sq_model_config_params(const sq_model_config *c)
+/* The filler of one tensor: offset + scale * uniform(-1, 1). Norms 1, matrices +-1/in_features,
+ * the embedding +-1, the LM head +-1/dim. */
+static void init_of(const sq_arch_item *it, const sq_model_config *c, float *scale, float *offset)
 {
-    size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, vocab = (size_t)c->vocab_size;
-    size_t q = (size_t)c->n_heads * (size_t)c->head_dim, kv = (size_t)c->n_kv_heads * (size_t)c->head_dim;
-    size_t layer = 2 * dim + q * dim + 2 * kv * dim + dim * q + 3 * hid * dim;
-    return vocab * dim * (c->tied_embeddings ? 1 : 2) + dim + (size_t)c->n_layers * layer;
+    *offset = 0.0f;
+    switch (it->t->init) {
+    case SQ_INIT_NORM:
+        *scale = 0.0f;
+        *offset = 1.0f;
+        break;
+    case SQ_INIT_EMBED:
+        *scale = 1.0f;
+        break;
+    case SQ_INIT_HEAD:
+        *scale = 1.0f / (float)c->dim;
+        break;
+    case SQ_INIT_LINEAR:
+    default:
+        *scale = 1.0f / (float)it->shape[1];
+        break;
+    }
 }
 
 int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **out, sq_error *err)
 {
     *out = NULL;
-    double need = (double)sq_model_config_params(cfg) * sizeof(float);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-    if (have > 0 && need > 0.8 * have)
-        return sq_error_set(err, SQ_EUSAGE, "random weights of this shape need %.1f GiB as float32, "
-                            "more than 80%% of this machine's %.1f GiB of memory; profile a "
-                            "smaller shape (fewer layers) or on a larger machine",
-                            need / 1073741824.0, have / 1073741824.0);
+    int rc = sq_memory_check(sq_weights_bytes(cfg), err, "profile a smaller shape (fewer layers) "
+                             "or on a larger machine", "random weights of this shape need %.1f "
+                             "GiB as float32", sq_weights_bytes(cfg) / 1073741824.0);
+    if (rc)
+        return rc;
     sq_model *m = calloc(1, sizeof *m);
     if (!m)
         return sq_error_oom(err, "model");
@@ -72,39 +85,25 @@ int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **ou
         sq_model_free(m);
         return sq_error_oom(err, "model");
     }
+    /* one stream through every tensor of the table, in checkpoint order; tied ones alias */
     uint64_t s = seed;
-    size_t dim = (size_t)cfg->dim, hid = (size_t)cfg->hidden_dim, vocab = (size_t)cfg->vocab_size;
-    size_t q = (size_t)cfg->n_heads * (size_t)cfg->head_dim;
-    size_t kv = (size_t)cfg->n_kv_heads * (size_t)cfg->head_dim;
-    float sd = 1.0f / (float)dim, sh = 1.0f / (float)hid;
-#define FILL(dst, count, scale, offset)                                         \
-    do {                                                                        \
-        float *b_ = alloc_fill(m, (count), (scale), (offset), &s, err);         \
-        if (!b_) {                                                              \
-            sq_model_free(m);                                                   \
-            return SQ_ESOFTWARE;                                                \
-        }                                                                       \
-        (dst) = b_;                                                             \
-    } while (0)
-    FILL(m->w.embed, vocab * dim, 1.0f, 0.0f);
-    for (int l = 0; l < cfg->n_layers; l++) {
-        sq_layer_weights *L = &m->w.layers[l];
-        FILL(L->attn_norm, dim, 0.0f, 1.0f);
-        FILL(L->wq, q * dim, sd, 0.0f);
-        FILL(L->wk, kv * dim, sd, 0.0f);
-        FILL(L->wv, kv * dim, sd, 0.0f);
-        FILL(L->wo, dim * q, sd, 0.0f);
-        FILL(L->ffn_norm, dim, 0.0f, 1.0f);
-        FILL(L->w_gate, hid * dim, sd, 0.0f);
-        FILL(L->w_up, hid * dim, sd, 0.0f);
-        FILL(L->w_down, dim * hid, sh, 0.0f);
+    const int count = sq_arch_count(cfg);
+    for (int k = 0; k < count; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(cfg, k, &it);
+        if (it.tied) {
+            *sq_arch_slot(&m->w, &it) = m->w.t[it.t->tied_to];
+            continue;
+        }
+        float scale, offset;
+        init_of(&it, cfg, &scale, &offset);
+        float *b = alloc_fill(m, (size_t)it.numel, scale, offset, &s, err);
+        if (!b) {
+            sq_model_free(m);
+            return SQ_ESOFTWARE;
+        }
+        *sq_arch_slot(&m->w, &it) = b;
     }
-    FILL(m->w.norm, dim, 0.0f, 1.0f);
-    if (cfg->tied_embeddings)
-        m->w.lm_head = m->w.embed;
-    else
-        FILL(m->w.lm_head, vocab * dim, sd, 0.0f);
-#undef FILL
     *out = m;
     return SQ_OK;
 }

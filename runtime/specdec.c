@@ -1,5 +1,6 @@
 /* Tree speculative decoding (docs/design.md §8); see specdec.h for the protocol. */
 #include "runtime/specdec.h"
+#include "runtime/memory.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -151,14 +152,12 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
      * swapped or OOM-killed: the logit buffers and the tree mask against physical memory. */
     double need = ((double)n + sd->tmaxp + sd->dmaxp) * (double)Vs * sizeof(float) +
                   (double)mp * (double)mp;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-    if (have > 0 && need > 0.8 * have) {
+    int mrc = sq_memory_check(need, err, "use a smaller plan", "a plan of %d nodes with a "
+                              "vocabulary of %d needs %.1f GiB of logit buffers and tree mask", n,
+                              V, need / (1 << 30));
+    if (mrc) {
         sq_specdec_free(sd);
-        return sq_error_set(err, SQ_EUSAGE,
-                            "a plan of %d nodes with a vocabulary of %d needs %.1f GiB of logit "
-                            "buffers and tree mask, more than 80%% of this machine's %.1f GiB; use "
-                            "a smaller plan", n, V, need / (1 << 30), have / (1 << 30));
+        return mrc;
     }
     sd->parent = malloc((size_t)n * sizeof(int));
     sd->depth = malloc((size_t)n * sizeof(int));
@@ -664,11 +663,6 @@ uint64_t sq_specdec_batch_seed_of(uint64_t seed, int k)
     return k == 0 ? seed : seed ^ ((uint64_t)k * 0x9E3779B97F4A7C15ull);
 }
 
-static double ctx_bytes(const sq_model_config *c, double slots)
-{
-    return 2.0 * c->n_layers * slots * (double)c->n_kv_heads * c->head_dim * sizeof(float);
-}
-
 double sq_specdec_batch_bytes(const sq_model *draft, const sq_model *target, const sq_plan *plan,
                               const sq_specdec_params *params, int B)
 {
@@ -679,17 +673,12 @@ double sq_specdec_batch_bytes(const sq_model *draft, const sq_model *target, con
     double tmaxp = n > PREFILL_CHUNK ? n : PREFILL_CHUNK;
     double dmaxp = n + D + 2 > PREFILL_CHUNK ? n + D + 2 : PREFILL_CHUNK;
     double mp = tmaxp > dmaxp ? tmaxp : dmaxp, V = tc->vocab_size;
-    double scratch_t = tmaxp * (2.0 * tc->dim + 2.0 * tc->n_heads * tc->head_dim +
-                                2.0 * tc->hidden_dim) * sizeof(float);
-    double scratch_d = dmaxp * (2.0 * dc->dim + 2.0 * dc->n_heads * dc->head_dim +
-                                2.0 * dc->hidden_dim) * sizeof(float);
-    double one = ctx_bytes(tc, mc + tmaxp) + ctx_bytes(dc, mc + dmaxp) + scratch_t + scratch_d +
+    double one = sq_cpu_context_bytes(tc, (int)mc, (int)tmaxp, params->threads) +
+                 sq_cpu_context_bytes(dc, (int)mc, (int)dmaxp, params->threads) +
                  ((double)n + tmaxp + dmaxp) * V * sizeof(float) + mp * mp +
                  (mc + D) * sizeof(int32_t);
-    /* the batched forward's scratch: every row of the batch through both models */
-    double rows = (double)B * mp;
-    double batch = rows * (2.0 * tc->dim + 4.0 * tc->n_heads * tc->head_dim + 2.0 * tc->hidden_dim +
-                           tc->head_dim + V) * sizeof(float);
+    /* the batched forwards' scratch: every row of the batch through both models */
+    double batch = sq_cpu_batch_bytes(tc, B * tmaxp) + sq_cpu_batch_bytes(dc, B * dmaxp);
     return B * one + batch;
 }
 
@@ -717,14 +706,11 @@ int sq_specdec_batch_new(const sq_model *draft, const sq_model *target, const sq
         return sq_error_set(err, SQ_EUSAGE, "batch %d: needs at least one sequence", B);
     /* past the machine's memory: refused up front, with what it would take */
     double need = sq_specdec_batch_bytes(draft, target, plan, params, B);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
-    if (have > 0 && need > 0.8 * have)
-        return sq_error_set(err, SQ_EUSAGE,
-                            "batch %d: %d sequences need %.0f bytes (%.2f GiB) of KV caches, "
-                            "logit buffers and scratch, more than 80%% of this machine's %.2f "
-                            "GiB; use a smaller batch or --context", B, B, need,
-                            need / (1 << 30), have / (1 << 30));
+    int mrc = sq_memory_check(need, err, "use a smaller batch or --context", "batch %d: %d "
+                              "sequences need %.0f bytes (%.2f GiB) of KV caches, logit buffers "
+                              "and scratch", B, B, need, need / (1 << 30));
+    if (mrc)
+        return mrc;
     sq_specdec_batch *bt = calloc(1, sizeof *bt);
     if (!bt)
         return sq_error_oom(err, "a batch");

@@ -11,6 +11,7 @@
 
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
+#include "runtime/arch.h"
 #include "runtime/config.h"
 
 typedef struct wtensor {
@@ -293,67 +294,68 @@ static uint64_t name_hash(const char *s)
 }
 
 typedef struct rtensor {
-    char    name[128];
+    char    name[160];
     int64_t shape[2];
     int     ndim;
     float   center, spread;   /* values uniform in center +- spread */
     const char *seed_name;    /* name whose stream gives the values  */
 } rtensor;
 
+/* Every tensor of the architecture's table (runtime/arch.h) in checkpoint order, with its
+ * values: norms 1 +- 0.1, matrices +- 1/sqrt(in_features), the embedding +- 1, the LM head
+ * +- logit_scale/sqrt(dim). A tied tensor is written only with write_tied_lm_head, as a copy of
+ * the one it is tied to (the same stream). */
 static int build_list(const sq_random_model_params *p, rtensor **out, int *n_out)
 {
     const sq_model_config *c = &p->config;
-    int64_t dim = c->dim, hid = c->hidden_dim, vocab = c->vocab_size;
-    int64_t q_dim = (int64_t)c->n_heads * c->head_dim, kv_dim = (int64_t)c->n_kv_heads * c->head_dim;
-    int cap = 9 * c->n_layers + 3;
-    rtensor *t = calloc((size_t)cap, sizeof *t);
+    const int count = sq_arch_count(c);
+    rtensor *t = calloc((size_t)count, sizeof *t);
     if (!t)
         return -1;
     int n = 0;
-    float lin_d = 1.0f / sqrtf((float)dim);
-    float logit = (p->logit_scale > 0 ? p->logit_scale : 3.0f) / sqrtf((float)dim);
-#define ADD(nm, d0, d1, ctr, spr)                                                               \
-    do {                                                                                       \
-        snprintf(t[n].name, sizeof t[n].name, "%s", nm);                                       \
-        t[n].shape[0] = (d0);                                                                  \
-        t[n].shape[1] = (d1);                                                                  \
-        t[n].ndim = (d1) ? 2 : 1;                                                              \
-        t[n].center = (ctr);                                                                   \
-        t[n].spread = (spr);                                                                   \
-        t[n].seed_name = t[n].name;                                                            \
-        n++;                                                                                   \
-    } while (0)
-    ADD("model.embed_tokens.weight", vocab, dim, 0.0f, 1.0f);
-    char nm[128];
-    for (int l = 0; l < c->n_layers; l++) {
-        const struct {
-            const char *suffix;
-            int64_t     d0, d1;
-            float       ctr, spr;
-        } items[] = {
-            {"input_layernorm.weight", dim, 0, 1.0f, 0.1f},
-            {"self_attn.q_proj.weight", q_dim, dim, 0.0f, lin_d},
-            {"self_attn.k_proj.weight", kv_dim, dim, 0.0f, lin_d},
-            {"self_attn.v_proj.weight", kv_dim, dim, 0.0f, lin_d},
-            {"self_attn.o_proj.weight", dim, q_dim, 0.0f, 1.0f / sqrtf((float)q_dim)},
-            {"post_attention_layernorm.weight", dim, 0, 1.0f, 0.1f},
-            {"mlp.gate_proj.weight", hid, dim, 0.0f, lin_d},
-            {"mlp.up_proj.weight", hid, dim, 0.0f, lin_d},
-            {"mlp.down_proj.weight", dim, hid, 0.0f, 1.0f / sqrtf((float)hid)},
-        };
-        for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
-            snprintf(nm, sizeof nm, "model.layers.%d.%s", l, items[i].suffix);
-            ADD(nm, items[i].d0, items[i].d1, items[i].ctr, items[i].spr);
+    float logit = (p->logit_scale > 0 ? p->logit_scale : 3.0f) / sqrtf((float)c->dim);
+    for (int k = 0; k < count; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(c, k, &it);
+        if (it.tied && !p->write_tied_lm_head)
+            continue;
+        rtensor *r = &t[n++];
+        snprintf(r->name, sizeof r->name, "%s", it.name);
+        r->shape[0] = it.shape[0];
+        r->shape[1] = it.shape[1];
+        r->ndim = it.ndim;
+        r->seed_name = r->name;
+        switch (it.t->init) {
+        case SQ_INIT_NORM:
+            r->center = 1.0f;
+            r->spread = 0.1f;
+            break;
+        case SQ_INIT_EMBED:
+            r->spread = 1.0f;
+            break;
+        case SQ_INIT_HEAD:
+            r->spread = logit;
+            break;
+        case SQ_INIT_LINEAR:
+        default:
+            r->spread = 1.0f / sqrtf((float)it.shape[1]);
+            break;
+        }
+        if (it.tied) {   /* the same values as the tensor it is tied to */
+            for (int j = 0; j < count; j++) {
+                sq_arch_item o;
+                sq_arch_tensor_at(c, j, &o);
+                if (o.layer >= 0 || o.t->slot != it.t->tied_to)
+                    continue;
+                for (int i = 0; i < n - 1; i++)
+                    if (strcmp(t[i].name, o.name) == 0) {
+                        r->seed_name = t[i].name;
+                        r->center = t[i].center;
+                        r->spread = t[i].spread;
+                    }
+            }
         }
     }
-    ADD("model.norm.weight", dim, 0, 1.0f, 0.1f);
-    if (!c->tied_embeddings) {
-        ADD("lm_head.weight", vocab, dim, 0.0f, logit);
-    } else if (p->write_tied_lm_head) {
-        ADD("lm_head.weight", vocab, dim, 0.0f, 1.0f);
-        t[n - 1].seed_name = t[0].name;   /* the same values as the embeddings */
-    }
-#undef ADD
     *out = t;
     *n_out = n;
     return 0;

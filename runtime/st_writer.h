@@ -18,8 +18,9 @@
  *     sq_st_writer_free(w);
  *
  * sq_model_write_random writes a Hugging Face directory (config.json + model.safetensors, or
- * shards + model.safetensors.index.json) holding a LlamaForCausalLM with random weights that
- * sq_model_load reads back. */
+ * shards + model.safetensors.index.json) holding a model of config.arch (LlamaForCausalLM) with
+ * random weights that sq_model_load reads back: every tensor of the architecture's table
+ * (runtime/arch.h), in its order. */
 #ifndef SQ_RUNTIME_ST_WRITER_H
 #define SQ_RUNTIME_ST_WRITER_H
 

@@ -4,18 +4,23 @@
  * sq_model_write_random creates. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 #include <gsl/gsl_cblas.h>
 
 #include "libsequoia/base/json.h"
+#include "runtime/arch.h"
+#include "runtime/backend.h"
 #include "runtime/config.h"
+#include "runtime/memory.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
 #include "runtime/st_writer.h"
@@ -1597,4 +1602,289 @@ Test(model, batched_forward_refuses_shared_contexts_other_models_and_bad_rows_by
     sq_model_free(m1);
     sq_model_free(m2);
     tu_rmtree(dir);
+}
+
+/* ---- the architecture table (runtime/arch.h) and the memory estimate (runtime/memory.h) ---- */
+
+/* The parameter count as the Llama layout spells it out, independently of the table. */
+static size_t llama_params(const sq_model_config *c)
+{
+    size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, vocab = (size_t)c->vocab_size;
+    size_t q = (size_t)c->n_heads * c->head_dim, kv = (size_t)c->n_kv_heads * c->head_dim;
+    size_t layer = 2 * dim + q * dim + 2 * kv * dim + dim * q + 3 * hid * dim;
+    return vocab * dim * (c->tied_embeddings ? 1 : 2) + dim + (size_t)c->n_layers * layer;
+}
+
+Test(model, arch_table_lists_every_tensor_of_a_written_checkpoint_with_its_config_shape)
+{
+    char *dir = tu_tmpdir();
+    for (int variant = 0; variant < 3; variant++) {
+        sq_random_model_params rp = sq_random_model_default_params();
+        rp.config.n_layers = 3;
+        rp.config.tied_embeddings = variant > 0;
+        rp.write_tied_lm_head = variant == 2;
+        rp.shards = variant == 1 ? 3 : 1;
+        char name[16];
+        snprintf(name, sizeof name, "v%d", variant);
+        char *m = write_model(dir, name, &rp);
+        const sq_model_config *c = &rp.config;
+        cr_assert_eq(sq_model_config_params(c), llama_params(c));
+        sq_st_set *set;
+        sq_error err = {0};
+        cr_assert_eq(sq_st_set_open(m, &set, &err), 0, "%s", err.msg);
+        sq_model *model;
+        cr_assert_eq(sq_model_load(m, &model, &err), 0, "%s", err.msg);
+        cr_assert_eq(model->config.arch, SQ_ARCH_LLAMA);
+        const int count = sq_arch_count(c);
+        cr_assert_eq(count, 9 * 3 + 3);
+        int in_file = 0, file_tensors = 0;
+        for (int f = 0; f < set->n_files; f++)
+            file_tensors += set->files[f]->n_tensors;
+        for (int k = 0; k < count; k++) {
+            sq_arch_item it;
+            sq_arch_tensor_at(c, k, &it);
+            const sq_st_file *f = NULL;
+            const sq_st_tensor *t = sq_st_set_find(set, it.name, &f);
+            if (it.tied && !rp.write_tied_lm_head) {
+                cr_assert_null(t, "%s: written though tied", it.name);
+            } else {
+                cr_assert(t, "%s: not written", it.name);
+                in_file++;
+                cr_assert_eq(t->ndim, it.ndim, "%s", it.name);
+                for (int d = 0; d < it.ndim; d++)
+                    cr_assert_eq(t->shape[d], it.shape[d], "%s dim %d", it.name, d);
+                cr_assert_eq(t->numel, it.numel, "%s", it.name);
+            }
+            /* every tensor is loaded into its slot; a tied one is the embedding itself */
+            const float *view = *sq_arch_slot(&model->w, &it);
+            cr_assert_not_null(view, "%s: not loaded", it.name);
+            if (it.tied)
+                cr_assert_eq(view, model->w.t[SQ_M_EMBED], "%s", it.name);
+        }
+        cr_assert_eq(in_file, file_tensors, "variant %d: the file has tensors the table lacks",
+                     variant);
+        /* every slot the table names is set, and no other */
+        for (int l = 0; l < c->n_layers; l++)
+            for (int sl = 0; sl < SQ_L_COUNT; sl++)
+                cr_assert_not_null(model->w.layers[l].t[sl], "layer %d slot %d", l, sl);
+        for (int sl = 0; sl < SQ_M_COUNT; sl++)
+            cr_assert_not_null(model->w.t[sl], "model slot %d", sl);
+        sq_model_free(model);
+        sq_st_set_free(set);
+    }
+    tu_rmtree(dir);
+}
+
+Test(model, load_refuses_every_missing_required_tensor_naming_the_directory_and_tensor)
+{
+    char *dir = tu_tmpdir();
+    sq_random_model_params rp = sq_random_model_default_params();
+    const int count = sq_arch_count(&rp.config);
+    cr_assert_eq(SQ_EDATA, 65);   /* the tools' exit status for it */
+    for (int k = 0; k < count; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(&rp.config, k, &it);
+        cr_assert(!it.t->optional, "Llama has no optional tensor");
+        char name[16];
+        snprintf(name, sizeof name, "m%d", k);
+        char *m = write_model(dir, name, &rp);
+        rewrite_st(m, it.name, NULL, 0, 0);
+        sq_model *model = NULL;
+        sq_error err = {0};
+        cr_assert_eq(sq_model_load(m, &model, &err), SQ_EDATA, "%s", it.name);
+        cr_assert_null(model);
+        cr_assert(strstr(err.msg, m) && strstr(err.msg, it.name) && strstr(err.msg, "missing"),
+                  "%s", err.msg);
+    }
+    tu_rmtree(dir);
+}
+
+/* Writes the float32 weights of `m` as a checkpoint through the table's names and shapes. */
+static void write_weights(const sq_model *m, const char *dir)
+{
+    sq_error err = {0};
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    cJSON *cj = sq_model_config_to_json(&m->config);
+    cr_assert(cj);
+    char *text = cJSON_Print(cj);
+    tu_write(tu_path(dir, "config.json"), text);
+    free(text);
+    cJSON_Delete(cj);
+    sq_st_writer *w = sq_st_writer_new();
+    const int count = sq_arch_count(&m->config);
+    sq_weights *ws = (sq_weights *)&m->w;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            cr_assert_eq(sq_st_writer_begin(w, tu_path(dir, "model.safetensors"), &err), 0, "%s",
+                         err.msg);
+        for (int k = 0; k < count; k++) {
+            sq_arch_item it;
+            sq_arch_tensor_at(&m->config, k, &it);
+            if (it.tied)
+                continue;
+            if (pass == 0)
+                cr_assert_eq(sq_st_writer_add(w, it.name, SQ_ST_F32, it.ndim, it.shape, &err), 0,
+                             "%s", err.msg);
+            else
+                cr_assert_eq(sq_st_writer_put(w, *sq_arch_slot(ws, &it), (size_t)it.numel, &err),
+                             0, "%s", err.msg);
+        }
+    }
+    cr_assert_eq(sq_st_writer_finish(w, &err), 0, "%s", err.msg);
+    sq_st_writer_free(w);
+}
+
+Test(model, random_weights_written_through_the_table_load_back_bit_for_bit)
+{
+    char *dir = tu_tmpdir();
+    for (int tied = 0; tied < 2; tied++) {
+        sq_random_model_params rp = sq_random_model_default_params();
+        rp.config.tied_embeddings = tied;
+        sq_model *r, *l;
+        sq_error err = {0};
+        cr_assert_eq(sq_model_new_random(&rp.config, 7, &r, &err), 0, "%s", err.msg);
+        cr_assert_eq(r->owned_bytes, (size_t)sq_weights_bytes(&rp.config));
+        char *m = tu_path(dir, tied ? "tied" : "untied");
+        write_weights(r, m);
+        cr_assert_eq(sq_model_load(m, &l, &err), 0, "%s", err.msg);
+        const int count = sq_arch_count(&rp.config);
+        for (int k = 0; k < count; k++) {
+            sq_arch_item it;
+            sq_arch_tensor_at(&rp.config, k, &it);
+            const float *a = *sq_arch_slot(&r->w, &it), *b = *sq_arch_slot(&l->w, &it);
+            cr_assert(a && b && memcmp(a, b, (size_t)it.numel * sizeof(float)) == 0, "%s",
+                      it.name);
+        }
+        /* and both compute the same logits */
+        sq_context_params cp = sq_context_default_params();
+        cp.max_context = 16;
+        cp.max_pending = 8;
+        cp.threads = 1;
+        sq_context *ca, *cb;
+        cr_assert_eq(sq_context_new(r, &cp, &ca, &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_context_new(l, &cp, &cb, &err), 0, "%s", err.msg);
+        int32_t tok[3] = {5, 60, 96}, pos[3] = {0, 1, 2};
+        uint8_t mask[9] = {1, 0, 0, 1, 1, 0, 1, 1, 1};
+        float la[3 * 97], lb[3 * 97];
+        cr_assert_eq(sq_context_forward(ca, tok, pos, mask, 3, la, &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_context_forward(cb, tok, pos, mask, 3, lb, &err), 0, "%s", err.msg);
+        cr_assert_eq(memcmp(la, lb, sizeof la), 0);
+        sq_context_free(ca);
+        sq_context_free(cb);
+        sq_model_free(r);
+        sq_model_free(l);
+    }
+    tu_rmtree(dir);
+}
+
+Test(model, config_records_the_architecture_from_its_table)
+{
+    cr_assert_eq(sq_arch_find("LlamaForCausalLM", 0), SQ_ARCH_LLAMA);
+    cr_assert_eq(sq_arch_find("llama", 1), SQ_ARCH_LLAMA);
+    cr_assert_eq(sq_arch_find("Qwen2ForCausalLM", 0), -1);
+    cr_assert_null(sq_arch_get(SQ_ARCH_COUNT));
+    cr_assert_str_eq(sq_arch_names(0), "LlamaForCausalLM");
+    const char *texts[] = {
+        "{\"architectures\": [\"Foo\", \"LlamaForCausalLM\"], \"hidden_size\": 64, "
+        "\"intermediate_size\": 96, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, "
+        "\"vocab_size\": 9}",
+        "{\"model_type\": \"llama\", \"hidden_size\": 64, \"intermediate_size\": 96, "
+        "\"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 9}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        cJSON *root;
+        sq_error err = {0};
+        cr_assert_eq(sq_json_parse("config.json", texts[i], strlen(texts[i]), &root, &err), 0);
+        sq_model_config c;
+        c.arch = 42;
+        cr_assert_eq(sq_model_config_parse("config.json", root, &c, &err), 0, "%s", err.msg);
+        cr_assert_eq(c.arch, SQ_ARCH_LLAMA);
+        cJSON_Delete(root);
+        cJSON *back = sq_model_config_to_json(&c);
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(back, "architectures");
+        cr_assert(cJSON_IsArray(a) && cJSON_IsString(a->child) &&
+                  strcmp(a->child->valuestring, "LlamaForCausalLM") == 0);
+        cJSON_Delete(back);
+    }
+}
+
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+Test(model, memory_estimate_is_what_a_cpu_context_and_a_batch_allocate)
+{
+    sq_random_model_params rp = sq_random_model_default_params();
+    sq_model *m;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_new_random(&rp.config, 3, &m, &err), 0, "%s", err.msg);
+    sq_context_params cp = sq_context_default_params();
+    cp.max_context = 2000;
+    cp.max_pending = 40;
+    cp.threads = 2;
+    sq_context *c0, *c1;
+    /* the first context acquires the shared thread pool; the second allocates only its own */
+    cr_assert_eq(sq_context_new(m, &cp, &c0, &err), 0, "%s", err.msg);
+    const double est = sq_cpu_context_bytes(&rp.config, 2000, 40, 2);
+    cr_assert_gt(est, 1 << 20);
+    size_t before = heap_in_use();
+    cr_assert_eq(sq_context_new(m, &cp, &c1, &err), 0, "%s", err.msg);
+    double got = (double)(heap_in_use() - before);
+    /* the buffers themselves, plus the two structs and the allocator's rounding */
+    cr_assert(got >= est && got <= est + 65536, "allocated %.0f bytes, estimated %.0f", got, est);
+
+    /* a batch of 2 x 30 rows: more rows than the first context's scratch holds */
+    enum { N = 30 };
+    int32_t tok[N], pos[N];
+    uint8_t mask[N * N];
+    for (int i = 0; i < N; i++) {
+        tok[i] = (i * 7) % 97;
+        pos[i] = i;
+        for (int j = 0; j < N; j++)
+            mask[i * N + j] = j <= i;
+    }
+    float *lg0 = malloc(sizeof(float) * N * 97), *lg1 = malloc(sizeof(float) * N * 97);
+    sq_batch_seq seqs[2] = {{c0, tok, pos, mask, N, lg0}, {c1, tok, pos, mask, N, lg1}};
+    before = heap_in_use();
+    cr_assert_eq(sq_context_forward_batch(seqs, 2, &err), 0, "%s", err.msg);
+    got = (double)(heap_in_use() - before);
+    const double bound = sq_cpu_batch_bytes(&rp.config, 2 * N);
+    cr_assert(got > 0 && got <= bound, "a batch allocated %.0f bytes, bound %.0f", got, bound);
+    /* the second sequence's logits equal its single forward's (its own context is fresh) */
+    sq_context *c2;
+    cr_assert_eq(sq_context_new(m, &cp, &c2, &err), 0, "%s", err.msg);
+    float *lg2 = malloc(sizeof(float) * N * 97);
+    cr_assert_eq(sq_context_forward(c2, tok, pos, mask, N, lg2, &err), 0, "%s", err.msg);
+    for (int i = 0; i < N * 97; i++)
+        cr_assert_float_eq(lg1[i], lg2[i], 1e-4f, "logit %d", i);
+    free(lg0);
+    free(lg1);
+    free(lg2);
+    sq_context_free(c0);
+    sq_context_free(c1);
+    sq_context_free(c2);
+    sq_model_free(m);
+}
+
+Test(model, memory_check_refuses_past_80_percent_with_the_callers_words)
+{
+    sq_error err = {0};
+    cr_assert_eq(sq_memory_check(1.0, &err, "do less", "a job needs %d bytes", 1), SQ_OK);
+    cr_assert_eq(sq_memory_check(1e30, &err, "do less", "a job needs %.0f GiB", 1e21), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "a job needs 1000000000000000000000 GiB, more than 80% of this "
+                              "machine's ") && strstr(err.msg, " GiB; do less"), "%s", err.msg);
+    sq_random_model_params rp = sq_random_model_default_params();
+    cr_assert_eq(sq_weights_bytes(&rp.config), 4.0 * (double)llama_params(&rp.config));
+    /* random weights past the machine: refused with the figure, before allocating */
+    rp.config.n_layers = SQ_MODEL_MAX_LAYERS;
+    rp.config.dim = 8192;
+    rp.config.hidden_dim = 1 << 16;
+    sq_model *m = NULL;
+    err = (sq_error){0};
+    cr_assert_eq(sq_model_new_random(&rp.config, 1, &m, &err), SQ_EUSAGE);
+    cr_assert_null(m);
+    cr_assert(strstr(err.msg, "random weights of this shape need") && strstr(err.msg, "80%"),
+              "%s", err.msg);
 }

@@ -26,10 +26,10 @@ static inline void sq_test_sharpen(sq_model *m)
     const size_t kv = (size_t)c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         const sq_layer_weights *w = &m->w.layers[l];
-        sq_test_scale(w->wq, q * dim, 16.0f);
-        sq_test_scale(w->wk, kv * dim, 16.0f);
-        sq_test_scale(w->wv, kv * dim, 8.0f);
-        sq_test_scale(w->wo, dim * q, 8.0f);
+        sq_test_scale(w->t[SQ_L_WQ], q * dim, 16.0f);
+        sq_test_scale(w->t[SQ_L_WK], kv * dim, 16.0f);
+        sq_test_scale(w->t[SQ_L_WV], kv * dim, 8.0f);
+        sq_test_scale(w->t[SQ_L_WO], dim * q, 8.0f);
     }
 }
 
