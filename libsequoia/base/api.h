@@ -5,7 +5,11 @@
  * sq_... (or SQ_...), and nothing internal (the tools' plumbing, the corpus reader's sqc_*
  * helpers) reaches another program. The tools link the same code statically, where visibility
  * changes nothing. Every public header wraps its declarations in SQ_BEGIN_DECLS/SQ_END_DECLS,
- * so that a C++ program sees them with C linkage. Header-only, including nothing. */
+ * so that a C++ program sees them with C linkage. Header-only, including nothing.
+ *
+ * SQ_API is the same when the library is built and when a program includes the header: in a
+ * program it only restates that the symbol has default visibility, which is right even when
+ * the program itself builds with -fvisibility=hidden. Other compilers get nothing. */
 #ifndef SQ_BASE_API_H
 #define SQ_BASE_API_H
 
