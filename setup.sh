@@ -6,7 +6,7 @@
 set -eu
 cd "$(dirname "$0")"
 
-PACKAGES="meson ninja-build pkg-config gcc libc6-dev
+PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev
 libgsl-dev libcjson-dev libhdf5-dev libdeflate-dev libcriterion-dev
 python3 python3-numpy python3-h5py
 libopenblas-dev

@@ -23,9 +23,12 @@
 
 #include <stdint.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/format/curve.h"
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/tree.h"
+
+SQ_BEGIN_DECLS
 
 /* Documented limits (docs/planning.md, "Speed"). A request past them is refused at once
  * (SQ_EUSAGE), naming the limit. The cells bound the back-pointers: 4 bytes each, at most
@@ -51,39 +54,53 @@ typedef struct sq_dp_params {
 } sq_dp_params;
 
 /* budget 128, depth 10, width 0 (the curve's), the embedded default curve. */
+SQ_API
 sq_dp_params sq_dp_default_params(void);
 
 typedef struct sq_dp sq_dp;
 
 /* Checks the parameters against the limits without solving. */
+SQ_API
 int sq_dp_check(const sq_dp_params *params, sq_error *err);
 
+SQ_API
 int sq_dp_solve(const sq_dp_params *params, sq_dp **out, sq_error *err);
+SQ_API
 void sq_dp_free(sq_dp *dp);
 
 /* The depth from which every deeper column of the table equals it (values and trees), or 0
  * when the table changes up to the depth bound (depth-independent part of the solve). */
+SQ_API
 int sq_dp_saturation(const sq_dp *dp);
 
 /* Effective bounds after clamping. */
+SQ_API
 int sq_dp_budget(const sq_dp *dp);
+SQ_API
 int sq_dp_depth(const sq_dp *dp);
+SQ_API
 int sq_dp_width(const sq_dp *dp);
 /* The curve it was solved with. */
+SQ_API
 const sq_curve *sq_dp_curve(const sq_dp *dp);
 
 /* Best[n][d]: the best expected tokens per step of a tree of size n and depth <= d, or
  * -INFINITY when no such tree exists (n = 0, d = 0, or too many nodes for the width). d beyond
  * the effective depth is clamped to it. */
+SQ_API
 double sq_dp_best(const sq_dp *dp, int n, int d);
 
 /* The smallest size n <= budget whose Best[n][d] is the largest at depth bound d: the budget
  * is an upper bound, and this is the budget itself unless the depth and width bounds cannot
  * hold that many nodes. 1 when no larger tree does better. */
+SQ_API
 int sq_dp_best_size(const sq_dp *dp, int d);
 
 /* The optimal tree of size n and depth <= d (the one the tie-breaking rule picks).
  * Not thread-safe on one sq_dp (a depth-dependent solve may re-run a pass). */
+SQ_API
 int sq_dp_tree(sq_dp *dp, int n, int d, sq_tree **out, sq_error *err);
+
+SQ_END_DECLS
 
 #endif

@@ -34,12 +34,15 @@
 #ifndef SQ_PLANNER_ENGINE_H
 #define SQ_PLANNER_ENGINE_H
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/format/curve.h"
 #include "libsequoia/base/error.h"
 #include "planner/dp.h"
 #include "planner/export.h"
 #include "planner/hardware.h"
 #include "libsequoia/format/tree.h"
+
+SQ_BEGIN_DECLS
 
 #define SQ_UNIFORM_MAX_CELLS (1LL << 24)   /* D N^2 memo entries (8 bytes each) */
 
@@ -60,6 +63,7 @@ typedef struct sq_engine_plan_params {
 } sq_engine_plan_params;
 
 /* vllm, budget 128, depth 10, width 0, default non-leaf limit, the embedded default curve. */
+SQ_API
 sq_engine_plan_params sq_engine_plan_default_params(void);
 
 typedef struct sq_engine_plan_result {
@@ -113,31 +117,40 @@ typedef struct sq_engine_info {
 } sq_engine_info;
 
 /* The row of `e`; NULL for SQ_ENGINE_NONE and anything out of range. */
+SQ_API
 const sq_engine_info *sq_engine_info_of(sq_engine e);
 
 /* The size rule (limits.no_32k_plus_1: TensorRT-LLM's mask packing, docs/engines.md): 1 when a
  * tree of n nodes (root included) is allowed. The check and the planner both ask it. */
+SQ_API
 int sq_engine_size_ok(const sq_engine_limits *lim, int n);
 
 /* Errors: SQ_EUSAGE for bounds the engine cannot take (EAGLE-1 below 3 levels or 3 nodes,
  * an envelope with a budget of 1), or past the DP's limits. */
+SQ_API
 int sq_engine_plan(const sq_engine_plan_params *params, sq_engine_plan_result *out,
                    sq_error *err);
 
 /* EAGLE-1's repair alone (the tree the eagle plan starts from; for tests): cuts `t` at the
  * cheapest split of each level and refills up to `budget` nodes of depth <= D, width <= W. */
+SQ_API
 int sq_eagle_repair(const sq_tree *t, const sq_curve *c, int budget, int D, int W,
                     sq_tree **out, sq_error *err);
 
 /* The level-uniform search alone. k[0..*levels-1] get k_1..k_L (k must hold depth - 1
  * entries); *F the expected tokens. Errors: SQ_EUSAGE past SQ_UNIFORM_MAX_CELLS. */
+SQ_API
 int sq_uniform_search(const sq_curve *c, int budget, int depth, int width, int *k, int *levels,
                       double *F, sq_error *err);
 
 /* The k_1 x k_2 x ... tree. */
+SQ_API
 sq_tree *sq_uniform_tree(const int *k, int levels);
 
 /* Size of the k_1 x ... tree, root included (saturates at INT_MAX). */
+SQ_API
 long long sq_uniform_size(const int *k, int levels);
+
+SQ_END_DECLS
 
 #endif

@@ -34,9 +34,12 @@
 
 #include <stdio.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/tree.h"
+
+SQ_BEGIN_DECLS
 
 typedef enum sq_export_format {
     SQ_EXPORT_TRTLLM,
@@ -52,9 +55,12 @@ typedef enum sq_export_format {
 } sq_export_format;
 
 /* "trtllm", "medusa", ... ; returns -1 for an unknown name. */
+SQ_API
 int sq_export_format_parse(const char *name);
+SQ_API
 const char *sq_export_format_name(sq_export_format f);
 /* "trtllm, medusa, eagle, vllm, growmap, dot, svg, sglang, trtllm-dynamic" */
+SQ_API
 const char *sq_export_format_list(void);
 
 typedef enum sq_engine {
@@ -69,17 +75,22 @@ typedef enum sq_engine {
 } sq_engine;
 
 /* "vllm", "trtllm", "medusa", "eagle", "sglang", "trtllm-dynamic"; -1 for an unknown name. */
+SQ_API
 int sq_engine_parse(const char *name);
+SQ_API
 const char *sq_engine_name(sq_engine e);
 
 /* "vllm, trtllm, medusa, eagle, sglang, trtllm-dynamic" */
+SQ_API
 const char *sq_engine_list(void);
 
 /* 1 for the envelope engines (sglang, trtllm-dynamic). */
+SQ_API
 int sq_engine_is_envelope(sq_engine e);
 
 /* The engine whose limits an export format must satisfy (SQ_ENGINE_NONE for growmap, dot,
  * svg). */
+SQ_API
 sq_engine sq_export_engine(sq_export_format f);
 
 /* An export writer: the export of `plan` to fp, the engine's limits already checked; `file`
@@ -96,9 +107,11 @@ typedef struct sq_export_format_info {
 } sq_export_format_info;
 
 /* The row of `f`; NULL out of range. */
+SQ_API
 const sq_export_format_info *sq_export_format_info_of(sq_export_format f);
 
 /* The writer of `f`: its own, or its engine's. */
+SQ_API
 sq_export_writer sq_export_writer_of(sq_export_format f);
 
 #define SQ_TRTLLM_MAX_PATH 8        /* speculated tokens on one path (tree depth 9 with the root) */
@@ -118,12 +131,14 @@ typedef struct sq_engine_limits {
 } sq_engine_limits;
 
 /* The limits of `e`; max_non_leaves only applies to TensorRT-LLM (0 = the default 10). */
+SQ_API
 sq_engine_limits sq_engine_limits_of(sq_engine e, int max_non_leaves);
 
 /* EAGLE-1's rule: for every level, the non-leaves that have a non-leaf child come before
  * (in rank-path order) every non-leaf without one. Returns 1 when it holds; otherwise 0, and
  * *bad_early / *bad_late (when not NULL) get a non-leaf without a non-leaf child and a later
  * one with one, on the first level where it fails. */
+SQ_API
 int sq_eagle_deep_first(const sq_tree *t, int *bad_early, int *bad_late);
 
 /* The envelope engines' flags: SGLang --speculative-num-steps / --speculative-eagle-topk /
@@ -138,20 +153,24 @@ typedef struct sq_envelope {
 } sq_envelope;
 
 /* Errors: SQ_EDATA for a root-only tree (no draft step). */
+SQ_API
 int sq_envelope_of(const sq_tree *t, sq_engine e, sq_envelope *out, const char *file,
                    sq_error *err);
 
 /* What engine e needs alongside the export of t (max_draft_len, num_speculative_tokens, ...),
  * one line into buf. t must pass sq_engine_check. */
+SQ_API
 void sq_engine_requirements(const sq_tree *t, sq_engine e, int max_non_leaves, char *buf,
                             size_t cap);
 
 /* The summary's verdict block: one line per engine (ok with what to pass, or refused with
  * the reason), as docs/engines.md's table. */
+SQ_API
 void sq_engine_print_status(FILE *fp, const sq_tree *t, int max_non_leaves);
 
 /* Checks `t` against the limits of `e`. On a violation returns SQ_EDATA with a message
  * "FILE: ENGINE: problem" naming the node (as a rank path) or the level. */
+SQ_API
 int sq_engine_check(const sq_tree *t, sq_engine e, int max_non_leaves, const char *file,
                     sq_error *err);
 
@@ -160,19 +179,25 @@ typedef struct sq_export_params {
     int check_limits;    /* 1 (default): refuse a plan that the engine cannot take   */
 } sq_export_params;
 
+SQ_API
 sq_export_params sq_export_default_params(void);
 
 /* Writes the export of `plan` to fp. `file` names the plan in messages. Errors: SQ_EDATA (an
  * engine limit), SQ_ESOFTWARE (out of memory). Nothing is written when a check fails. */
+SQ_API
 int sq_export_write(FILE *fp, const sq_plan *plan, sq_export_format f,
                     const sq_export_params *params, const char *file, sq_error *err);
 
 /* The same into a malloc'd NUL-terminated string (*len bytes). */
+SQ_API
 int sq_export_to_string(const sq_plan *plan, sq_export_format f, const sq_export_params *params,
                         const char *file, char **out, size_t *len, sq_error *err);
 
 /* Writes the 0-based rank path of node v ("[0, 2, 1]" or "(0, 2, 1)" / "(0,)" when
  * `tuple`) to fp. SQ_ESOFTWARE if a path deeper than 64 levels finds no memory. */
+SQ_API
 int sq_export_rank_path(FILE *fp, const sq_tree *t, int v, int tuple, sq_error *err);
+
+SQ_END_DECLS
 
 #endif

@@ -21,8 +21,11 @@
 
 #include <cjson/cJSON.h>
 
+#include "libsequoia/base/api.h"
 #include "planner/dp.h"
 #include "libsequoia/format/profile.h"
+
+SQ_BEGIN_DECLS
 
 typedef struct sq_hw_params {
     const sq_profile *target;     /* required                                              */
@@ -35,6 +38,7 @@ typedef struct sq_hw_params {
     const char       *draft_file;
 } sq_hw_params;
 
+SQ_API
 sq_hw_params sq_hw_default_params(void);
 
 typedef struct sq_hw_result {
@@ -50,18 +54,25 @@ typedef struct sq_hw_result {
 
 /* Evaluates every candidate. Errors: SQ_EUSAGE when a needed time is outside a profile's
  * range and extrapolation is off, or when no candidate exists. */
+SQ_API
 int sq_hw_select(sq_dp *dp, const sq_hw_params *params, sq_hw_result **out, sq_error *err);
+SQ_API
 void sq_hw_result_free(sq_hw_result *r);
 
 /* Cost of one step of tree t under the model (F = expected tokens of t). */
+SQ_API
 int sq_hw_step_ms(const sq_hw_params *params, const sq_tree *t, double F, double *ms,
                   sq_error *err);
 
 /* The plan's "hardware" section. File names may be NULL. */
+SQ_API
 cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *params, const char *target_file,
                      const char *draft_file);
 
 /* A compact table of predicted speedup by size (rows) and depth bound (columns). */
+SQ_API
 void sq_hw_print_table(FILE *fp, const sq_hw_result *r);
+
+SQ_END_DECLS
 
 #endif

@@ -16,10 +16,13 @@
 #ifndef SQ_PLANNER_IMPORT_H
 #define SQ_PLANNER_IMPORT_H
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/format/curve.h"
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/tree.h"
+
+SQ_BEGIN_DECLS
 
 #define SQ_IMPORT_MAX_NODES 16384   /* engine trees hold at most a few hundred nodes */
 #define SQ_IMPORT_MAX_BYTES (64u << 20)
@@ -30,19 +33,26 @@ typedef enum sq_import_format {
 } sq_import_format;
 
 /* "choices" or "growmap"; -1 otherwise. */
+SQ_API
 int sq_import_format_parse(const char *name);
 
 /* Parses a choices text. `file` names it in messages ("file: line L, column C: problem"). */
+SQ_API
 int sq_import_choices_text(const char *text, const char *file, sq_tree **out, sq_error *err);
 
 /* Checks a parsed growmap object. */
+SQ_API
 int sq_import_growmap_json(const cJSON *root, const char *file, sq_tree **out, sq_error *err);
 
 /* Reads FILE in the given format. */
+SQ_API
 int sq_import_tree(const char *file, sq_import_format fmt, sq_tree **out, sq_error *err);
 
 /* sq_import_tree + sq_plan_new under `curve` (budget and depth bounds unknown: 0). */
+SQ_API
 int sq_import_plan(const char *file, sq_import_format fmt, const sq_curve *curve, sq_plan **out,
                    sq_error *err);
+
+SQ_END_DECLS
 
 #endif

@@ -27,9 +27,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/profile.h"
 #include "planner/dp.h"
+
+SQ_BEGIN_DECLS
 
 #define SQ_LADDER_FORMAT "sequoia-ladder"
 #define SQ_LADDER_VERSION 1
@@ -38,7 +41,9 @@
 typedef enum sq_objective { SQ_OBJECTIVE_LATENCY = 0, SQ_OBJECTIVE_THROUGHPUT } sq_objective;
 
 /* "latency" or "throughput"; -1 on anything else. */
+SQ_API
 int sq_objective_parse(const char *s);
+SQ_API
 const char *sq_objective_name(sq_objective o);
 
 typedef struct sq_ladder_params {
@@ -83,13 +88,17 @@ typedef struct sq_ladder {
  * target profile has a single batch size (not a batch profile); a batch size of the target is
  * missing from the draft profile; a needed time is outside a profile's range and
  * extrapolation is off. */
+SQ_API
 int sq_ladder_solve(sq_dp *dp, const sq_curve *curve, const sq_ladder_params *params,
                     sq_ladder **out, sq_error *err);
+SQ_API
 void sq_ladder_free(sq_ladder *l);
 
 /* The ladder file (format sequoia-ladder, version 1): objective, bounds, crossover, and per
  * rung the batch size, the predictions of the best tree, chain and k×L, and the plan. */
+SQ_API
 cJSON *sq_ladder_to_json(const sq_ladder *l, const sq_ladder_params *params);
+SQ_API
 int sq_ladder_save(const char *file, const sq_ladder *l, const sq_ladder_params *params,
                    sq_error *err);
 
@@ -99,13 +108,18 @@ int sq_ladder_save(const char *file, const sq_ladder *l, const sq_ladder_params 
  *   envelopes        per batch size, the smallest SGLang and TensorRT-LLM dynamic-tree flags
  *                    holding the rung's best tree (speculation off where it does not pay)
  * Written as JSON to fp. */
+SQ_API
 int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error *err);
 
 /* A picture: predicted speedup against batch size for the optimal tree, the best chain and
  * the best k×L, the break-even line and the crossover marked (standalone SVG). */
+SQ_API
 int sq_ladder_svg_write(FILE *fp, const sq_ladder *l, sq_error *err);
 
 /* Human summary, one line per rung plus the crossover sentence. */
+SQ_API
 void sq_ladder_print(FILE *fp, const sq_ladder *l);
+
+SQ_END_DECLS
 
 #endif

@@ -13,25 +13,36 @@
 
 #include <stdio.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/format/curve.h"
 #include "planner/dp.h"
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/plan.h"
 
+SQ_BEGIN_DECLS
+
 #define SQ_SVG_LABEL_MAX 256     /* nodes up to which every node carries text labels */
 #define SQ_SVG_MAX_RANKS 64      /* ranks drawn per curve                              */
 
 /* The picture of a plan's tree. */
+SQ_API
 int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err);
+SQ_API
 int sq_svg_plan(const sq_plan *plan, const char *path, sq_error *err);
 
 /* Acceptance curves of a set, overlaid. */
+SQ_API
 int sq_svg_curves_write(FILE *fp, const sq_curve_set *set, sq_error *err);
+SQ_API
 int sq_svg_curves(const sq_curve_set *set, const char *path, sq_error *err);
 
 /* Best[n][d] against n for up to 6 depth bounds d (spread over 2..D, always including D), the
  * longest chain and the best k x L tree at depth D, from a solved DP. */
+SQ_API
 int sq_svg_table_write(FILE *fp, const sq_dp *dp, const sq_curve *curve, sq_error *err);
+SQ_API
 int sq_svg_table(const sq_dp *dp, const sq_curve *curve, const char *path, sq_error *err);
+
+SQ_END_DECLS
 
 #endif

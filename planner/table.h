@@ -8,12 +8,19 @@
 
 #include <cjson/cJSON.h>
 
+#include "libsequoia/base/api.h"
 #include "planner/dp.h"
+
+SQ_BEGIN_DECLS
 
 #define SQ_TABLE_FORMAT "sequoia-table"
 #define SQ_TABLE_VERSION 1
 
+SQ_API
 cJSON *sq_table_to_json(const sq_dp *dp, const sq_curve *curve);
+SQ_API
 int sq_table_save(const char *file, const sq_dp *dp, const sq_curve *curve, sq_error *err);
+
+SQ_END_DECLS
 
 #endif

@@ -15,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "libsequoia/base/api.h"
+
+SQ_BEGIN_DECLS
+
 enum sq_status {
     SQ_OK        = 0,
     SQ_EFAIL     = 1,   /* a check the user asked for failed (e.g. a regression in --compare)  */
@@ -45,13 +49,16 @@ typedef struct sq_error {
 /* Records the first failure in err (later ones are ignored) and returns status, so that
  * callers can write `return sq_error_set(err, SQ_EDATA, "%s: p: empty", path);`.
  * err may be NULL. */
+SQ_API
 int sq_error_set(sq_error *err, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* The same, for an allocation failure. */
+SQ_API
 int sq_error_oom(sq_error *err, const char *what);
 
 /* Human-readable name of a status, for --help and the README's exit-code table. */
+SQ_API
 const char *sq_status_name(int status);
 
 #define SQ_ASSERT(cond)                                                                  \
@@ -62,5 +69,7 @@ const char *sq_status_name(int status);
             abort();                                                                     \
         }                                                                                \
     } while (0)
+
+SQ_END_DECLS
 
 #endif

@@ -11,7 +11,10 @@
 
 #include <stdint.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/base/error.h"
+
+SQ_BEGIN_DECLS
 
 #define SQ_CORPUS_FORMAT "sequoia-corpus"
 #define SQ_CORPUS_VERSION 1
@@ -39,23 +42,29 @@ typedef struct sq_corpus sq_corpus;
 /* Opens and checks a corpus: attributes, dataset presence, shapes, dtypes, that draft and
  * target agree on N and V and that V matches vocab_size, seq_offsets monotone from 0 to N.
  * Errors name the file and the dataset (SQ_ENOINPUT, SQ_EDATA). */
+SQ_API
 int sq_corpus_open(const char *path, sq_corpus **out, sq_error *err);
+SQ_API
 void sq_corpus_close(sq_corpus *c);
 
+SQ_API
 const sq_corpus_info *sq_corpus_get_info(const sq_corpus *c);
 
 /* A good block size for sq_corpus_read: the two float32 blocks (target and draft, count x V
  * each) near 8 MiB, rounded down to whole chunks of the target's logits when a chunk fits;
  * between 1 and rows. */
+SQ_API
 int sq_corpus_block_rows(const sq_corpus *c);
 
 /* Sequence boundaries: (sequences + 1) offsets, first 0, last rows. */
+SQ_API
 const int64_t *sq_corpus_seq_offsets(const sq_corpus *c);
 
 /* Reads rows [row0, row0 + count) as float32 logits into target and draft (count, V) buffers;
  * sparse corpora are expanded with -INFINITY outside the top-K. tokens may be NULL (or is
  * filled with -1 when the corpus has none). NaN or infinite logits are an error naming the
  * dataset and the first bad row. */
+SQ_API
 int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *draft,
                    int32_t *tokens, sq_error *err);
 
@@ -94,26 +103,34 @@ typedef struct sq_corpus_raw {
     int64_t chunk;
 } sq_corpus_raw;
 
+SQ_API
 int sq_corpus_raw_rows(const sq_corpus *c);
 /* Whether chunks are mapped (1) or fetched with H5Dread_chunk (0). sq_corpus_set_mapped(c, 0)
  * turns mapping off (tests compare both paths); turning it on again only works where the file
  * allows it. Both change sq_corpus_raw_rows (contiguous datasets need the mapping). */
+SQ_API
 int sq_corpus_mapped(const sq_corpus *c);
+SQ_API
 void sq_corpus_set_mapped(sq_corpus *c, int on);
 /* direct (may be NULL): room for the chunk's rows (chunk rows x V floats); an unfiltered
  * float32 chunk that is not mapped is read straight there (raw->rows = direct). */
+SQ_API
 int sq_corpus_read_raw(sq_corpus *c, int model, int64_t chunk, float *direct, sq_corpus_raw *raw,
                        sq_error *err);
 /* out: where the rows go unless raw->rows is set (then out is not touched). work, *work_cap:
  * the caller's scratch (malloc'd and grown here; one per thread). */
+SQ_API
 int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *raw, float *out,
                          unsigned char **work, size_t *work_cap, sq_error *err);
 /* Unmaps and frees; raw is all zero afterwards. */
+SQ_API
 void sq_corpus_raw_clear(sq_corpus_raw *raw);
 
 /* IEEE 754 binary16 conversions used for float16 corpora (exact widening; narrowing rounds to
  * nearest, ties to even, and gives infinity past 65504). */
+SQ_API
 float sq_half_to_float(uint16_t h);
+SQ_API
 uint16_t sq_float_to_half(float f);
 
 /* ---- writer (runtime dumps, tests) ---------------------------------------------------------- */
@@ -128,26 +145,32 @@ typedef struct sq_corpus_writer_params {
     const char *target;
 } sq_corpus_writer_params;
 
+SQ_API
 sq_corpus_writer_params sq_corpus_writer_default_params(void);
 
 typedef struct sq_corpus_writer sq_corpus_writer;
 
 /* Starts writing `path` atomically (a temporary file renamed at commit). */
+SQ_API
 int sq_corpus_writer_open(const char *path, const sq_corpus_writer_params *params,
                           sq_corpus_writer **out, sq_error *err);
 
 /* Appends `rows` positions of the current sequence: target/draft logits (rows, V); tokens
  * (rows) may be NULL. */
+SQ_API
 int sq_corpus_writer_append(sq_corpus_writer *w, const float *target, const float *draft,
                             const int32_t *tokens, int rows, sq_error *err);
 
 /* Closes the current sequence (records a boundary in /seq_offsets). */
+SQ_API
 int sq_corpus_writer_end_sequence(sq_corpus_writer *w, sq_error *err);
 
 /* Finishes the file and renames it into place; frees w. */
+SQ_API
 int sq_corpus_writer_commit(sq_corpus_writer *w, sq_error *err);
 
 /* Drops the temporary file; frees w. NULL is allowed. */
+SQ_API
 void sq_corpus_writer_abort(sq_corpus_writer *w);
 
 /* Resumable writing (sequoia-run dump --resume). The file is written under `partial`
@@ -162,10 +185,14 @@ void sq_corpus_writer_abort(sq_corpus_writer *w);
  * corpus an uninterrupted run writes. Errors: SQ_EDATA (a partial file of other inputs, or
  * damaged: the message says to delete it), SQ_ECANTCREAT, SQ_EIO. */
 #define SQ_CORPUS_MAX_FINGERPRINT 4000
+SQ_API
 int sq_corpus_writer_open_resumable(const char *path, const char *partial,
                                     const sq_corpus_writer_params *params, const char *fingerprint,
                                     int64_t *rows_done, sq_corpus_writer **out, sq_error *err);
 /* Makes every row appended so far durable in the partial file (no-op for other writers). */
+SQ_API
 int sq_corpus_writer_checkpoint(sq_corpus_writer *w, sq_error *err);
+
+SQ_END_DECLS
 
 #endif

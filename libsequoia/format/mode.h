@@ -21,6 +21,12 @@
 
 #include <string.h>
 
+/* C linkage for C++ programs (as SQ_BEGIN_DECLS of libsequoia/base/api.h does; this header
+ * includes nothing of ours). */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum sq_mode {
     SQ_MODE_STOCHASTIC = 0,
     SQ_MODE_SPECINFER  = 1,
@@ -43,11 +49,12 @@ typedef struct sq_mode_info {
 /* The table's row of a mode (NULL for a value outside the enum). */
 static inline const sq_mode_info *sq_mode_get(sq_mode mode)
 {
+    /* in enum order, without designators, which C++ lacks (the header is public) */
     static const sq_mode_info table[SQ_MODE_COUNT] = {
-        [SQ_MODE_STOCHASTIC] = {"stochastic", "sampled-without-replacement", 1, 1},
-        [SQ_MODE_SPECINFER]  = {"specinfer", "sampled-with-replacement", 1, 1},
-        [SQ_MODE_GREEDY]     = {"greedy", "draft-topk", 0, 0},
-        [SQ_MODE_TOPK]       = {"topk", "draft-topk", 0, 1},
+        {"stochastic", "sampled-without-replacement", 1, 1},   /* SQ_MODE_STOCHASTIC */
+        {"specinfer", "sampled-with-replacement", 1, 1},       /* SQ_MODE_SPECINFER  */
+        {"greedy", "draft-topk", 0, 0},                        /* SQ_MODE_GREEDY     */
+        {"topk", "draft-topk", 0, 1},                          /* SQ_MODE_TOPK       */
     };
     return (unsigned)mode < SQ_MODE_COUNT ? &table[mode] : NULL;
 }
@@ -99,5 +106,9 @@ static inline double sq_mode_target_temperature(sq_mode mode, double temperature
     const sq_mode_info *i = sq_mode_get(mode);
     return i && i->sampled_target ? temperature : 0.0;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

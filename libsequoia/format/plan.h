@@ -7,9 +7,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/format/curve.h"
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/tree.h"
+
+SQ_BEGIN_DECLS
 
 #define SQ_PLAN_FORMAT "sequoia-plan"
 #define SQ_PLAN_VERSION 1
@@ -29,18 +32,26 @@ typedef struct sq_plan {
 
 /* Builds a plan around `tree` (ownership passes to the plan, also on failure) scored with a
  * copy of `curve`. */
+SQ_API
 int sq_plan_new(sq_tree *tree, const sq_curve *curve, int budget, int depth_limit, int width,
                 sq_plan **out, sq_error *err);
+SQ_API
 void sq_plan_free(sq_plan *plan);
 
+SQ_API
 cJSON *sq_plan_to_json(const sq_plan *plan); /* NULL if out of memory */
+SQ_API
 int sq_plan_save(const char *file, const sq_plan *plan, sq_error *err);
 
 /* Reads and validates a plan: format and version, node arrays, breadth-first order, contiguous
  * ranks, parents before children, depth and size fields, the acceptance curve, and
  * expected_tokens recomputed from the nodes within SQ_PLAN_F_TOL. Errors are SQ_EDATA and name
  * the file and the field. */
+SQ_API
 int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_error *err);
+SQ_API
 int sq_plan_load(const char *file, sq_plan **out, sq_error *err);
+
+SQ_END_DECLS
 
 #endif

@@ -21,7 +21,10 @@
 
 #include <cjson/cJSON.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/base/error.h"
+
+SQ_BEGIN_DECLS
 
 #define SQ_PROFILE_FORMAT "sequoia-profile"
 #define SQ_PROFILE_VERSION 2          /* the newest version read and written */
@@ -57,42 +60,57 @@ typedef enum sq_extrapolate {
 } sq_extrapolate;
 
 /* Parses "none", "linear" or "constant"; -1 on anything else. */
+SQ_API
 int sq_extrapolate_parse(const char *s);
 
+SQ_API
 void sq_profile_free(sq_profile *p);
 
 /* Checks the points: at least one, tokens >= 1 and strictly increasing, times finite and
  * positive, p10 <= median <= p90 when given. `file` names the source in messages. */
+SQ_API
 int sq_profile_validate(const sq_profile *p, const char *file, sq_error *err);
 
+SQ_API
 int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, sq_error *err);
+SQ_API
 int sq_profile_load(const char *file, sq_profile **out, sq_error *err);
+SQ_API
 cJSON *sq_profile_to_json(const sq_profile *p); /* NULL if out of memory */
+SQ_API
 int sq_profile_save(const char *file, const sq_profile *p, sq_error *err);
 
 /* Reads an engine's measurements: a CSV file whose header names the columns `tokens` and `ms`
  * (also accepted: `tokens,median_ms`, `tokens,seconds` or `tokens,s`, `tokens,us`); other
  * columns are refused. Repeated token counts are combined into their median. */
+SQ_API
 int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, sq_error *err);
 
 /* Forward time for x new tokens (x may be fractional, e.g. the mean accepted length), at the
  * profile's smallest batch size (batch 1 for every version 1 profile).
  * Errors: SQ_EUSAGE when x is outside the measured range and mode is NONE (the message names
  * the range and the --extrapolate option; err->cause is SQ_CAUSE_OUT_OF_RANGE). */
+SQ_API
 int sq_profile_ms(const sq_profile *p, double x, sq_extrapolate mode, double *ms, sq_error *err);
 
 /* The same at batch size `batch`: SQ_EUSAGE when the profile has no point of that batch. */
+SQ_API
 int sq_profile_ms_batch(const sq_profile *p, int batch, double x, sq_extrapolate mode, double *ms,
                         sq_error *err);
 
 /* The distinct batch sizes, ascending, into out[0 .. cap); returns how many there are. */
+SQ_API
 int sq_profile_batches(const sq_profile *p, int *out, int cap);
 
 /* A copy holding only the points of one batch size (NULL-free strings and model copied).
  * SQ_EUSAGE when there are none. */
+SQ_API
 int sq_profile_slice(const sq_profile *p, int batch, sq_profile **out, sq_error *err);
 
 /* The largest relative spread (p90 - p10) / median over the points, and the point with it. */
+SQ_API
 double sq_profile_max_spread(const sq_profile *p, int *at);
+
+SQ_END_DECLS
 
 #endif

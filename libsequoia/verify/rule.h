@@ -20,25 +20,32 @@
 
 #include <stdint.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/format/mode.h"
 #include "libsequoia/base/error.h"
+
+SQ_BEGIN_DECLS
 
 /* probs(V) = the rule's distribution for these logits at temperature T >= 0 and nucleus mass
  * top_p in (0, 1] (top_p >= 1 keeps every token). scratch: V doubles, used when top_p < 1 (may be
  * NULL otherwise). Returns the number of tokens of non-zero probability. */
+SQ_API
 int sq_probs_from_logits(const float *logits, int V, double temperature, double top_p,
                          double *probs, double *scratch);
 
 /* exp(x) for x <= 0 as the softmax of sq_probs_from_logits computes it (within 2 ulp of the
  * correctly rounded value; the same bits whether the row is processed four values at a time or
  * one). */
+SQ_API
 double sq_exp_nonpos(double x);
 
 /* Index of the largest usable logit (not NaN, not -inf), lowest index on ties; 0 when none is
  * usable. */
+SQ_API
 int sq_argmax_f(const float *x, int n);
 
 /* Index of the largest value (lowest index on ties). */
+SQ_API
 int sq_argmax_d(const double *x, int n);
 
 /* (value, index) scratch of the top-k selections. */
@@ -49,15 +56,20 @@ typedef struct sq_ranked {
 
 /* The k largest values' indices, largest first, lower index first on ties (0 <= k <= n).
  * heap: k entries. */
+SQ_API
 void sq_topk_keys(const double *x, int n, int k, int32_t *out, sq_ranked *heap);
 
 /* As sq_topk_keys, with its own scratch (SQ_ESOFTWARE when out of memory). */
+SQ_API
 int sq_topk_d(const double *x, int n, int k, int32_t *out, sq_error *err);
 
 /* The draft's k best tokens by logit (the candidates of greedy and top-k), best first: the
  * order of sq_k_rank_key, lower id first on ties (0 <= k <= V). keys: V doubles, heap: k
  * entries. */
+SQ_API
 void sq_draft_topk(const float *logits, int V, int k, int32_t *out, double *keys,
                    sq_ranked *heap);
+
+SQ_END_DECLS
 
 #endif

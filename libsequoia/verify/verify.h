@@ -26,23 +26,32 @@
 
 #include <stdint.h>
 
+#include "libsequoia/base/api.h"
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/mode.h"
 #include "libsequoia/verify/rule.h"
 
+SQ_BEGIN_DECLS
+
 typedef struct sq_verifier sq_verifier;
 
 /* A verifier for vocabularies of `vocab` tokens; NULL when out of memory. */
+SQ_API
 sq_verifier *sq_verifier_new(int vocab, sq_mode mode, uint64_t seed);
+SQ_API
 void sq_verifier_free(sq_verifier *v);
 
+SQ_API
 sq_mode sq_verifier_mode(const sq_verifier *v);
+SQ_API
 int sq_verifier_vocab(const sq_verifier *v);
 
 /* Reseeds the generator. */
+SQ_API
 void sq_verifier_seed(sq_verifier *v, uint64_t seed);
 
 /* sq_probs_from_logits with the verifier's scratch. */
+SQ_API
 void sq_verifier_probs(sq_verifier *v, const float *logits, double temperature, double top_p,
                        double *probs);
 
@@ -51,16 +60,21 @@ void sq_verifier_probs(sq_verifier *v, const float *logits, double temperature, 
  * top-k modes, whose order must not depend on the temperature). Stochastic: k distinct tokens
  * drawn without replacement (tokens outside Q's support come last, in id order, when k exceeds
  * it). SpecInfer: k i.i.d. draws. Greedy/top-k: sq_draft_topk. */
+SQ_API
 void sq_verifier_propose(sq_verifier *v, const double *q, const float *logits, int k,
                          int32_t *tokens);
 
 /* Verifies the children tokens[0..k) of one node, given the target's P and the draft's Q there
  * (Q is unused in the greedy/top-k modes). Returns the index of the accepted child, or -1 with
  * *bonus set to the token that ends the step. k = 0 (a leaf) always returns -1. */
+SQ_API
 int sq_verifier_node(sq_verifier *v, const double *p, const double *q, const int32_t *tokens,
                      int k, int32_t *bonus);
 
 /* One draw from a distribution (V). */
+SQ_API
 int32_t sq_verifier_sample(sq_verifier *v, const double *probs);
+
+SQ_END_DECLS
 
 #endif

@@ -1,9 +1,16 @@
 #!/bin/sh
-# Test 'install' (suite docs): `meson install` into a scratch DESTDIR gives another C program
-# everything it needs to use the planner: the shared library libsequoia, its headers under
-# include/sequoia/ and sequoia.pc. A tiny program (tests/install/tiny.c) is compiled and linked
-# with nothing but `pkg-config --cflags --libs sequoia`, reads an acceptance curve, solves the
-# DP, prints Best[n][d] and writes a plan, which the installed sequoia-plan then reads back.
+# Test 'install' (suite docs): `meson install` into a scratch DESTDIR gives another C or C++
+# program everything it needs to use the planner: the shared library libsequoia, its public
+# headers under include/sequoia/ and sequoia.pc (docs/design.md §9.1). Checked here:
+#  - the installed headers are the reviewed list: every header of libsequoia/ and planner/ is
+#    either installed or named in docs/design.md §9.1 as not installed (or is a *_private.h);
+#  - every installed header compiles alone, as C and as C++, and all of them together as C++;
+#  - `nm -D` of the installed library: the symbols it exports are exactly the SQ_API
+#    declarations of the installed headers, and all are named sq_ (or SQ_);
+#  - two tiny programs, tests/install/tiny.c (C) and tests/install/tiny.cc (C++, including
+#    every installed header), compiled and linked with nothing but
+#    `pkg-config --cflags --libs sequoia`, read an acceptance curve, solve the DP, print
+#    Best[n][d] and write a plan, which the installed sequoia-plan then reads back.
 #
 #   install.sh BUILD_ROOT SOURCE_ROOT CC SANITIZE FUZZ
 #
@@ -17,7 +24,7 @@ if [ "$fuzz" = "true" ]; then
     echo "fuzzing build: its objects need libFuzzer's runtime; not an install configuration"
     exit 77
 fi
-for p in pkg-config python3; do
+for p in pkg-config python3 nm; do
     command -v "$p" >/dev/null || { echo "install test: $p not found"; exit 77; }
 done
 
@@ -35,10 +42,10 @@ PKG_CONFIG_PATH=$(dirname "$pc")
 export PKG_CONFIG_PATH
 pc_args="--define-variable=prefix=$root$prefix"
 
-cflags=$(pkg-config $pc_args --cflags sequoia)
-libs=$(pkg-config $pc_args --libs sequoia)
-libdir=$(pkg-config $pc_args --variable=libdir sequoia)
-includedir=$(pkg-config $pc_args --variable=includedir sequoia)
+cflags=$(pkg-config "$pc_args" --cflags sequoia)
+libs=$(pkg-config "$pc_args" --libs sequoia)
+libdir=$(pkg-config "$pc_args" --variable=libdir sequoia)
+includedir=$(pkg-config "$pc_args" --variable=includedir sequoia)
 echo "cflags: $cflags"
 echo "libs:   $libs"
 
@@ -47,12 +54,58 @@ for h in libsequoia/base/error.h libsequoia/format/curve.h libsequoia/format/pla
          libsequoia/verify/verify.h planner/dp.h planner/hardware.h; do
     [ -f "$includedir/sequoia/$h" ] || { echo "FAIL: $includedir/sequoia/$h not installed"; exit 1; }
 done
-for h in $(cd "$includedir/sequoia" && find . -name '*.h' | sed 's|^\./||' | sort); do
+installed=$(cd "$includedir/sequoia" && find . -name '*.h' | sed 's|^\./||' | sort)
+
+# The C++ compiler that goes with $cc (gcc -> g++, clang -> clang++, cc -> c++); $CXX wins.
+case $cc in
+    *clang*) cxx_guess=$(printf '%s' "$cc" | sed 's/clang/clang++/') ;;
+    *gcc*) cxx_guess=$(printf '%s' "$cc" | sed 's/gcc/g++/') ;;
+    *) cxx_guess=c++ ;;
+esac
+cxx=${CXX:-$cxx_guess}
+command -v "${cxx%% *}" >/dev/null ||
+    { echo "FAIL: no C++ compiler '$cxx' (setup.sh installs g++; or set CXX)"; exit 1; }
+echo "C++ compiler: $cxx"
+
+# The public headers are a reviewed list (meson.build); a header that is not installed must be
+# a *_private.h or be named in docs/design.md §9.1, which says why it is not public.
+for h in $(cd "$src" && find libsequoia -name '*.h'; cd "$src" && ls planner/*.h); do
+    case $h in *_private.h) continue ;; esac
+    printf '%s\n' "$installed" | grep -qx "$h" && continue
+    grep -qF "\`$h\`" "$src/docs/design.md" || {
+        echo "FAIL: $h is neither installed (meson.build, sequoia_public_headers) nor listed as" \
+             "internal in docs/design.md §9.1"; exit 1; }
+done
+
+: > "$scratch/all.cc"
+for h in $installed; do
     printf '#include "%s"\n' "$h" > "$scratch/one.c"
+    printf '#include "%s"\n' "$h" > "$scratch/one.cc"
+    printf '#include "%s"\n' "$h" >> "$scratch/all.cc"
     # shellcheck disable=SC2086
     $cc -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror $cflags -c "$scratch/one.c" \
         -o "$scratch/one.o" || { echo "FAIL: installed header $h does not compile alone"; exit 1; }
+    # shellcheck disable=SC2086
+    $cxx -std=c++11 -Wall -Wextra -pedantic -Werror $cflags -c "$scratch/one.cc" \
+        -o "$scratch/one.o" || { echo "FAIL: installed header $h does not compile alone as C++"; exit 1; }
 done
+# shellcheck disable=SC2086
+$cxx -std=c++11 -Wall -Wextra -pedantic -Werror $cflags -c "$scratch/all.cc" -o "$scratch/all.o" ||
+    { echo "FAIL: the installed headers do not compile together as C++"; exit 1; }
+echo "headers: $(printf '%s\n' "$installed" | wc -l) installed, each compiles alone as C and C++"
+
+# Exported symbols: exactly the declarations of the installed headers, each marked SQ_API, all
+# sq_* or SQ_* (tests/install/public_api.py). Not ours: the linker's _init, _fini, _edata, _end
+# and __bss_start where it defines them, and AddressSanitizer's ODR indicator of each exported
+# variable (__odr_asan.sq_x with gcc, __odr_asan_gen_sq_x with clang).
+lib=$libdir/libsequoia.so
+[ -e "$lib" ] || { echo "FAIL: $lib not installed"; exit 1; }
+nm -D --defined-only "$lib" | awk 'NF >= 3 { print $3 }' | sed 's/@.*//' |
+    grep -vxE '_init|_fini|_edata|_end|__bss_start|__odr_asan(\.|_gen_)(sq|SQ)_[A-Za-z0-9_]*' |
+    sort -u > "$scratch/exported"
+# shellcheck disable=SC2086
+python3 "$src/tests/install/public_api.py" "$includedir/sequoia" "$scratch/exported" $installed ||
+    exit 1
 
 san=""
 if [ "$sanitize" != "none" ] && [ -n "$sanitize" ]; then
@@ -60,6 +113,9 @@ if [ "$sanitize" != "none" ] && [ -n "$sanitize" ]; then
 fi
 # shellcheck disable=SC2086
 $cc -std=c11 -Wall -Wextra -Werror $san $cflags "$src/tests/install/tiny.c" -o "$scratch/tiny" $libs
+# shellcheck disable=SC2086
+$cxx -std=c++11 -Wall -Wextra -pedantic -Werror $san $cflags "$src/tests/install/tiny.cc" \
+    -o "$scratch/tiny-cxx" $libs
 
 # The paper's App. E acceptance vector (31 ranks); the official solver's table gives
 # Best[128][10] = 6.3194 and Best[16][10] = 4.5234 for it (tests/data/reference/).
@@ -72,34 +128,46 @@ cat > "$scratch/curves.json" <<'JSON'
 JSON
 
 status=0
-check() {  # check N D EXPECTED
-    out=$(LD_LIBRARY_PATH="$libdir" "$scratch/tiny" "$scratch/curves.json" "$1" "$2" "$scratch/plan$1.json")
-    echo "$out"
-    if ! printf '%s\n' "$out" | grep -qx "Best\[$1\]\[$2\] = $3"; then
-        echo "FAIL: expected Best[$1][$2] = $3"; status=1
+check() {  # check PROGRAM N D EXPECTED
+    out=$(LD_LIBRARY_PATH="$libdir" "$scratch/$1" "$scratch/curves.json" "$2" "$3" "$scratch/$1-plan$2.json")
+    echo "$1: $out"
+    if ! printf '%s\n' "$out" | grep -qx "Best\[$2\]\[$3\] = $4"; then
+        echo "FAIL: $1: expected Best[$2][$3] = $4"; status=1
     fi
 }
-check 128 10 6.3194
-check 16 10 4.5234
-check 4 4 2.8333
+for prog in tiny tiny-cxx; do
+    check $prog 128 10 6.3194
+    check $prog 16 10 4.5234
+    check $prog 4 4 2.8333
+done
+# The C++ program's calls of the header-only mode table and of the verification rule.
+want="mode greedy (draft-topk); probs 0.2500 0.7500 (2 tokens); status 65 is"
+LD_LIBRARY_PATH="$libdir" "$scratch/tiny-cxx" "$scratch/curves.json" 4 4 "$scratch/cxx.json" |
+    grep -q "^$want" || { echo "FAIL: tiny-cxx: no line '$want ...'"; status=1; }
 
-# The program did not pick up this source tree or the build tree: only the installed library.
-if LD_LIBRARY_PATH="$libdir" ldd "$scratch/tiny" | grep -q "libsequoia"; then
-    lib=$(LD_LIBRARY_PATH="$libdir" ldd "$scratch/tiny" | sed -n 's/.*libsequoia[^ ]* => \([^ ]*\).*/\1/p')
-    case $lib in
-        "$root"/*) echo "linked against $lib" ;;
-        *) echo "FAIL: tiny uses $lib, not the installed library"; status=1 ;;
-    esac
-else
-    echo "FAIL: tiny is not linked against libsequoia"; status=1
-fi
+# The programs did not pick up this source tree or the build tree: only the installed library.
+for prog in tiny tiny-cxx; do
+    if LD_LIBRARY_PATH="$libdir" ldd "$scratch/$prog" | grep -q "libsequoia"; then
+        used=$(LD_LIBRARY_PATH="$libdir" ldd "$scratch/$prog" | sed -n 's/.*libsequoia[^ ]* => \([^ ]*\).*/\1/p')
+        case $used in
+            "$root"/*) echo "$prog: linked against $used" ;;
+            *) echo "FAIL: $prog uses $used, not the installed library"; status=1 ;;
+        esac
+    else
+        echo "FAIL: $prog is not linked against libsequoia"; status=1
+    fi
+done
 
-# The installed sequoia-plan reads the plan the program wrote.
+# The installed sequoia-plan reads the plans the programs wrote, and both are the same.
 plan_bin=$(find "$root" -type f -name sequoia-plan | head -n 1)
 [ -x "$plan_bin" ] || { echo "FAIL: sequoia-plan not installed"; exit 1; }
-choices=$("$plan_bin" --plan "$scratch/plan4.json" --export trtllm)
-echo "sequoia-plan --plan plan4.json --export trtllm: $choices"
-[ -n "$choices" ] || { echo "FAIL: empty export"; status=1; }
+for prog in tiny tiny-cxx; do
+    choices=$("$plan_bin" --plan "$scratch/$prog-plan4.json" --export trtllm)
+    echo "sequoia-plan --plan $prog-plan4.json --export trtllm: $choices"
+    [ -n "$choices" ] || { echo "FAIL: empty export"; status=1; }
+done
+cmp -s "$scratch/tiny-plan128.json" "$scratch/tiny-cxx-plan128.json" ||
+    { echo "FAIL: the C and C++ programs wrote different plans"; status=1; }
 
 # Manual pages.
 for t in sequoia-plan sequoia-accept sequoia-profile sequoia-run; do
