@@ -4,7 +4,8 @@
  *
  * A causal forward of n tokens with nothing pending: token i attends the committed tokens and
  * the new tokens j <= i (sq_causal_mask). sq_prefill reads a whole token run that way, in
- * chunks, committing each chunk: the prompt before decoding, the prefix of a timing. */
+ * chunks, committing each chunk: the prompt before decoding, the prefix of a timing;
+ * sq_forward_causal is one such chunk with every row's logits. */
 #ifndef SQ_RUNTIME_PREFILL_H
 #define SQ_RUNTIME_PREFILL_H
 
@@ -17,13 +18,19 @@
  * context with nothing pending. */
 void sq_causal_mask(uint8_t *mask, int n);
 
+/* One causal forward of tokens[0 .. n) (1 <= n <= the context's max_pending) at the positions
+ * after ctx's committed tokens, ctx having nothing pending, and their commit; logits: (n, vocab),
+ * every row (a teacher-forced read: the corpus dump). Errors as sq_prefill's. */
+int sq_forward_causal(sq_context *ctx, const int32_t *tokens, int n, float *logits,
+                      sq_error *err);
+
 /* Reads tokens[0 .. n) into ctx, which must have nothing pending, at positions c .. c + n - 1
  * (c: the tokens ctx has committed) in causal forwards of `chunk` tokens each (the last one
  * shorter; chunk <= 0 or above the context's max_pending: max_pending), committing every chunk: afterwards ctx
  * has committed c + n tokens. The chunk size is part of the result (a forward's float rounding
  * depends on its row count), so a caller keeps its own. last, when not NULL (and n >= 1),
  * receives the logits (vocab) of the last token. n = 0 does nothing. Errors: SQ_EUSAGE (tokens
- * pending, n < 0), SQ_ESOFTWARE (memory), the forward's and the commit's. */
+ * pending, n out of range), SQ_ESOFTWARE (memory), the forward's and the commit's. */
 int sq_prefill(sq_context *ctx, const int32_t *tokens, int n, int chunk, float *last,
                sq_error *err);
 

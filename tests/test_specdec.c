@@ -497,6 +497,17 @@ Test(specdec, prefill_in_chunks_reads_what_one_causal_forward_reads)
     for (int i = 0; i < N; i++)
         keep[i] = i;
     cr_assert_eq(sq_context_commit(b, keep, N, &err), 0, "%s", err.msg);
+    /* sq_forward_causal: the same forward, every row, committed */
+    sq_context *c;
+    static float rows[N * V];
+    cr_assert_eq(sq_context_new(m.target, &cp, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_forward_causal(c, tok, N, rows, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_context_committed(c), N);
+    for (int x = 0; x < N * V; x++)
+        cr_assert_float_eq(rows[x], all[x], 1e-6, "row %d token %d", x / V, x % V);
+    cr_assert_eq(sq_forward_causal(c, tok, 17, rows, &err), SQ_EUSAGE, "past max_pending");
+    sq_context_free(c);
+    err = (sq_error){0};
     /* both caches read on alike */
     uint8_t one = 1;
     cr_assert_eq(sq_context_forward(a, tok + N, pos + N, &one, 1, next_a, &err), 0);
