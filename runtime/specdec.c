@@ -662,8 +662,9 @@ static int check_room(const sq_specdec *sd, const char *who, sq_error *err)
 static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t *const *out,
                      int *ntok, sq_step_info *const *info, sq_error *err)
 {
-    const int D = sds[0]->D;
-    int rc, f;
+    int D = 0, rc, f;
+    for (int i = 0; i < m; i++)
+        D = sds[i]->D > D ? sds[i]->D : D;
     double t0 = now_ms(), dfwd = 0.0, tf;
 
     /* 1. every draft catches up: S[dc .. len-1], the root last, in one forward. A root-only
@@ -888,7 +889,9 @@ static int generate_of(sq_specdec *const *sds, int B, const int32_t *const *prom
     for (int k = 0; k < B; k++)
         if ((rc = sq_specdec_start(sds[k], prompts[k], n[k], err)))
             return rc;
-    int D = sds[0]->D;
+    int D = 0;
+    for (int k = 0; k < B; k++)
+        D = sds[k]->D > D ? sds[k]->D : D;
     int *active = malloc((size_t)B * sizeof *active), *done = calloc((size_t)B, sizeof *done);
     int *ntok = malloc((size_t)B * sizeof *ntok);
     int32_t *buf = malloc((size_t)B * (size_t)D * sizeof *buf);

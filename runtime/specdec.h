@@ -100,8 +100,8 @@ int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *
 
 /* One step of every started decoder sd[k] (k < B) with active[k] != 0 (NULL: all), in lockstep:
  * each forward of the step is one forward over them (sq_context_forward_batch when more than
- * one has tokens to feed). The decoders must be distinct, of the same two models (the batched
- * forward's rule) and made with plans of the same depth. out[k] (capacity: the depth)
+ * one has tokens to feed). The decoders must be distinct and of the same two models (the
+ * batched forward's rule); their plans and hooks may differ. out[k] (capacity: its depth)
  * receives ntok[k] tokens (0 for an inactive decoder); info, when not NULL, (B) per-decoder
  * step infos. What sq_specdec_batch_step does on a batch's members; B = 1 is sq_specdec_step.
  * Errors: SQ_EUSAGE ("sequence k: context full" when B > 1), model and hook errors. */
