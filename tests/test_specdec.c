@@ -275,6 +275,49 @@ Test(specdec, batch_members_equal_single_decoders_seeded_alike)
     models_free(&m);
 }
 
+/* A group of two decoders with plans of different shapes and depths, stepped by hand: each
+ * equals its run alone. */
+Test(specdec, a_group_of_decoders_with_different_plans_equals_them_alone)
+{
+    models m = models_new(40);
+    const int chain[] = {-1, 0, 1, 2, 3}, star[] = {-1, 0, 0, 0, 0, 0};
+    sq_plan *pa = plan_of(chain, 5), *pb = plan_of(star, 6);
+    const int32_t prompt[] = {2, 7, 1};
+    for (int mi = 0; mi < NMODES; mi++) {
+        sq_specdec *g[2] = {decoder(&m, pa, &MODES[mi], 3), decoder(&m, pb, &MODES[mi], 4)};
+        sq_specdec *alone[2] = {decoder(&m, pa, &MODES[mi], 3), decoder(&m, pb, &MODES[mi], 4)};
+        static run_out r[2];
+        generate(alone[0], prompt, 3, &r[0]);
+        generate(alone[1], prompt, 3, &r[1]);
+        sq_error err = {0};
+        int32_t got[2][NEW + 8], b0[8], b1[8];
+        int32_t *outs[2] = {b0, b1};
+        int n[2] = {0, 0}, active[2] = {1, 1}, ntok[2];
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(sq_specdec_start(g[k], prompt, 3, &err), 0, "%s", err.msg);
+        while (active[0] || active[1]) {
+            cr_assert_eq(sq_specdec_step_group(g, 2, active, outs, ntok, NULL, &err), 0, "%s",
+                         err.msg);
+            for (int k = 0; k < 2; k++) {
+                for (int i = 0; i < ntok[k]; i++)
+                    got[k][n[k]++] = outs[k][i];
+                active[k] = n[k] < NEW;
+            }
+        }
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < NEW; i++)
+                cr_assert_eq(got[k][i], r[k].tok[i], "%s decoder %d token %d",
+                             sq_mode_name(MODES[mi].mode), k, i);
+            run_clear(&r[k]);
+            sq_specdec_free(g[k]);
+            sq_specdec_free(alone[k]);
+        }
+    }
+    sq_plan_free(pa);
+    sq_plan_free(pb);
+    models_free(&m);
+}
+
 /* ---- the grow hook -------------------------------------------------------------------------- */
 
 /* Gives the root `root_children` children and every other expanded node one child, proposed by
