@@ -1,6 +1,7 @@
 #include "profiler/measure.h"
 
 #include "libsequoia/base/stats.h"
+#include "runtime/prefill.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -28,32 +29,18 @@ static unsigned next_token(unsigned *s, int vocab)
 
 int sq_measure_prefill(sq_context *ctx, int vocab, const sq_measure_params *prm, sq_error *err)
 {
+    int start = sq_context_committed(ctx), n = prm->prefix - start;
+    if (n <= 0)
+        return SQ_OK;
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    if (!tok)
+        return sq_error_oom(err, "prefix tokens");
     unsigned s = prm->seed;
-    int chunk = 64;
-    int32_t tok[64], pos[64];
-    uint8_t mask[64 * 64];
-    for (int start = sq_context_committed(ctx); start < prm->prefix; start += chunk) {
-        int n = prm->prefix - start < chunk ? prm->prefix - start : chunk;
-        for (int i = 0; i < n; i++) {
-            tok[i] = (int32_t)next_token(&s, vocab);
-            pos[i] = start + i;
-            for (int j = 0; j < n; j++)
-                mask[i * n + j] = j <= i;
-        }
-        float *logits = malloc((size_t)n * (size_t)vocab * sizeof *logits);
-        if (!logits)
-            return sq_error_oom(err, "logits");
-        int rc = sq_context_forward(ctx, tok, pos, mask, n, logits, err);
-        free(logits);
-        if (rc)
-            return rc;
-        int32_t keep[64];
-        for (int i = 0; i < n; i++)
-            keep[i] = i;
-        if ((rc = sq_context_commit(ctx, keep, n, err)))
-            return rc;
-    }
-    return SQ_OK;
+    for (int i = 0; i < n; i++)
+        tok[i] = (int32_t)next_token(&s, vocab);
+    int rc = sq_prefill(ctx, tok, n, 64, NULL, err);
+    free(tok);
+    return rc;
 }
 
 /* The inputs of one point of a set: n chain tokens per sequence, their positions and the causal
@@ -86,9 +73,7 @@ static int inputs_make(sq_context *const *ctxs, int b, int vocab, int n, float *
     if (!in->tok || !in->pos || !in->mask || !in->seqs || !in->t)
         return sq_error_oom(err, "a measurement");
     unsigned s = prm->seed * 7919u + (unsigned)n;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++)
-            in->mask[(size_t)i * (size_t)n + (size_t)j] = j <= i;
+    sq_causal_mask(in->mask, n);
     for (int k = 0; k < b; k++) {
         int base = sq_context_committed(ctxs[k]);
         for (int i = 0; i < n; i++) {

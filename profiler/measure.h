@@ -27,7 +27,8 @@ sq_measure_params sq_measure_default_params(void);
 
 typedef void (*sq_measure_progress)(void *user, int done, int total, int tokens);
 
-/* Fills the context's prefix (forward + commit in chunks). */
+/* Fills the context's prefix up to params->prefix committed tokens with pseudo-random tokens
+ * (sq_prefill of runtime/prefill.h, chunks of 64). */
 int sq_measure_prefill(sq_context *ctx, int vocab, const sq_measure_params *params,
                        sq_error *err);
 

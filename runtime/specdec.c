@@ -3,12 +3,22 @@
 #include "runtime/memory.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <time.h>
 
+#include "runtime/prefill.h"
+
 #define PREFILL_CHUNK 128
+
+/* The tree of one step while a grow hook shapes it (specdec.h). */
+struct sq_tree_grow {
+    sq_specdec *sd;
+    int         level;   /* the level whose nodes get children now                         */
+    int         last;    /* the last node given children in this call, -1: none yet        */
+};
 
 struct sq_specdec {
     const sq_model   *draft, *target;
@@ -17,22 +27,36 @@ struct sq_specdec {
     int               V;
     int               max_context;
     sq_verifier      *ver;
-    /* the tree */
-    int      n, D;
-    int     *parent;       /* (n)                                                   */
-    int     *depth;        /* (n)                                                   */
-    int     *child_first;  /* (n) first child's index, -1 for a leaf                */
-    int     *child_count;  /* (n)                                                   */
+    /* the plan: the most nodes (cap) and levels (D) a step's tree has, and the rule of the
+     * default grow hook (grow_plan) */
+    int      cap, D;
+    int     *plan_kids;    /* (cap) children of the plan's node u                    */
+    sq_grow_fn grow;       /* how the tree grows (grow_plan unless set)              */
+    void    *grow_user;
+    struct sq_tree_grow g;
+    /* this step's tree, grown level by level: breadth-first, the children of a node
+     * contiguous, the nodes of a level in their parents' order */
+    int      n;            /* nodes so far                                          */
+    int     *parent;       /* (cap)                                                 */
+    int     *depth;        /* (cap)                                                 */
+    int     *child_first;  /* (cap) first child's index, -1 for a leaf              */
+    int     *child_count;  /* (cap)                                                 */
     int     *level_start;  /* (D + 1) nodes of level l: [level_start[l], level_start[l+1]) */
+    double  *score;        /* (cap) what the grow hook recorded (0 unless it did)   */
+    uint8_t *expand;       /* (cap) the draft reads the node (it may get children)  */
     /* the sequence */
     int32_t *seq;          /* (max_context + D) prompt + generated                   */
     int      len;
     int      started;
     /* per step */
-    int32_t *tok;          /* (n) node tokens                                       */
-    int     *dslot;        /* (n) the node's pending slot in the draft, -1: not fed */
+    int32_t *tok;          /* (cap) node tokens                                     */
+    int     *dslot;        /* (cap) the node's pending slot in the draft, -1: not fed */
     int     *path;         /* (D) accepted nodes below the root                     */
-    float   *dlog;         /* (n, V) draft logits of the nodes fed to the draft      */
+    int      a;            /* tokens of the draft's catch-up forward                */
+    int      pd;           /* tokens pending in the draft                           */
+    int      nfeed;        /* nodes of the level the draft reads next (in keep)      */
+    int      cnt, pl;      /* tokens out and accepted nodes of the verification     */
+    float   *dlog;         /* (cap, V) draft logits of the nodes fed to the draft    */
     int      tmaxp, dmaxp; /* pending capacity of the target and draft contexts      */
     float   *tlog;         /* (tmaxp, V) target logits                              */
     float   *dbuf;         /* (dmaxp, V) draft forward output                       */
@@ -73,11 +97,14 @@ void sq_specdec_free(sq_specdec *sd)
     sq_context_free(sd->dctx);
     sq_context_free(sd->tctx);
     sq_verifier_free(sd->ver);
+    free(sd->plan_kids);
     free(sd->parent);
     free(sd->depth);
     free(sd->child_first);
     free(sd->child_count);
     free(sd->level_start);
+    free(sd->score);
+    free(sd->expand);
     free(sd->seq);
     free(sd->tok);
     free(sd->dslot);
@@ -94,16 +121,17 @@ void sq_specdec_free(sq_specdec *sd)
     free(sd);
 }
 
+static int grow_plan(sq_tree_grow *g, int level, void *user, sq_error *err);
+
 int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan *plan,
                    const sq_specdec_params *params, const char *plan_file, sq_specdec **out,
                    sq_error *err)
 {
     *out = NULL;
     const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
-    if (dc->vocab_size != tc->vocab_size)
-        return sq_error_set(err, SQ_EDATA,
-                            "draft and target vocabularies differ: vocab_size %d (draft) vs %d "
-                            "(target)", dc->vocab_size, tc->vocab_size);
+    int rc = sq_models_check_vocab(draft, target, NULL, NULL, err);
+    if (rc)
+        return rc;
     const sq_tree *t = plan->tree;
     int V = tc->vocab_size;
     int maxc = sq_tree_max_children(t);
@@ -129,8 +157,10 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     sd->prm = *params;
     sd->V = V;
     int n = t->n, D = sq_tree_depth(t);
-    sd->n = n;
+    sd->cap = n;
     sd->D = D;
+    sd->grow = grow_plan;
+    sd->g.sd = sd;
     int maxpos = dc->max_position < tc->max_position ? dc->max_position : tc->max_position;
     sd->max_context = params->max_context > 0 ? params->max_context : maxpos;
     if (maxpos > 0 && sd->max_context > maxpos) {
@@ -159,11 +189,14 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
         sq_specdec_free(sd);
         return mrc;
     }
+    sd->plan_kids = calloc((size_t)n, sizeof(int));
     sd->parent = malloc((size_t)n * sizeof(int));
     sd->depth = malloc((size_t)n * sizeof(int));
     sd->child_first = malloc((size_t)n * sizeof(int));
     sd->child_count = calloc((size_t)n, sizeof(int));
     sd->level_start = calloc((size_t)D + 1, sizeof(int));
+    sd->score = calloc((size_t)n, sizeof(double));
+    sd->expand = calloc((size_t)n, 1);
     sd->seq = malloc(((size_t)sd->max_context + (size_t)D + 1) * sizeof(int32_t));
     sd->tok = malloc((size_t)n * sizeof(int32_t));
     sd->dslot = malloc((size_t)n * sizeof(int));
@@ -178,29 +211,15 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     sd->fpos = malloc((size_t)mp * sizeof(int32_t));
     sd->keep = malloc((size_t)mp * sizeof(int32_t));
     sd->ver = sq_verifier_new(V, params->mode, params->seed);
-    if (!sd->parent || !sd->depth || !sd->child_first || !sd->child_count || !sd->level_start ||
-        !sd->seq || !sd->tok || !sd->dslot || !sd->path || !sd->dlog || !sd->tlog ||
-        !sd->dbuf || !sd->p || !sd->q || !sd->mask || !sd->ftok || !sd->fpos || !sd->keep ||
-        !sd->ver) {
+    if (!sd->plan_kids || !sd->parent || !sd->depth || !sd->child_first || !sd->child_count ||
+        !sd->level_start || !sd->score || !sd->expand || !sd->seq || !sd->tok || !sd->dslot ||
+        !sd->path || !sd->dlog || !sd->tlog || !sd->dbuf || !sd->p || !sd->q || !sd->mask ||
+        !sd->ftok || !sd->fpos || !sd->keep || !sd->ver) {
         sq_specdec_free(sd);
         return sq_error_oom(err, "speculative decoder buffers");
     }
-    for (int i = 0; i < n; i++) {
-        sd->parent[i] = t->parent[i];
-        sd->depth[i] = t->depth[i];
-        sd->child_first[i] = -1;
-    }
-    for (int i = 1; i < n; i++) {
-        int u = t->parent[i];
-        if (sd->child_first[u] < 0)
-            sd->child_first[u] = i;
-        sd->child_count[u]++;
-    }
-    for (int l = 0, i = 0; l <= D; l++) {
-        while (i < n && t->depth[i] < l)
-            i++;
-        sd->level_start[l] = i;
-    }
+    for (int i = 1; i < n; i++)
+        sd->plan_kids[t->parent[i]]++;
     sq_context_params cp = sq_context_default_params();
     cp.max_context = sd->max_context;
     cp.backend = params->backend;
@@ -208,7 +227,7 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     cp.dtype = params->dtype;
     cp.offload = params->offload;
     cp.max_pending = sd->dmaxp;
-    int rc = sq_context_new(draft, &cp, &sd->dctx, err);
+    rc = sq_context_new(draft, &cp, &sd->dctx, err);
     if (!rc) {
         cp.max_pending = sd->tmaxp;
         rc = sq_context_new(target, &cp, &sd->tctx, err);
@@ -251,6 +270,12 @@ void sq_specdec_seed(sq_specdec *sd, uint64_t seed)
     sq_verifier_seed(sd->ver, seed);
 }
 
+void sq_specdec_set_grow(sq_specdec *sd, sq_grow_fn fn, void *user)
+{
+    sd->grow = fn ? fn : grow_plan;
+    sd->grow_user = fn ? user : NULL;
+}
+
 void sq_step_info_clear(sq_step_info *info)
 {
     if (!info)
@@ -258,28 +283,6 @@ void sq_step_info_clear(sq_step_info *info)
     free(info->visit_children);
     free(info->visit_rank);
     info->visit_children = info->visit_rank = NULL;
-}
-
-/* Reads x[0..m) at positions start.. into ctx with causal masks, committing everything. */
-static int prefill(sq_specdec *sd, sq_context *ctx, int maxp, float *logits, const int32_t *x,
-                   int m, int start, sq_error *err)
-{
-    for (int off = 0; off < m; off += maxp) {
-        int c = m - off < maxp ? m - off : maxp;
-        for (int i = 0; i < c; i++) {
-            sd->ftok[i] = x[off + i];
-            sd->fpos[i] = start + off + i;
-            sd->keep[i] = i;
-            for (int j = 0; j < c; j++)
-                sd->mask[(size_t)i * c + j] = j <= i;
-        }
-        int rc = sq_context_forward(ctx, sd->ftok, sd->fpos, sd->mask, c, logits, err);
-        if (!rc)
-            rc = sq_context_commit(ctx, sd->keep, c, err);
-        if (rc)
-            return rc;
-    }
-    return SQ_OK;
 }
 
 static int check_prompt(const sq_specdec *sd, const int32_t *prompt, int n, sq_error *err)
@@ -308,8 +311,8 @@ int sq_specdec_start(sq_specdec *sd, const int32_t *prompt, int n, sq_error *err
     sq_context_reset(sd->tctx);
     memcpy(sd->seq, prompt, (size_t)n * sizeof *prompt);
     sd->len = n;
-    if ((rc = prefill(sd, sd->tctx, sd->tmaxp, sd->tlog, prompt, n - 1, 0, err)) ||
-        (rc = prefill(sd, sd->dctx, sd->dmaxp, sd->dbuf, prompt, n - 1, 0, err)))
+    if ((rc = sq_prefill(sd->tctx, prompt, n - 1, sd->tmaxp, NULL, err)) ||
+        (rc = sq_prefill(sd->dctx, prompt, n - 1, sd->dmaxp, NULL, err)))
         return rc;
     sd->started = 1;
     return SQ_OK;
@@ -330,6 +333,198 @@ static const double *draft_q(sq_specdec *sd, int u)
     return sd->q;
 }
 
+/* ---- the tree of a step, grown by the hook ------------------------------------------------ */
+
+int sq_tree_grow_level(const sq_tree_grow *g, int level, int *first)
+{
+    const sq_specdec *sd = g->sd;
+    if (level < 0 || level > g->level + 1) {
+        if (first)
+            *first = sd->n;
+        return 0;
+    }
+    int lo = sd->level_start[level];
+    int hi = level <= g->level ? sd->level_start[level + 1] : sd->n;
+    if (first)
+        *first = lo;
+    return hi - lo;
+}
+
+int sq_tree_grow_nodes(const sq_tree_grow *g)
+{
+    return g->sd->n;
+}
+
+int sq_tree_grow_capacity(const sq_tree_grow *g)
+{
+    return g->sd->cap;
+}
+
+int sq_tree_grow_max_depth(const sq_tree_grow *g)
+{
+    return g->sd->D;
+}
+
+int sq_tree_grow_vocab(const sq_tree_grow *g)
+{
+    return g->sd->V;
+}
+
+const sq_specdec_params *sq_tree_grow_params(const sq_tree_grow *g)
+{
+    return &g->sd->prm;
+}
+
+int sq_tree_grow_parent(const sq_tree_grow *g, int u)
+{
+    return u >= 0 && u < g->sd->n ? g->sd->parent[u] : -1;
+}
+
+int32_t sq_tree_grow_token(const sq_tree_grow *g, int u)
+{
+    return u >= 0 && u < g->sd->n ? g->sd->tok[u] : -1;
+}
+
+double sq_tree_grow_score(const sq_tree_grow *g, int u)
+{
+    return u >= 0 && u < g->sd->n ? g->sd->score[u] : 0.0;
+}
+
+int sq_tree_grow_expanded(const sq_tree_grow *g, int u)
+{
+    return u >= 0 && u < g->sd->n && g->sd->dslot[u] >= 0;
+}
+
+const float *sq_tree_grow_logits(const sq_tree_grow *g, int u)
+{
+    return sq_tree_grow_expanded(g, u) ? g->sd->dlog + (size_t)u * g->sd->V : NULL;
+}
+
+const double *sq_tree_grow_probs(sq_tree_grow *g, int u)
+{
+    sq_specdec *sd = g->sd;
+    if (!sq_tree_grow_expanded(g, u))
+        return NULL;
+    sq_verifier_probs(sd->ver, sd->dlog + (size_t)u * sd->V, sd->prm.temperature, sd->prm.top_p,
+                      sd->q);
+    return sd->q;
+}
+
+sq_verifier *sq_tree_grow_verifier(sq_tree_grow *g)
+{
+    return g->sd->ver;
+}
+
+int sq_tree_grow_add(sq_tree_grow *g, int u, int k, sq_tree_children *out, sq_error *err)
+{
+    sq_specdec *sd = g->sd;
+    const int l = g->level;
+    if (k < 1)
+        return sq_error_set(err, SQ_EUSAGE, "grow hook: level %d: node %d: %d children (at "
+                            "least one)", l, u, k);
+    if (u < sd->level_start[l] || u >= sd->level_start[l + 1])
+        return sq_error_set(err, SQ_EUSAGE, "grow hook: level %d: node %d is not on the level "
+                            "(nodes %d .. %d)", l, u, sd->level_start[l],
+                            sd->level_start[l + 1] - 1);
+    if (sd->dslot[u] < 0)
+        return sq_error_set(err, SQ_EUSAGE, "grow hook: level %d: node %d was not read by the "
+                            "draft (not expanded), so it cannot have children", l, u);
+    if (u <= g->last)
+        return sq_error_set(err, SQ_EUSAGE, "grow hook: level %d: node %d after node %d: nodes "
+                            "get their children once each, in increasing order", l, u, g->last);
+    if (k > sd->cap - sd->n)
+        return sq_error_set(err, SQ_EUSAGE, "grow hook: level %d: node %d: %d more children "
+                            "make %d nodes, more than the plan's %d", l, u, k, sd->n + k,
+                            sd->cap);
+    g->last = u;
+    const int v0 = sd->n;
+    sd->child_first[u] = v0;
+    sd->child_count[u] = k;
+    for (int v = v0; v < v0 + k; v++) {
+        sd->parent[v] = u;
+        sd->depth[v] = l + 1;
+        sd->child_first[v] = -1;
+        sd->child_count[v] = 0;
+        sd->score[v] = 0.0;
+        sd->expand[v] = 0;
+        sd->dslot[v] = -1;
+        sd->tok[v] = -1;
+    }
+    sd->n += k;
+    *out = (sq_tree_children){v0, sd->tok + v0, sd->score + v0, sd->expand + v0};
+    return SQ_OK;
+}
+
+/* The plan's rule, the default hook: node u of the level gets the plan's children of u,
+ * proposed from u's draft distribution (sq_verifier_propose: the draft's top-k for greedy and
+ * top-k, drawn without replacement for stochastic, with replacement for specinfer), and a
+ * child is expanded when the plan gives it children. The step's tree is the plan's, node for
+ * node (both breadth-first with contiguous children). */
+static int grow_plan(sq_tree_grow *g, int level, void *user, sq_error *err)
+{
+    (void)user;
+    sq_specdec *sd = g->sd;
+    int first, cnt = sq_tree_grow_level(g, level, &first);
+    for (int u = first; u < first + cnt; u++) {
+        int k = sd->plan_kids[u];
+        if (k == 0)
+            continue;
+        sq_tree_children ch;
+        int rc = sq_tree_grow_add(g, u, k, &ch, err);
+        if (rc)
+            return rc;
+        sq_verifier_propose(sd->ver, draft_q(sd, u), sd->dlog + (size_t)u * sd->V, k,
+                            ch.tokens);
+        for (int j = 0; j < k; j++)
+            ch.expand[j] = sd->plan_kids[ch.first + j] > 0;
+    }
+    return SQ_OK;
+}
+
+/* A step's tree starts as the root, S[len-1]; the draft has read it (slot a - 1) unless the
+ * plan is root-only (a = 0). */
+static void tree_begin(sq_specdec *sd)
+{
+    sd->n = 1;
+    sd->parent[0] = -1;
+    sd->depth[0] = 0;
+    sd->child_first[0] = -1;
+    sd->child_count[0] = 0;
+    sd->score[0] = 0.0;
+    sd->expand[0] = sd->a > 0;
+    sd->tok[0] = sd->seq[sd->len - 1];
+    sd->dslot[0] = sd->a - 1;
+    for (int l = 0; l <= sd->D; l++)
+        sd->level_start[l] = l == 0 ? 0 : 1;
+}
+
+/* Calls the hook on level l (0 <= l < D - 1) of sd's tree, checks what it added, and lists in
+ * keep[0 .. nfeed) the new nodes the draft reads next (the expanded ones, none on the deepest
+ * level). */
+static int tree_grow(sq_specdec *sd, int l, sq_error *err)
+{
+    sq_tree_grow *g = &sd->g;
+    g->level = l;
+    g->last = -1;
+    const int v0 = sd->n;
+    int rc = sd->grow(g, l, sd->grow_user, err);
+    for (int m = l + 2; m <= sd->D; m++)
+        sd->level_start[m] = sd->n;
+    if (rc)
+        return rc;
+    sd->nfeed = 0;
+    for (int v = v0; v < sd->n; v++) {
+        if (sd->tok[v] < 0 || sd->tok[v] >= sd->V)
+            return sq_error_set(err, SQ_EUSAGE, "grow hook: level %d: node %d: token %d is "
+                                "outside the vocabulary [0, %d)", l, v, (int)sd->tok[v], sd->V);
+        if (l + 2 >= sd->D)
+            sd->expand[v] = 0;   /* the deepest level: leaves */
+        if (sd->expand[v])
+            sd->keep[sd->nfeed++] = v;
+    }
+    return SQ_OK;
+}
+
 /* Plain causal forward of the target over every node's root path, compared with the tree
  * forward's logits (tlog). Leaves the target with nothing pending. */
 static int check_attention(sq_specdec *sd, double *maxdiff, sq_error *err)
@@ -347,9 +542,7 @@ static int check_attention(sq_specdec *sd, double *maxdiff, sq_error *err)
             sd->ftok[i] = sd->tok[w];
             sd->fpos[i] = len - 1 + i;
         }
-        for (int i = 0; i < m; i++)
-            for (int j = 0; j < m; j++)
-                sd->mask[(size_t)i * m + j] = j <= i;
+        sq_causal_mask(sd->mask, m);
         rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, m, row, err);
         if (!rc) {
             const float *a = row + (size_t)(m - 1) * V, *b = sd->tlog + (size_t)u * V;
@@ -380,10 +573,9 @@ static void tree_inputs(sq_specdec *sd, int len)
 }
 
 /* Step 4: the verifier's walk from the root over the target logits in sd->tlog. Writes the
- * accepted tokens and the bonus token to out (*cnt of them) and the accepted nodes to sd->path
- * (*pl of them); records the visits in info when given. */
-static int verify_walk(sq_specdec *sd, int32_t *out, int *cnt_out, int *pl_out,
-                       sq_step_info *info, sq_error *err)
+ * accepted tokens and the bonus token to out (sd->cnt of them) and the accepted nodes to
+ * sd->path (sd->pl of them); records the visits in info when given. */
+static int verify_walk(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *err)
 {
     size_t Vs = (size_t)sd->V;
     int u = 0, cnt = 0, pl = 0;
@@ -415,16 +607,16 @@ static int verify_walk(sq_specdec *sd, int32_t *out, int *cnt_out, int *pl_out,
         sd->path[pl++] = u;
         out[cnt++] = sd->tok[u];
     }
-    *cnt_out = cnt;
-    *pl_out = pl;
+    sd->cnt = cnt;
+    sd->pl = pl;
     return SQ_OK;
 }
 
 /* Step 5: keeps only the accepted path in both caches (the draft keeps its a catch-up tokens
  * and the accepted nodes it ran) and appends the cnt output tokens to the sequence. */
-static int commit_walk(sq_specdec *sd, int a, const int32_t *out, int cnt, int pl, sq_error *err)
+static int commit_walk(sq_specdec *sd, const int32_t *out, sq_error *err)
 {
-    int rc;
+    int rc, a = sd->a, cnt = sd->cnt, pl = sd->pl;
     sd->keep[0] = 0;
     for (int i = 0; i < pl; i++)
         sd->keep[1 + i] = sd->path[i];
@@ -442,186 +634,398 @@ static int commit_walk(sq_specdec *sd, int a, const int32_t *out, int cnt, int p
     return SQ_OK;
 }
 
-int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *err)
+/* One forward over seqs[0 .. f) (f may be 0): the plain forward for one sequence, else one
+ * batched forward. */
+static int forward_seqs(sq_batch_seq *seqs, int f, sq_error *err)
+{
+    if (f == 1)
+        return sq_context_forward(seqs[0].ctx, seqs[0].tokens, seqs[0].pos, seqs[0].mask,
+                                  seqs[0].n, seqs[0].logits, err);
+    return f > 0 ? sq_context_forward_batch(seqs, f, err) : SQ_OK;
+}
+
+/* SQ_EUSAGE when sd's context has no room for another tree; `who` starts the message. */
+static int check_room(const sq_specdec *sd, const char *who, sq_error *err)
 {
     SQ_ASSERT(sd->started);
-    int len = sd->len, V = sd->V, D = sd->D, n = sd->n;
-    size_t Vs = (size_t)V;
-    if (len - 1 + D > sd->max_context)
-        return sq_error_set(err, SQ_EUSAGE,
-                            "context full: %d tokens plus a tree of depth %d exceed %d", len, D,
-                            sd->max_context);
-    int rc;
+    if (sd->len - 1 + sd->D > sd->max_context)
+        return sq_error_set(err, SQ_EUSAGE, "%scontext full: %d tokens plus a tree of depth %d "
+                            "exceed %d", who, sd->len, sd->D, sd->max_context);
+    return SQ_OK;
+}
+
+/* The step (steps 1-5 of specdec.h) of m >= 1 started decoders with room for a tree, in
+ * lockstep: every forward is one forward over the sequences that have tokens to feed
+ * (forward_seqs), everything else is per sequence. out[i] (capacity: the depth) receives
+ * ntok[i] tokens; info[i] may be NULL. seqs: (m) scratch. m = 1 is sq_specdec_step. */
+static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t *const *out,
+                     int *ntok, sq_step_info *const *info, sq_error *err)
+{
+    int D = 0, rc, f;
+    for (int i = 0; i < m; i++)
+        D = sds[i]->D > D ? sds[i]->D : D;
     double t0 = now_ms(), dfwd = 0.0, tf;
 
-    /* 1. the draft catches up: S[dc .. len-1], the root last. A root-only plan is plain
-     * decoding with the target: the draft is never needed, so it is never run. */
-    int dcom = sq_context_committed(sd->dctx);
-    int a = n > 1 ? len - dcom : 0;
-    SQ_ASSERT(n == 1 || (a >= 1 && a + n <= sd->dmaxp));
-    for (int i = 0; i < a; i++) {
-        sd->ftok[i] = sd->seq[dcom + i];
-        sd->fpos[i] = dcom + i;
-        for (int j = 0; j < a; j++)
-            sd->mask[(size_t)i * a + j] = j <= i;
+    /* 1. every draft catches up: S[dc .. len-1], the root last, in one forward. A root-only
+     * plan is plain decoding with the target: the draft is never needed, so it is never run. */
+    f = 0;
+    for (int i = 0; i < m; i++) {
+        sq_specdec *sd = sds[i];
+        int dcom = sq_context_committed(sd->dctx);
+        int a = sd->cap > 1 ? sd->len - dcom : 0;
+        SQ_ASSERT(sd->cap == 1 || (a >= 1 && a + sd->cap <= sd->dmaxp));
+        sd->a = a;
+        for (int r = 0; r < a; r++) {
+            sd->ftok[r] = sd->seq[dcom + r];
+            sd->fpos[r] = dcom + r;
+        }
+        sq_causal_mask(sd->mask, a);
+        if (a > 0)
+            seqs[f++] = (sq_batch_seq){sd->dctx, sd->ftok, sd->fpos, sd->mask, a, sd->dbuf};
     }
-    if (a > 0) {
-        tf = now_ms();
-        if ((rc = sq_context_forward(sd->dctx, sd->ftok, sd->fpos, sd->mask, a, sd->dbuf, err)))
-            return rc;
-        dfwd += now_ms() - tf;
-        memcpy(sd->dlog, sd->dbuf + (size_t)(a - 1) * Vs, Vs * sizeof(float));
+    tf = now_ms();
+    if ((rc = forward_seqs(seqs, f, err)))
+        return rc;
+    dfwd += f > 0 ? now_ms() - tf : 0.0;
+    for (int i = 0; i < m; i++) {
+        sq_specdec *sd = sds[i];
+        size_t Vs = (size_t)sd->V;
+        if (sd->a > 0)
+            memcpy(sd->dlog, sd->dbuf + (size_t)(sd->a - 1) * Vs, Vs * sizeof(float));
+        tree_begin(sd);
+        sd->pd = sd->a;
+        sd->nfeed = sd->a > 0;   /* the root, read */
     }
-    for (int u = 0; u < n; u++)
-        sd->dslot[u] = -1;
-    sd->dslot[0] = a - 1;
-    sd->tok[0] = sd->seq[len - 1];
-    int pd = a;
 
-    /* 2. grow the tree level by level */
-    for (int l = 0; l < D; l++) {
-        for (int u = sd->level_start[l]; u < sd->level_start[l + 1]; u++)
-            if (sd->child_count[u] > 0)
-                sq_verifier_propose(sd->ver, draft_q(sd, u), sd->dlog + (size_t)u * Vs,
-                                    sd->child_count[u], sd->tok + sd->child_first[u]);
-        if (l + 1 >= D)
-            break;
-        int m = 0;
-        for (int u = sd->level_start[l + 1]; u < sd->level_start[l + 2]; u++)
-            if (sd->child_count[u] > 0)
-                sd->keep[m++] = u;   /* nodes to feed */
-        if (m == 0)
-            break;
-        int width = pd + m;
-        memset(sd->mask, 0, (size_t)m * (size_t)width);
+    /* 2. the trees grow level by level: the hook gives the nodes of level l their children
+     * from their draft distributions, then one forward over every sequence's expanded nodes
+     * of level l + 1 (tree mask over the pending tokens) yields their distributions */
+    for (int l = 0; l + 1 < D; l++) {
+        f = 0;
         for (int i = 0; i < m; i++) {
-            int u = sd->keep[i];
-            uint8_t *row = sd->mask + (size_t)i * width;
-            sd->ftok[i] = sd->tok[u];
-            sd->fpos[i] = len - 1 + l + 1;
-            for (int j = 0; j < a; j++)
-                row[j] = 1;   /* the caught-up tokens end with the root */
-            for (int w = sd->parent[u]; w > 0; w = sd->parent[w])
-                row[sd->dslot[w]] = 1;
-            row[pd + i] = 1;
+            sq_specdec *sd = sds[i];
+            if (sd->nfeed == 0)
+                continue;   /* no node of level l was read: its tree is done */
+            if ((rc = tree_grow(sd, l, err)))
+                return rc;
+            int mm = sd->nfeed, pd = sd->pd, a = sd->a, width = pd + mm;
+            if (mm == 0)
+                continue;
+            memset(sd->mask, 0, (size_t)mm * (size_t)width);
+            for (int r = 0; r < mm; r++) {
+                int u = sd->keep[r];
+                uint8_t *row = sd->mask + (size_t)r * width;
+                sd->ftok[r] = sd->tok[u];
+                sd->fpos[r] = sd->len - 1 + l + 1;
+                for (int j = 0; j < a; j++)
+                    row[j] = 1;   /* the caught-up tokens end with the root */
+                for (int w = sd->parent[u]; w > 0; w = sd->parent[w])
+                    row[sd->dslot[w]] = 1;
+                row[pd + r] = 1;
+            }
+            seqs[f++] = (sq_batch_seq){sd->dctx, sd->ftok, sd->fpos, sd->mask, mm, sd->dbuf};
         }
+        if (f == 0)
+            break;
         tf = now_ms();
-        if ((rc = sq_context_forward(sd->dctx, sd->ftok, sd->fpos, sd->mask, m, sd->dbuf, err)))
+        if ((rc = forward_seqs(seqs, f, err)))
             return rc;
         dfwd += now_ms() - tf;
         for (int i = 0; i < m; i++) {
-            int u = sd->keep[i];
-            memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)i * Vs, Vs * sizeof(float));
-            sd->dslot[u] = pd + i;
+            sq_specdec *sd = sds[i];
+            size_t Vs = (size_t)sd->V;
+            for (int r = 0; r < sd->nfeed; r++) {
+                int u = sd->keep[r];
+                memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)r * Vs, Vs * sizeof(float));
+                sd->dslot[u] = sd->pd + r;
+            }
+            sd->pd += sd->nfeed;
         }
-        pd += m;
     }
     double t1 = now_ms();
 
-    /* 3. the target reads the whole tree */
-    double attn = 0.0;
-    tree_inputs(sd, len);
+    /* 3. the targets read their whole trees in one forward */
+    for (int i = 0; i < m; i++) {
+        sq_specdec *sd = sds[i];
+        tree_inputs(sd, sd->len);
+        seqs[i] = (sq_batch_seq){sd->tctx, sd->ftok, sd->fpos, sd->mask, sd->n, sd->tlog};
+    }
     tf = now_ms();
-    if ((rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, n, sd->tlog, err)))
+    if ((rc = forward_seqs(seqs, m, err)))
         return rc;
     double tfwd = now_ms() - tf;
-    if (sd->prm.check_attention) {
+    double *attn = NULL;
+    for (int i = 0; i < m; i++) {
+        sq_specdec *sd = sds[i];
+        if (!sd->prm.check_attention)
+            continue;
+        if (!attn && !(attn = calloc((size_t)m, sizeof *attn)))
+            return sq_error_oom(err, "attention check");
         /* a plain forward needs nothing pending: drop the tree, compare, read it again */
         int32_t dummy = 0;
         if ((rc = sq_context_commit(sd->tctx, &dummy, 0, err)) ||
-            (rc = check_attention(sd, &attn, err)))
-            return rc;
-        tree_inputs(sd, len);
-        if ((rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, n, sd->tlog, err)))
-            return rc;
+            (rc = check_attention(sd, &attn[i], err)))
+            break;
+        tree_inputs(sd, sd->len);
+        if ((rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, sd->n, sd->tlog,
+                                     err)))
+            break;
     }
     double t2 = now_ms();
 
-    /* 4. verify from the root */
-    int cnt, pl;
-    if ((rc = verify_walk(sd, out, &cnt, &pl, info, err)))
-        return rc;
+    /* 4. verification from the root, per sequence */
+    for (int i = 0; i < m && !rc; i++)
+        rc = verify_walk(sds[i], out[i], info[i], err);
     double t3 = now_ms();
 
-    /* 5. keep only the accepted path */
-    if ((rc = commit_walk(sd, a, out, cnt, pl, err)))
-        return rc;
+    /* 5. every sequence keeps only its accepted path */
+    for (int i = 0; i < m && !rc; i++)
+        rc = commit_walk(sds[i], out[i], err);
     double t4 = now_ms();
 
-    if (info) {
-        info->tokens = cnt;
-        info->visits = cnt;
-        info->draft_ms = t1 - t0;
-        info->target_ms = t2 - t1;
-        info->verify_ms = t3 - t2;
-        info->draft_forward_ms = dfwd;
-        info->target_forward_ms = tfwd;
-        info->commit_ms = t4 - t3;
-        info->step_ms = t4 - t0;
-        info->attn_max_diff = attn;
+    for (int i = 0; i < m && !rc; i++) {
+        ntok[i] = sds[i]->cnt;
+        sq_step_info *in = info[i];
+        if (!in)
+            continue;
+        in->tokens = sds[i]->cnt;
+        in->visits = sds[i]->cnt;
+        in->nodes = sds[i]->n;
+        in->draft_ms = t1 - t0;
+        in->target_ms = t2 - t1;
+        in->verify_ms = t3 - t2;
+        in->draft_forward_ms = dfwd;
+        in->target_forward_ms = tfwd;
+        in->commit_ms = t4 - t3;
+        in->step_ms = t4 - t0;
+        in->attn_max_diff = attn ? attn[i] : 0.0;
     }
-    return SQ_OK;
+    free(attn);
+    return rc;
+}
+
+/* ---- groups: B decoders in lockstep (a batch; B = 1 is the single decoder) ----------------- */
+
+/* One step of every decoder k < B with active[k] != 0 (NULL: all), as sq_specdec_batch_step
+ * says; `named`: messages name the sequence. */
+static int steps_of(sq_specdec *const *sds, int B, const int *active, int32_t *const *out,
+                    int *ntok, sq_step_info *info, int named, sq_error *err)
+{
+    sq_specdec *one_sd;
+    int32_t *one_out;
+    sq_step_info *one_info;
+    sq_batch_seq one_seq;
+    int one_ntok, one_k;
+    sq_specdec **act = &one_sd;
+    int32_t **outs = &one_out;
+    sq_step_info **infos = &one_info;
+    sq_batch_seq *seqs = &one_seq;
+    int *nt = &one_ntok, *idx = &one_k;
+    if (B > 1) {
+        act = malloc((size_t)B * sizeof *act);
+        outs = malloc((size_t)B * sizeof *outs);
+        infos = malloc((size_t)B * sizeof *infos);
+        seqs = malloc((size_t)B * sizeof *seqs);
+        nt = malloc((size_t)B * sizeof *nt);
+        idx = malloc((size_t)B * sizeof *idx);
+    }
+    int rc = SQ_OK, m = 0;
+    if (!act || !outs || !infos || !seqs || !nt || !idx) {
+        rc = sq_error_oom(err, "a batch step");
+        goto end;
+    }
+    for (int k = 0; k < B; k++) {
+        ntok[k] = 0;
+        if (active && !active[k])
+            continue;
+        char who[48] = "";
+        if (named)
+            snprintf(who, sizeof who, "sequence %d: ", k);
+        if ((rc = check_room(sds[k], who, err)))
+            goto end;
+        act[m] = sds[k];
+        outs[m] = out[k];
+        infos[m] = info ? &info[k] : NULL;
+        idx[m++] = k;
+    }
+    if (m > 0 && !(rc = step_body(act, m, seqs, outs, nt, infos, err)))
+        for (int i = 0; i < m; i++)
+            ntok[idx[i]] = nt[i];
+end:
+    if (B > 1) {
+        free(act);
+        free(outs);
+        free(infos);
+        free(seqs);
+        free(nt);
+        free(idx);
+    }
+    return rc;
+}
+
+/* sq_specdec_batch_generate over B decoders; step_tokens, when not NULL, is (B, max_new): the
+ * tokens of each of sequence k's steps at step_tokens + k * max_new. */
+static int generate_of(sq_specdec *const *sds, int B, const int32_t *const *prompts,
+                       const int *n, int max_new, int32_t *const *out, int *steps,
+                       int *batch_steps, int *step_tokens, sq_step_info *infos, int named,
+                       sq_error *err)
+{
+    *batch_steps = 0;
+    for (int k = 0; k < B; k++) {
+        steps[k] = 0;
+        sq_specdec *sd = sds[k];
+        if (n[k] + max_new - 1 + sd->D > sd->max_context) {
+            char who[48] = "";
+            if (named)
+                snprintf(who, sizeof who, "sequence %d: ", k);
+            return sq_error_set(err, SQ_EUSAGE,
+                                "%sprompt of %d tokens + %d new tokens + a tree of depth %d "
+                                "exceed the context of %d tokens", who, n[k], max_new, sd->D,
+                                sd->max_context);
+        }
+    }
+    int rc;
+    for (int k = 0; k < B; k++)
+        if ((rc = sq_specdec_start(sds[k], prompts[k], n[k], err)))
+            return rc;
+    int D = 0;
+    for (int k = 0; k < B; k++)
+        D = sds[k]->D > D ? sds[k]->D : D;
+    int *active = malloc((size_t)B * sizeof *active), *done = calloc((size_t)B, sizeof *done);
+    int *ntok = malloc((size_t)B * sizeof *ntok);
+    int32_t *buf = malloc((size_t)B * (size_t)D * sizeof *buf);
+    int32_t **bufs = malloc((size_t)B * sizeof *bufs);
+    sq_step_info *si = calloc((size_t)B, sizeof *si);
+    if (!active || !done || !ntok || !buf || !bufs || !si) {
+        rc = sq_error_oom(err, "batch step buffers");
+        goto end;
+    }
+    for (int k = 0; k < B; k++) {
+        active[k] = 1;
+        bufs[k] = buf + (size_t)k * D;
+    }
+    for (int running = B; running > 0;) {
+        sq_step_info *info = NULL;
+        if (infos) {
+            for (int k = 0; k < B; k++)
+                si[k] = active[k] ? infos[(size_t)k * max_new + steps[k]] : (sq_step_info){0};
+            info = si;
+        }
+        if ((rc = steps_of(sds, B, active, bufs, ntok, info, named, err)))
+            break;
+        (*batch_steps)++;
+        for (int k = 0; k < B; k++) {
+            if (!active[k])
+                continue;
+            if (infos)
+                infos[(size_t)k * max_new + steps[k]] = si[k];
+            if (step_tokens)
+                step_tokens[(size_t)k * max_new + steps[k]] = ntok[k];
+            steps[k]++;
+            for (int i = 0; i < ntok[k] && done[k] < max_new; i++)
+                out[k][done[k]++] = bufs[k][i];
+            if (done[k] == max_new) {
+                active[k] = 0;
+                running--;
+            }
+        }
+    }
+end:
+    free(active);
+    free(done);
+    free(ntok);
+    free(buf);
+    free(bufs);
+    free(si);
+    return rc;
+}
+
+/* sq_specdec_batch_autoregressive over B decoders. */
+static int autoregressive_of(sq_specdec *const *sds, int B, const int32_t *const *prompts,
+                             const int *n, int max_new, uint64_t seed, int32_t *const *out,
+                             int named, sq_error *err)
+{
+    int rc;
+    for (int k = 0; k < B; k++) {
+        sq_specdec *sd = sds[k];
+        if ((rc = check_prompt(sd, prompts[k], n[k], err)))
+            return rc;
+        if (n[k] + max_new > sd->max_context) {
+            char who[48] = "";
+            if (named)
+                snprintf(who, sizeof who, "sequence %d: ", k);
+            return sq_error_set(err, SQ_EUSAGE, "%sprompt of %d tokens + %d new tokens exceed "
+                                "the context of %d tokens", who, n[k], max_new, sd->max_context);
+        }
+        sd->started = 0;
+        sq_context_reset(sd->tctx);
+        if ((rc = sq_prefill(sd->tctx, prompts[k], n[k] - 1, sd->tmaxp, NULL, err)))
+            return rc;
+        sq_verifier_seed(sd->ver, sq_specdec_batch_seed_of(seed, k));
+        sd->ftok[0] = prompts[k][n[k] - 1];
+        sd->mask[0] = 1;
+    }
+    sq_batch_seq one, *seqs = B > 1 ? malloc((size_t)B * sizeof *seqs) : &one;
+    if (!seqs)
+        return sq_error_oom(err, "a batch step");
+    int32_t zero = 0;
+    rc = SQ_OK;
+    for (int i = 0; i < max_new && !rc; i++) {
+        for (int k = 0; k < B; k++) {
+            sq_specdec *sd = sds[k];
+            sd->fpos[0] = n[k] - 1 + i;
+            seqs[k] = (sq_batch_seq){sd->tctx, sd->ftok, sd->fpos, sd->mask, 1, sd->tlog};
+        }
+        if ((rc = forward_seqs(seqs, B, err)))
+            break;
+        for (int k = 0; k < B && !rc; k++) {
+            sq_specdec *sd = sds[k];
+            if ((rc = sq_context_commit(sd->tctx, &zero, 1, err)))
+                break;
+            int32_t next;
+            if (sd->prm.mode == SQ_MODE_GREEDY) {
+                next = sq_argmax_f(sd->tlog, sd->V);
+            } else {
+                sq_verifier_probs(sd->ver, sd->tlog, sd->prm.temperature, sd->prm.top_p, sd->p);
+                next = sq_verifier_sample(sd->ver, sd->p);
+            }
+            out[k][i] = next;
+            sd->ftok[0] = next;
+        }
+    }
+    if (seqs != &one)
+        free(seqs);
+    return rc;
+}
+
+/* ---- one decoder: the group of one ---------------------------------------------------------- */
+
+int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *err)
+{
+    int ntok;
+    return steps_of(&sd, 1, NULL, &out, &ntok, info, 0, err);
+}
+
+int sq_specdec_step_group(sq_specdec *const *sd, int B, const int *active, int32_t *const *out,
+                          int *ntok, sq_step_info *info, sq_error *err)
+{
+    if (B < 1)
+        return sq_error_set(err, SQ_EUSAGE, "step group: needs at least one decoder (got %d)", B);
+    return steps_of(sd, B, active, out, ntok, info, B > 1, err);
 }
 
 int sq_specdec_generate(sq_specdec *sd, const int32_t *prompt, int n, int max_new, int32_t *out,
                         int *step_tokens, int *steps, sq_step_info *infos, sq_error *err)
 {
-    *steps = 0;
-    if (n + max_new - 1 + sd->D > sd->max_context)
-        return sq_error_set(err, SQ_EUSAGE,
-                            "prompt of %d tokens + %d new tokens + a tree of depth %d exceed the "
-                            "context of %d tokens", n, max_new, sd->D, sd->max_context);
-    int rc = sq_specdec_start(sd, prompt, n, err);
-    if (rc)
-        return rc;
-    int32_t *buf = malloc((size_t)sd->D * sizeof *buf);
-    if (!buf)
-        return sq_error_oom(err, "step output");
-    int done = 0;
-    while (done < max_new) {
-        sq_step_info *info = infos ? &infos[*steps] : NULL;
-        if ((rc = sq_specdec_step(sd, buf, info, err)))
-            break;
-        int m = sd->len - (n + done);   /* tokens this step produced */
-        step_tokens[(*steps)++] = m;
-        for (int i = 0; i < m && done < max_new; i++)
-            out[done++] = buf[i];
-    }
-    free(buf);
-    return rc;
+    int bsteps;
+    return generate_of(&sd, 1, &prompt, &n, max_new, &out, steps, &bsteps, step_tokens, infos,
+                       0, err);
 }
 
 int sq_specdec_autoregressive(sq_specdec *sd, const int32_t *prompt, int n, int max_new,
                               uint64_t seed, int32_t *out, sq_error *err)
 {
-    int rc = check_prompt(sd, prompt, n, err);
-    if (rc)
-        return rc;
-    if (n + max_new > sd->max_context)
-        return sq_error_set(err, SQ_EUSAGE,
-                            "prompt of %d tokens + %d new tokens exceed the context of %d tokens",
-                            n, max_new, sd->max_context);
-    sd->started = 0;
-    sq_context_reset(sd->tctx);
-    if ((rc = prefill(sd, sd->tctx, sd->tmaxp, sd->tlog, prompt, n - 1, 0, err)))
-        return rc;
-    sq_verifier_seed(sd->ver, seed);
-    int32_t last = prompt[n - 1], zero = 0;
-    uint8_t one = 1;
-    for (int i = 0; i < max_new; i++) {
-        int32_t pos = n - 1 + i;
-        if ((rc = sq_context_forward(sd->tctx, &last, &pos, &one, 1, sd->tlog, err)) ||
-            (rc = sq_context_commit(sd->tctx, &zero, 1, err)))
-            return rc;
-        if (sd->prm.mode == SQ_MODE_GREEDY) {
-            last = sq_argmax_f(sd->tlog, sd->V);
-        } else {
-            sq_verifier_probs(sd->ver, sd->tlog, sd->prm.temperature, sd->prm.top_p, sd->p);
-            last = sq_verifier_sample(sd->ver, sd->p);
-        }
-        out[i] = last;
-    }
-    return SQ_OK;
+    return autoregressive_of(&sd, 1, &prompt, &n, max_new, seed, &out, 0, err);
 }
 
 int sq_specdec_target_probs(sq_specdec *sd, const int32_t *ctx, int n, double *probs,
@@ -635,7 +1039,7 @@ int sq_specdec_target_probs(sq_specdec *sd, const int32_t *ctx, int n, double *p
                             sd->max_context);
     sd->started = 0;
     sq_context_reset(sd->tctx);
-    if ((rc = prefill(sd, sd->tctx, sd->tmaxp, sd->tlog, ctx, n - 1, 0, err)))
+    if ((rc = sq_prefill(sd->tctx, ctx, n - 1, sd->tmaxp, NULL, err)))
         return rc;
     int32_t last = ctx[n - 1], pos = n - 1, zero = 0;
     uint8_t one = 1;
@@ -646,15 +1050,11 @@ int sq_specdec_target_probs(sq_specdec *sd, const int32_t *ctx, int n, double *p
     return SQ_OK;
 }
 
-/* ---- batches ------------------------------------------------------------------------------ */
+/* ---- batches: B decoders that step together ------------------------------------------------ */
 
 struct sq_specdec_batch {
     int           B;
     sq_specdec  **sd;      /* (B)                                                          */
-    sq_batch_seq *seqs;    /* (B) one batched forward's sequences                          */
-    int          *idx;     /* (B) the member behind seqs[i]                                */
-    int          *a;       /* (B) draft catch-up tokens of the current step                */
-    int          *pd;      /* (B) draft pending tokens of the current step                 */
 };
 
 uint64_t sq_specdec_batch_seed_of(uint64_t seed, int k)
@@ -690,10 +1090,6 @@ void sq_specdec_batch_free(sq_specdec_batch *bt)
         for (int k = 0; k < bt->B; k++)
             sq_specdec_free(bt->sd[k]);
     free(bt->sd);
-    free(bt->seqs);
-    free(bt->idx);
-    free(bt->a);
-    free(bt->pd);
     free(bt);
 }
 
@@ -716,11 +1112,7 @@ int sq_specdec_batch_new(const sq_model *draft, const sq_model *target, const sq
         return sq_error_oom(err, "a batch");
     bt->B = B;
     bt->sd = calloc((size_t)B, sizeof *bt->sd);
-    bt->seqs = calloc((size_t)B, sizeof *bt->seqs);
-    bt->idx = calloc((size_t)B, sizeof *bt->idx);
-    bt->a = calloc((size_t)B, sizeof *bt->a);
-    bt->pd = calloc((size_t)B, sizeof *bt->pd);
-    if (!bt->sd || !bt->seqs || !bt->idx || !bt->a || !bt->pd) {
+    if (!bt->sd) {
         sq_specdec_batch_free(bt);
         return sq_error_oom(err, "a batch");
     }
@@ -764,6 +1156,12 @@ void sq_specdec_batch_seed(sq_specdec_batch *bt, uint64_t seed)
         sq_specdec_seed(bt->sd[k], sq_specdec_batch_seed_of(seed, k));
 }
 
+void sq_specdec_batch_set_grow(sq_specdec_batch *bt, sq_grow_fn fn, void *user)
+{
+    for (int k = 0; k < bt->B; k++)
+        sq_specdec_set_grow(bt->sd[k], fn, user);
+}
+
 int sq_specdec_batch_start(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,
                            sq_error *err)
 {
@@ -775,273 +1173,23 @@ int sq_specdec_batch_start(sq_specdec_batch *bt, const int32_t *const *prompts, 
     return SQ_OK;
 }
 
-/* One batched forward over seqs[0 .. m) (m may be 0). */
-static int forward_seqs(sq_specdec_batch *bt, int m, sq_error *err)
-{
-    return m > 0 ? sq_context_forward_batch(bt->seqs, m, err) : SQ_OK;
-}
-
-/* Steps 4 and 5 of sq_specdec_step for one sequence whose target logits are in tlog. */
-static int verify_and_commit(sq_specdec *sd, int a, int32_t *out, int *ntok, sq_step_info *info,
-                             sq_error *err)
-{
-    int cnt, pl, rc;
-    if ((rc = verify_walk(sd, out, &cnt, &pl, info, err)) ||
-        (rc = commit_walk(sd, a, out, cnt, pl, err)))
-        return rc;
-    *ntok = cnt;
-    if (info) {
-        info->tokens = cnt;
-        info->visits = cnt;
-        info->attn_max_diff = 0.0;
-    }
-    return SQ_OK;
-}
-
 int sq_specdec_batch_step(sq_specdec_batch *bt, const int *active, int32_t *const *out,
                           int *ntok, sq_step_info *info, sq_error *err)
 {
-    int m = 0, rc;
-    for (int k = 0; k < bt->B; k++) {
-        ntok[k] = 0;
-        if (active && !active[k])
-            continue;
-        sq_specdec *sd = bt->sd[k];
-        SQ_ASSERT(sd->started);
-        if (sd->len - 1 + sd->D > sd->max_context)
-            return sq_error_set(err, SQ_EUSAGE, "sequence %d: context full: %d tokens plus a "
-                                "tree of depth %d exceed %d", k, sd->len, sd->D, sd->max_context);
-        bt->idx[m++] = k;
-    }
-    const int M = m;
-    if (M == 0)
-        return SQ_OK;
-    sq_specdec *s0 = bt->sd[bt->idx[0]];
-    const int n = s0->n, D = s0->D;
-    const size_t Vs = (size_t)s0->V;
-    double t0 = now_ms();
-
-    /* 1. every draft catches up (root last), in one batched forward */
-    int f = 0;
-    for (int i = 0; i < M; i++) {
-        sq_specdec *sd = bt->sd[bt->idx[i]];
-        int dcom = sq_context_committed(sd->dctx), len = sd->len;
-        int a = n > 1 ? len - dcom : 0;
-        SQ_ASSERT(n == 1 || (a >= 1 && a + n <= sd->dmaxp));
-        bt->a[i] = a;
-        for (int r = 0; r < a; r++) {
-            sd->ftok[r] = sd->seq[dcom + r];
-            sd->fpos[r] = dcom + r;
-            for (int j = 0; j < a; j++)
-                sd->mask[(size_t)r * a + j] = j <= r;
-        }
-        if (a > 0)
-            bt->seqs[f++] = (sq_batch_seq){sd->dctx, sd->ftok, sd->fpos, sd->mask, a, sd->dbuf};
-    }
-    if ((rc = forward_seqs(bt, f, err)))
-        return rc;
-    for (int i = 0; i < M; i++) {
-        sq_specdec *sd = bt->sd[bt->idx[i]];
-        int a = bt->a[i];
-        if (a > 0)
-            memcpy(sd->dlog, sd->dbuf + (size_t)(a - 1) * Vs, Vs * sizeof(float));
-        for (int u = 0; u < n; u++)
-            sd->dslot[u] = -1;
-        sd->dslot[0] = a - 1;
-        sd->tok[0] = sd->seq[sd->len - 1];
-        bt->pd[i] = a;
-    }
-
-    /* 2. the trees grow level by level, one batched draft forward per level */
-    for (int l = 0; l < D; l++) {
-        int fed = 0;
-        f = 0;
-        for (int i = 0; i < M; i++) {
-            sq_specdec *sd = bt->sd[bt->idx[i]];
-            for (int u = sd->level_start[l]; u < sd->level_start[l + 1]; u++)
-                if (sd->child_count[u] > 0)
-                    sq_verifier_propose(sd->ver, draft_q(sd, u), sd->dlog + (size_t)u * Vs,
-                                        sd->child_count[u], sd->tok + sd->child_first[u]);
-            if (l + 1 >= D)
-                continue;
-            int mm = 0;
-            for (int u = sd->level_start[l + 1]; u < sd->level_start[l + 2]; u++)
-                if (sd->child_count[u] > 0)
-                    sd->keep[mm++] = u;
-            fed = mm;
-            if (mm == 0)
-                continue;
-            int pd = bt->pd[i], a = bt->a[i], width = pd + mm, len = sd->len;
-            memset(sd->mask, 0, (size_t)mm * (size_t)width);
-            for (int r = 0; r < mm; r++) {
-                int u = sd->keep[r];
-                uint8_t *row = sd->mask + (size_t)r * width;
-                sd->ftok[r] = sd->tok[u];
-                sd->fpos[r] = len - 1 + l + 1;
-                for (int j = 0; j < a; j++)
-                    row[j] = 1;
-                for (int w = sd->parent[u]; w > 0; w = sd->parent[w])
-                    row[sd->dslot[w]] = 1;
-                row[pd + r] = 1;
-            }
-            bt->seqs[f++] = (sq_batch_seq){sd->dctx, sd->ftok, sd->fpos, sd->mask, mm, sd->dbuf};
-        }
-        if (l + 1 >= D || fed == 0)
-            break;
-        if ((rc = forward_seqs(bt, f, err)))
-            return rc;
-        for (int i = 0; i < M; i++) {
-            sq_specdec *sd = bt->sd[bt->idx[i]];
-            for (int r = 0; r < fed; r++) {
-                int u = sd->keep[r];
-                memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)r * Vs, Vs * sizeof(float));
-                sd->dslot[u] = bt->pd[i] + r;
-            }
-            bt->pd[i] += fed;
-        }
-    }
-    double t1 = now_ms();
-
-    /* 3. the targets read their trees in one batched forward */
-    for (int i = 0; i < M; i++) {
-        sq_specdec *sd = bt->sd[bt->idx[i]];
-        tree_inputs(sd, sd->len);
-        bt->seqs[i] = (sq_batch_seq){sd->tctx, sd->ftok, sd->fpos, sd->mask, n, sd->tlog};
-    }
-    if ((rc = forward_seqs(bt, M, err)))
-        return rc;
-    double t2 = now_ms();
-
-    /* 4, 5. verification and commits, per sequence */
-    for (int i = 0; i < M; i++) {
-        int k = bt->idx[i];
-        if ((rc = verify_and_commit(bt->sd[k], bt->a[i], out[k], &ntok[k], info ? &info[k] : NULL,
-                                    err)))
-            return rc;
-    }
-    double t3 = now_ms();
-    if (info)
-        for (int i = 0; i < M; i++) {
-            sq_step_info *in = &info[bt->idx[i]];
-            in->draft_ms = t1 - t0;
-            in->target_ms = in->target_forward_ms = t2 - t1;
-            in->verify_ms = t3 - t2;
-            in->step_ms = t3 - t0;
-        }
-    return SQ_OK;
+    return steps_of(bt->sd, bt->B, active, out, ntok, info, 1, err);
 }
 
 int sq_specdec_batch_generate(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,
                               int max_new, int32_t *const *out, int *steps, int *batch_steps,
                               sq_step_info *infos, sq_error *err)
 {
-    const int B = bt->B;
-    *batch_steps = 0;
-    for (int k = 0; k < B; k++) {
-        steps[k] = 0;
-        sq_specdec *sd = bt->sd[k];
-        if (n[k] + max_new - 1 + sd->D > sd->max_context)
-            return sq_error_set(err, SQ_EUSAGE,
-                                "sequence %d: prompt of %d tokens + %d new tokens + a tree of "
-                                "depth %d exceed the context of %d tokens", k, n[k], max_new,
-                                sd->D, sd->max_context);
-    }
-    int rc = sq_specdec_batch_start(bt, prompts, n, err);
-    if (rc)
-        return rc;
-    int D = bt->sd[0]->D;
-    int *active = malloc((size_t)B * sizeof *active), *done = calloc((size_t)B, sizeof *done);
-    int *ntok = malloc((size_t)B * sizeof *ntok);
-    int32_t *buf = malloc((size_t)B * (size_t)D * sizeof *buf);
-    int32_t **bufs = malloc((size_t)B * sizeof *bufs);
-    sq_step_info *si = calloc((size_t)B, sizeof *si);
-    if (!active || !done || !ntok || !buf || !bufs || !si) {
-        rc = sq_error_oom(err, "batch step buffers");
-        goto end;
-    }
-    for (int k = 0; k < B; k++) {
-        active[k] = 1;
-        bufs[k] = buf + (size_t)k * D;
-    }
-    for (int running = B; running > 0;) {
-        sq_step_info *info = NULL;
-        if (infos) {
-            for (int k = 0; k < B; k++)
-                si[k] = active[k] ? infos[(size_t)k * max_new + steps[k]] : (sq_step_info){0};
-            info = si;
-        }
-        if ((rc = sq_specdec_batch_step(bt, active, bufs, ntok, info, err)))
-            break;
-        (*batch_steps)++;
-        for (int k = 0; k < B; k++) {
-            if (!active[k])
-                continue;
-            if (infos)
-                infos[(size_t)k * max_new + steps[k]] = si[k];
-            steps[k]++;
-            for (int i = 0; i < ntok[k] && done[k] < max_new; i++)
-                out[k][done[k]++] = bufs[k][i];
-            if (done[k] == max_new) {
-                active[k] = 0;
-                running--;
-            }
-        }
-    }
-end:
-    free(active);
-    free(done);
-    free(ntok);
-    free(buf);
-    free(bufs);
-    free(si);
-    return rc;
+    return generate_of(bt->sd, bt->B, prompts, n, max_new, out, steps, batch_steps, NULL, infos,
+                       1, err);
 }
 
 int sq_specdec_batch_autoregressive(sq_specdec_batch *bt, const int32_t *const *prompts,
                                     const int *n, int max_new, uint64_t seed,
                                     int32_t *const *out, sq_error *err)
 {
-    const int B = bt->B;
-    int rc;
-    for (int k = 0; k < B; k++) {
-        sq_specdec *sd = bt->sd[k];
-        if ((rc = check_prompt(sd, prompts[k], n[k], err)))
-            return rc;
-        if (n[k] + max_new > sd->max_context)
-            return sq_error_set(err, SQ_EUSAGE, "sequence %d: prompt of %d tokens + %d new "
-                                "tokens exceed the context of %d tokens", k, n[k], max_new,
-                                sd->max_context);
-        sd->started = 0;
-        sq_context_reset(sd->tctx);
-        if ((rc = prefill(sd, sd->tctx, sd->tmaxp, sd->tlog, prompts[k], n[k] - 1, 0, err)))
-            return rc;
-        sq_verifier_seed(sd->ver, sq_specdec_batch_seed_of(seed, k));
-        sd->ftok[0] = prompts[k][n[k] - 1];
-        sd->mask[0] = 1;
-    }
-    int32_t zero = 0;
-    for (int i = 0; i < max_new; i++) {
-        for (int k = 0; k < B; k++) {
-            sq_specdec *sd = bt->sd[k];
-            sd->fpos[0] = n[k] - 1 + i;
-            bt->seqs[k] = (sq_batch_seq){sd->tctx, sd->ftok, sd->fpos, sd->mask, 1, sd->tlog};
-        }
-        if ((rc = forward_seqs(bt, B, err)))
-            return rc;
-        for (int k = 0; k < B; k++) {
-            sq_specdec *sd = bt->sd[k];
-            if ((rc = sq_context_commit(sd->tctx, &zero, 1, err)))
-                return rc;
-            int32_t next;
-            if (sd->prm.mode == SQ_MODE_GREEDY) {
-                next = sq_argmax_f(sd->tlog, sd->V);
-            } else {
-                sq_verifier_probs(sd->ver, sd->tlog, sd->prm.temperature, sd->prm.top_p, sd->p);
-                next = sq_verifier_sample(sd->ver, sd->p);
-            }
-            out[k][i] = next;
-            sd->ftok[0] = next;
-        }
-    }
-    return SQ_OK;
+    return autoregressive_of(bt->sd, bt->B, prompts, n, max_new, seed, out, 1, err);
 }

@@ -5,16 +5,23 @@
  * token. One step:
  *   1. the draft reads the tokens it has not seen (the root and whatever the previous step
  *      accepted past the nodes it had already fed) in one forward: the root's distribution Q;
- *   2. the draft grows the tree level by level as the plan says: the children of every node of
- *      level l are proposed from that node's Q (draft top-k for greedy/top-k, drawn without
- *      replacement for stochastic, with replacement for specinfer), then one draft forward
- *      over the nodes of level l+1 that have children (tree mask over the pending tokens)
+ *   2. the tree grows level by level: the grow hook (below; by default the plan's rule) gives
+ *      the nodes of level l their children from each node's Q (the plan's rule: draft top-k
+ *      for greedy/top-k, drawn without replacement for stochastic, with replacement for
+ *      specinfer) and says which children the draft reads ("expanded"), then one draft
+ *      forward over the expanded nodes of level l+1 (tree mask over the pending tokens)
  *      yields their Q; leaves are never fed to the draft;
  *   3. the target reads all n tree nodes in one forward with the tree mask;
  *   4. the verifier walks from the root (libsequoia/verify/verify.h);
  *   5. both contexts commit only the accepted path (KV compaction); the bonus token becomes the
  *      next root.
- * A step produces between 1 and depth tokens. */
+ * A step produces between 1 and depth tokens.
+ *
+ * One body runs these steps for a group of decoders in lockstep (sq_specdec_step_group): every
+ * forward of steps 1-3 is one forward over the sequences that have tokens to feed, the rest is
+ * per sequence. sq_specdec_step is the group of one, a batch (sq_specdec_batch) the group of its
+ * members, so a sequence produces the same tokens alone and in a batch, from the same
+ * generator state (token for token for greedy, up to the batched products' float rounding). */
 #ifndef SQ_RUNTIME_SPECDEC_H
 #define SQ_RUNTIME_SPECDEC_H
 
@@ -44,7 +51,8 @@ typedef struct sq_specdec_params {
 
 sq_specdec_params sq_specdec_default_params(void);
 
-/* What one step did. */
+/* What one step did. In a group (a batch) the times are the group step's, the same for every
+ * sequence that took part: its forwards serve them all. */
 typedef struct sq_step_info {
     int    tokens;          /* tokens produced: accepted nodes + the bonus token           */
     int    visits;          /* nodes the verifier stood on (= tokens)                      */
@@ -57,6 +65,7 @@ typedef struct sq_step_info {
      * compaction) */
     double draft_forward_ms, target_forward_ms, commit_ms, step_ms;
     double attn_max_diff;   /* with check_attention: max |tree - path| logit difference    */
+    int    nodes;           /* nodes of this step's tree (the plan's unless a hook shapes it) */
 } sq_step_info;
 
 typedef struct sq_specdec sq_specdec;
@@ -85,8 +94,82 @@ void sq_specdec_seed(sq_specdec *sd, uint64_t seed);
 int sq_specdec_start(sq_specdec *sd, const int32_t *prompt, int n, sq_error *err);
 
 /* One speculation step; out receives info->tokens tokens (capacity: the tree depth). info may
- * be NULL. Errors: SQ_EUSAGE when the context is full; model errors as they come. */
+ * be NULL. Errors: SQ_EUSAGE when the context is full; model errors as they come; the grow
+ * hook's. The group of one: sq_specdec_step_group(&sd, 1, NULL, &out, &ntok, info, err). */
 int sq_specdec_step(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *err);
+
+/* One step of every started decoder sd[k] (k < B) with active[k] != 0 (NULL: all), in lockstep:
+ * each forward of the step is one forward over them (sq_context_forward_batch when more than
+ * one has tokens to feed). The decoders must be distinct and of the same two models (the
+ * batched forward's rule); their plans and hooks may differ. out[k] (capacity: its depth)
+ * receives ntok[k] tokens (0 for an inactive decoder); info, when not NULL, (B) per-decoder
+ * step infos. What sq_specdec_batch_step does on a batch's members; B = 1 is sq_specdec_step.
+ * Errors: SQ_EUSAGE ("sequence k: context full" when B > 1), model and hook errors. */
+int sq_specdec_step_group(sq_specdec *const *sd, int B, const int *active, int32_t *const *out,
+                          int *ntok, sq_step_info *info, sq_error *err);
+
+/* ---- how the tree grows: the per-level hook --------------------------------------------------
+ *
+ * In step 2, for l = 0, 1, ..., depth - 2 and as long as level l has expanded nodes, the
+ * decoder calls its hook fn(g, l, user, err) with the step's tree so far (levels 0 .. l, every
+ * expanded node of level l with its draft logits). The hook gives nodes of level l children
+ * with sq_tree_grow_add, node by node in increasing order (each node once, only expanded
+ * nodes), and writes each child's token, its score (any number the hook wants to keep, e.g. a
+ * path log-probability; 0 if unset) and whether it is expanded (the draft reads it, so it may
+ * get children at the next level; never on the deepest level, depth - 1). It may give a node
+ * any number of children and leave any node a leaf, so the shape of every level is decided at
+ * run time; the plan bounds the tree: at most its node count (sq_tree_grow_capacity) and its
+ * depth. The hook returns SQ_OK or an error status (with err set), which ends the step.
+ *
+ * The default hook is the plan's rule: every node gets the plan's children, proposed as step 2
+ * says with sq_verifier_propose, and is expanded when the plan gives it children; the tree is
+ * then the plan's, node for node. A hook that draws tokens should draw from
+ * sq_tree_grow_verifier's generator, so that a run stays reproducible from its seed; whether
+ * its proposals keep the verification lossless is the hook's business (sq_verifier_node checks
+ * the children in the order the mode's rank semantics assume: libsequoia/verify/verify.h).
+ * Nodes are numbered breadth-first: the root 0, then level by level, the children of a node
+ * contiguous, in the order of their parents. */
+typedef struct sq_tree_grow sq_tree_grow;
+
+typedef int (*sq_grow_fn)(sq_tree_grow *g, int level, void *user, sq_error *err);
+
+/* The children sq_tree_grow_add made: nodes first .. first + k - 1; the hook fills the arrays
+ * (tokens must be set; scores stay 0 and expand 0, a leaf, unless written). */
+typedef struct sq_tree_children {
+    int      first;
+    int32_t *tokens;   /* (k) */
+    double  *scores;   /* (k) */
+    uint8_t *expand;   /* (k) */
+} sq_tree_children;
+
+/* Sets sd's hook (fn NULL: the plan's rule again). */
+void sq_specdec_set_grow(sq_specdec *sd, sq_grow_fn fn, void *user);
+
+/* Node u (of the level being grown, expanded, above every node already given children in this
+ * call) gets k >= 1 children. Errors (SQ_EUSAGE, naming the level and the node): any of those
+ * conditions broken, or the tree past the plan's node count. A token outside the vocabulary
+ * left by the hook fails the step (SQ_EUSAGE). */
+int sq_tree_grow_add(sq_tree_grow *g, int u, int k, sq_tree_children *out, sq_error *err);
+
+/* The nodes of `level` (<= the level being grown + 1, whose nodes are the children added so
+ * far): their number, *first the first one's index. */
+int sq_tree_grow_level(const sq_tree_grow *g, int level, int *first);
+int sq_tree_grow_nodes(const sq_tree_grow *g);      /* nodes so far                        */
+int sq_tree_grow_capacity(const sq_tree_grow *g);   /* most nodes: the plan's              */
+int sq_tree_grow_max_depth(const sq_tree_grow *g);  /* most levels, root included: the plan's */
+int sq_tree_grow_vocab(const sq_tree_grow *g);
+const sq_specdec_params *sq_tree_grow_params(const sq_tree_grow *g);  /* mode, temperature... */
+int sq_tree_grow_parent(const sq_tree_grow *g, int u);      /* -1: the root                 */
+int32_t sq_tree_grow_token(const sq_tree_grow *g, int u);
+double sq_tree_grow_score(const sq_tree_grow *g, int u);
+int sq_tree_grow_expanded(const sq_tree_grow *g, int u);    /* the draft has read u          */
+/* The draft's logits at an expanded node u (vocab), NULL otherwise. */
+const float *sq_tree_grow_logits(const sq_tree_grow *g, int u);
+/* The draft's distribution Q at an expanded node u (vocab): sq_probs_from_logits at the run's
+ * temperature and top-p, in the decoder's scratch (valid until the next call); NULL otherwise. */
+const double *sq_tree_grow_probs(sq_tree_grow *g, int u);
+/* The sequence's generator (the verifier's: proposals and verification draw from it). */
+sq_verifier *sq_tree_grow_verifier(sq_tree_grow *g);
 
 /* Sequence length so far (prompt + generated). */
 int sq_specdec_length(const sq_specdec *sd);
@@ -114,12 +197,12 @@ void sq_step_info_clear(sq_step_info *info);
 /* ---- a batch: B sequences decoded together with one plan (serving) ----------------------------
  *
  * B decoders, each with its own draft and target contexts (KV caches), sequence and verifier
- * generator, step in lockstep: the catch-up forward and every level's forward of the draft, and
- * the target's tree forward, are each one sq_context_forward_batch over the sequences still
- * running, so the weights are read once per forward for the whole batch; proposals,
- * verification and commits are per sequence, exactly as sq_specdec_step does them. Every
- * sequence therefore produces what it would alone, from the same generator state (token for
- * token for greedy, up to the products' float rounding). Sequence k's generator starts from
+ * generator, step in lockstep (sq_specdec_step_group): the catch-up forward and every level's
+ * forward of the draft, and the target's tree forward, are each one sq_context_forward_batch
+ * over the sequences still running, so the weights are read once per forward for the whole
+ * batch; proposals, verification and commits are per sequence. Every sequence therefore
+ * produces what it would alone, from the same generator state (token for token for greedy, up
+ * to the products' float rounding). Sequence k's generator starts from
  * sq_specdec_batch_seed_of(seed, k). */
 typedef struct sq_specdec_batch sq_specdec_batch;
 
@@ -137,6 +220,8 @@ sq_specdec *sq_specdec_batch_member(sq_specdec_batch *bt, int k);
 uint64_t sq_specdec_batch_seed_of(uint64_t seed, int k);
 /* Reseeds sequence k's generator with sq_specdec_batch_seed_of(seed, k), for every k. */
 void sq_specdec_batch_seed(sq_specdec_batch *bt, uint64_t seed);
+/* Sets every member's grow hook (sq_specdec_set_grow). */
+void sq_specdec_batch_set_grow(sq_specdec_batch *bt, sq_grow_fn fn, void *user);
 
 /* Bytes of KV caches and scratch that B decoders of this plan and these models take (an
  * estimate that leaves out the mapped weights). */
@@ -147,10 +232,11 @@ double sq_specdec_batch_bytes(const sq_model *draft, const sq_model *target, con
 int sq_specdec_batch_start(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,
                            sq_error *err);
 
-/* One step of every sequence k with active[k] != 0 (NULL: all). out[k] (capacity: the depth)
- * receives ntok[k] tokens (0 for an inactive sequence); info, when not NULL, (B) per-sequence
- * step infos (the times are the batch step's: draft_ms, target_ms = target_forward_ms,
- * verify_ms and step_ms; draft_forward_ms and commit_ms are not timed in a batch and stay 0). */
+/* One step of every sequence k with active[k] != 0 (NULL: all): sq_specdec_step_group on the
+ * members. out[k] (capacity: the depth) receives ntok[k] tokens (0 for an inactive sequence);
+ * info, when not NULL, (B) per-sequence step infos whose times are the batch step's, timed as
+ * a single step's (draft_ms with draft_forward_ms inside it, target_ms with
+ * target_forward_ms, verify_ms, commit_ms, step_ms), the same for every active sequence. */
 int sq_specdec_batch_step(sq_specdec_batch *bt, const int *active, int32_t *const *out,
                           int *ntok, sq_step_info *info, sq_error *err);
 

@@ -109,64 +109,17 @@ static uint64_t dist_seed(uint64_t seed, int i)
     return seed + 0x51ed27ull * (uint64_t)(i + 1);
 }
 
-/* The distribution of the first two generated tokens over `samples` seeds against the
- * target's own. */
-int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
-                             int L, sq_validation *val,
-                             void (*progress)(void *user, int64_t done, int64_t total),
-                             void *user, sq_error *err)
+/* The distribution test drawn by a group of B decoders (sq_specdec_step_group): `samples`
+ * draws in rounds of B, round i reseeding decoder k with sq_specdec_batch_seed_of of the i-th
+ * seed, every decoder k on prompts[k] (plen[k] tokens), steps until each has two tokens; then
+ * one test per distinct prompt (validate.h). B = 1 is sq_validate_distribution. */
+static int dist_group(sq_specdec *const *sd, int B, uint64_t seed, int samples,
+                      const int32_t *const *prompts, const int *plen, sq_validation *val,
+                      void (*progress)(void *user, int64_t done, int64_t total), void *user,
+                      sq_error *err)
 {
-    int D = sq_specdec_depth(sd);
-    int R = seeds, rc = SQ_OK;
-    int32_t *first = malloc((size_t)R * sizeof *first), *second = malloc((size_t)R * sizeof *second);
-    int32_t *buf = malloc((size_t)D * sizeof *buf);
-    if (!first || !second || !buf) {
-        rc = sq_error_oom(err, "validation");
-        goto done;
-    }
-    for (int i = 0; i < R && !rc; i++) {
-        if (progress)
-            progress(user, i, R);
-        sq_specdec_seed(sd, dist_seed(seed, i));
-        if ((rc = sq_specdec_start(sd, prompt, L, err)))
-            break;
-        int got = 0;
-        while (got < 2 && !rc) {
-            if ((rc = sq_specdec_step(sd, buf, NULL, err)))
-                break;
-            int m = sq_specdec_length(sd) - L - got;
-            for (int j = 0; j < m && got < 2; j++, got++) {
-                if (got == 0)
-                    first[i] = buf[j];
-                else
-                    second[i] = buf[j];
-            }
-        }
-    }
-    if (!rc && progress)
-        progress(user, R, R);
-    if (rc || (rc = dist_test(sd, prompt, L, first, second, R, val, err)))
-        goto done;
-    val->dist_checked = 1;
-    val->seeds = R;
-    val->dist_groups = 1;
-    val->dist_ok = dist_pass(val);
-done:
-    free(first);
-    free(second);
-    free(buf);
-    return rc;
-}
-
-int sq_validate_distribution_batch(sq_specdec_batch *bt, uint64_t seed, int samples,
-                                   const int32_t *const *prompts, const int *plen,
-                                   sq_validation *val,
-                                   void (*progress)(void *user, int64_t done, int64_t total),
-                                   void *user, sq_error *err)
-{
-    const int B = sq_specdec_batch_size(bt);
     const int rounds = (samples + B - 1) / B;
-    const int D = sq_specdec_depth(sq_specdec_batch_member(bt, 0));
+    const int D = sq_specdec_depth(sd[0]);
     const size_t cells = (size_t)rounds * (size_t)B;
     int rc = SQ_OK;
     int32_t *first = malloc(cells * sizeof *first), *second = malloc(cells * sizeof *second);
@@ -181,13 +134,16 @@ int sq_validate_distribution_batch(sq_specdec_batch *bt, uint64_t seed, int samp
     }
     for (int k = 0; k < B; k++)
         outs[k] = buf + (size_t)k * D;
-    /* the draws: round i reseeds the batch (sequence k from sq_specdec_batch_seed_of) and
-     * steps it, every sequence on its own prompt, until each has two tokens */
+    /* the draws: round i reseeds the group (decoder k from sq_specdec_batch_seed_of) and steps
+     * it, every decoder on its own prompt, until each has two tokens */
     for (int i = 0; i < rounds && !rc; i++) {
         if (progress)
             progress(user, (int64_t)i * B, (int64_t)rounds * B);
-        sq_specdec_batch_seed(bt, dist_seed(seed, i));
-        if ((rc = sq_specdec_batch_start(bt, prompts, plen, err)))
+        for (int k = 0; k < B && !rc; k++) {
+            sq_specdec_seed(sd[k], sq_specdec_batch_seed_of(dist_seed(seed, i), k));
+            rc = sq_specdec_start(sd[k], prompts[k], plen[k], err);
+        }
+        if (rc)
             break;
         for (int k = 0; k < B; k++)
             got[k] = 0;
@@ -197,7 +153,7 @@ int sq_validate_distribution_batch(sq_specdec_batch *bt, uint64_t seed, int samp
                 any |= active[k] = got[k] < 2;
             if (!any)
                 break;
-            if ((rc = sq_specdec_batch_step(bt, active, outs, ntok, NULL, err)))
+            if ((rc = sq_specdec_step_group(sd, B, active, outs, ntok, NULL, err)))
                 break;
             for (int k = 0; k < B; k++)
                 for (int j = 0; j < ntok[k] && got[k] < 2; j++, got[k]++)
@@ -206,7 +162,7 @@ int sq_validate_distribution_batch(sq_specdec_batch *bt, uint64_t seed, int samp
     }
     if (!rc && progress)
         progress(user, (int64_t)rounds * B, (int64_t)rounds * B);
-    /* one test per distinct prompt, over the samples of the sequences that read it; the
+    /* one test per distinct prompt, over the samples of the decoders that read it; the
      * reported statistics are those of the group with the smallest p-value */
     int groups = 0, ok = 1;
     sq_validation worst = {0};
@@ -224,8 +180,7 @@ int sq_validate_distribution_batch(sq_specdec_batch *bt, uint64_t seed, int samp
             }
         }
         sq_validation g = {0};
-        if ((rc = dist_test(sq_specdec_batch_member(bt, k), prompts[k], plen[k], gf, gs, R, &g,
-                            err)))
+        if ((rc = dist_test(sd[k], prompts[k], plen[k], gf, gs, R, &g, err)))
             break;
         int pass = dist_pass(&g);
         double pmin = fmin(g.first.p_value, g.pair.p_value);
@@ -254,6 +209,31 @@ done:
     free(ntok);
     free(active);
     free(done_g);
+    return rc;
+}
+
+int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
+                             int L, sq_validation *val,
+                             void (*progress)(void *user, int64_t done, int64_t total),
+                             void *user, sq_error *err)
+{
+    return dist_group(&sd, 1, seed, seeds, &prompt, &L, val, progress, user, err);
+}
+
+int sq_validate_distribution_batch(sq_specdec_batch *bt, uint64_t seed, int samples,
+                                   const int32_t *const *prompts, const int *plen,
+                                   sq_validation *val,
+                                   void (*progress)(void *user, int64_t done, int64_t total),
+                                   void *user, sq_error *err)
+{
+    const int B = sq_specdec_batch_size(bt);
+    sq_specdec **sd = malloc((size_t)B * sizeof *sd);
+    if (!sd)
+        return sq_error_oom(err, "validation");
+    for (int k = 0; k < B; k++)
+        sd[k] = sq_specdec_batch_member(bt, k);
+    int rc = dist_group(sd, B, seed, samples, prompts, plen, val, progress, user, err);
+    free(sd);
     return rc;
 }
 

@@ -46,7 +46,9 @@ int sq_validate_attention(sq_specdec *sd, const int32_t *prompt, int L, double t
 void sq_validate_greedy(const int32_t *gen, const int32_t *base, int n, sq_validation *val);
 
 /* The distribution test over `seeds` runs, the i-th seeded with seed + 0x51ed27 (i + 1).
- * progress (may be NULL) is told the seeds done, with `user` (sequoia-run's progress line). */
+ * progress (may be NULL) is told the seeds done, with `user` (sequoia-run's progress line).
+ * The test of sq_validate_distribution_batch on the group of one decoder (one implementation:
+ * the same draws, statistics and p-values as a batch of one). */
 int sq_validate_distribution(sq_specdec *sd, uint64_t seed, int seeds, const int32_t *prompt,
                              int L, sq_validation *val,
                              void (*progress)(void *user, int64_t done, int64_t total),
