@@ -10,6 +10,7 @@
 #include "libsequoia/base/sha256.h"
 #include "libsequoia/format/corpus.h"
 #include "runtime/model.h"
+#include "runtime/prefill.h"
 #include "runtime/tokens.h"
 
 sq_dump_opts sq_dump_default_opts(void)
@@ -56,8 +57,7 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
     sq_context *dctx = NULL, *tctx = NULL;
     sq_corpus_writer *w = NULL;
     float *tl = NULL, *dl = NULL;
-    uint8_t *mask = NULL;
-    int32_t *pos = NULL, *keep = NULL, *next = NULL;
+    int32_t *next = NULL;
     int64_t rows = 0, done_rows = 0;
     char *partial = NULL;
 
@@ -66,12 +66,8 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
         (rc = sq_tokens_load(o->tokens_file, &toks, err)))
         goto done;
     const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
-    if (dc->vocab_size != tc->vocab_size) {
-        rc = sq_error_set(err, SQ_EDATA,
-                          "%s/config.json: vocab_size: %d differs from the target's %d (%s)",
-                          o->draft_dir, dc->vocab_size, tc->vocab_size, o->target_dir);
+    if ((rc = sq_models_check_vocab(draft, target, o->draft_dir, o->target_dir, err)))
         goto done;
-    }
     int V = tc->vocab_size;
     if ((rc = sq_tokens_check_vocab(toks, V, o->tokens_file, err)))
         goto done;
@@ -97,11 +93,8 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
         goto done;
     tl = malloc((size_t)DUMP_CHUNK * V * sizeof *tl);
     dl = malloc((size_t)DUMP_CHUNK * V * sizeof *dl);
-    mask = malloc((size_t)DUMP_CHUNK * DUMP_CHUNK);
-    pos = malloc(DUMP_CHUNK * sizeof *pos);
-    keep = malloc(DUMP_CHUNK * sizeof *keep);
     next = malloc(DUMP_CHUNK * sizeof *next);
-    if (!tl || !dl || !mask || !pos || !keep || !next) {
+    if (!tl || !dl || !next) {
         rc = sq_error_oom(err, "dump buffers");
         goto done;
     }
@@ -169,17 +162,9 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
             sq_context_reset(tctx);
             for (int64_t c0 = w0; c0 < w1; c0 += DUMP_CHUNK) {
                 int m = (int)(w1 - c0 < DUMP_CHUNK ? w1 - c0 : DUMP_CHUNK);
-                for (int i = 0; i < m; i++) {
-                    pos[i] = (int32_t)(c0 - w0 + i);
-                    keep[i] = i;
-                    for (int j = 0; j < m; j++)
-                        mask[(size_t)i * m + j] = j <= i;
-                }
                 const int32_t *ids = toks->ids + c0;
-                if ((rc = sq_context_forward(tctx, ids, pos, mask, m, tl, err)) ||
-                    (rc = sq_context_forward(dctx, ids, pos, mask, m, dl, err)) ||
-                    (rc = sq_context_commit(tctx, keep, m, err)) ||
-                    (rc = sq_context_commit(dctx, keep, m, err)))
+                if ((rc = sq_forward_causal(tctx, ids, m, tl, err)) ||
+                    (rc = sq_forward_causal(dctx, ids, m, dl, err)))
                     goto done;
                 int r = 0;
                 while (r < m && c0 + r + 1 < e) {
@@ -229,9 +214,6 @@ done:
     sq_corpus_writer_abort(w);
     free(tl);
     free(dl);
-    free(mask);
-    free(pos);
-    free(keep);
     free(next);
     free(partial);
     sq_context_free(dctx);

@@ -14,6 +14,7 @@
 #include "libsequoia/base/stats.h"
 #include "libsequoia/format/plan.h"
 #include "runtime/model.h"
+#include "runtime/prefill.h"
 #include "runtime/report.h"
 #include "runtime/tokens.h"
 #include "runtime/validate.h"
@@ -24,12 +25,8 @@ typedef struct run_state {
     sq_model         *draft, *target;
     sq_tokens        *prompt;
     int               B, n;          /* sequences, new tokens per sequence                    */
-    /* B = 1: the single-sequence decoder; B > 1: the batch (runtime/specdec.h). A batch of one
-     * is the plain decoder (sq_specdec_batch_seed_of keeps sequence 0's seed); running it
-     * directly keeps the step infos' finer timing (a batch step times neither the draft's
-     * forwards nor the commits on their own) and its memory check (the batch's also counts the
-     * KV caches at the full context) */
-    sq_specdec       *sd;
+    /* the decoders, a batch of B (runtime/specdec.h); a single run is a batch of one, whose
+     * member 0 is seeded as the plain decoder (sq_specdec_batch_seed_of(seed, 0) = seed) */
     sq_specdec_batch *bt;
     const int32_t   **prompts;       /* (B)                                                  */
     int              *plen;          /* (B)                                                  */
@@ -51,7 +48,7 @@ typedef struct run_state {
 
 static sq_specdec *member(run_state *st, int k)
 {
-    return st->B == 1 ? st->sd : sq_specdec_batch_member(st->bt, k);
+    return sq_specdec_batch_member(st->bt, k);
 }
 
 static void state_free(run_state *st)
@@ -70,7 +67,6 @@ static void state_free(run_state *st)
     free(st->steps);
     free(st->seqs);
     sq_run_acceptance_free(&st->acc);
-    sq_specdec_free(st->sd);
     sq_specdec_batch_free(st->bt);
     sq_tokens_free(st->prompt);
     sq_model_free(st->draft);
@@ -96,12 +92,9 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
         (rc = sq_model_load(o->target_dir, &st->target, err)) ||
         (rc = sq_tokens_load(o->prompt_file, &st->prompt, err)))
         return rc;
-    const sq_model_config *dcfg = sq_model_get_config(st->draft);
     const sq_model_config *tcfg = sq_model_get_config(st->target);
-    if (dcfg->vocab_size != tcfg->vocab_size)
-        return sq_error_set(err, SQ_EDATA,
-                            "%s/config.json: vocab_size: %d differs from the target's %d (%s)",
-                            o->draft_dir, dcfg->vocab_size, tcfg->vocab_size, o->target_dir);
+    if ((rc = sq_models_check_vocab(st->draft, st->target, o->draft_dir, o->target_dir, err)))
+        return rc;
     if ((rc = sq_tokens_check_vocab(st->prompt, tcfg->vocab_size, o->prompt_file, err)))
         return rc;
     const char *want = sq_mode_rank_semantics(o->prm.mode);
@@ -139,11 +132,8 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
         st->gen_rows[k] = st->gen + (size_t)k * n;
         st->base_rows[k] = st->base + (size_t)k * n;
     }
-    if (B == 1)
-        rc = sq_specdec_new(st->draft, st->target, st->plan, &o->prm, o->plan_file, &st->sd, err);
-    else
-        rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &o->prm, o->plan_file, B,
-                                  &st->bt, err);
+    rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &o->prm, o->plan_file, B, &st->bt,
+                              err);
     if (rc)
         return rc;
     int D = sq_specdec_depth(member(st, 0)), ctxlen = sq_specdec_max_context(member(st, 0));
@@ -176,19 +166,10 @@ static int decode(const sq_run_opts *o, run_state *st, sq_error *err)
 {
     const int B = st->B, n = st->n;
     int rc;
+    sq_specdec_batch_seed(st->bt, o->prm.seed);
     double t0 = sq_now_ms();
-    if (B == 1) {
-        sq_specdec_seed(st->sd, o->prm.seed);
-        t0 = sq_now_ms();
-        rc = sq_specdec_generate(st->sd, st->prompts[0], st->plen[0], n, st->gen,
-                                 st->step_tokens, &st->steps[0], st->infos, err);
-        st->batch_steps = st->steps[0];
-    } else {
-        sq_specdec_batch_seed(st->bt, o->prm.seed);
-        t0 = sq_now_ms();
-        rc = sq_specdec_batch_generate(st->bt, st->prompts, st->plen, n, st->gen_rows,
-                                       st->steps, &st->batch_steps, st->infos, err);
-    }
+    rc = sq_specdec_batch_generate(st->bt, st->prompts, st->plen, n, st->gen_rows, st->steps,
+                                   &st->batch_steps, st->infos, err);
     if (rc)
         return rc;
     st->spec_ms = sq_now_ms() - t0;
@@ -202,12 +183,8 @@ static int decode(const sq_run_opts *o, run_state *st, sq_error *err)
     st->base_ms = NAN;
     if (o->baseline) {
         t0 = sq_now_ms();
-        if (B == 1)
-            rc = sq_specdec_autoregressive(st->sd, st->prompts[0], st->plen[0], n, o->prm.seed,
-                                           st->base, err);
-        else
-            rc = sq_specdec_batch_autoregressive(st->bt, st->prompts, st->plen, n, o->prm.seed,
-                                                 st->base_rows, err);
+        rc = sq_specdec_batch_autoregressive(st->bt, st->prompts, st->plen, n, o->prm.seed,
+                                             st->base_rows, err);
         if (rc)
             return rc;
         st->base_ms = sq_now_ms() - t0;
@@ -228,12 +205,8 @@ static int validate(const sq_run_opts *o, run_state *st, sq_error *err)
     if (o->prm.mode != SQ_MODE_GREEDY) {
         sq_progress pg;
         sq_progress_start(&pg, o->prog, "validate", B == 1 ? "seeds" : "draws", o->quiet, 0);
-        if (B == 1)
-            rc = sq_validate_distribution(st->sd, o->prm.seed, o->samples, st->prompts[0],
-                                          st->plen[0], val, sq_progress_callback, &pg, err);
-        else
-            rc = sq_validate_distribution_batch(st->bt, o->prm.seed, o->samples, st->prompts,
-                                                st->plen, val, sq_progress_callback, &pg, err);
+        rc = sq_validate_distribution_batch(st->bt, o->prm.seed, o->samples, st->prompts,
+                                            st->plen, val, sq_progress_callback, &pg, err);
         sq_progress_end(&pg);
         return rc;
     }

@@ -123,11 +123,13 @@ void sq_specdec_free(sq_specdec *sd)
 
 static int grow_plan(sq_tree_grow *g, int level, void *user, sq_error *err);
 
-int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan *plan,
-                   const sq_specdec_params *params, const char *plan_file, sq_specdec **out,
-                   sq_error *err)
+/* What sq_specdec_new checks before it allocates anything (the batch checks it before its own
+ * memory check, so that a single decoder and a batch refuse a bad plan or parameter alike): the
+ * vocabularies, the plan against them, the sampling parameters, the context against the models
+ * and the tree, and the logit buffers and tree mask against the machine's memory. */
+static int check_new(const sq_model *draft, const sq_model *target, const sq_plan *plan,
+                     const sq_specdec_params *params, const char *plan_file, sq_error *err)
 {
-    *out = NULL;
     const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
     int rc = sq_models_check_vocab(draft, target, NULL, NULL, err);
     if (rc)
@@ -149,6 +151,39 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
         return sq_error_set(err, SQ_EUSAGE,
                             "temperature 0 is greedy decoding: use the greedy mode");
 
+    int n = t->n, D = sq_tree_depth(t);
+    int maxpos = dc->max_position < tc->max_position ? dc->max_position : tc->max_position;
+    int max_context = params->max_context > 0 ? params->max_context : maxpos;
+    if (maxpos > 0 && max_context > maxpos)
+        return sq_error_set(err, SQ_EUSAGE,
+                            "context %d exceeds the models' max_position_embeddings %d",
+                            params->max_context, maxpos);
+    if (max_context < D + 1)
+        return sq_error_set(err, SQ_EUSAGE, "context %d cannot hold a tree of depth %d",
+                            max_context, D);
+    int tmaxp = n > PREFILL_CHUNK ? n : PREFILL_CHUNK;
+    int dmaxp = n + D + 2 > PREFILL_CHUNK ? n + D + 2 : PREFILL_CHUNK;
+    int mp = tmaxp > dmaxp ? tmaxp : dmaxp;
+    /* A huge plan (up to 2^20 nodes) times a large vocabulary is refused up front rather than
+     * swapped or OOM-killed: the logit buffers and the tree mask against physical memory. */
+    double need = ((double)n + tmaxp + dmaxp) * (double)V * sizeof(float) + (double)mp * (double)mp;
+    return sq_memory_check(need, err, "use a smaller plan", "a plan of %d nodes with a "
+                           "vocabulary of %d needs %.1f GiB of logit buffers and tree mask", n, V,
+                           need / (1 << 30));
+}
+
+int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan *plan,
+                   const sq_specdec_params *params, const char *plan_file, sq_specdec **out,
+                   sq_error *err)
+{
+    *out = NULL;
+    int rc = check_new(draft, target, plan, params, plan_file, err);
+    if (rc)
+        return rc;
+    const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
+    const sq_tree *t = plan->tree;
+    int V = tc->vocab_size;
+
     sq_specdec *sd = calloc(1, sizeof *sd);
     if (!sd)
         return sq_error_oom(err, "speculative decoder");
@@ -163,32 +198,10 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     sd->g.sd = sd;
     int maxpos = dc->max_position < tc->max_position ? dc->max_position : tc->max_position;
     sd->max_context = params->max_context > 0 ? params->max_context : maxpos;
-    if (maxpos > 0 && sd->max_context > maxpos) {
-        sq_specdec_free(sd);
-        return sq_error_set(err, SQ_EUSAGE,
-                            "context %d exceeds the models' max_position_embeddings %d",
-                            params->max_context, maxpos);
-    }
-    if (sd->max_context < D + 1) {
-        int mc = sd->max_context;
-        sq_specdec_free(sd);
-        return sq_error_set(err, SQ_EUSAGE, "context %d cannot hold a tree of depth %d", mc, D);
-    }
     sd->tmaxp = n > PREFILL_CHUNK ? n : PREFILL_CHUNK;
     sd->dmaxp = n + D + 2 > PREFILL_CHUNK ? n + D + 2 : PREFILL_CHUNK;
     int mp = sd->tmaxp > sd->dmaxp ? sd->tmaxp : sd->dmaxp;
     size_t Vs = (size_t)V;
-    /* A huge plan (up to 2^20 nodes) times a large vocabulary is refused up front rather than
-     * swapped or OOM-killed: the logit buffers and the tree mask against physical memory. */
-    double need = ((double)n + sd->tmaxp + sd->dmaxp) * (double)Vs * sizeof(float) +
-                  (double)mp * (double)mp;
-    int mrc = sq_memory_check(need, err, "use a smaller plan", "a plan of %d nodes with a "
-                              "vocabulary of %d needs %.1f GiB of logit buffers and tree mask", n,
-                              V, need / (1 << 30));
-    if (mrc) {
-        sq_specdec_free(sd);
-        return mrc;
-    }
     sd->plan_kids = calloc((size_t)n, sizeof(int));
     sd->parent = malloc((size_t)n * sizeof(int));
     sd->depth = malloc((size_t)n * sizeof(int));
@@ -1100,6 +1113,9 @@ int sq_specdec_batch_new(const sq_model *draft, const sq_model *target, const sq
     *out = NULL;
     if (B < 1)
         return sq_error_set(err, SQ_EUSAGE, "batch %d: needs at least one sequence", B);
+    int rc0 = check_new(draft, target, plan, params, plan_file, err);
+    if (rc0)
+        return rc0;
     /* past the machine's memory: refused up front, with what it would take */
     double need = sq_specdec_batch_bytes(draft, target, plan, params, B);
     int mrc = sq_memory_check(need, err, "use a smaller batch or --context", "batch %d: %d "
