@@ -111,11 +111,6 @@ int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *raw, float *ou
 /* Unmaps and frees; raw is all zero afterwards. */
 void sq_corpus_raw_clear(sq_corpus_raw *raw);
 
-/* IEEE 754 binary16 conversions used for float16 corpora (exact widening; narrowing rounds to
- * nearest, ties to even, and gives infinity past 65504). */
-float sq_half_to_float(uint16_t h);
-uint16_t sq_float_to_half(float f);
-
 /* ---- writer (runtime dumps, tests) ---------------------------------------------------------- */
 
 typedef struct sq_corpus_writer_params {
