@@ -124,12 +124,12 @@ typedef struct cuda_state {
 
 template <int BF> __device__ __forceinline__ float load16(uint16_t h)
 {
-    return BF ? sq_k_bf16_to_f32(h) : sq_k_f16_to_f32(h);
+    return BF ? sq_bf16_to_f32(h) : sq_f16_to_f32(h);
 }
 
 template <int BF> __device__ __forceinline__ uint16_t store16(float f)
 {
-    return BF ? sq_k_f32_to_bf16(f) : sq_k_f32_to_f16(f);
+    return BF ? sq_f32_to_bf16(f) : sq_f32_to_f16(f);
 }
 
 __device__ __forceinline__ float warp_sum(float v)
@@ -532,10 +532,10 @@ static void *conv_run(void *arg)
     const conv_job *j = (const conv_job *)arg;
     if (j->bf16)
         for (size_t i = 0; i < j->n; i++)
-            j->dst[i] = sq_k_f32_to_bf16(j->src[i]);
+            j->dst[i] = sq_f32_to_bf16(j->src[i]);
     else
         for (size_t i = 0; i < j->n; i++)
-            j->dst[i] = sq_k_f32_to_f16(j->src[i]);
+            j->dst[i] = sq_f32_to_f16(j->src[i]);
     return NULL;
 }
 

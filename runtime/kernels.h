@@ -107,73 +107,8 @@ SQ_HD static inline void sq_k_online_push(sq_k_online *st, float score, float *a
 
 /* ---- 16-bit weights (stored as uint16_t bit patterns) ----------------------------------------- */
 
-SQ_HD static inline uint32_t sq_k_f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-SQ_HD static inline float sq_k_bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* bfloat16: the high half of a float32, rounded to nearest even; NaN stays a (quiet) NaN. */
-SQ_HD static inline uint16_t sq_k_f32_to_bf16(float f)
-{
-    uint32_t u = sq_k_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-SQ_HD static inline float sq_k_bf16_to_f32(uint16_t h)
-{
-    return sq_k_bits_f32((uint32_t)h << 16);
-}
-
-/* IEEE binary16, round to nearest even, subnormals kept, overflow to infinity. */
-SQ_HD static inline uint16_t sq_k_f32_to_f16(float f)
-{
-    uint32_t u = sq_k_f32_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u)                       /* NaN */
-        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-    if (a >= 0x477ff000u)                      /* rounds to >= 65536: infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x38800000u) {                     /* below 2^-14: subnormal or zero */
-        if (a < 0x33000000u)                   /* below 2^-25: rounds to zero */
-            return sign;
-        uint32_t e = a >> 23;                  /* 102 .. 112 */
-        uint32_t mant = (a & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e;             /* 14 .. 24 */
-        uint32_t q = mant >> shift;
-        uint32_t rest = mant & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
-        if (rest > mid || (rest == mid && (q & 1u)))
-            q++;
-        return (uint16_t)(sign | q);
-    }
-    uint32_t r = a + 0xfffu + ((a >> 13) & 1u);   /* round to nearest even at bit 13 */
-    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
-}
-
-SQ_HD static inline float sq_k_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu)
-        return sq_k_bits_f32(sign | 0x7f800000u | (m << 13));
-    if (e == 0) {
-        /* zero or subnormal: m * 2^-24 */
-        float v = (float)m * (1.0f / 16777216.0f);
-        return sign ? -v : v;
-    }
-    return sq_k_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
-}
+/* Converted by the project's one codec, sq_f16_to_f32, sq_f32_to_f16, sq_bf16_to_f32 and
+ * sq_f32_to_bf16 (host and device alike). */
+#include "libsequoia/base/half.h"
 
 #endif

@@ -45,72 +45,7 @@ int sq_st_dtype_parse(const char *name, sq_st_dtype *dt)
     return -1;
 }
 
-/* ---- scalar conversions ---------------------------------------------------------------- */
-
-static float bits_to_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t f32_to_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-float sq_f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1fu;
-    uint32_t mant = h & 0x3ffu;
-    if (exp == 0) {
-        /* zero or subnormal: mant * 2^-24, exact in binary32 */
-        float v = ldexpf((float)mant, -24);
-        return sign ? -v : v;
-    }
-    if (exp == 31)
-        return bits_to_f32(sign | 0x7f800000u | (mant << 13));
-    return bits_to_f32(sign | ((exp + 112u) << 23) | (mant << 13));
-}
-
-uint16_t sq_f32_to_f16(float f)
-{
-    uint32_t x = f32_to_bits(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) /* inf, NaN (quiet bit kept set) */
-        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
-    if (ax >= 0x477ff000u) /* >= 65520 rounds to infinity */
-        return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) {
-        /* below the smallest normal half (2^-14): a multiple of 2^-24, rounded to nearest even;
-         * 1024 lands exactly on the smallest normal's encoding */
-        float m = nearbyintf(fabsf(f) * 16777216.0f);
-        return (uint16_t)(sign | (uint16_t)m);
-    }
-    uint32_t h = ((((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13));
-    uint32_t rem = ax & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++;
-    return (uint16_t)(sign | h);
-}
-
-float sq_bf16_to_f32(uint16_t h)
-{
-    return bits_to_f32((uint32_t)h << 16);
-}
-
-uint16_t sq_f32_to_bf16(float f)
-{
-    uint32_t x = f32_to_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
+/* ---- to float32 (16-bit codecs: libsequoia/base/half.h) --------------------------------- */
 
 int sq_st_to_f32(sq_st_dtype dt, const void *src, float *dst, size_t count)
 {

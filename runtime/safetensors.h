@@ -28,6 +28,9 @@
 #include <cjson/cJSON.h>
 
 #include "libsequoia/base/error.h"
+/* F16 and BF16 tensors convert with the project's one 16-bit codec (sq_f16_to_f32 and the
+ * rest) */
+#include "libsequoia/base/half.h"
 
 /* Largest header this reader accepts (the reference implementation's limit is 100 MB). */
 #define SQ_ST_MAX_HEADER (100u << 20)
@@ -77,16 +80,9 @@ const sq_st_tensor *sq_st_find(const sq_st_file *f, const char *name);
 /* A "__metadata__" value, or NULL. */
 const char *sq_st_metadata(const sq_st_file *f, const char *key);
 
-/* Converts `count` elements of an F32, F16 or BF16 buffer (unaligned is fine) to float32.
- * Returns -1 for any other dtype. */
+/* Converts `count` elements of an F32, F16 or BF16 buffer (unaligned is fine) to float32, by
+ * libsequoia/base/half.h. Returns -1 for any other dtype. */
 int sq_st_to_f32(sq_st_dtype dt, const void *src, float *dst, size_t count);
-
-/* Scalar conversions, IEEE-754 binary16 / bfloat16 <-> binary32; float -> half rounds to
- * nearest even and keeps NaN a NaN. */
-float sq_f16_to_f32(uint16_t h);
-uint16_t sq_f32_to_f16(float f);
-float sq_bf16_to_f32(uint16_t h);
-uint16_t sq_f32_to_bf16(float f);
 
 /* A checkpoint: <dir>/model.safetensors if it exists, else the shards named by
  * <dir>/model.safetensors.index.json. Shard names must be plain file names in `dir`; every

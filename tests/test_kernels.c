@@ -1,7 +1,7 @@
 /* The per-element arithmetic of runtime/kernels.h, which the CPU backend, the verifier and the
- * CUDA kernels share, against plain reference formulas computed in double (and, for the 16-bit
- * conversions, against the compiler's _Float16 and an exhaustive pass over every pattern).
- * These run on any machine: they are what the CUDA kernels compute per element. */
+ * CUDA kernels share, against plain reference formulas computed in double. These run on any
+ * machine: they are what the CUDA kernels compute per element. (The 16-bit conversions that
+ * kernels.h takes from libsequoia/base/half.h are tested in tests/test_half.c.) */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <float.h>
@@ -12,9 +12,6 @@
 
 #include "runtime/kernels.h"
 #include "libsequoia/verify/verify.h"
-
-/* IEEE binary16 of the compiler (GCC >= 12 on x86-64), the oracle for the f16 conversions. */
-__extension__ typedef _Float16 half_t;
 
 /* xorshift for test data */
 static uint64_t rng_state = 88172645463325252ull;
@@ -326,87 +323,7 @@ Test(kernels, argmax_rule_in_any_reduction_order_equals_sq_argmax_f)
     }
 }
 
-/* ---- 16-bit conversions -------------------------------------------------------------------- */
-
-Test(kernels, f16_every_pattern_round_trips_through_f32)
-{
-    for (uint32_t h = 0; h < 65536; h++) {
-        float f = sq_k_f16_to_f32((uint16_t)h);
-        if (((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff)) {
-            cr_assert(isnan(f), "0x%04x", h);
-            continue;
-        }
-        cr_assert_eq(sq_k_f32_to_f16(f), h, "0x%04x -> %g -> 0x%04x", h, f, sq_k_f32_to_f16(f));
-        cr_assert(f == (float)(half_t)f, "0x%04x: %g is not exactly a half", h, f);
-    }
-}
-
-Test(kernels, f16_rounding_equals_the_compilers_float16)
-{
-    static const float edges[] = {65504.0f, 65519.99f, 65520.0f, 65536.0f, 1e9f, 6.1035156e-5f,
-                                  5.9604645e-8f, 2.9802322e-8f, 2.9802326e-8f, 1e-30f, 0.0f,
-                                  -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, INFINITY};
-    for (size_t i = 0; i < sizeof edges / sizeof *edges; i++)
-        for (int s = 0; s < 2; s++) {
-            float f = s ? -edges[i] : edges[i];
-            half_t h = (half_t)f;
-            uint16_t want;
-            memcpy(&want, &h, sizeof want);
-            cr_assert_eq(sq_k_f32_to_f16(f), want, "%.9g: 0x%04x vs 0x%04x", f,
-                         sq_k_f32_to_f16(f), want);
-        }
-    for (int trial = 0; trial < 2000000; trial++) {
-        uint32_t bits = (uint32_t)rnd();
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        if (isnan(f))
-            continue;
-        half_t h = (half_t)f;
-        uint16_t want;
-        memcpy(&want, &h, sizeof want);
-        cr_assert_eq(sq_k_f32_to_f16(f), want, "%.9g (0x%08x): 0x%04x vs 0x%04x", f, bits,
-                     sq_k_f32_to_f16(f), want);
-    }
-    cr_assert(isnan(sq_k_f16_to_f32(sq_k_f32_to_f16(NAN))));
-}
-
-/* bf16 reference: the nearer of the two bf16 neighbours, ties to the even one. */
-static uint16_t ref_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
-    double dl = fabs((double)f - sq_k_bf16_to_f32(lo));
-    float fh = sq_k_bf16_to_f32(hi);
-    double dh = isinf(fh) ? fabs((double)f - ldexp(1.0, 128) * (f < 0 ? -1 : 1))
-                          : fabs((double)f - fh);
-    if (dl < dh)
-        return lo;
-    if (dh < dl)
-        return hi;
-    return (lo & 1) ? hi : lo;
-}
-
-Test(kernels, bf16_rounds_to_nearest_even)
-{
-    for (int trial = 0; trial < 2000000; trial++) {
-        uint32_t bits = (uint32_t)rnd();
-        float f;
-        memcpy(&f, &bits, sizeof f);
-        if (isnan(f) || isinf(f))
-            continue;
-        cr_assert_eq(sq_k_f32_to_bf16(f), ref_bf16(f), "%.9g (0x%08x)", f, bits);
-    }
-    for (uint32_t h = 0; h < 65536; h++) {
-        float f = sq_k_bf16_to_f32((uint16_t)h);
-        if (isnan(f))
-            cr_assert(isnan(sq_k_bf16_to_f32(sq_k_f32_to_bf16(f))), "0x%04x", h);
-        else
-            cr_assert_eq(sq_k_f32_to_bf16(f), h, "0x%04x", h);
-    }
-    cr_assert_eq(sq_k_f32_to_bf16(FLT_MAX), 0x7f80);   /* rounds up to infinity */
-    cr_assert_eq(sq_k_f32_to_bf16(1.0f), 0x3f80);
-}
+/* The 16-bit conversions (libsequoia/base/half.h) are tested in tests/test_half.c. */
 
 /* The device's nucleus (runtime/cuda_sample.cu, k_probs) finds tau by bisection on the bit
  * patterns of the probabilities, with block sums in a different order from the host's; the

@@ -126,13 +126,6 @@ int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *raw, float *ou
 SQ_API
 void sq_corpus_raw_clear(sq_corpus_raw *raw);
 
-/* IEEE 754 binary16 conversions used for float16 corpora (exact widening; narrowing rounds to
- * nearest, ties to even, and gives infinity past 65504). */
-SQ_API
-float sq_half_to_float(uint16_t h);
-SQ_API
-uint16_t sq_float_to_half(float f);
-
 /* ---- writer (runtime dumps, tests) ---------------------------------------------------------- */
 
 typedef struct sq_corpus_writer_params {

@@ -27,7 +27,7 @@
 typedef struct corpus_model {
     int     sparse;          /* 1: topk_ids + topk_logits                                   */
     int     width;           /* V (dense) or K (sparse)                                     */
-    int     half;            /* dense IEEE float16: read raw, converted by sq_half_to_float */
+    int     half;            /* dense IEEE float16: read raw, converted by sq_f16_to_f32 */
     hid_t   logits;          /* /m/logits or /m/topk_logits                                 */
     hid_t   ids;             /* /m/topk_ids, or H5I_INVALID_HID                             */
     char    logits_name[32]; /* "/target/logits", ...                                      */

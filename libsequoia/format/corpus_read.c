@@ -23,6 +23,7 @@
 #endif
 
 #include "libsequoia/base/busguard.h"
+#include "libsequoia/base/half.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/format/corpus_private.h"
 
@@ -86,47 +87,7 @@ void sqc_h5_close_dataset(hid_t *id)
     *id = H5I_INVALID_HID;
 }
 
-/* ---- float16 --------------------------------------------------------------------------- */
-
-float sq_half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
-    if (e == 0) {
-        float v = ldexpf((float)m, -24); /* zero or subnormal: m * 2^-24, exact */
-        memcpy(&bits, &v, sizeof bits);
-        bits |= sign;
-    } else if (e == 31) {
-        bits = sign | 0x7f800000u | (m << 13); /* inf or NaN (payload kept) */
-    } else {
-        bits = sign | ((e + 112u) << 23) | (m << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-uint16_t sq_float_to_half(float f)
-{
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
-    uint32_t a = bits & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return sign | 0x7e00u; /* NaN */
-    if (a >= 0x477ff000u)
-        return sign | 0x7c00u; /* rounds past 65504: infinity */
-    if (a < 0x38800000u) {
-        /* below 2^-14: a subnormal half, m * 2^-24, rounded to nearest even by rintf; 1024 is
-         * the smallest normal, whose encoding is the same number */
-        float m = rintf(ldexpf(fabsf(f), 24));
-        return sign | (uint16_t)m;
-    }
-    uint32_t h = ((a >> 23) - 112u) << 10 | ((a >> 13) & 0x3ffu);
-    uint32_t rest = a & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-        h++; /* a carry into the exponent is the right answer */
-    return sign | (uint16_t)h;
-}
+/* ---- float16 (converted by libsequoia/base/half.h) ---------------------------------------- */
 
 /* IEEE 754 binary16 in the host's byte order: sign bit 15, exponent bits 10-14 (bias 15),
  * mantissa 0-9. HDF5 1.10 has no predefined half type; its soft conversion handles any such
@@ -891,7 +852,7 @@ static int read_model(sq_corpus *c, int k, int64_t row0, int count, float *out, 
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, raw + 2 * i, sizeof h);
-            float f = sq_half_to_float(h);
+            float f = sq_f16_to_f32(h);
             memcpy((unsigned char *)out + 4 * i, &f, sizeof f);
         }
         return check_finite(c, m->logits_name, out, row0, count, V, err);
@@ -1233,7 +1194,7 @@ static int decode(const sq_corpus *c, const sq_corpus_raw *r, float *out, unsign
             } else {
                 memcpy(&h, src + 2 * i, sizeof h);
             }
-            out[i] = sq_half_to_float(h);
+            out[i] = sq_f16_to_f32(h);
         }
     }
     return check_finite((sq_corpus *)c, m->logits_name, out, row0, count, V, err);

@@ -15,6 +15,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "libsequoia/base/half.h"
 #include "libsequoia/base/io.h"
 #include "libsequoia/format/corpus_private.h"
 
@@ -337,7 +338,7 @@ int sqc_writer_flush(sq_corpus_writer *w, sq_error *err)
             for (size_t i = 0; i < n; i++) {
                 float f;
                 memcpy(&f, b + 4 * i, sizeof f);
-                uint16_t h = sq_float_to_half(f);
+                uint16_t h = sq_f32_to_f16(f);
                 memcpy(b + 2 * i, &h, sizeof h);
             }
             hid_t mt = sqc_half_type_new();

@@ -13,6 +13,7 @@
 #include <gsl/gsl_errno.h>
 
 #include "planner/accept/accept.h"
+#include "planner/accept/compare.h"
 #include "planner/accept/merge.h"
 #include "planner/accept/stats.h"
 #include "libsequoia/format/corpus.h"
@@ -515,170 +516,28 @@ static int merge(char **files, int n_files, const char *out_file, int quiet)
 
 /* ---- compare --------------------------------------------------------------------------------------- */
 
-/* printf to the report, unless --quiet */
-#define REPORT(...) do { if (!quiet) printf(__VA_ARGS__); } while (0)
-
-static cJSON *jnum(double v)
-{
-    return cJSON_CreateNumber(isfinite(v) ? v : 0.0);
-}
-
-/* --compare BASE NEW: per curve, the change per rank and of the optimal tree's F. Exit 1 on a
- * significant drop, and when NEW lacks a curve of BASE (lost coverage in CI) unless --curve
- * limits the comparison. --json FILE: the same as JSON (format "sequoia-compare"). */
+/* --compare BASE NEW: the comparison of planner/accept/compare.h, its report on stdout and its
+ * warnings on stderr (unless --quiet), and --json FILE. Exit 1 on a significant drop, and when
+ * NEW lacks a curve of BASE (lost coverage in CI) unless --curve limits the comparison. */
 static int compare(const char *base_file, const char *new_file, int budget, int depth,
                    double sigma, const char *only, int quiet, const char *json_file)
 {
     sq_error err = {0};
-    sq_curve_set *b = NULL, *n = NULL;
-    int rc;
-    int worst = SQ_OK, compared = 0, missing = 0;
-    /* the report is built with plain calls and checked once, before it is used */
-    sq_json_build jb = sq_json_build_begin();
-    cJSON *root = cJSON_CreateObject(), *jcurves = cJSON_CreateArray();
-    cJSON *jmissing = cJSON_CreateArray(), *jonly_new = cJSON_CreateArray();
-    sq_json_add(root, "format", cJSON_CreateString("sequoia-compare"));
-    sq_json_add(root, "version", cJSON_CreateNumber(1));
-    sq_json_add(root, "baseline", cJSON_CreateString(base_file));
-    sq_json_add(root, "new", cJSON_CreateString(new_file));
-    sq_json_add(root, "budget", cJSON_CreateNumber(budget));
-    sq_json_add(root, "depth", cJSON_CreateNumber(depth));
-    sq_json_add(root, "sigma", cJSON_CreateNumber(sigma));
-    sq_json_add(root, "curves", jcurves);
-    sq_json_add(root, "missing_in_new", jmissing);
-    sq_json_add(root, "only_in_new", jonly_new);
-    if ((rc = sq_curve_set_load(base_file, &b, &err)) ||
-        (rc = sq_curve_set_load(new_file, &n, &err)))
-        goto done;
-    for (int i = 0; i < b->n; i++) {
-        const sq_curve *cb = &b->curves[i];
-        if (only && strcmp(only, cb->name) != 0)
-            continue;
-        int j = -1;
-        for (int q = 0; q < n->n; q++)
-            if (strcmp(n->curves[q].name, cb->name) == 0)
-                j = q;
-        if (j < 0) {
-            /* coverage that NEW lost: a failure, reported after the comparisons */
-            REPORT("curve %s: only in %s, missing in %s\n", cb->name, base_file, new_file);
-            sq_json_append(jmissing, cJSON_CreateString(cb->name));
-            missing++;
-            continue;
-        }
-        const sq_curve *cn = &n->curves[j];
-        if (cb->depth_rows || cn->depth_rows) {
-            rc = sq_error_set(&err, SQ_EDATA, "%s: curve \"%s\": depth-dependent curves "
-                              "(p_by_depth) are not supported by --compare",
-                              cb->depth_rows ? base_file : new_file, cb->name);
-            goto done;
-        }
-        compared++;
-        if (cb->width != cn->width && !quiet)
-            fprintf(stderr, PROG ": warning: curve %s: width %d in %s but %d in %s; ranks past %d "
-                    "compare with probability 0\n", cb->name, cb->width, base_file, cn->width,
-                    new_file, cb->width < cn->width ? cb->width : cn->width);
-        cJSON *jc = cJSON_CreateObject(), *jr = cJSON_CreateArray();
-        sq_json_append(jcurves, jc);
-        sq_json_add(jc, "name", cJSON_CreateString(cb->name));
-        sq_json_add(jc, "mode", cJSON_CreateString(cb->mode ? cb->mode : "?"));
-        sq_json_add(jc, "positions_baseline", cJSON_CreateNumber((double)cb->positions));
-        sq_json_add(jc, "positions_new", cJSON_CreateNumber((double)cn->positions));
-        sq_json_add(jc, "width_baseline", cJSON_CreateNumber(cb->width));
-        sq_json_add(jc, "width_new", cJSON_CreateNumber(cn->width));
-        sq_json_add(jc, "ranks", jr);
-        REPORT("curve %s (%s): positions %lld -> %lld\n", cb->name, cb->mode, cb->positions,
-               cn->positions);
-        REPORT("  rank   baseline        new     change        z\n");
-        int W = cb->width > cn->width ? cb->width : cn->width;
-        for (int k = 0; k < W; k++) {
-            sq_accept_rank_change r = sq_accept_rank_compare(cb, cn, k);
-            REPORT("  %4d  %9.5f  %9.5f  %+9.5f", k + 1, r.base, r.now, r.change);
-            if (!isnan(r.z))
-                REPORT("  %+7.2f\n", r.z);
-            else
-                REPORT("        -\n");
-            cJSON *jk = cJSON_CreateObject();
-            sq_json_append(jr, jk);
-            sq_json_add(jk, "rank", cJSON_CreateNumber(k + 1));
-            sq_json_add(jk, "baseline", jnum(r.base));
-            sq_json_add(jk, "new", jnum(r.now));
-            sq_json_add(jk, "change", jnum(r.change));
-            sq_json_add(jk, "z", !isnan(r.z) ? jnum(r.z) : cJSON_CreateNull());
-        }
-        double Fb, Fn;
-        double *gb = malloc((size_t)cb->width * sizeof *gb), *gn = malloc((size_t)cn->width * sizeof *gn);
-        if (!gb || !gn) {
-            free(gb);
-            free(gn);
-            rc = sq_error_oom(&err, "gradient");
-            goto done;
-        }
-        int size_b, size_n;
-        const char *how_b, *how_n;
-        if ((rc = sq_accept_optimal_F(cb, budget, depth, &Fb, gb, &size_b, &err)) ||
-            (rc = sq_accept_optimal_F(cn, budget, depth, &Fn, gn, &size_n, &err))) {
-            free(gb);
-            free(gn);
-            goto done;
-        }
-        double vb = 0, vn = 0;
-        if (!(rc = sq_accept_F_variance(cb, base_file, i, gb, &vb, &how_b, &err)))
-            rc = sq_accept_F_variance(cn, new_file, j, gn, &vn, &how_n, &err);
-        free(gb);
-        free(gn);
-        if (rc)
-            goto done;
-        double dF = Fn - Fb, sF = sqrt(vb + vn);
-        int drop = sq_accept_significant_drop(dF, sF, sigma);
-        REPORT("  optimal tree (budget %d, depth %d): expected tokens/step %.4f -> %.4f, change "
-               "%+.4f", budget, depth, Fb, Fn, dF);
-        if (sF > 0)
-            REPORT(" ± %.4f (z %+.2f)\n", sF, dF / sF);
-        else
-            REPORT(" (no standard error)\n");
-        if (strcmp(how_b, "full covariance") || strcmp(how_n, "full covariance"))
-            REPORT("  note: error of F from %s / %s\n", how_b, how_n);
-        REPORT("  %s\n", drop ? "SIGNIFICANT DROP" : "no significant drop");
-        cJSON *jf = cJSON_CreateObject();
-        sq_json_add(jc, "optimal_F", jf);
-        sq_json_add(jf, "baseline", jnum(Fb));
-        sq_json_add(jf, "new", jnum(Fn));
-        sq_json_add(jf, "change", jnum(dF));
-        sq_json_add(jf, "stderr", sF > 0 ? jnum(sF) : cJSON_CreateNull());
-        sq_json_add(jf, "z", sF > 0 ? jnum(dF / sF) : cJSON_CreateNull());
-        sq_json_add(jf, "error_from", cJSON_CreateString(strcmp(how_b, how_n) ? how_n : how_b));
-        sq_json_add(jc, "significant_drop", cJSON_CreateBool(drop));
-        if (drop)
-            worst = SQ_EFAIL;
+    cJSON *doc = NULL;
+    sq_accept_compare_opts o = {
+        .budget = budget, .depth = depth, .sigma = sigma, .only = only,
+        .optimal_F = sq_accept_optimal_F, .report = quiet ? NULL : stdout,
+        .warn = quiet ? NULL : stderr, .prog = PROG,
+    };
+    int rc = sq_accept_compare(base_file, new_file, &o, &doc, &err);
+    if (doc && json_file) {
+        int src = sq_json_save(json_file, doc, &err);
+        if (src)
+            rc = src;
     }
-    for (int j = 0; j < n->n; j++) {
-        int found = 0;
-        for (int i = 0; i < b->n; i++)
-            found |= strcmp(b->curves[i].name, n->curves[j].name) == 0;
-        if (!found && (!only || strcmp(only, n->curves[j].name) == 0)) {
-            REPORT("curve %s: only in %s, not compared\n", n->curves[j].name, new_file);
-            sq_json_append(jonly_new, cJSON_CreateString(n->curves[j].name));
-        }
-    }
-    if (only && compared == 0) {
-        rc = sq_error_set(&err, SQ_EUSAGE, "--curve: no curve named \"%s\" in both %s and %s", only,
-                          base_file, new_file);
-        goto done;
-    }
-    if (compared == 0) {
-        rc = sq_error_set(&err, SQ_EDATA, "%s: no curve name in common with %s", new_file,
-                          base_file);
-        goto done;
-    }
-    sq_json_add(root, "result", cJSON_CreateString(missing ? "missing curves"
-                                                    : worst ? "significant drop" : "ok"));
-    if (sq_json_build_failed(jb)) {
-        rc = sq_error_oom(&err, "the comparison's report");
-        goto done;
-    }
-    if (json_file && (rc = sq_json_save(json_file, root, &err)))
-        goto done;
-    if (missing) {
+    const cJSON *jmissing = cJSON_GetObjectItemCaseSensitive(doc, "missing_in_new");
+    int missing = cJSON_GetArraySize(jmissing);
+    if (rc == SQ_EFAIL && missing) {
         fprintf(stderr, PROG ": %s lacks %d curve%s of %s (", new_file, missing,
                 missing == 1 ? "" : "s", base_file);
         int k = 0;
@@ -686,19 +545,12 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
         cJSON_ArrayForEach(m, jmissing)
             fprintf(stderr, "%s\"%s\"", k++ ? ", " : "", m->valuestring);
         fprintf(stderr, "): that coverage is lost; compare one curve with --curve NAME\n");
-        worst = SQ_EFAIL;
     }
-    rc = worst;
-done:
-    cJSON_Delete(sq_json_build_end(jb, root));
-    sq_curve_set_free(b);
-    sq_curve_set_free(n);
+    cJSON_Delete(doc);
     if (rc && rc != SQ_EFAIL)
         fprintf(stderr, PROG ": %s\n", err.msg);
     return rc;
 }
-
-#undef REPORT
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 

@@ -1025,8 +1025,8 @@ static size_t type_bytes(cudaDataType_t t)
 static float load(const void *p, cudaDataType_t t, size_t i)
 {
     switch (t) {
-    case CUDA_R_16F: return sq_k_f16_to_f32(((const uint16_t *)p)[i]);
-    case CUDA_R_16BF: return sq_k_bf16_to_f32(((const uint16_t *)p)[i]);
+    case CUDA_R_16F: return sq_f16_to_f32(((const uint16_t *)p)[i]);
+    case CUDA_R_16BF: return sq_bf16_to_f32(((const uint16_t *)p)[i]);
     case CUDA_R_32F: return ((const float *)p)[i];
     default: return (float)((const double *)p)[i];
     }
@@ -1035,8 +1035,8 @@ static float load(const void *p, cudaDataType_t t, size_t i)
 static void store(void *p, cudaDataType_t t, size_t i, float v)
 {
     switch (t) {
-    case CUDA_R_16F: ((uint16_t *)p)[i] = sq_k_f32_to_f16(v); break;
-    case CUDA_R_16BF: ((uint16_t *)p)[i] = sq_k_f32_to_bf16(v); break;
+    case CUDA_R_16F: ((uint16_t *)p)[i] = sq_f32_to_f16(v); break;
+    case CUDA_R_16BF: ((uint16_t *)p)[i] = sq_f32_to_bf16(v); break;
     case CUDA_R_32F: ((float *)p)[i] = v; break;
     default: ((double *)p)[i] = v; break;
     }

@@ -10,11 +10,11 @@ struct __nv_bfloat16 {
 inline __nv_bfloat16 __float2bfloat16(float f)
 {
     __nv_bfloat16 h;
-    h.bits = sq_k_f32_to_bf16(f);
+    h.bits = sq_f32_to_bf16(f);
     return h;
 }
 inline float __bfloat162float(__nv_bfloat16 h)
 {
-    return sq_k_bf16_to_f32(h.bits);
+    return sq_bf16_to_f32(h.bits);
 }
 #endif

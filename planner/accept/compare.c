@@ -1,0 +1,188 @@
+/* The regression check of acceptance curves (compare.h), sequoia-accept --compare's work. */
+#include "planner/accept/compare.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/json.h"
+#include "planner/accept/stats.h"
+
+/* to the text report, if any */
+#define REPORT(...) do { if (o->report) fprintf(o->report, __VA_ARGS__); } while (0)
+
+static cJSON *jnum(double v)
+{
+    return cJSON_CreateNumber(isfinite(v) ? v : 0.0);
+}
+
+int sq_accept_compare(const char *base_file, const char *new_file,
+                      const sq_accept_compare_opts *o, cJSON **out, sq_error *err)
+{
+    sq_curve_set *b = NULL, *n = NULL;
+    int rc;
+    *out = NULL;
+    int worst = SQ_OK, compared = 0, missing = 0;
+    /* the report is built with plain calls and checked once, before it is used */
+    sq_json_build jb = sq_json_build_begin();
+    cJSON *root = cJSON_CreateObject(), *jcurves = cJSON_CreateArray();
+    cJSON *jmissing = cJSON_CreateArray(), *jonly_new = cJSON_CreateArray();
+    sq_json_add(root, "format", cJSON_CreateString(SQ_COMPARE_FORMAT));
+    sq_json_add(root, "version", cJSON_CreateNumber(SQ_COMPARE_VERSION));
+    sq_json_add(root, "baseline", cJSON_CreateString(base_file));
+    sq_json_add(root, "new", cJSON_CreateString(new_file));
+    sq_json_add(root, "budget", cJSON_CreateNumber(o->budget));
+    sq_json_add(root, "depth", cJSON_CreateNumber(o->depth));
+    sq_json_add(root, "sigma", cJSON_CreateNumber(o->sigma));
+    sq_json_add(root, "curves", jcurves);
+    sq_json_add(root, "missing_in_new", jmissing);
+    sq_json_add(root, "only_in_new", jonly_new);
+    if ((rc = sq_curve_set_load(base_file, &b, err)) ||
+        (rc = sq_curve_set_load(new_file, &n, err)))
+        goto done;
+    for (int i = 0; i < b->n; i++) {
+        const sq_curve *cb = &b->curves[i];
+        if (o->only && strcmp(o->only, cb->name) != 0)
+            continue;
+        int j = -1;
+        for (int q = 0; q < n->n; q++)
+            if (strcmp(n->curves[q].name, cb->name) == 0)
+                j = q;
+        if (j < 0) {
+            /* coverage that NEW lost: a failure, reported after the comparisons */
+            REPORT("curve %s: only in %s, missing in %s\n", cb->name, base_file, new_file);
+            sq_json_append(jmissing, cJSON_CreateString(cb->name));
+            missing++;
+            continue;
+        }
+        const sq_curve *cn = &n->curves[j];
+        if (cb->depth_rows || cn->depth_rows) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: curve \"%s\": depth-dependent curves "
+                              "(p_by_depth) are not supported by --compare",
+                              cb->depth_rows ? base_file : new_file, cb->name);
+            goto done;
+        }
+        compared++;
+        if (cb->width != cn->width && o->warn)
+            fprintf(o->warn, "%s: warning: curve %s: width %d in %s but %d in %s; ranks past %d "
+                    "compare with probability 0\n", o->prog ? o->prog : "sequoia", cb->name,
+                    cb->width, base_file, cn->width, new_file,
+                    cb->width < cn->width ? cb->width : cn->width);
+        cJSON *jc = cJSON_CreateObject(), *jr = cJSON_CreateArray();
+        sq_json_append(jcurves, jc);
+        sq_json_add(jc, "name", cJSON_CreateString(cb->name));
+        sq_json_add(jc, "mode", cJSON_CreateString(cb->mode ? cb->mode : "?"));
+        sq_json_add(jc, "positions_baseline", cJSON_CreateNumber((double)cb->positions));
+        sq_json_add(jc, "positions_new", cJSON_CreateNumber((double)cn->positions));
+        sq_json_add(jc, "width_baseline", cJSON_CreateNumber(cb->width));
+        sq_json_add(jc, "width_new", cJSON_CreateNumber(cn->width));
+        sq_json_add(jc, "ranks", jr);
+        REPORT("curve %s (%s): positions %lld -> %lld\n", cb->name, cb->mode, cb->positions,
+               cn->positions);
+        REPORT("  rank   baseline        new     change        z\n");
+        int W = cb->width > cn->width ? cb->width : cn->width;
+        for (int k = 0; k < W; k++) {
+            sq_accept_rank_change r = sq_accept_rank_compare(cb, cn, k);
+            REPORT("  %4d  %9.5f  %9.5f  %+9.5f", k + 1, r.base, r.now, r.change);
+            if (!isnan(r.z))
+                REPORT("  %+7.2f\n", r.z);
+            else
+                REPORT("        -\n");
+            cJSON *jk = cJSON_CreateObject();
+            sq_json_append(jr, jk);
+            sq_json_add(jk, "rank", cJSON_CreateNumber(k + 1));
+            sq_json_add(jk, "baseline", jnum(r.base));
+            sq_json_add(jk, "new", jnum(r.now));
+            sq_json_add(jk, "change", jnum(r.change));
+            sq_json_add(jk, "z", !isnan(r.z) ? jnum(r.z) : cJSON_CreateNull());
+        }
+        double Fb, Fn;
+        double *gb = malloc((size_t)cb->width * sizeof *gb);
+        double *gn = malloc((size_t)cn->width * sizeof *gn);
+        if (!gb || !gn) {
+            free(gb);
+            free(gn);
+            rc = sq_error_oom(err, "gradient");
+            goto done;
+        }
+        int size_b, size_n;
+        const char *how_b, *how_n;
+        if ((rc = o->optimal_F(cb, o->budget, o->depth, &Fb, gb, &size_b, err)) ||
+            (rc = o->optimal_F(cn, o->budget, o->depth, &Fn, gn, &size_n, err))) {
+            free(gb);
+            free(gn);
+            goto done;
+        }
+        double vb = 0, vn = 0;
+        if (!(rc = sq_accept_F_variance(cb, base_file, i, gb, &vb, &how_b, err)))
+            rc = sq_accept_F_variance(cn, new_file, j, gn, &vn, &how_n, err);
+        free(gb);
+        free(gn);
+        if (rc)
+            goto done;
+        double dF = Fn - Fb, sF = sqrt(vb + vn);
+        int drop = sq_accept_significant_drop(dF, sF, o->sigma);
+        REPORT("  optimal tree (budget %d, depth %d): expected tokens/step %.4f -> %.4f, change "
+               "%+.4f", o->budget, o->depth, Fb, Fn, dF);
+        if (sF > 0)
+            REPORT(" ± %.4f (z %+.2f)\n", sF, dF / sF);
+        else
+            REPORT(" (no standard error)\n");
+        if (strcmp(how_b, "full covariance") || strcmp(how_n, "full covariance"))
+            REPORT("  note: error of F from %s / %s\n", how_b, how_n);
+        REPORT("  %s\n", drop ? "SIGNIFICANT DROP" : "no significant drop");
+        cJSON *jf = cJSON_CreateObject();
+        sq_json_add(jc, "optimal_F", jf);
+        sq_json_add(jf, "baseline", jnum(Fb));
+        sq_json_add(jf, "new", jnum(Fn));
+        sq_json_add(jf, "change", jnum(dF));
+        sq_json_add(jf, "stderr", sF > 0 ? jnum(sF) : cJSON_CreateNull());
+        sq_json_add(jf, "z", sF > 0 ? jnum(dF / sF) : cJSON_CreateNull());
+        sq_json_add(jf, "error_from", cJSON_CreateString(strcmp(how_b, how_n) ? how_n : how_b));
+        sq_json_add(jc, "significant_drop", cJSON_CreateBool(drop));
+        if (drop)
+            worst = SQ_EFAIL;
+    }
+    for (int j = 0; j < n->n; j++) {
+        int found = 0;
+        for (int i = 0; i < b->n; i++)
+            found |= strcmp(b->curves[i].name, n->curves[j].name) == 0;
+        if (!found && (!o->only || strcmp(o->only, n->curves[j].name) == 0)) {
+            REPORT("curve %s: only in %s, not compared\n", n->curves[j].name, new_file);
+            sq_json_append(jonly_new, cJSON_CreateString(n->curves[j].name));
+        }
+    }
+    if (o->only && compared == 0) {
+        rc = sq_error_set(err, SQ_EUSAGE, "--curve: no curve named \"%s\" in both %s and %s",
+                          o->only, base_file, new_file);
+        goto done;
+    }
+    if (compared == 0) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: no curve name in common with %s", new_file,
+                          base_file);
+        goto done;
+    }
+    sq_json_add(root, "result", cJSON_CreateString(missing ? SQ_COMPARE_RESULT_MISSING
+                                                    : worst ? SQ_COMPARE_RESULT_DROP
+                                                            : SQ_COMPARE_RESULT_OK));
+    if (sq_json_build_failed(jb)) {
+        rc = sq_error_oom(err, "the comparison's report");
+        goto done;
+    }
+    rc = missing ? SQ_EFAIL : worst;
+done:
+    root = sq_json_build_end(jb, root);
+    if ((rc == SQ_OK || rc == SQ_EFAIL) && !root)
+        rc = sq_error_oom(err, "the comparison's report");
+    if (rc == SQ_OK || rc == SQ_EFAIL) {
+        *out = root;
+    } else {
+        cJSON_Delete(root);
+        *out = NULL;
+    }
+    sq_curve_set_free(b);
+    sq_curve_set_free(n);
+    return rc;
+}
+
+#undef REPORT
