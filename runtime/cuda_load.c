@@ -38,9 +38,9 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 static const sq_cuda_module *loaded;
 static sq_error load_err;
 
-/* The directory of the file holding this code: the shared library when the runtime is one,
- * else the executable. 0 on success. */
-static int self_dir(char *dir, size_t n)
+/* The directory of the file holding this code: the shared library when the runtime is one
+ * (*is_lib = 1), else the executable. 0 on success. */
+static int self_dir(char *dir, size_t n, int *is_lib)
 {
     char exe[PATH_MAX] = "";
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -51,6 +51,7 @@ static int self_dir(char *dir, size_t n)
     if (dladdr(&load_once, &info) && info.dli_fname && info.dli_fname[0] == '/' &&
         realpath(info.dli_fname, lib) && strcmp(lib, exe) != 0)
         self = lib;
+    *is_lib = self == lib;
     const char *slash = strrchr(self, '/');
     if (!slash || (size_t)(slash - self) >= n)
         return -1;
@@ -97,15 +98,12 @@ static void load(void)
         open_module(env);
         return;
     }
-    char dir[PATH_MAX], cand[3][PATH_MAX + 256];
-    int nc = 0;
-    if (self_dir(dir, sizeof dir) == 0) {
-#ifdef SQ_CUDA_MODULE_FROM_BINDIR
-        snprintf(cand[nc++], sizeof cand[0], "%s/%s/%s", dir, SQ_CUDA_MODULE_FROM_BINDIR,
-                 SQ_CUDA_MODULE_NAME);
-#endif
-#ifdef SQ_CUDA_MODULE_FROM_LIBDIR
-        snprintf(cand[nc++], sizeof cand[0], "%s/%s/%s", dir, SQ_CUDA_MODULE_FROM_LIBDIR,
+    char dir[PATH_MAX], cand[2][PATH_MAX + 256];
+    int nc = 0, is_lib = 0;
+    if (self_dir(dir, sizeof dir, &is_lib) == 0) {
+#if defined(SQ_CUDA_MODULE_FROM_BINDIR) && defined(SQ_CUDA_MODULE_FROM_LIBDIR)
+        snprintf(cand[nc++], sizeof cand[0], "%s/%s/%s", dir,
+                 is_lib ? SQ_CUDA_MODULE_FROM_LIBDIR : SQ_CUDA_MODULE_FROM_BINDIR,
                  SQ_CUDA_MODULE_NAME);
 #endif
 #if defined(SQ_CUDA_MODULE_BUILD) && defined(SQ_BUILD_ROOT)
@@ -119,7 +117,7 @@ static void load(void)
             open_module(cand[i]);
             return;
         }
-    char tried[3 * (PATH_MAX + 260)] = "";
+    char tried[2 * (PATH_MAX + 260)] = "";
     for (int i = 0; i < nc; i++)
         snprintf(tried + strlen(tried), sizeof tried - strlen(tried), "%s%s", i ? ", " : "",
                  cand[i]);
