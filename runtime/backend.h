@@ -75,10 +75,46 @@ struct sq_context {
 
 extern const sq_backend_ops sq_backend_cpu;
 
-#ifdef SQ_HAVE_CUDA
-/* runtime/cuda_backend.cu (built when meson finds nvcc). */
+/* The CUDA backend is a module loaded at run time (docs/cuda.md): libsequoia-cuda.so, built
+ * from runtime/cuda_backend.cu, runtime/cuda_sample.cu and runtime/cuda_module.c when meson finds
+ * nvcc, is the only file that links the CUDA runtime and cuBLAS. It exports one table,
+ * sq_cuda_module_table (SQ_CUDA_MODULE_SYMBOL); the loader (runtime/cuda_load.c) dlopens the
+ * module the first time the CUDA backend is asked for and reaches the backend only through this
+ * table. abi and the sizes let the loader refuse a module built from other sources. */
+#define SQ_CUDA_MODULE_ABI    1
+#define SQ_CUDA_MODULE_SYMBOL "sq_cuda_module_table"
+
+struct sq_cuda_sampler;
+
+typedef struct sq_cuda_module {
+    int    abi;                  /* SQ_CUDA_MODULE_ABI                                    */
+    size_t table_size;           /* sizeof(sq_cuda_module)                                */
+    size_t context_size;         /* sizeof(sq_context): the layouts the module was built  */
+    size_t model_size;           /*   against, sizeof(sq_model)                           */
+    const sq_backend_ops *backend;
+    /* the functions behind sq_cuda_device_count (runtime/model.h) and runtime/cuda_sample.h */
+    int  (*device_count)(sq_error *err);
+    int  (*sampler_new)(int vocab, struct sq_cuda_sampler **out, sq_error *err);
+    void (*sampler_free)(struct sq_cuda_sampler *s);
+    int  (*probs)(struct sq_cuda_sampler *s, const float *logits, double temperature,
+                  double top_p, double *probs, sq_error *err);
+    int  (*argmax)(struct sq_cuda_sampler *s, const float *logits, int *out, sq_error *err);
+    int  (*residual)(struct sq_cuda_sampler *s, double *r, const double *q, sq_error *err);
+    int  (*sample_without)(struct sq_cuda_sampler *s, const double *q, uint64_t seed,
+                           uint64_t stream, int k, int32_t *tokens, sq_error *err);
+    int  (*sample_with)(struct sq_cuda_sampler *s, const double *q, uint64_t seed,
+                        uint64_t stream, int k, int32_t *tokens, sq_error *err);
+    int  (*copy_bandwidth)(size_t bytes, int reps, double *gb_per_s, sq_error *err);
+} sq_cuda_module;
+
+/* The CUDA module's table (runtime/cuda_load.c), loaded on the first call of the process (once;
+ * later calls return the first outcome). Errors: SQ_EUNAVAILABLE (69) when the module or a
+ * library it needs cannot be loaded, with dlerror's text naming it; SQ_EUSAGE (64) in a build
+ * without the CUDA backend. */
+int sq_cuda_module_get(const sq_cuda_module **out, sq_error *err);
+
+/* Inside the module only (runtime/cuda_backend.cu), reached through the table. */
 extern const sq_backend_ops sq_backend_cuda;
 int sq_cuda_device_count_impl(sq_error *err);
-#endif
 
 #endif

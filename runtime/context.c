@@ -25,17 +25,6 @@ const char *sq_weight_dtype_name(sq_weight_dtype dtype)
     return (unsigned)dtype < 4 ? dtype_names[dtype] : "unknown";
 }
 
-int sq_cuda_device_count(sq_error *err)
-{
-#ifdef SQ_HAVE_CUDA
-    return sq_cuda_device_count_impl(err);
-#else
-    sq_error_set(err, SQ_EUSAGE, "this build has no CUDA backend (meson found no nvcc, or "
-                 "-Dcuda=disabled)");
-    return 0;
-#endif
-}
-
 sq_context_params sq_context_default_params(void)
 {
     sq_context_params p = {
@@ -72,18 +61,21 @@ int sq_context_new(const sq_model *m, const sq_context_params *params, sq_contex
                                 "on a CUDA device (sq_model_new_random_device); the CPU backend "
                                 "needs sq_model_new_random");
         break;
-    case SQ_BACKEND_CUDA:
-#ifdef SQ_HAVE_CUDA
-        ops = &sq_backend_cuda;
+    case SQ_BACKEND_CUDA: {
         if (dtype == SQ_DTYPE_AUTO)
             dtype = SQ_DTYPE_F16;
         if (dtype != SQ_DTYPE_F16 && dtype != SQ_DTYPE_BF16)
             return sq_error_set(err, SQ_EUSAGE, "context: dtype %s: the CUDA backend keeps "
                                 "weights in f16 or bf16", sq_weight_dtype_name(dtype));
+        /* the module (runtime/cuda_load.c) is loaded here, by the first CUDA context: a CPU
+         * run never maps a CUDA library (docs/cuda.md) */
+        const sq_cuda_module *cuda;
+        int lrc = sq_cuda_module_get(&cuda, err);
+        if (lrc)
+            return lrc;
+        ops = cuda->backend;
         break;
-#else
-        return sq_error_set(err, SQ_EUSAGE, "this build has no CUDA backend");
-#endif
+    }
     default:
         return sq_error_set(err, SQ_EUSAGE, "unknown backend %d", (int)params->backend);
     }

@@ -29,8 +29,10 @@
 #include "runtime/kernels.h"
 #include "runtime/memory.h"
 
-/* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). */
+/* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). blas_thread_shutdown_
+ * stops the threads OpenBLAS started when it was loaded (weak: other builds may lack it). */
 void openblas_set_num_threads(int num_threads);
+int blas_thread_shutdown_(void) __attribute__((weak));
 
 /* Below this many multiply-adds (both products, all heads), attention runs on the calling
  * thread only: waking the pool costs tens of microseconds. */
@@ -217,8 +219,12 @@ static int cpu_init(sq_context *ctx, sq_error *err)
         cpu_free(ctx);
         return sq_error_oom(err, "the CPU thread pool");
     }
-    /* every thread of a forward is the pool's: runtime/cpu_matmul.h */
+    /* every thread of a forward is the pool's: runtime/cpu_matmul.h. OpenBLAS's own threads,
+     * started when it was loaded, would spin (sched_yield) for about 2^28 cycles before they
+     * sleep, a core taken from the pool for all of a short run: stop them */
     openblas_set_num_threads(1);
+    if (blas_thread_shutdown_)
+        blas_thread_shutdown_();
     return SQ_OK;
 }
 

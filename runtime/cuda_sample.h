@@ -6,8 +6,11 @@
  * compare against verify.c; random draws are counter-based (sq_k_uniform), so the host can
  * reproduce them exactly.
  *
- * Available only in builds with the CUDA backend (SQ_HAVE_CUDA). Errors: SQ_ESOFTWARE with the
- * failing CUDA call, SQ_EUSAGE when there is no device. */
+ * The functions below are the loader's (runtime/cuda_load.c): each forwards to the CUDA module's
+ * own (runtime/cuda_sample.cu, reached through its table, runtime/backend.h), loading the module
+ * on the first call. Errors: SQ_ESOFTWARE with the failing CUDA call, SQ_EUSAGE when there is no
+ * device or the build has no CUDA backend, SQ_EUNAVAILABLE when the module or a CUDA library
+ * cannot be loaded (docs/cuda.md). */
 #ifndef SQ_RUNTIME_CUDA_SAMPLE_H
 #define SQ_RUNTIME_CUDA_SAMPLE_H
 

@@ -105,7 +105,8 @@ const char *sq_context_device_name(const sq_context *ctx);
 sq_weight_dtype sq_context_dtype(const sq_context *ctx);
 
 /* CUDA devices this process can use: >= 1, or 0 with err saying why (a build without the CUDA
- * backend, no driver, no device). */
+ * backend, no driver, no device; SQ_EUNAVAILABLE: the CUDA module or a CUDA library cannot be
+ * loaded, docs/cuda.md). Loads the CUDA module (runtime/cuda_load.c). */
 int sq_cuda_device_count(sq_error *err);
 
 int sq_context_committed(const sq_context *ctx);  /* committed tokens */

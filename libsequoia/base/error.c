@@ -28,6 +28,7 @@ const char *sq_status_name(int status)
     case SQ_EUSAGE:     return "usage error or request past a limit";
     case SQ_EDATA:      return "invalid input data";
     case SQ_ENOINPUT:   return "input file missing or unreadable";
+    case SQ_EUNAVAILABLE: return "a library it needs is unavailable";
     case SQ_ESOFTWARE:  return "internal error";
     case SQ_ECANTCREAT: return "cannot create output";
     case SQ_EIO:        return "I/O error";

@@ -25,6 +25,7 @@ enum sq_status {
     SQ_EUSAGE    = 64,  /* bad command line, or a request past a documented limit               */
     SQ_EDATA     = 65,  /* an input file is malformed or its values are invalid                 */
     SQ_ENOINPUT  = 66,  /* an input file does not exist or cannot be opened                     */
+    SQ_EUNAVAILABLE = 69, /* a library the request needs cannot be loaded (the CUDA module)       */
     SQ_ESOFTWARE = 70,  /* internal error (out of memory)                                       */
     SQ_ECANTCREAT= 73,  /* an output file cannot be created                                     */
     SQ_EIO       = 74,  /* read or write error                                                  */

@@ -43,7 +43,8 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     meson setup "$BUILD" "$SRC" -Dcuda=disabled -Demulate_cuda=true > "$SCRATCH/setup.log" 2>&1 \
         || { echo "mutate.sh: meson setup failed; see $SCRATCH/setup.log"; exit 1; }
 fi
-EXES=(tests/cuda-emu/test-emu-cuda tests/cuda-emu/test-emu-shapes)
+# the test programs and the emulated CUDA module they load (which holds the mutated code)
+EXES=(tests/cuda-emu/test-emu-cuda tests/cuda-emu/test-emu-shapes tests/cuda-emu/libsequoia-cuda-emu.so)
 
 # name@file@original text@mutated text[@original text@mutated text ...] (all pairs applied)
 MUTATIONS=(

@@ -25,6 +25,7 @@ SQ_BUNDLE_MAP="tests/cuda-emu/sequoia-profile-emu=sequoia-profile tests/cuda-emu
  planner/sequoia-plan tests/cuda-emu/test-emu-cuda=test-cuda tests/test-cli-cuda
  tests/test-kernels tests/test-model tests/cuda-emu/bench-cuda-emu=bench-cuda
  tests/cuda-emu/bench-run-emu=bench-run tests/bench/bench-forward" \
+SQ_BUNDLE_MODULE=tests/cuda-emu/libsequoia-cuda-emu.so \
 SQ_BUNDLE_OUT=$TREE/.gpu-bundle/sequoia-gpu-bundle.tar.gz \
     tests/gpu/bundle.sh "$BUILD"
 

@@ -45,7 +45,11 @@ else
         tests/bench/bench-forward
     )
 fi
-TARGETS=()
+# The CUDA backend is a module the programs load at run time (docs/cuda.md); it travels as
+# lib/libsequoia-cuda.so, which run.sh names in SQ_CUDA_MODULE (SQ_BUNDLE_MODULE: its path in
+# the build; the rehearsal bundles the emulated one)
+MODULE=${SQ_BUNDLE_MODULE:-runtime/libsequoia-cuda.so}
+TARGETS=("$MODULE")
 for b in "${BINS[@]}"; do TARGETS+=("${b%%=*}"); done
 ninja -C "$BUILD" "${TARGETS[@]}"
 
@@ -61,12 +65,14 @@ for b in "${BINS[@]}"; do
     strip --strip-debug "$STAGE/bin/$name" 2> /dev/null || true
 done
 
+cp "$BUILD/$MODULE" "$STAGE/lib/libsequoia-cuda.so"
+
 # Shared libraries: everything ldd resolves, except glibc (libc, libm, libdl, libpthread, librt,
 # libresolv, libutil and the loader, which must match the machine's own libc), the driver's
 # libcuda and cuBLAS/cuBLASLt (the machine has them; run.sh finds them).
 skip_re='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libcuda\.so|libcublas\.so|libcublasLt\.so)'
 needs_cublas=""
-for b in "$STAGE"/bin/*; do
+for b in "$STAGE"/bin/* "$STAGE/lib/libsequoia-cuda.so"; do
     while read -r name _ path _; do
         [ -n "${name:-}" ] || continue
         if [[ "$name" =~ ^libcublas ]]; then

@@ -171,12 +171,14 @@ for so in $(cat "$B/NEEDS_CUBLAS"); do
     fi
 done
 export LD_LIBRARY_PATH=$LIBPATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# the CUDA backend, loaded by the programs at run time (docs/cuda.md)
+export SQ_CUDA_MODULE=$B/lib/libsequoia-cuda.so
 BIN=$B/bin
-for p in "$BIN"/*; do
+for p in "$BIN"/* "$SQ_CUDA_MODULE"; do
     missing=$(ldd "$p" 2> /dev/null | grep 'not found' | awk '{print $1}' | tr '\n' ' ')
     [ -n "$missing" ] && note "$(basename "$p"): missing libraries: $missing"
 done
-ldd "$BIN/test-cuda" > "$RES/ldd-test-cuda.txt" 2>&1
+ldd "$BIN/test-cuda" "$SQ_CUDA_MODULE" > "$RES/ldd-test-cuda.txt" 2>&1
 
 export SQ_SOURCE_ROOT=$ROOT SQ_PROFILE_BIN=$BIN/sequoia-profile SQ_RUN_BIN=$BIN/sequoia-run
 export SQ_PLAN_BIN=$BIN/sequoia-plan
