@@ -1660,6 +1660,15 @@ static int normalize(const sq_tokenizer *t, const char *s, size_t n, buf *out, m
             break;
         }
         default: {
+            /* ASCII is the same in the four normalization forms. */
+            size_t q = 0;
+            while (q < a.n && !((unsigned char)a.p[q] & 0x80))
+                q++;
+            if (q == a.n) {
+                if (buf_add(&b, a.p, a.n))
+                    rc = SQ_ESOFTWARE;
+                break;
+            }
             int opt = UTF8PROC_STABLE;
             opt |= o->kind == NORM_NFC ? UTF8PROC_COMPOSE
                  : o->kind == NORM_NFKC ? (UTF8PROC_COMPOSE | UTF8PROC_COMPAT)
@@ -2078,8 +2087,9 @@ static int bpe_word(const sq_tokenizer *t, encstate *e, const char *w, size_t n,
     if (e->sym_cap < n) {
         size_t cap = n < 64 ? 64 : n;
         void *p = realloc(e->sym, cap * sizeof *e->sym);
-        /* Each merge queues at most two pairs: n - 1 + 2 (n - 1) entries in all. */
-        void *h = realloc(e->heap, (3 * cap + 4) * sizeof *e->heap);
+        /* n - 1 pairs at first; each merge pops one entry and queues at most two, and there
+         * are at most n - 1 merges: never more than 2n entries at once. */
+        void *h = realloc(e->heap, (2 * cap + 4) * sizeof *e->heap);
         if (p)
             e->sym = p;
         if (h)
@@ -2152,7 +2162,7 @@ static int bpe_word(const sq_tokenizer *t, encstate *e, const char *w, size_t n,
     /* Remember short words. */
     if (n <= CACHE_WORD_MAX && e->cn < CACHE_MAX_ENTRIES) {
         if (!e->cache) {
-            e->cmask = 4095;
+            e->cmask = 255;
             e->cache = calloc(e->cmask + 1, sizeof *e->cache);
             if (!e->cache)
                 return 0;
