@@ -165,6 +165,7 @@ Test(tokenizer, bytelevel_bpe_by_rank)
     cr_assert_eq(n_eos, 0);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
 }
 
 Test(tokenizer, merges_as_pairs_give_the_same_tokenizer)
@@ -183,8 +184,11 @@ Test(tokenizer, merges_as_pairs_give_the_same_tokenizer)
     sq_tokenizer_free(b);
     sq_tokenizer_free(c);
     tu_rmtree(d1);
+    free(d1);
     tu_rmtree(d2);
+    free(d2);
     tu_rmtree(d3);
+    free(d3);
 }
 
 Test(tokenizer, ignore_merges_takes_a_whole_word_in_the_vocabulary)
@@ -194,6 +198,7 @@ Test(tokenizer, ignore_merges_takes_a_whole_word_in_the_vocabulary)
     EXPECT(t, "hello world!", 0, 12, 17, 8);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
 }
 
 Test(tokenizer, added_tokens_in_the_raw_text)
@@ -217,6 +222,7 @@ Test(tokenizer, added_tokens_in_the_raw_text)
     DECODE(t, 1, "hello world!", 18, 12, 15, 2, 7, 8, 16);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
 }
 
 Test(tokenizer, bytelevel_decode_is_lossy_only_on_broken_bytes)
@@ -229,6 +235,7 @@ Test(tokenizer, bytelevel_decode_is_lossy_only_on_broken_bytes)
     DECODE(t, 0, "h\xef\xbf\xbd", 0, 22);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
 }
 
 Test(tokenizer, nfc_normalizer)
@@ -240,6 +247,7 @@ Test(tokenizer, nfc_normalizer)
     EXPECT(t, "\xc3\xa9", 0, 22, 23);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
 }
 
 Test(tokenizer, config_files_give_eos_and_bos)
@@ -276,8 +284,11 @@ Test(tokenizer, config_files_give_eos_and_bos)
     sq_tokenizer_free(t);
     free(file);
     tu_rmtree(d1);
+    free(d1);
     tu_rmtree(d2);
+    free(d2);
     tu_rmtree(d3);
+    free(d3);
 }
 
 /* ---- SentencePiece-style BPE (Llama-2, Mistral, Gemma) --------------------------------------
@@ -335,6 +346,7 @@ Test(tokenizer, sentencepiece_prepend_replace_byte_fallback)
     cr_assert_eq(sq_tokenizer_bos(t), 1);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
 }
 
 Test(tokenizer, metaspace_pre_tokenizer_and_decoder)
@@ -356,7 +368,9 @@ Test(tokenizer, metaspace_pre_tokenizer_and_decoder)
     EXPECT(t, "<s>hi", 0, 1, 9);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
     tu_rmtree(d2);
+    free(d2);
 }
 
 Test(tokenizer, split_behaviours)
@@ -385,8 +399,11 @@ Test(tokenizer, split_behaviours)
     EXPECT(t, "hi hi", 0, 9, 9);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
     tu_rmtree(d2);
+    free(d2);
     tu_rmtree(d3);
+    free(d3);
 }
 
 static char *replaced(const char *s, const char *from, const char *to);
@@ -409,6 +426,7 @@ Test(tokenizer, normalized_added_tokens_match_the_normalized_text)
     cr_assert_eq(sq_tokenizer_vocab_size(t), 11);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
 }
 
 /* ---- bad input --------------------------------------------------------------------------- */
@@ -424,6 +442,7 @@ static void expect_load_error(const char *json, int status, const char *needle)
     cr_assert(strstr(err.msg, "tokenizer.json"), "the message names the file: %s", err.msg);
     cr_assert(strstr(err.msg, needle), "the message says \"%s\": %s", needle, err.msg);
     tu_rmtree(dir);
+    free(dir);
 }
 
 static char *replaced(const char *s, const char *from, const char *to)
@@ -443,6 +462,7 @@ Test(tokenizer, bad_files_are_refused_by_name)
     cr_assert_eq(sq_tokenizer_load(dir, &t, &err), SQ_ENOINPUT, "%s", err.msg);
     cr_assert(strstr(err.msg, "tokenizer.json"), "%s", err.msg);
     tu_rmtree(dir);
+    free(dir);
 
     expect_load_error("{`model`: {`type`: `BPE`,", SQ_EDATA, "malformed JSON");
     expect_load_error("[1, 2]", SQ_EDATA, "expected a JSON object");
@@ -480,12 +500,14 @@ Test(tokenizer, bad_config_files)
     cr_assert(strstr(err.msg, "generation_config.json") && strstr(err.msg, "eos_token_id[1]"),
               "%s", err.msg);
     tu_rmtree(dir);
+    free(dir);
     dir = model_dir(bytelevel_json(MERGES_STR, "null", 0), "{`eos_token`:`<nope>`}", NULL);
     memset(&err, 0, sizeof err);
     cr_assert_eq(sq_tokenizer_load(dir, &t, &err), SQ_EDATA);
     cr_assert(strstr(err.msg, "tokenizer_config.json") && strstr(err.msg, "eos_token"), "%s",
               err.msg);
     tu_rmtree(dir);
+    free(dir);
 }
 
 Test(tokenizer, bad_text_and_bad_ids)
@@ -520,4 +542,5 @@ Test(tokenizer, bad_text_and_bad_ids)
     free(text);
     sq_tokenizer_free(t);
     tu_rmtree(dir);
+    free(dir);
 }
