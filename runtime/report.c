@@ -208,9 +208,12 @@ static cJSON *acceptance_json(const sq_run_record *r, double *pc)
     return aj;
 }
 
-/* Tokens generated in all: every sequence's max_new_tokens. */
+/* Tokens generated in all: every sequence's max_new_tokens, less what end-of-sequence stops
+ * left out. */
 static double generated(const sq_run_record *r)
 {
+    if (r->generated_tokens > 0)
+        return r->generated_tokens;
     return (double)(r->batch ? r->batch->size : 1) * r->max_new_tokens;
 }
 
