@@ -254,6 +254,8 @@ static int parse_tokenize(int argc, char **argv)
     char *in = NULL, *text = NULL;
     size_t len = 0, n = 0, tlen = 0;
     int rc = sq_tokenizer_load(model, &tok, &err);
+    if (rc == SQ_ENOINPUT)
+        rc = err.status = SQ_EDATA;   /* a model directory without its tokenizer: bad data */
     if (!rc && !(in = read_stdin(&len)))
         rc = SQ_EIO;
     if (!rc && decode) {
@@ -262,10 +264,10 @@ static int parse_tokenize(int argc, char **argv)
             fwrite(text, 1, tlen, stdout);
     } else if (!rc) {
         rc = sq_tokenizer_encode(tok, in, len, !no_special, &ids, &n, &err);
-        if (rc) {
-            char msg[SQ_ERROR_MSG_MAX];
-            snprintf(msg, sizeof msg, "%s", err.msg);
-            snprintf(err.msg, sizeof err.msg, "standard input: %s", msg);
+        if (rc) {   /* the message names the input */
+            sq_error named = {0};
+            sq_error_set(&named, rc, "standard input: %.900s", err.msg);
+            err = named;
         }
         for (size_t i = 0; !rc && i < n; i++)
             printf(i ? " %d" : "%d", (int)ids[i]);

@@ -348,10 +348,11 @@ static int push_document(const sq_tokenizer *tok, const char *path, const char *
     int32_t *ids = NULL;
     size_t n = 0;
     int rc = sq_tokenizer_encode(tok, text, len, 1, &ids, &n, err);
-    if (rc) {
-        char msg[SQ_ERROR_MSG_MAX];
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return sq_error_set(err, rc, "%s%s: %s", path, where, msg);
+    if (rc) {   /* the message names the file and the document */
+        sq_error named = {0};
+        sq_error_set(&named, rc, "%.400s%s: %.500s", path, where, err->msg);
+        *err = named;
+        return rc;
     }
     for (size_t i = 0; i < n && !rc; i++) {
         if (t->n >= SQ_TOKENS_MAX)
