@@ -7,7 +7,7 @@ set -eu
 cd "$(dirname "$0")"
 
 PACKAGES="meson ninja-build pkg-config gcc g++ libc6-dev
-libgsl-dev libcjson-dev libhdf5-dev libdeflate-dev libcriterion-dev
+libgsl-dev libcjson-dev libhdf5-dev libdeflate-dev libcriterion-dev libpcre2-dev libutf8proc-dev
 python3 python3-numpy python3-h5py
 libopenblas-dev
 librsvg2-bin"
