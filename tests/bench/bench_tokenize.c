@@ -10,8 +10,9 @@
  * $SEQUOIA_TOKREF_DIR, else ${XDG_CACHE_HOME:-$HOME/.cache}/sequoia-tokref), else only the
  * shipped models' byte tokenizer (data/models/target). The process pins itself to one CPU
  * before it starts node (tests/tokenizer/bench.mjs) on the same documents, so both sides run
- * on one core; the table gives MB/s (10^6 bytes of UTF-8 text per second) of both and the CPU
- * model. Not a test: nothing is asserted. */
+ * on one core; the table gives MB/s (10^6 bytes of UTF-8 text per second of CPU time, user +
+ * system, so that other load on the machine does not count) of both, the ids each produced
+ * (the same counts when both agree), and the CPU model. Not a test: nothing is asserted. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdio.h>
@@ -28,10 +29,12 @@
 #define SQ_SOURCE_DIR "."
 #endif
 
+/* CPU time of this process: on a shared machine the wall clock also counts the time other
+ * processes held the core (bench.mjs measures node's the same way, process.cpuUsage) */
 static double now(void)
 {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
@@ -155,8 +158,12 @@ int main(int argc, char **argv)
     cpu_model(cpu, sizeof cpu);
     printf("bench-tokenize: %.2f MB of mixed text in %zu documents; one core of %s\n",
            (double)total / 1e6, nd, cpu);
-    printf("%-10s %10s %12s %12s\n", "model", "ids", "C MB/s", "JS MB/s");
     char nodecmd[8192] = "";
+    const char *name[5];
+    double c_mbs[5], js_mbs[5];
+    size_t c_ids[5];
+    long js_ids[5];
+    int rows = 0;
     int have_cache = 0;
     for (int m = 0; m < 5; m++) {
         char path[4200];
@@ -191,9 +198,11 @@ int main(int argc, char **argv)
                 free(ids);
             }
         double s = now() - t0;
-        printf("%-10s %10zu %12.2f %12s\n", m < 4 ? models[m] : "bytes", nids,
-               (double)total / 1e6 / s, m < 4 ? "" : "-");
-        fflush(stdout);
+        name[rows] = m < 4 ? models[m] : "bytes";
+        c_mbs[rows] = (double)total / 1e6 / s;
+        c_ids[rows] = nids;
+        js_mbs[rows] = -1;
+        js_ids[rows++] = -1;
         sq_tokenizer_free(tok);
     }
     if (node && have_cache) {
@@ -207,13 +216,27 @@ int main(int argc, char **argv)
             double bytes, secs;
             long nids;
             if (sscanf(line, "%63s %lf %lf %ld", model, &bytes, &secs, &nids) == 4)
-                printf("%-10s %10ld %12s %12.2f\n", model, nids, "", bytes / 1e6 / secs);
+                for (int r = 0; r < rows; r++)
+                    if (!strcmp(name[r], model)) {
+                        js_mbs[r] = bytes / 1e6 / secs;
+                        js_ids[r] = nids;
+                    }
         }
         if (!p || pclose(p) != 0)
             printf("(node failed or is missing: no JavaScript figures)\n");
     } else if (!have_cache) {
         printf("(no vocabularies in %s: run tests/tokenizer/fetch.sh for the real models and "
                "the JavaScript reference)\n", cache);
+    }
+    printf("%-10s %10s %10s %10s %10s %8s\n", "model", "C ids", "JS ids", "C MB/s", "JS MB/s",
+           "C/JS");
+    for (int r = 0; r < rows; r++) {
+        if (js_mbs[r] > 0)
+            printf("%-10s %10zu %10ld %10.2f %10.2f %7.1fx\n", name[r], c_ids[r], js_ids[r],
+                   c_mbs[r], js_mbs[r], c_mbs[r] / js_mbs[r]);
+        else
+            printf("%-10s %10zu %10s %10.2f %10s %8s\n", name[r], c_ids[r], "-", c_mbs[r], "-",
+                   "-");
     }
     unlink(tmpl);
     for (size_t i = 0; i < nb; i++)
