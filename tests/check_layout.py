@@ -2,7 +2,8 @@
 """The dependency rule of the layout (docs/design.md, "Layout"), checked on every #include.
 
   libsequoia/      includes nothing from planner/, runtime/ or profiler/
-  libsequoia/base/ includes nothing from libsequoia/format/ or libsequoia/verify/
+  libsequoia/base/ includes nothing from libsequoia/format/, libsequoia/verify/ or libsequoia/text/
+  libsequoia/text/ (the tokenizers) includes from libsequoia/base/ only
   libsequoia/format/ includes nothing from libsequoia/verify/ (no exception: the table of
                    verification modes, part of the curve and plan formats, is format/mode.h)
   planner/         includes nothing from runtime/ or profiler/
@@ -32,8 +33,12 @@ def forbidden(src, inc):
     if src.startswith('libsequoia/') and top in ('planner', 'runtime', 'profiler'):
         return 'libsequoia/ depends on nothing of ours'
     if src.startswith('libsequoia/base/') and inc.startswith(('libsequoia/format/',
-                                                              'libsequoia/verify/')):
-        return 'libsequoia/base/ is below the formats and the verification rule'
+                                                              'libsequoia/verify/',
+                                                              'libsequoia/text/')):
+        return 'libsequoia/base/ is below the formats, the verification rule and the tokenizers'
+    if (src.startswith('libsequoia/text/') and inc.startswith('libsequoia/') and
+            not inc.startswith(('libsequoia/base/', 'libsequoia/text/'))):
+        return 'libsequoia/text/ depends on libsequoia/base/ only'
     if src.startswith('libsequoia/format/') and inc.startswith('libsequoia/verify/'):
         return 'libsequoia/format/ is below the verification rule'
     if src.startswith('planner/') and top in ('runtime', 'profiler'):
@@ -86,6 +91,10 @@ CASES = [
     ('libsequoia/verify/verify.h', 'libsequoia/format/mode.h', False),
     ('libsequoia/base/io.c', 'libsequoia/format/plan.h', True),
     ('libsequoia/base/cli.c', 'libsequoia/base/io.h', False),
+    ('libsequoia/base/io.c', 'libsequoia/text/tokenizer.h', True),
+    ('libsequoia/text/tokenizer.c', 'libsequoia/format/curve.h', True),
+    ('libsequoia/text/tokenizer.c', 'libsequoia/base/json.h', False),
+    ('libsequoia/text/tokenizer.c', 'runtime/model.h', True),
     ('planner/dp.c', 'runtime/model.h', True),
     ('planner/export.h', 'profiler/latency_svg.h', True),
     ('planner/dp.c', 'libsequoia/format/tree.h', False),

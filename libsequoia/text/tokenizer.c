@@ -833,6 +833,17 @@ static int parse_decoder(sq_tokenizer *t, const cJSON *n, const char *ctx, int d
                         file, ctx, type);
 }
 
+static int id_of(const cJSON *v, int32_t *id)
+{
+    if (!cJSON_IsNumber(v))
+        return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d < TOK_MAX_IDS) || d != (double)(int32_t)d)
+        return 0;
+    *id = (int32_t)d;
+    return 1;
+}
+
 /* Appends the ids of a template's special token to `out`. */
 static int template_ids(sq_tokenizer *t, const cJSON *specials, const char *name, ivec *out,
                         const char *file, const char *ctx, sq_error *err)
@@ -841,11 +852,11 @@ static int template_ids(sq_tokenizer *t, const cJSON *specials, const char *name
     const cJSON *ids = e ? sq_json_field(e, "ids") : NULL;
     if (cJSON_IsArray(ids)) {
         for (const cJSON *c = ids->child; c; c = c->next) {
-            if (!cJSON_IsNumber(c) || c->valuedouble < 0 || c->valuedouble >= t->n_ids ||
-                c->valuedouble != (double)(int32_t)c->valuedouble)
+            int32_t id;
+            if (!id_of(c, &id) || id >= t->n_ids || !t->tok[id].s)
                 return sq_error_set(err, SQ_EDATA, "%s: %s.special_tokens.%s.ids: not an id of "
                                     "the vocabulary", file, ctx, name);
-            if (ivec_push(out, (int32_t)c->valuedouble))
+            if (ivec_push(out, id))
                 return sq_error_oom(err, "tokenizer");
         }
         return SQ_OK;
@@ -1025,16 +1036,6 @@ static int is_pow2_cap(size_t n, uint32_t *mask)
     return 0;
 }
 
-static int id_of(const cJSON *v, int32_t *id)
-{
-    if (!cJSON_IsNumber(v))
-        return 0;
-    double d = v->valuedouble;
-    if (!(d >= 0 && d < TOK_MAX_IDS) || d != (double)(int32_t)d)
-        return 0;
-    *id = (int32_t)d;
-    return 1;
-}
 
 static int parse_model(sq_tokenizer *t, const cJSON *model, const cJSON *added, loadctx *L)
 {
@@ -1380,9 +1381,9 @@ static int id_push_checked(sq_tokenizer *t, ivec *v, const cJSON *x, const char 
                            const char *field, sq_error *err)
 {
     int32_t id;
-    if (!id_of(x, &id) || id >= t->n_ids)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: expected a token id in 0..%d", file, field,
-                            t->n_ids - 1);
+    if (!id_of(x, &id) || id >= t->n_ids || !t->tok[id].s)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: not an id of the vocabulary of %s", file,
+                            field, t->file);
     return ivec_push(v, id) ? sq_error_oom(err, "tokenizer") : SQ_OK;
 }
 
