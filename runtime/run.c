@@ -354,9 +354,10 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
     const double toks = (double)st->generated;   /* B * n, less what stops at EOS left out */
     /* --batch: the rates over the batch; otherwise tokens/step against the plan and ms/token */
     if (o->batch) {
-        fprintf(stderr, "%s: batch %d: %d tokens per sequence in %d batch steps, %.3f "
+        fprintf(stderr, "%s: batch %d: %s%d tokens per sequence in %d batch steps, %.3f "
                 "tokens/step (plan expects %.3f); %.1f tokens/s over the batch, %.1f per "
-                "sequence\n", prog, B, n, st->batch_steps, toks / (double)r->steps,
+                "sequence\n", prog, B, st->stopped ? "up to " : "", n, st->batch_steps,
+                toks / (double)r->steps,
                 r->plan->expected_tokens, toks / (r->spec_ms / 1e3),
                 toks / B / (r->spec_ms / 1e3));
         if (r->base)
