@@ -419,11 +419,11 @@ static int paragraph_documents(const sq_tokenizer *tok, const char *path, const 
     long line = 0, par = 0, first = 0;
     size_t start = 0, end = 0;   /* the paragraph so far: [start, end) */
     int open = 0;
-    for (size_t i = 0; i <= len && !rc;) {
+    for (size_t i = 0; !rc;) {   /* i past the end: the last paragraph is done */
+        int at_end = i >= len;
         size_t j = i;
         while (j < len && data[j] != '\n')
             j++;
-        int at_end = i >= len;
         if (!at_end)
             line++;
         if (at_end || is_blank(data + i, j - i)) {

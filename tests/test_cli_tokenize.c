@@ -396,6 +396,39 @@ Test(cli_tokenize, decoding_stops_at_eos_unless_ignore_eos, .timeout = 120)
         cr_assert_eq(w[i], v[i], "token %zu", i);
     free(so);
     free(se);
+    /* a batch, with end-of-sequence ids as a list: every sequence stops at its first */
+    char *gc = tu_path(target, "generation_config.json"), *prompts = tu_path(dir, "prompts.txt");
+    tu_write(gc, "{\"eos_token_id\": [44, 46]}\n");
+    tu_write(prompts, "And God said, Let there be light: and there was\n\nIn the beginning\n\n"
+                      "And the earth\n");
+    char *argv3[] = {(char *)bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
+                     plan, "--prompt-text", prompts, "--batch", "3", "-n", "100", "--mode",
+                     "greedy", "-o", ids, "--threads", "1", "--validate", "-q", NULL};
+    cr_assert_eq(tu_run(argv3, &so, &se), 0, "%s", se);
+    char *idl3 = tu_read(ids, NULL);
+    int seqs = 0;
+    for (char *line = strtok(idl3, "\n"); line; line = strtok(NULL, "\n"), seqs++) {
+        size_t m = parse_ids(line, w, 256);
+        cr_assert(m >= 1 && m < 100 && (w[m - 1] == 44 || w[m - 1] == 46),
+                  "sequence %d stops at an end-of-sequence id: %s", seqs, line);
+    }
+    cr_assert_eq(seqs, 3);
+    cr_assert(strstr(se, "3 of 3 sequences stopped"), "%s", se);
+    free(so);
+    free(se);
+    /* a run on ids with an unreadable tokenizer: a warning, no stop at EOS */
+    char *tj = tu_path(target, "tokenizer.json"), *pids = tu_path(dir, "p.txt");
+    tu_write(tj, "{\"model\": ");
+    tu_write(pids, "65 110 100 32 71 111 100 32 115 97 105 100\n");
+    char *argv4[] = {(char *)bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
+                     plan, "--prompt", pids, "-n", "50", "--mode", "greedy", "-o", ids,
+                     "--threads", "1", "--no-baseline", "-q", NULL};
+    cr_assert_eq(tu_run(argv4, &so, &se), 0, "%s", se);
+    cr_assert(strstr(se, "warning") && strstr(se, "tokenizer.json"), "%s", se);
+    char *idl4 = tu_read(ids, NULL);
+    cr_assert_eq(parse_ids(idl4, w, 256), 50);
+    free(so);
+    free(se);
     free(tok);
     tu_rmtree(dir);
 }
@@ -442,6 +475,24 @@ Test(cli_tokenize, run_bad_text_input_exits_65)
     cr_assert(!tu_exists(corpus));
     free(so);
     free(se);
+    /* dump --text: invalid UTF-8 in the second paragraph, a JSON line without "text" */
+    char *docs = tu_path(dir, "docs.txt"), *jl = tu_path(dir, "docs.jsonl");
+    write_bytes(docs, "first\n\nsecond\ncaf\xe9\n", 20);   /* a NUL after the newline */
+    char *argv6[] = {(char *)bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                     "--text", docs, "-o", corpus, "--threads", "1", "-q", NULL};
+    cr_assert_eq(tu_run(argv6, &so, &se), 65, "%s", se);
+    cr_assert(strstr(se, docs) && strstr(se, "paragraph 2 (line 3)") && strstr(se, "UTF-8"),
+              "%s", se);
+    free(so);
+    free(se);
+    tu_write(jl, "{\"text\": \"fine\"}\n{\"txt\": \"no\"}\n");
+    char *argv7[] = {(char *)bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                     "--text", jl, "-o", corpus, "--threads", "1", "-q", NULL};
+    cr_assert_eq(tu_run(argv7, &so, &se), 65, "%s", se);
+    cr_assert(strstr(se, "line 2") && strstr(se, "text"), "%s", se);
+    cr_assert(!tu_exists(corpus));
+    free(so);
+    free(se);
     /* usage: both prompts */
     char *argv5[] = {(char *)bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
                      plan, "--prompt-text", prompt, "--prompt", prompt, NULL};
@@ -471,7 +522,7 @@ Test(cli_tokenize, dump_accept_plan_from_text, .timeout = 240)
     char *idsf = tu_path(dir, "docs_ids.txt");
     FILE *a = fopen(txt, "w"), *b = fopen(jsonl, "w"), *c = fopen(idsf, "w");
     for (int i = 0; i < 3; i++) {
-        fprintf(a, "%s%s\n", i ? "\n  \n" : "", PARAGRAPHS[i]);
+        fprintf(a, "%s%s", i ? "\n  \n" : "", PARAGRAPHS[i]);   /* no newline at the end */
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "text", PARAGRAPHS[i]);
         char *s = cJSON_PrintUnformatted(o);
