@@ -4,7 +4,7 @@
 # comparison suite of test-cli-tokenize ($1) on them. SEQUOIA_TOKREF_DIR picks the cache.
 set -u
 here=$(dirname "$0")
-export SEQUOIA_TOKREF_DIR=${SEQUOIA_TOKREF_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sequoia-tokref}
+export SEQUOIA_TOKREF_DIR=${SEQUOIA_TOKREF_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/sequoia-tokref}
 sh "$here/fetch.sh" "$SEQUOIA_TOKREF_DIR"
 rc=$?
 [ $rc -eq 0 ] || exit $rc
