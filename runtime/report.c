@@ -295,7 +295,10 @@ static cJSON *batch_json(const sq_run_record *r)
         cJSON *s = cJSON_CreateObject();
         sq_json_add(s, "prompt_tokens", cJSON_CreateNumber(q->prompt_tokens));
         sq_json_add(s, "steps", cJSON_CreateNumber(q->steps));
-        sq_json_add(s, "tokens_per_step", cJSON_CreateNumber((double)n / (double)q->steps));
+        int out = 0;   /* tokens out: n, or fewer when the sequence stopped at an EOS (-1 after) */
+        while (out < n && q->gen[out] >= 0)
+            out++;
+        sq_json_add(s, "tokens_per_step", cJSON_CreateNumber((double)out / (double)q->steps));
         if (q->base)
             sq_json_add(s, "common_prefix_with_autoregressive",
                         cJSON_CreateNumber(common_prefix(q->gen, q->base, n)));
