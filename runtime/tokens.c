@@ -307,12 +307,20 @@ int sq_tokens_tokenizer(const char *prog, const char *draft_dir, const char *tar
             /* wanted for its EOS ids only: a run on ids goes on without them */
             fprintf(stderr, "%s: warning: %s; decoding does not stop at an end-of-sequence "
                     "token\n", prog, err->msg);
+            *err = (sq_error){0};
             return SQ_OK;
         }
         return rc == SQ_ENOINPUT ? (err->status = SQ_EDATA) : rc;
     }
     if (draft_dir && has_tokenizer(draft_dir)) {
         if ((rc = sq_tokenizer_load(draft_dir, &d, err))) {
+            if (!need) {   /* as for the target's: a warning, the run on ids goes on */
+                fprintf(stderr, "%s: warning: %s; the draft's tokenizer is not compared with "
+                        "the target's\n", prog, err->msg);
+                *err = (sq_error){0};
+                *out = t;
+                return SQ_OK;
+            }
             sq_tokenizer_free(t);
             return rc == SQ_ENOINPUT ? (err->status = SQ_EDATA) : rc;
         }
