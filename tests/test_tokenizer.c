@@ -389,6 +389,28 @@ Test(tokenizer, split_behaviours)
     tu_rmtree(d3);
 }
 
+static char *replaced(const char *s, const char *from, const char *to);
+
+Test(tokenizer, normalized_added_tokens_match_the_normalized_text)
+{
+    /* <x y> (id 10, normalized) is matched as its normalized form <x▁y> after the Replace
+     * normalizer; decoding gives its content back. */
+    char spm[8192];
+    snprintf(spm, sizeof spm, "%s",
+             spm_json("{`type`:`Replace`,`pattern`:{`String`:` `},`content`:`▁`}", "null",
+                      LLAMA2_DEC));
+    char *dir = model_dir(replaced(spm, "`special`:true}]", "`special`:true},{`id`:10,`content`:"
+                                   "`<x y>`,`single_word`:false,`lstrip`:false,`rstrip`:false,"
+                                   "`normalized`:true,`special`:false}]"),
+                          NULL, NULL);
+    sq_tokenizer *t = load_ok(dir);
+    EXPECT(t, "hi<x y>", 0, 6, 7, 10);
+    DECODE(t, 1, "hi<x y>", 6, 7, 10);
+    cr_assert_eq(sq_tokenizer_vocab_size(t), 11);
+    sq_tokenizer_free(t);
+    tu_rmtree(dir);
+}
+
 /* ---- bad input --------------------------------------------------------------------------- */
 
 static void expect_load_error(const char *json, int status, const char *needle)

@@ -386,8 +386,10 @@ typedef struct {
 } op;
 
 typedef struct {
-    char   *content;
+    char   *content;     /* the token's text (decoding) */
     size_t  len;
+    char   *pat;         /* what is matched: the content, normalized when normalized=true */
+    size_t  pat_len;     /* (pat is content's own memory unless it was normalized) */
     int32_t id;
     unsigned char special, lstrip, rstrip, single_word, normalized;
 } added_token;
@@ -450,8 +452,11 @@ void sq_tokenizer_free(sq_tokenizer *t)
     free(t->vmap);
     free(t->mkey);
     free(t->mval);
-    for (int i = 0; i < t->n_added; i++)
+    for (int i = 0; i < t->n_added; i++) {
+        if (t->added[i].pat != t->added[i].content)
+            free(t->added[i].pat);
         free(t->added[i].content);
+    }
     free(t->added);
     for (int i = 0; i < 256; i++)
         free(t->added_by_byte[i]);
@@ -1268,6 +1273,8 @@ static int parse_added(sq_tokenizer *t, const cJSON *added, loadctx *L)
         const char *content = sq_json_field(c, "content")->valuestring;
         if ((rc = dup_str(content, &a->content, &a->len, err)))
             return rc;
+        a->pat = a->content;
+        a->pat_len = a->len;
         a->special = (unsigned char)sp;
         a->lstrip = (unsigned char)ls;
         a->rstrip = (unsigned char)rs;
@@ -1309,16 +1316,15 @@ static int index_added(sq_tokenizer *t, sq_error *err)
                 a->normalized = 2;   /* normalizes to nothing: never matched */
                 continue;
             }
-            free(a->content);
-            a->content = b.p;
-            a->len = b.n;
+            a->pat = b.p;
+            a->pat_len = b.n;
         }
     }
     pcre2_match_data_free(m.md);
     int cnt[256] = {0};
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].normalized < 2)
-            cnt[(unsigned char)t->added[i].content[0]]++;
+            cnt[(unsigned char)t->added[i].pat[0]]++;
     for (int b = 0; b < 256; b++) {
         if (!cnt[b])
             continue;
@@ -1330,7 +1336,7 @@ static int index_added(sq_tokenizer *t, sq_error *err)
         const added_token *a = &t->added[i];
         if (a->normalized >= 2)
             continue;
-        unsigned char b = (unsigned char)a->content[0];
+        unsigned char b = (unsigned char)a->pat[0];
         t->added_by_byte[b][t->added_by_byte_n[b]++] = i;
         t->n_by_byte[b][a->normalized]++;
     }
@@ -1344,7 +1350,7 @@ static int index_added(sq_tokenizer *t, sq_error *err)
             return sq_error_oom(err, "tokenizer");
         for (int k = 0; k < cnt_b; k++) {
             int32_t i = t->added_by_byte[b][k];
-            keys[k] = ((uint64_t)(UINT32_MAX - (uint32_t)t->added[i].len) << 32) | (uint32_t)i;
+            keys[k] = ((uint64_t)(UINT32_MAX - (uint32_t)t->added[i].pat_len) << 32) | (uint32_t)i;
         }
         qsort(keys, (size_t)cnt_b, sizeof *keys, cmp_u64);
         for (int k = 0; k < cnt_b; k++)
@@ -1660,6 +1666,15 @@ static int normalize(const sq_tokenizer *t, const char *s, size_t n, buf *out, m
             break;
         }
         default: {
+            /* ASCII is the same in the four normalization forms. */
+            size_t q = 0;
+            while (q < a.n && !((unsigned char)a.p[q] & 0x80))
+                q++;
+            if (q == a.n) {
+                if (buf_add(&b, a.p, a.n))
+                    rc = SQ_ESOFTWARE;
+                break;
+            }
             int opt = UTF8PROC_STABLE;
             opt |= o->kind == NORM_NFC ? UTF8PROC_COMPOSE
                  : o->kind == NORM_NFKC ? (UTF8PROC_COMPOSE | UTF8PROC_COMPAT)
@@ -2078,8 +2093,9 @@ static int bpe_word(const sq_tokenizer *t, encstate *e, const char *w, size_t n,
     if (e->sym_cap < n) {
         size_t cap = n < 64 ? 64 : n;
         void *p = realloc(e->sym, cap * sizeof *e->sym);
-        /* Each merge queues at most two pairs: n - 1 + 2 (n - 1) entries in all. */
-        void *h = realloc(e->heap, (3 * cap + 4) * sizeof *e->heap);
+        /* n - 1 pairs at first; each merge pops one entry and queues at most two, and there
+         * are at most n - 1 merges: never more than 2n entries at once. */
+        void *h = realloc(e->heap, (2 * cap + 4) * sizeof *e->heap);
         if (p)
             e->sym = p;
         if (h)
@@ -2152,7 +2168,7 @@ static int bpe_word(const sq_tokenizer *t, encstate *e, const char *w, size_t n,
     /* Remember short words. */
     if (n <= CACHE_WORD_MAX && e->cn < CACHE_MAX_ENTRIES) {
         if (!e->cache) {
-            e->cmask = 4095;
+            e->cmask = 255;
             e->cache = calloc(e->cmask + 1, sizeof *e->cache);
             if (!e->cache)
                 return 0;
@@ -2225,9 +2241,9 @@ static int added_at(const sq_tokenizer *t, const char *s, size_t n, size_t i, in
     const int32_t *list = t->added_by_byte[b];
     for (int k = 0; k < t->added_by_byte_n[b]; k++) {
         const added_token *a = &t->added[list[k]];
-        if (a->normalized != normalized || a->len > n - i)
+        if (a->normalized != normalized || a->pat_len > n - i)
             continue;
-        if (memcmp(a->content, s + i, a->len) == 0)
+        if (memcmp(a->pat, s + i, a->pat_len) == 0)
             return list[k];
     }
     return -1;
@@ -2254,7 +2270,7 @@ static int find_added(const sq_tokenizer *t, const char *s, size_t n, int normal
             continue;
         }
         const added_token *tk = &t->added[a];
-        size_t ms = i, me = i + tk->len, q;
+        size_t ms = i, me = i + tk->pat_len, q;
         i = me;
         if (tk->single_word) {
             int left_ok = 1, right_ok = 1;
