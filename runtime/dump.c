@@ -61,15 +61,29 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
     int64_t rows = 0, done_rows = 0;
     char *partial = NULL;
 
+    sq_tokenizer *tok = NULL;
+    const char *src = o->tokens_file ? o->tokens_file : o->text_file;
     if ((rc = sq_model_load(o->draft_dir, &draft, err)) ||
-        (rc = sq_model_load(o->target_dir, &target, err)) ||
-        (rc = sq_tokens_load(o->tokens_file, &toks, err)))
+        (rc = sq_model_load(o->target_dir, &target, err)))
+        goto done;
+    if (o->text_file) {   /* documents: the target's tokenizer, shared by the draft */
+        rc = sq_tokens_tokenizer(o->prog, o->draft_dir, o->target_dir, "--text", &tok, err);
+        if (!rc)
+            rc = sq_tokens_check_tokenizer(tok, o->target_dir,
+                                           sq_model_get_config(target)->vocab_size, err);
+        if (!rc)
+            rc = sq_tokens_from_text(tok, o->text_file, 1, &toks, err);
+        sq_tokenizer_free(tok);
+    } else {
+        rc = sq_tokens_load(o->tokens_file, &toks, err);
+    }
+    if (rc)
         goto done;
     const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
     if ((rc = sq_models_check_vocab(draft, target, o->draft_dir, o->target_dir, err)))
         goto done;
     int V = tc->vocab_size;
-    if ((rc = sq_tokens_check_vocab(toks, V, o->tokens_file, err)))
+    if ((rc = sq_tokens_check_vocab(toks, V, src, err)))
         goto done;
     if (o->topk > V) {
         rc = sq_error_set(err, SQ_EUSAGE, "--top-k: %d exceeds the vocabulary (%d tokens)",
@@ -201,7 +215,7 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
     sq_progress_end(&pg);
     if (rows == 0) {
         rc = sq_error_set(err, SQ_EDATA, "%s: no sequence has two tokens: nothing to dump",
-                          o->tokens_file);
+                          src);
         goto done;
     }
     rc = sq_corpus_writer_commit(w, err);

@@ -13,6 +13,10 @@ typedef struct sq_dump_opts {
     const char *prog;          /* prefix of the progress line and the messages on stderr  */
     const char *draft_dir, *target_dir;
     const char *tokens_file;   /* token ids (runtime/tokens.h)                            */
+    /* instead of tokens_file: documents of text (one per paragraph, or JSON Lines with a "text"
+     * field when the name ends in .jsonl), each a sequence of the target tokenizer's ids with
+     * its special tokens (runtime/tokens.h, sq_tokens_from_text; issue 25)                   */
+    const char *text_file;
     const char *out_file;      /* the corpus                                              */
     int         topk;          /* > 0: only the K largest logits per row (sparse)         */
     int         context;       /* window in tokens; 0: min(2048, max_position_embeddings) */
@@ -34,7 +38,8 @@ sq_dump_opts sq_dump_default_opts(void);
  * resumed) on stderr. Returns SQ_OK or the error's status with *err filled, naming the file
  * and the field: SQ_EUSAGE (--top-k past the vocabulary, --context outside [2,
  * max_position_embeddings]), SQ_EDATA (models with different vocabularies, ids outside the
- * vocabulary, no sequence with two tokens, a partial file of other inputs), SQ_ENOINPUT,
+ * vocabulary, no sequence with two tokens, a partial file of other inputs; with text_file: no
+ * tokenizer.json in the target, draft and target tokenizers that differ, invalid UTF-8), SQ_ENOINPUT,
  * SQ_ECANTCREAT, SQ_EIO, SQ_ESOFTWARE (memory). */
 int sq_dump(const sq_dump_opts *o, sq_error *err);
 

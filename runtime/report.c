@@ -208,9 +208,12 @@ static cJSON *acceptance_json(const sq_run_record *r, double *pc)
     return aj;
 }
 
-/* Tokens generated in all: every sequence's max_new_tokens. */
+/* Tokens generated in all: every sequence's max_new_tokens, less what end-of-sequence stops
+ * left out. */
 static double generated(const sq_run_record *r)
 {
+    if (r->generated_tokens > 0)
+        return r->generated_tokens;
     return (double)(r->batch ? r->batch->size : 1) * r->max_new_tokens;
 }
 
@@ -292,7 +295,10 @@ static cJSON *batch_json(const sq_run_record *r)
         cJSON *s = cJSON_CreateObject();
         sq_json_add(s, "prompt_tokens", cJSON_CreateNumber(q->prompt_tokens));
         sq_json_add(s, "steps", cJSON_CreateNumber(q->steps));
-        sq_json_add(s, "tokens_per_step", cJSON_CreateNumber((double)n / (double)q->steps));
+        int out = 0;   /* tokens out: n, or fewer when the sequence stopped at an EOS (-1 after) */
+        while (out < n && q->gen[out] >= 0)
+            out++;
+        sq_json_add(s, "tokens_per_step", cJSON_CreateNumber((double)out / (double)q->steps));
         if (q->base)
             sq_json_add(s, "common_prefix_with_autoregressive",
                         cJSON_CreateNumber(common_prefix(q->gen, q->base, n)));

@@ -89,6 +89,9 @@ typedef struct sq_run_record {
     const int32_t *gen;                    /* (max_new_tokens)                      */
     const int32_t *base;                   /* target alone, or NULL (no baseline)   */
     double      base_ms;
+    /* tokens out in all, fewer than B * max_new_tokens when sequences stopped at an
+     * end-of-sequence id (gen then ends in SQ_SPECDEC_NO_TOKEN); 0: B * max_new_tokens */
+    double      generated_tokens;
     const sq_validation *val;              /* NULL: not validated                   */
     const sq_run_batch *batch;             /* NULL: no batch section (B = 1)        */
 } sq_run_record;

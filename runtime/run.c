@@ -44,6 +44,15 @@ typedef struct run_state {
                                         run alone (-1: not checked)                           */
     sq_run_sequence  *seqs;          /* (B) for the report                                   */
     sq_run_batch      batch;
+    /* text (issue 25): the target's tokenizer (NULL: none in its directory), the decoders'
+     * parameters with its end-of-sequence ids, each sequence's tokens out (n, or fewer when it
+     * stopped at an end-of-sequence id), the prompt's file (--prompt or --prompt-text) */
+    sq_tokenizer     *tok;
+    sq_specdec_params prm;
+    int              *len;           /* (B)                                                  */
+    int               stopped;       /* sequences that stopped at an end-of-sequence id      */
+    long long         generated;     /* sum of len                                           */
+    const char       *prompt_file;
 } run_state;
 
 static sq_specdec *member(run_state *st, int k)
@@ -66,6 +75,8 @@ static void state_free(run_state *st)
     free(st->base_rows);
     free(st->steps);
     free(st->seqs);
+    free(st->len);
+    sq_tokenizer_free(st->tok);
     sq_run_acceptance_free(&st->acc);
     sq_specdec_batch_free(st->bt);
     sq_tokens_free(st->prompt);
@@ -87,16 +98,26 @@ int sq_run_check(const sq_run_opts *o, sq_error *err)
 static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
 {
     int rc;
+    const char *pf = st->prompt_file = o->prompt_file ? o->prompt_file : o->prompt_text_file;
+    /* the tokenizer: needed for text in or out, else only read for its end-of-sequence ids */
+    const char *need = o->prompt_text_file ? "--prompt-text" : o->text_file ? "--text" : NULL;
     if ((rc = sq_plan_load(o->plan_file, &st->plan, err)) ||
         (rc = sq_model_load(o->draft_dir, &st->draft, err)) ||
         (rc = sq_model_load(o->target_dir, &st->target, err)) ||
-        (rc = sq_tokens_load(o->prompt_file, &st->prompt, err)))
+        (rc = sq_tokens_tokenizer(o->prog, o->draft_dir, o->target_dir, need, &st->tok, err)) ||
+        (rc = o->prompt_file ? sq_tokens_load(o->prompt_file, &st->prompt, err)
+                             : sq_tokens_from_text(st->tok, pf, o->batch > 0, &st->prompt, err)))
         return rc;
     const sq_model_config *tcfg = sq_model_get_config(st->target);
     if ((rc = sq_models_check_vocab(st->draft, st->target, o->draft_dir, o->target_dir, err)))
         return rc;
-    if ((rc = sq_tokens_check_vocab(st->prompt, tcfg->vocab_size, o->prompt_file, err)))
+    if (st->tok && (rc = sq_tokens_check_tokenizer(st->tok, o->target_dir, tcfg->vocab_size, err)))
         return rc;
+    if ((rc = sq_tokens_check_vocab(st->prompt, tcfg->vocab_size, pf, err)))
+        return rc;
+    st->prm = o->prm;
+    if (st->tok && !o->ignore_eos)
+        st->prm.eos = sq_tokenizer_eos(st->tok, &st->prm.n_eos);
     const char *want = sq_mode_rank_semantics(o->prm.mode);
     if (strcmp(st->plan->rank_semantics, want) != 0)
         fprintf(stderr,
@@ -116,8 +137,9 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
     st->step_tokens = malloc(cells * sizeof *st->step_tokens);
     st->infos = calloc(cells, sizeof *st->infos);
     st->seqs = calloc((size_t)B, sizeof *st->seqs);
+    st->len = calloc((size_t)B, sizeof *st->len);
     if (!st->prompts || !st->plen || !st->gen || !st->base || !st->gen_rows || !st->base_rows ||
-        !st->steps || !st->step_tokens || !st->infos || !st->seqs)
+        !st->steps || !st->step_tokens || !st->infos || !st->seqs || !st->len)
         return sq_error_oom(err, "run buffers");
     /* the prompts: the whole file for a single run, the file's sequences in turn for --batch */
     for (int k = 0; k < B; k++) {
@@ -125,14 +147,14 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
         int64_t a = o->batch ? st->prompt->offsets[s] : 0;
         int64_t b = o->batch ? st->prompt->offsets[s + 1] : st->prompt->n;
         if (b - a > INT_MAX / 2)
-            return sq_error_set(err, SQ_EDATA, "%s: %lld tokens is too long a prompt",
-                                o->prompt_file, (long long)(b - a));
+            return sq_error_set(err, SQ_EDATA, "%s: %lld tokens is too long a prompt", pf,
+                                (long long)(b - a));
         st->prompts[k] = st->prompt->ids + a;
         st->plen[k] = (int)(b - a);
         st->gen_rows[k] = st->gen + (size_t)k * n;
         st->base_rows[k] = st->base + (size_t)k * n;
     }
-    rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &o->prm, o->plan_file, B, &st->bt,
+    rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &st->prm, o->plan_file, B, &st->bt,
                               err);
     if (rc)
         return rc;
@@ -145,12 +167,12 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
             snprintf(where, sizeof where, ": sequence %lld", seq);
         if (L - 1 + D > ctxlen)
             return sq_error_set(err, SQ_EDATA, "%s%s: %d tokens are longer than the context (%d "
-                                "tokens, less the tree depth %d)", o->prompt_file, where, L,
+                                "tokens, less the tree depth %d)", pf, where, L,
                                 ctxlen, D);
         if (L + n - 1 + D > ctxlen && o->batch)
             return sq_error_set(err, SQ_EUSAGE, "%s%s: %d prompt tokens + %d new tokens + a tree "
                                 "of depth %d exceed the context of %d tokens (see --context)",
-                                o->prompt_file, where, L, n, D, ctxlen);
+                                pf, where, L, n, D, ctxlen);
         if (L + n - 1 + D > ctxlen)
             return sq_error_set(err, SQ_EUSAGE,
                                 "--max-new-tokens: %d new tokens after a %d-token prompt and a "
@@ -173,6 +195,17 @@ static int decode(const sq_run_opts *o, run_state *st, sq_error *err)
     if (rc)
         return rc;
     st->spec_ms = sq_now_ms() - t0;
+    st->generated = 0;
+    st->stopped = 0;
+    for (int k = 0; k < B; k++) {
+        int m = 0;
+        while (m < n && st->gen_rows[k][m] != SQ_SPECDEC_NO_TOKEN)
+            m++;
+        st->len[k] = m;
+        st->generated += m;
+        for (int e = 0; m > 0 && e < st->prm.n_eos; e++)
+            st->stopped += st->gen_rows[k][m - 1] == st->prm.eos[e];
+    }
     st->nsteps = 0;
     for (int k = 0; k < B; k++)
         for (int s = 0; s < st->steps[k]; s++) {
@@ -283,7 +316,7 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     r->draft = o->draft_dir;
     r->target = o->target_dir;
     r->plan_file = o->plan_file;
-    r->prompt_file = o->prompt_file;
+    r->prompt_file = st->prompt_file;
     r->mode = sq_mode_name(o->prm.mode);
     r->backend = o->prm.backend == SQ_BACKEND_CPU ? "cpu" : o->prm.offload ? "cuda-offload"
                                                                            : "cuda";
@@ -305,6 +338,7 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     r->gen = st->gen;
     r->base = o->baseline ? st->base : NULL;
     r->base_ms = st->base_ms;
+    r->generated_tokens = (double)st->generated;
     r->val = &st->val;
     r->batch = &st->batch;
     return SQ_OK;
@@ -317,13 +351,15 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
     const char *prog = o->prog;
     const sq_validation *val = r->val;
     const int B = st->B, n = st->n;
-    const double toks = (double)B * n;
+    const double toks = (double)st->generated;   /* B * n, less what stops at EOS left out */
     /* --batch: the rates over the batch; otherwise tokens/step against the plan and ms/token */
     if (o->batch) {
-        fprintf(stderr, "%s: batch %d: %d tokens per sequence in %d batch steps, %.3f "
+        fprintf(stderr, "%s: batch %d: %s%d tokens per sequence in %d batch steps, %.3f "
                 "tokens/step (plan expects %.3f); %.1f tokens/s over the batch, %.1f per "
-                "sequence\n", prog, B, n, st->batch_steps, toks / (double)r->steps,
-                r->plan->expected_tokens, toks / (r->spec_ms / 1e3), n / (r->spec_ms / 1e3));
+                "sequence\n", prog, B, st->stopped ? "up to " : "", n, st->batch_steps,
+                toks / (double)r->steps,
+                r->plan->expected_tokens, toks / (r->spec_ms / 1e3),
+                toks / B / (r->spec_ms / 1e3));
         if (r->base)
             fprintf(stderr, "%s: batch %d: target alone %.1f tokens/s over the batch: speedup "
                     "%.2fx\n", prog, B, toks / (r->base_ms / 1e3), r->base_ms / r->spec_ms);
@@ -333,6 +369,10 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
                 r->plan->expected_tokens, pr->within ? "" : pr->have_ci
                 ? " (outside the CI: see the report's prediction)" : " (too few steps for a CI)");
     }
+    if (st->stopped)
+        fprintf(stderr, "%s: %d of %d sequence%s stopped at an end-of-sequence token: %.0f "
+                "tokens in all (a cut step counts all its tokens in tokens/step)\n", prog,
+                st->stopped, B, B == 1 ? "" : "s", toks);
     if (!o->batch && r->base) {
         fprintf(stderr, "%s: %.3f ms/token speculative, %.3f ms/token target alone: speedup "
                 "%.2fx\n", prog, r->spec_ms / toks, r->base_ms / toks, r->base_ms / r->spec_ms);
@@ -368,12 +408,56 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
                ? SQ_OK : sq_error_set(err, SQ_EFAIL, "validation failed");
 }
 
+/* A JSON string of len bytes (NULs and control characters escaped; other bytes as they are). */
+static void json_string(FILE *fp, const char *s, size_t len)
+{
+    fputc('"', fp);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(fp, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", fp);
+        else if (c == '\t')
+            fputs("\\t", fp);
+        else if (c == '\r')
+            fputs("\\r", fp);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(fp, "\\u%04x", c);
+        else
+            fputc(c, fp);
+    }
+    fputc('"', fp);
+}
+
+/* --text: every sequence's tokens out as text (run.h: the layout). */
+static int write_text(const sq_run_opts *o, const run_state *st, FILE *fp, sq_error *err)
+{
+    for (int k = 0; k < st->B; k++) {
+        char *text;
+        size_t len;
+        int rc = sq_tokenizer_decode(st->tok, st->gen_rows[k], (size_t)st->len[k], 1, &text,
+                                     &len, err);
+        if (rc)
+            return rc;
+        if (o->batch) {
+            fprintf(fp, "{\"sequence\": %d, \"text\": ", k);
+            json_string(fp, text, len);
+            fputs("}\n", fp);
+        } else {
+            fwrite(text, 1, len, fp);
+        }
+        free(text);
+    }
+    return SQ_OK;
+}
+
 int sq_run(const sq_run_opts *o)
 {
     sq_error err = {0};
     int rc;
-    enum { TOKENS, REPORT, N_OUT };
-    sq_out *out[N_OUT] = {NULL, NULL};
+    enum { TOKENS, REPORT, TEXT, N_OUT };
+    sq_out *out[N_OUT] = {NULL, NULL, NULL};
     run_state st = {0};
     st.alone_ok = -1;
     sq_run_record rec = {0};
@@ -383,12 +467,13 @@ int sq_run(const sq_run_opts *o)
     if (!(rc = sq_run_check(o, &err)) &&
         !(rc = sq_out_open(&out[TOKENS], o->out_file ? o->out_file : "-", &err)) &&
         !(o->report_file && (rc = sq_out_open(&out[REPORT], o->report_file, &err))) &&
+        !(o->text_file && (rc = sq_out_open(&out[TEXT], o->text_file, &err))) &&
         !(rc = setup(o, &st, &err)) && !(rc = decode(o, &st, &err)) &&
         !(o->validate && (rc = validate(o, &st, &err))) &&
         !(rc = record(o, &st, &rec, &err)) && !(rc = sq_run_predict(&rec, &pred, &err))) {
         FILE *fp = sq_out_stream(out[TOKENS]);
         for (int k = 0; k < st.B; k++) {
-            for (int i = 0; i < st.n; i++)
+            for (int i = 0; i < st.len[k]; i++)
                 fprintf(fp, i ? " %d" : "%d", (int)st.gen_rows[k][i]);
             fputc('\n', fp);
         }
@@ -396,7 +481,9 @@ int sq_run(const sq_run_opts *o)
             rc = sq_error_oom(&err, "report");
         else if (out[REPORT])
             sq_json_print(sq_out_stream(out[REPORT]), rep);
-        /* both written out before either is renamed: a full disk leaves both as they were */
+        if (!rc && out[TEXT])
+            rc = write_text(o, &st, sq_out_stream(out[TEXT]), &err);
+        /* all written out before any is renamed: a full disk leaves them as they were */
         if (!rc && !(rc = sq_cli_commit(out, N_OUT, &err)))
             rc = summary(o, &st, &rec, &pred, &err);
     }

@@ -1,7 +1,7 @@
 /* The run of sequoia-run (docs/runtime.md, "sequoia-run" and "Batches"): B prompts decoded
  * together with one plan by tree speculative decoding (runtime/specdec.h), timed against the
  * same prompts decoded by the target alone, optionally validated (runtime/validate.h), written
- * as token ids and as a report (runtime/report.h, sequoia-run-report v2). A single run is a
+ * as token ids, as text (issue 25) and as a report (runtime/report.h, sequoia-run-report v2). A single run is a
  * batch of one: one setup, one decoding, one set of checks, one report and one summary serve
  * every B. */
 #ifndef SQ_RUNTIME_RUN_H
@@ -13,7 +13,17 @@
 typedef struct sq_run_opts {
     const char       *prog;          /* prefix of the messages on stderr                      */
     const char       *draft_dir, *target_dir, *plan_file, *prompt_file;
+    /* instead of prompt_file: UTF-8 text made into ids with the target's tokenizer, the whole
+     * file one prompt; with batch, one prompt per document (runtime/tokens.h) */
+    const char       *prompt_text_file;
     const char       *out_file;      /* one line of token ids per sequence; NULL or "-": stdout */
+    /* the generated text (the target's tokenizer, special tokens skipped), written atomically
+     * with the other outputs; a single run: the text as it is; batch: JSON Lines, one
+     * {"sequence": k, "text": ...} per sequence in order; NULL: none */
+    const char       *text_file;
+    /* 0: when the target's directory has a tokenizer with end-of-sequence ids, a sequence stops
+     * at the first it generates (Hugging Face's generation); 1: always max_new tokens */
+    int               ignore_eos;
     const char       *report_file;   /* JSON report, or NULL                                  */
     /* 0: one sequence, every token of the prompt file; B >= 1 (--batch B): B sequences,
      * sequence k reading the file's sequence k mod S (empty lines or HDF5 /seq_offsets

@@ -1,13 +1,19 @@
 /* sequoia-run: executes a tree plan with a draft and a target model (docs/design.md §8), measures
- * and validates it, and dumps draft/target corpora (docs/design.md §7.2). The tool parses the
- * options; the run is runtime/run.h's sq_run, the dump runtime/dump.h's sq_dump. */
+ * and validates it, dumps draft/target corpora (docs/design.md §7.2), and turns text into token
+ * ids and back with a model's tokenizer (issue 25, docs/tokenizer.md). The tool parses the
+ * options; the run is runtime/run.h's sq_run, the dump runtime/dump.h's sq_dump, the tokenizer
+ * libsequoia/text/tokenizer.h. */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
+#include "libsequoia/text/tokenizer.h"
 #include "runtime/cpu_matmul.h"
 #include "runtime/dump.h"
 #include "runtime/run.h"
@@ -23,33 +29,47 @@
 static void usage(FILE *fp)
 {
     fprintf(fp,
-        "Usage: " PROG " --draft DIR --target DIR --plan PLAN.json --prompt FILE\n"
+        "Usage: " PROG " --draft DIR --target DIR --plan PLAN.json (--prompt | --prompt-text) FILE\n"
         "                   [--max-new-tokens N] [--mode stochastic|specinfer|greedy|topk]\n"
         "                   [--temperature T] [--top-p P] [--seed S] [-o OUT.txt]\n"
         "                   [--report REPORT.json] [--validate] [--validate-samples N]\n"
         "                   [--context L] [--threads N] [--no-baseline] [-q]\n"
         "                   [--backend cpu|cuda] [--dtype f16|bf16] [--offload] [--batch B]\n"
-        "       " PROG " dump --draft DIR --target DIR --tokens FILE -o CORPUS.h5\n"
+        "                   [--text OUT.txt] [--ignore-eos]\n"
+        "       " PROG " dump --draft DIR --target DIR (--tokens | --text) FILE -o CORPUS.h5\n"
         "                   [--top-k K] [--context L] [--half] [--compression N] [--threads N]\n"
         "                   [--resume] [-q]\n"
+        "       " PROG " tokenize --model DIR [--no-special] [--decode [--skip-special]]\n"
         "\n"
         "Runs tree speculative decoding (arXiv 2402.12374) exactly as the plan says: per step the\n"
         "draft grows the tree level by level (one draft forward per level), the target verifies\n"
         "every node in one forward with a tree attention mask, the verifier of --mode walks from\n"
         "the root, and both KV caches keep only the accepted path. Models are Hugging Face\n"
-        "Llama directories (config.json + safetensors); the runtime works on token ids.\n"
+        "Llama directories (config.json + safetensors); the runtime works on token ids, and\n"
+        "the target's tokenizer.json (Hugging Face format) turns text into ids and back.\n"
         "\n"
         "Options:\n"
         "      --draft DIR          draft model directory\n"
         "      --target DIR         target model directory\n"
         "  -p, --plan FILE          tree plan (sequoia-plan v1)\n"
         "      --prompt FILE        token ids: whitespace-separated integers, or HDF5 /tokens\n"
+        "      --prompt-text FILE   UTF-8 text instead, made into ids with the target's\n"
+        "                           tokenizer.json, special tokens (BOS) added as Hugging Face's\n"
+        "                           generation adds them (chat templates are not applied: pass\n"
+        "                           an already formatted prompt); with --batch, one prompt per\n"
+        "                           paragraph (blank-line separated) or per JSON line (.jsonl)\n"
         "  -n, --max-new-tokens N   tokens to generate (default 128)\n"
         "  -m, --mode MODE          verifier: stochastic (Sequoia, default), specinfer, greedy, topk\n"
         "  -t, --temperature T      sampling temperature (default 1; greedy ignores it)\n"
         "      --top-p P            nucleus truncation in (0, 1] (default 1: none)\n"
         "  -s, --seed S             random seed (default 0)\n"
         "  -o, --output FILE        generated token ids (one line), written atomically; default stdout\n"
+        "      --text FILE          the generated text (special tokens skipped), written\n"
+        "                           atomically; with --batch JSON Lines: {\"sequence\": k,\n"
+        "                           \"text\": ...} per sequence\n"
+        "      --ignore-eos         generate --max-new-tokens tokens even past an end-of-sequence\n"
+        "                           token (by default a sequence stops at the first one, when\n"
+        "                           the target's directory has a tokenizer that names it)\n"
         "  -r, --report FILE        JSON report (sequoia-run-report v2): per-step counts, tokens/step\n"
         "                           with a 95%% CI vs the plan's expected_tokens, measured acceptance\n"
         "                           per rank and depth, wall time per token, target-only decoding,\n"
@@ -88,17 +108,26 @@ static void usage(FILE *fp)
         "CORPUS.h5.partial, which an interruption (SIGINT, SIGTERM, a crash) leaves behind as of\n"
         "its last complete chunk of rows; the same command with --resume goes on from there\n"
         "without redoing that work, and the finished file is renamed to CORPUS.h5 (the same\n"
-        "corpus as an uninterrupted dump).\n"
+        "corpus as an uninterrupted dump). --text FILE instead of --tokens: documents of UTF-8\n"
+        "text, one per paragraph (blank-line separated) or, for a name ending in .jsonl, one per\n"
+        "JSON line's \"text\" field, made into ids with the target's tokenizer.\n"
+        "\n"
+        "tokenize: encodes all of standard input, byte for byte, with DIR's tokenizer.json and\n"
+        "prints the ids on one line; --no-special leaves out the special tokens the\n"
+        "post-processor adds (BOS). --decode reads whitespace-separated ids from standard input\n"
+        "and writes their text (--skip-special: without the special tokens).\n"
         "\n"
         "Examples:\n"
         "  " PROG " --draft d/ --target t/ --plan plan.json --prompt p.txt -n 256 --mode greedy\n"
         "  " PROG " --draft d/ --target t/ --plan plan.json --prompt p.txt -m stochastic -t 0.6 \\\n"
         "              --seed 7 -o out.txt --report report.json --validate\n"
         "  " PROG " dump --draft d/ --target t/ --tokens text.txt -o corpus.h5 --top-k 64\n"
+        "  " PROG " dump --draft d/ --target t/ --text docs.jsonl -o corpus.h5 --top-k 64\n"
+        "  echo 'Hello, world' | " PROG " tokenize --model t/\n"
         "\n"
         "Exit status: 0 success, 1 a --validate check failed, 64 usage error, 65 invalid input\n"
-        "data (plan, model, prompt), 66 input file missing, 70 internal error, 73 cannot create\n"
-        "output, 74 I/O error.\n");
+        "data (plan, model, prompt, tokenizer, invalid UTF-8, ids outside the vocabulary), 66\n"
+        "input file missing, 70 internal error, 73 cannot create output, 74 I/O error.\n");
 }
 
 /* ---- command line ------------------------------------------------------------------------- */
@@ -106,8 +135,153 @@ static void usage(FILE *fp)
 enum {
     OPT_DRAFT = 1000, OPT_BACKEND, OPT_DTYPE, OPT_OFFLOAD, OPT_TARGET, OPT_PROMPT, OPT_TOP_P, OPT_VALIDATE, OPT_SAMPLES,
     OPT_CONTEXT, OPT_THREADS, OPT_NO_BASELINE, OPT_VERSION, OPT_TOKENS, OPT_TOPK, OPT_HALF,
-    OPT_RESUME, OPT_BATCH, OPT_COMPRESSION,
+    OPT_RESUME, OPT_BATCH, OPT_COMPRESSION, OPT_PROMPT_TEXT, OPT_TEXT, OPT_IGNORE_EOS,
+    OPT_MODEL, OPT_NO_SPECIAL, OPT_DECODE, OPT_SKIP_SPECIAL,
 };
+
+/* ---- tokenize ------------------------------------------------------------------------------- */
+
+/* All of standard input; NULL with the message printed when it cannot be read. */
+static char *read_stdin(size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, stdin);
+        if (ferror(stdin)) {
+            fprintf(stderr, PROG ": tokenize: standard input: %s\n", strerror(errno));
+            free(buf);
+            return NULL;
+        }
+        if (feof(stdin))
+            break;
+        char *p = cap <= ((size_t)1 << 40) ? realloc(buf, cap * 2) : NULL;
+        if (!p)
+            free(buf);
+        buf = p;
+        cap *= 2;
+    }
+    if (!buf)
+        fprintf(stderr, PROG ": tokenize: standard input: out of memory\n");
+    *len = n;
+    return buf;
+}
+
+/* --decode: the ids of standard input (whitespace-separated) into *ids; SQ_EDATA for a token
+ * that is not an id of the tokenizer, naming it. */
+static int parse_ids(const char *model, char *text, size_t len, int vocab, int32_t **ids,
+                     size_t *n, sq_error *err)
+{
+    size_t cap = 1024;
+    *n = 0;
+    *ids = malloc(cap * sizeof **ids);
+    if (!*ids)
+        return sq_error_oom(err, "ids");
+    for (size_t i = 0; i < len;) {
+        if (isspace((unsigned char)text[i])) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < len && !isspace((unsigned char)text[j]))
+            j++;
+        char save = text[j];
+        text[j] = '\0';
+        char *end;
+        errno = 0;
+        long long v = strtoll(text + i, &end, 10);
+        int bad = errno || *end || end == text + i;
+        text[j] = save;
+        if (bad)
+            return sq_error_set(err, SQ_EDATA, "standard input: token %zu: '%.*s' is not a token "
+                                "id", *n, (int)(j - i < 40 ? j - i : 40), text + i);
+        if (v < 0 || v >= vocab)
+            return sq_error_set(err, SQ_EDATA, "standard input: token %zu: id %lld is outside the "
+                                "vocabulary [0, %d) of %s", *n, v, vocab, model);
+        if (*n == cap) {
+            int32_t *p = realloc(*ids, 2 * cap * sizeof *p);
+            if (!p)
+                return sq_error_oom(err, "ids");
+            *ids = p;
+            cap *= 2;
+        }
+        (*ids)[(*n)++] = (int32_t)v;
+        i = j;
+    }
+    return SQ_OK;
+}
+
+static int parse_tokenize(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"no-special", no_argument, NULL, OPT_NO_SPECIAL},
+        {"decode", no_argument, NULL, OPT_DECODE},
+        {"skip-special", no_argument, NULL, OPT_SKIP_SPECIAL},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *model = NULL;
+    int no_special = 0, decode = 0, skip_special = 0, c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case OPT_MODEL: model = optarg; break;
+        case OPT_NO_SPECIAL: no_special = 1; break;
+        case OPT_DECODE: decode = 1; break;
+        case OPT_SKIP_SPECIAL: skip_special = 1; break;
+        case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
+        default: return sq_cli_bad_option(PROG, c, argv, optind);
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, PROG ": tokenize: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return SQ_EUSAGE;
+    }
+    if (!model) {
+        fprintf(stderr, PROG ": tokenize needs --model DIR (see --help)\n");
+        return SQ_EUSAGE;
+    }
+    if (decode ? no_special : skip_special) {
+        fprintf(stderr, PROG ": tokenize: %s\n", decode ? "--no-special is for encoding"
+                : "--skip-special is for --decode");
+        return SQ_EUSAGE;
+    }
+    sq_error err = {0};
+    sq_tokenizer *tok = NULL;
+    int32_t *ids = NULL;
+    char *in = NULL, *text = NULL;
+    size_t len = 0, n = 0, tlen = 0;
+    int rc = sq_tokenizer_load(model, &tok, &err);
+    if (rc == SQ_ENOINPUT)
+        rc = err.status = SQ_EDATA;   /* a model directory without its tokenizer: bad data */
+    if (!rc && !(in = read_stdin(&len)))
+        rc = SQ_EIO;
+    if (!rc && decode) {
+        if (!(rc = parse_ids(model, in, len, sq_tokenizer_vocab_size(tok), &ids, &n, &err)) &&
+            !(rc = sq_tokenizer_decode(tok, ids, n, skip_special, &text, &tlen, &err)))
+            fwrite(text, 1, tlen, stdout);
+    } else if (!rc) {
+        rc = sq_tokenizer_encode(tok, in, len, !no_special, &ids, &n, &err);
+        if (rc) {   /* the message names the input */
+            sq_error named = {0};
+            sq_error_set(&named, rc, "standard input: %.900s", err.msg);
+            err = named;
+        }
+        for (size_t i = 0; !rc && i < n; i++)
+            printf(i ? " %d" : "%d", (int)ids[i]);
+        if (!rc)
+            putchar('\n');
+    }
+    if (rc && rc != SQ_EIO)
+        fprintf(stderr, PROG ": tokenize: %s\n", err.msg);
+    free(ids);
+    free(in);
+    free(text);
+    sq_tokenizer_free(tok);
+    return sq_cli_finish(PROG, rc);
+}
 
 static int parse_dump(int argc, char **argv)
 {
@@ -115,6 +289,7 @@ static int parse_dump(int argc, char **argv)
         {"draft", required_argument, NULL, OPT_DRAFT},
         {"target", required_argument, NULL, OPT_TARGET},
         {"tokens", required_argument, NULL, OPT_TOKENS},
+        {"text", required_argument, NULL, OPT_TEXT},
         {"output", required_argument, NULL, 'o'},
         {"top-k", required_argument, NULL, OPT_TOPK},
         {"context", required_argument, NULL, OPT_CONTEXT},
@@ -136,6 +311,7 @@ static int parse_dump(int argc, char **argv)
         case OPT_DRAFT: o.draft_dir = optarg; break;
         case OPT_TARGET: o.target_dir = optarg; break;
         case OPT_TOKENS: o.tokens_file = optarg; break;
+        case OPT_TEXT: o.text_file = optarg; break;
         case 'o': o.out_file = optarg; break;
         case OPT_TOPK:
             if (sq_cli_int(PROG, "--top-k", optarg, 1, INT_MAX, &o.topk)) return SQ_EUSAGE;
@@ -160,8 +336,13 @@ static int parse_dump(int argc, char **argv)
         fprintf(stderr, PROG ": dump: unexpected argument '%s' (see --help)\n", argv[optind]);
         return SQ_EUSAGE;
     }
-    if (!o.draft_dir || !o.target_dir || !o.tokens_file || !o.out_file) {
-        fprintf(stderr, PROG ": dump needs --draft, --target, --tokens and -o (see --help)\n");
+    if (!o.draft_dir || !o.target_dir || !(o.tokens_file || o.text_file) || !o.out_file) {
+        fprintf(stderr, PROG ": dump needs --draft, --target, --tokens (or --text) and -o (see "
+                "--help)\n");
+        return SQ_EUSAGE;
+    }
+    if (o.tokens_file && o.text_file) {
+        fprintf(stderr, PROG ": dump: --tokens and --text are two sources: give one\n");
         return SQ_EUSAGE;
     }
     if (o.half && o.topk) {
@@ -175,7 +356,8 @@ static int parse_dump(int argc, char **argv)
     }
     {
         /* an output that is an input is refused before the models load (issue 14) */
-        sq_path_use in[] = {{"--tokens", o.tokens_file}};
+        sq_path_use in[] = {{o.tokens_file ? "--tokens" : "--text",
+                             o.tokens_file ? o.tokens_file : o.text_file}};
         sq_path_use out[] = {{"-o", o.out_file}};
         sq_error err = {0};
         if (sq_paths_check(in, 1, out, 1, &err)) {
@@ -208,6 +390,9 @@ static int parse_run(int argc, char **argv, run_cli *o)
         {"target", required_argument, NULL, OPT_TARGET},
         {"plan", required_argument, NULL, 'p'},
         {"prompt", required_argument, NULL, OPT_PROMPT},
+        {"prompt-text", required_argument, NULL, OPT_PROMPT_TEXT},
+        {"text", required_argument, NULL, OPT_TEXT},
+        {"ignore-eos", no_argument, NULL, OPT_IGNORE_EOS},
         {"max-new-tokens", required_argument, NULL, 'n'},
         {"mode", required_argument, NULL, 'm'},
         {"temperature", required_argument, NULL, 't'},
@@ -239,6 +424,9 @@ static int parse_run(int argc, char **argv, run_cli *o)
         case OPT_TARGET: o->run.target_dir = optarg; break;
         case 'p': o->run.plan_file = optarg; break;
         case OPT_PROMPT: o->run.prompt_file = optarg; break;
+        case OPT_PROMPT_TEXT: o->run.prompt_text_file = optarg; break;
+        case OPT_TEXT: o->run.text_file = optarg; break;
+        case OPT_IGNORE_EOS: o->run.ignore_eos = 1; break;
         case 'n':
             if (sq_cli_int(PROG, "--max-new-tokens", optarg, 1, INT_MAX, &o->run.max_new))
                 return SQ_EUSAGE;
@@ -304,8 +492,12 @@ static int parse_run(int argc, char **argv, run_cli *o)
 static const char *run_misfit(run_cli *o)
 {
     static char buf[SQ_ERROR_MSG_MAX + 64];
-    if (!o->run.draft_dir || !o->run.target_dir || !o->run.plan_file || !o->run.prompt_file)
-        return "--draft, --target, --plan and --prompt are required (see --help)";
+    if (!o->run.draft_dir || !o->run.target_dir || !o->run.plan_file ||
+        !(o->run.prompt_file || o->run.prompt_text_file))
+        return "--draft, --target, --plan and --prompt (or --prompt-text) are required (see "
+               "--help)";
+    if (o->run.prompt_file && o->run.prompt_text_file)
+        return "--prompt and --prompt-text are two prompts: give one";
     if (o->run.prm.mode == SQ_MODE_GREEDY) {
         o->run.prm.temperature = 0.0;
     } else if (!(o->run.prm.temperature > 0.0)) {
@@ -336,9 +528,12 @@ static const char *run_misfit(run_cli *o)
         return "--offload streams weights to a GPU: it needs --backend cuda";
     o->run.prm.offload = o->offload;
     /* an output that is an input, or both outputs on one file (issue 14) */
-    sq_path_use in[] = {{"--plan", o->run.plan_file}, {"--prompt", o->run.prompt_file}};
-    sq_path_use out[] = {{"-o", o->run.out_file}, {"--report", o->run.report_file}};
-    if (sq_paths_check(in, 2, out, 2, &err)) {
+    sq_path_use in[] = {{"--plan", o->run.plan_file},
+                        {o->run.prompt_file ? "--prompt" : "--prompt-text",
+                         o->run.prompt_file ? o->run.prompt_file : o->run.prompt_text_file}};
+    sq_path_use out[] = {{"-o", o->run.out_file}, {"--report", o->run.report_file},
+                         {"--text", o->run.text_file}};
+    if (sq_paths_check(in, 2, out, 3, &err)) {
         snprintf(buf, sizeof buf, "%s", err.msg);
         return buf;
     }
@@ -350,6 +545,8 @@ int main(int argc, char **argv)
     sq_cpu_blas_reexec(argv);   /* OpenBLAS with the CPU's own kernels: runtime/cpu_matmul.h */
     if (argc > 1 && strcmp(argv[1], "dump") == 0)
         return parse_dump(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "tokenize") == 0)
+        return parse_tokenize(argc - 1, argv + 1);
     run_cli o;
     int rc = parse_run(argc, argv, &o);
     if (rc != PARSE_RUN)

@@ -878,6 +878,15 @@ end:
 
 /* sq_specdec_batch_generate over B decoders; step_tokens, when not NULL, is (B, max_new): the
  * tokens of each of sequence k's steps at step_tokens + k * max_new. */
+/* An end-of-sequence id of these parameters (sq_specdec_params.eos)? */
+static int is_eos(const sq_specdec_params *p, int32_t id)
+{
+    for (int i = 0; i < p->n_eos; i++)
+        if (p->eos[i] == id)
+            return 1;
+    return 0;
+}
+
 static int generate_of(sq_specdec *const *sds, int B, const int32_t *const *prompts,
                        const int *n, int max_new, int32_t *const *out, int *steps,
                        int *batch_steps, int *step_tokens, sq_step_info *infos, int named,
@@ -935,9 +944,14 @@ static int generate_of(sq_specdec *const *sds, int B, const int32_t *const *prom
             if (step_tokens)
                 step_tokens[(size_t)k * max_new + steps[k]] = ntok[k];
             steps[k]++;
-            for (int i = 0; i < ntok[k] && done[k] < max_new; i++)
+            int stop = 0;
+            for (int i = 0; i < ntok[k] && done[k] < max_new && !stop; i++) {
                 out[k][done[k]++] = bufs[k][i];
-            if (done[k] == max_new) {
+                stop = is_eos(&sds[k]->prm, bufs[k][i]);
+            }
+            if (done[k] == max_new || stop) {
+                for (int i = done[k]; i < max_new; i++)
+                    out[k][i] = SQ_SPECDEC_NO_TOKEN;
                 active[k] = 0;
                 running--;
             }
@@ -979,19 +993,30 @@ static int autoregressive_of(sq_specdec *const *sds, int B, const int32_t *const
         sd->mask[0] = 1;
     }
     sq_batch_seq one, *seqs = B > 1 ? malloc((size_t)B * sizeof *seqs) : &one;
-    if (!seqs)
+    int onex, *run = B > 1 ? malloc((size_t)B * sizeof *run) : &onex;   /* not stopped */
+    if (!seqs || !run) {
+        if (seqs != &one)
+            free(seqs);
+        if (run != &onex)
+            free(run);
         return sq_error_oom(err, "a batch step");
+    }
     int32_t zero = 0;
     rc = SQ_OK;
-    for (int i = 0; i < max_new && !rc; i++) {
-        for (int k = 0; k < B; k++) {
-            sq_specdec *sd = sds[k];
-            sd->fpos[0] = n[k] - 1 + i;
-            seqs[k] = (sq_batch_seq){sd->tctx, sd->ftok, sd->fpos, sd->mask, 1, sd->tlog};
+    int m = B;
+    for (int k = 0; k < B; k++)
+        run[k] = k;
+    for (int i = 0; i < max_new && !rc && m > 0; i++) {
+        for (int r = 0; r < m; r++) {
+            sq_specdec *sd = sds[run[r]];
+            sd->fpos[0] = n[run[r]] - 1 + i;
+            seqs[r] = (sq_batch_seq){sd->tctx, sd->ftok, sd->fpos, sd->mask, 1, sd->tlog};
         }
-        if ((rc = forward_seqs(seqs, B, err)))
+        if ((rc = forward_seqs(seqs, m, err)))
             break;
-        for (int k = 0; k < B && !rc; k++) {
+        int kept = 0;
+        for (int r = 0; r < m && !rc; r++) {
+            int k = run[r];
             sq_specdec *sd = sds[k];
             if ((rc = sq_context_commit(sd->tctx, &zero, 1, err)))
                 break;
@@ -1004,10 +1029,19 @@ static int autoregressive_of(sq_specdec *const *sds, int B, const int32_t *const
             }
             out[k][i] = next;
             sd->ftok[0] = next;
+            if (is_eos(&sd->prm, next)) {   /* stopped: the rest of its row is empty */
+                for (int j = i + 1; j < max_new; j++)
+                    out[k][j] = SQ_SPECDEC_NO_TOKEN;
+            } else {
+                run[kept++] = k;
+            }
         }
+        m = kept;
     }
     if (seqs != &one)
         free(seqs);
+    if (run != &onex)
+        free(run);
     return rc;
 }
 

@@ -47,7 +47,16 @@ typedef struct sq_specdec_params {
     int             check_attention; /* each step also runs a plain causal forward of the
                                       target over every node's root path and records the
                                       largest logit difference (slow; for validation)       */
+    /* end-of-sequence ids (n_eos of them; the array stays the caller's while decoders made
+     * with these parameters live): generation stops a sequence at the first of them it
+     * produces (sq_specdec_generate, sq_specdec_autoregressive and their batch forms);
+     * n_eos 0: never (the default) */
+    const int32_t  *eos;
+    int             n_eos;
 } sq_specdec_params;
+
+/* Fills what a sequence stopped at an end-of-sequence id did not generate. */
+#define SQ_SPECDEC_NO_TOKEN (-1)
 
 sq_specdec_params sq_specdec_default_params(void);
 
@@ -177,13 +186,17 @@ int sq_specdec_length(const sq_specdec *sd);
 /* Runs steps from the prompt until max_new tokens are out (the last step's extra tokens are
  * dropped from out but counted in step_tokens). out: (max_new); step_tokens: (max_new) tokens
  * per step, *steps of them; infos, when not NULL, (max_new) per-step infos whose arrays the
- * caller frees with sq_step_info_clear. */
+ * caller frees with sq_step_info_clear. With end-of-sequence ids (params eos), the step that
+ * produces one is the last: out keeps the tokens up to and including it, the rest of out is
+ * SQ_SPECDEC_NO_TOKEN, and that step counts every token it produced in step_tokens and its
+ * info, like a step cut by max_new (docs/runtime.md, "Text"). */
 int sq_specdec_generate(sq_specdec *sd, const int32_t *prompt, int n, int max_new, int32_t *out,
                         int *step_tokens, int *steps, sq_step_info *infos, sq_error *err);
 
 /* Plain autoregressive decoding with the target alone (one token per forward): argmax for
  * greedy, otherwise a draw from P after temperature and top-p (from the generator reseeded
- * with `seed`). out: (max_new). */
+ * with `seed`). out: (max_new); it stops after an end-of-sequence id as
+ * sq_specdec_generate does, the rest of out being SQ_SPECDEC_NO_TOKEN. */
 int sq_specdec_autoregressive(sq_specdec *sd, const int32_t *prompt, int n, int max_new,
                               uint64_t seed, int32_t *out, sq_error *err);
 
@@ -240,8 +253,9 @@ int sq_specdec_batch_start(sq_specdec_batch *bt, const int32_t *const *prompts, 
 int sq_specdec_batch_step(sq_specdec_batch *bt, const int *active, int32_t *const *out,
                           int *ntok, sq_step_info *info, sq_error *err);
 
-/* Runs batch steps from the prompts until every sequence has max_new tokens; a sequence that
- * has them leaves the batch (the others go on in a smaller one). out[k]: (max_new). steps[k]:
+/* Runs batch steps from the prompts until every sequence has max_new tokens or has stopped at
+ * an end-of-sequence id (as sq_specdec_generate); a sequence that is done leaves the batch
+ * (the others go on in a smaller one). out[k]: (max_new). steps[k]:
  * the steps sequence k took; *batch_steps: batch steps in all. infos, when not NULL, is
  * (B, max_new) per-sequence step infos, row k at infos + k * max_new. */
 int sq_specdec_batch_generate(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,
@@ -250,7 +264,8 @@ int sq_specdec_batch_generate(sq_specdec_batch *bt, const int32_t *const *prompt
 
 /* Plain decoding of the batch with the target alone: one batched forward of one token per
  * sequence per step (argmax for greedy, else a draw from sequence k's generator reseeded with
- * sq_specdec_batch_seed_of(seed, k)). out[k]: (max_new). */
+ * sq_specdec_batch_seed_of(seed, k)). out[k]: (max_new); a sequence that produced an
+ * end-of-sequence id leaves the batch, the rest of its row SQ_SPECDEC_NO_TOKEN. */
 int sq_specdec_batch_autoregressive(sq_specdec_batch *bt, const int32_t *const *prompts,
                                     const int *n, int max_new, uint64_t seed,
                                     int32_t *const *out, sq_error *err);

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
 #include <hdf5.h>
 
 #include "libsequoia/base/io.h"
@@ -274,5 +277,216 @@ int sq_tokens_check_vocab(const sq_tokens *t, int vocab, const char *path, sq_er
             return sq_error_set(err, SQ_EDATA,
                                 "%s: token %lld: id %d is outside the models' vocabulary [0, %d)",
                                 path, (long long)i, (int)t->ids[i], vocab);
+    return SQ_OK;
+}
+
+/* ---- text (tokens.h) ------------------------------------------------------------------------ */
+
+static int has_tokenizer(const char *dir)
+{
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    return stat(path, &st) == 0;
+}
+
+int sq_tokens_tokenizer(const char *prog, const char *draft_dir, const char *target_dir,
+                        const char *need, sq_tokenizer **out, sq_error *err)
+{
+    *out = NULL;
+    if (!has_tokenizer(target_dir)) {
+        if (!need)
+            return SQ_OK;
+        return sq_error_set(err, SQ_EDATA, "%s/tokenizer.json: no such file: %s needs the "
+                            "target's tokenizer", target_dir, need);
+    }
+    sq_tokenizer *t = NULL, *d = NULL;
+    int rc = sq_tokenizer_load(target_dir, &t, err);
+    if (rc) {
+        if (!need) {
+            /* wanted for its EOS ids only: a run on ids goes on without them */
+            fprintf(stderr, "%s: warning: %s; decoding does not stop at an end-of-sequence "
+                    "token\n", prog, err->msg);
+            *err = (sq_error){0};
+            return SQ_OK;
+        }
+        return rc == SQ_ENOINPUT ? (err->status = SQ_EDATA) : rc;
+    }
+    if (draft_dir && has_tokenizer(draft_dir)) {
+        if ((rc = sq_tokenizer_load(draft_dir, &d, err))) {
+            if (!need) {   /* as for the target's: a warning, the run on ids goes on */
+                fprintf(stderr, "%s: warning: %s; the draft's tokenizer is not compared with "
+                        "the target's\n", prog, err->msg);
+                *err = (sq_error){0};
+                *out = t;
+                return SQ_OK;
+            }
+            sq_tokenizer_free(t);
+            return rc == SQ_ENOINPUT ? (err->status = SQ_EDATA) : rc;
+        }
+        int same = sq_tokenizer_same(d, t);
+        sq_tokenizer_free(d);
+        if (!same) {
+            sq_tokenizer_free(t);
+            return sq_error_set(err, SQ_EDATA, "%s/tokenizer.json and %s/tokenizer.json differ: "
+                                "the draft and the target must share a tokenizer", draft_dir,
+                                target_dir);
+        }
+    }
+    *out = t;
+    return SQ_OK;
+}
+
+int sq_tokens_check_tokenizer(const sq_tokenizer *tok, const char *dir, int model_vocab,
+                              sq_error *err)
+{
+    int v = sq_tokenizer_vocab_size(tok);
+    if (v > model_vocab)
+        return sq_error_set(err, SQ_EDATA, "%s/tokenizer.json: %d token ids, but the model has "
+                            "only %d rows (vocab_size): not this model's tokenizer", dir, v,
+                            model_vocab);
+    return SQ_OK;
+}
+
+/* Appends the ids of one document as a sequence; where: "" or ": paragraph 3 (line 7)". */
+static int push_document(const sq_tokenizer *tok, const char *path, const char *where,
+                         const char *text, size_t len, sq_tokens *t, int64_t *cap,
+                         int64_t *ocap, sq_error *err)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = sq_tokenizer_encode(tok, text, len, 1, &ids, &n, err);
+    if (rc) {   /* the message names the file and the document */
+        sq_error named = {0};
+        sq_error_set(&named, rc, "%.400s%s: %.500s", path, where, err->msg);
+        *err = named;
+        return rc;
+    }
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (t->n >= SQ_TOKENS_MAX)
+            rc = sq_error_set(err, SQ_EDATA, "%s: more than %lld tokens", path, SQ_TOKENS_MAX);
+        else
+            rc = push_id(t, cap, ids[i], err);
+    }
+    free(ids);
+    return rc ? rc : push_offset(t, ocap, t->n, err);
+}
+
+static int is_blank(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if (!isspace((unsigned char)s[i]))
+            return 0;
+    return 1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Documents of a JSON Lines file: every non-blank line an object with a "text" string. */
+static int jsonl_documents(const sq_tokenizer *tok, const char *path, const char *data,
+                           size_t len, sq_tokens *t, int64_t *cap, int64_t *ocap, sq_error *err)
+{
+    int rc = SQ_OK;
+    long line = 0;
+    for (size_t i = 0; i < len && !rc;) {
+        size_t j = i;
+        while (j < len && data[j] != '\n')
+            j++;
+        line++;
+        if (!is_blank(data + i, j - i)) {
+            cJSON *obj = cJSON_ParseWithLength(data + i, j - i);
+            const cJSON *txt = cJSON_GetObjectItemCaseSensitive(obj, "text");
+            char where[64];
+            snprintf(where, sizeof where, ": line %ld", line);
+            if (!obj)
+                rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: not a JSON value", path, line);
+            else if (!cJSON_IsString(txt))
+                rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: text: missing, or not a string",
+                                  path, line);
+            else
+                rc = push_document(tok, path, where, txt->valuestring, strlen(txt->valuestring),
+                                   t, cap, ocap, err);
+            cJSON_Delete(obj);
+        }
+        i = j + 1;
+    }
+    return rc;
+}
+
+/* Documents separated by blank lines; a document is its lines joined by their newlines,
+ * without the last line's. */
+static int paragraph_documents(const sq_tokenizer *tok, const char *path, const char *data,
+                               size_t len, sq_tokens *t, int64_t *cap, int64_t *ocap,
+                               sq_error *err)
+{
+    int rc = SQ_OK;
+    long line = 0, par = 0, first = 0;
+    size_t start = 0, end = 0;   /* the paragraph so far: [start, end) */
+    int open = 0;
+    for (size_t i = 0; !rc;) {   /* i past the end: the last paragraph is done */
+        int at_end = i >= len;
+        size_t j = i;
+        while (j < len && data[j] != '\n')
+            j++;
+        if (!at_end)
+            line++;
+        if (at_end || is_blank(data + i, j - i)) {
+            if (open) {
+                char where[64];
+                snprintf(where, sizeof where, ": paragraph %ld (line %ld)", ++par, first);
+                rc = push_document(tok, path, where, data + start, end - start, t, cap, ocap,
+                                   err);
+                open = 0;
+            }
+            if (at_end)
+                break;
+        } else {
+            if (!open) {
+                open = 1;
+                start = i;
+                first = line;
+            }
+            end = j;
+        }
+        i = j + 1;
+    }
+    return rc;
+}
+
+int sq_tokens_from_text(const sq_tokenizer *tok, const char *path, int docs, sq_tokens **out,
+                        sq_error *err)
+{
+    *out = NULL;
+    char *data;
+    size_t len;
+    int rc = sq_file_read(path, TEXT_MAX_BYTES, &data, &len, err);
+    if (rc)
+        return rc;
+    sq_tokens *t = calloc(1, sizeof *t);
+    int64_t cap = 0, ocap = 16;
+    if (!t || !(t->offsets = malloc((size_t)ocap * sizeof *t->offsets))) {
+        free(t);
+        free(data);
+        return sq_error_oom(err, "tokens");
+    }
+    t->offsets[0] = 0;
+    if (!docs)
+        rc = push_document(tok, path, "", data, len, t, &cap, &ocap, err);
+    else if (ends_with(path, ".jsonl"))
+        rc = jsonl_documents(tok, path, data, len, t, &cap, &ocap, err);
+    else
+        rc = paragraph_documents(tok, path, data, len, t, &cap, &ocap, err);
+    free(data);
+    if (!rc && t->n == 0)
+        rc = sq_error_set(err, SQ_EDATA, "%s: no text to make tokens of", path);
+    if (rc) {
+        sq_tokens_free(t);
+        return rc;
+    }
+    *out = t;
     return SQ_OK;
 }
