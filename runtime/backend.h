@@ -15,18 +15,13 @@
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
 
-/* One weight tensor as the model holds it: row-major data and its element type. */
+/* One weight tensor as the model holds it: row-major data and its element type. Vectors (norms,
+ * biases) are always F32, so a layer body passes their p as a const float * (cpu.c's rmsnorm);
+ * matrices go to the products with their dtype (runtime/cpu_matmul.h). */
 typedef struct sq_wt {
     const void     *p;      /* NULL: a slot the architecture lacks, or an absent optional one */
     sq_weight_dtype dtype;  /* SQ_DTYPE_F32, SQ_DTYPE_F16 or SQ_DTYPE_BF16 (never AUTO)       */
 } sq_wt;
-
-/* The float32 data of a vector tensor (norms, biases: always float32, see struct sq_model);
- * NULL when the slot is empty. */
-static inline const float *sq_wt_f32(sq_wt t)
-{
-    return t.dtype == SQ_DTYPE_F32 ? (const float *)t.p : (const float *)0;
-}
 
 /* The weights, one typed view per slot of the architecture's table (runtime/arch.h, which
  * gives each slot's HF name and shape; SQ_L_* / SQ_M_* name the slots). Matrices are HF
