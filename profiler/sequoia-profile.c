@@ -44,7 +44,9 @@ static void usage(FILE *fp)
         "      --random-weights   random weights of the model's shape, even when the directory has\n"
         "                         a checkpoint (also --random)\n"
         "  -b, --backend NAME     cpu (default) or cuda\n"
-        "      --dtype NAME       f32 (CPU), f16 or bf16 (CUDA weights); default f32 on the CPU\n"
+        "      --dtype NAME       the weights: f32, f16 or bf16 on the CPU (default: the\n"
+        "                         checkpoint's own, read in place; random weights: bf16), f16\n"
+        "                         (default) or bf16 on CUDA\n"
         "      --tokens LIST      token counts, e.g. 1,2,4,8 (strictly increasing)\n"
         "      --max-tokens N     powers of two from 1 to N, plus N (default 1024, or what fits the\n"
         "                         model's context), refined where the curve bends\n"
@@ -232,6 +234,7 @@ typedef struct profile_opts {
     int batches[MAX_LIST], nbatches;
     int prefix_given, max_given;
     sq_backend_kind kind;
+    double weight_bytes;   /* weights one forward reads (sq_weights_read_bytes) */
     progress_state ps;
     sq_measure_params mp;
 } profile_opts;
@@ -328,15 +331,13 @@ static const char *misfit(profile_opts *o)
         return buf;
     }
     o->kind = !strcmp(o->backend, "cpu") ? SQ_BACKEND_CPU : SQ_BACKEND_CUDA;
-    if (!o->dtype)
-        o->dtype = o->kind == SQ_BACKEND_CPU ? "f32" : "f16";
-    if (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16")) {
+    /* no --dtype: CUDA f16; the CPU the checkpoint's own or, for random weights, bf16
+     * (settled in load_model) */
+    if (!o->dtype && o->kind == SQ_BACKEND_CUDA)
+        o->dtype = "f16";
+    if (o->dtype && strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") &&
+        strcmp(o->dtype, "bf16")) {
         snprintf(buf, sizeof buf, "--dtype: unknown dtype '%.100s' (f32, f16 or bf16)", o->dtype);
-        return buf;
-    }
-    if (o->kind == SQ_BACKEND_CPU && strcmp(o->dtype, "f32")) {
-        snprintf(buf, sizeof buf, "--dtype %s: the CPU backend computes in float32 (f16 and bf16 "
-                 "weights are converted at load); use --dtype f32", o->dtype);
         return buf;
     }
     if (o->offload && o->kind != SQ_BACKEND_CUDA)
@@ -432,6 +433,15 @@ static int load_model(profile_opts *o, sq_model **model, sq_model_config *cfg,
         if ((rc = sq_model_load(o->model_path, model, err)))
             return rc;
         *cfg = *sq_model_get_config(*model);
+        if (!o->dtype)
+            o->dtype = sq_weight_dtype_name(sq_model_dtype(*model));
+    } else {
+        /* random weights are made in the dtype they are timed in (bf16 by default on the CPU:
+         * 2 bytes per parameter, the form checkpoints ship in) */
+        if (!o->dtype)
+            o->dtype = "bf16";
+        snprintf(cfg->dtype, sizeof cfg->dtype, "%s",
+                 !strcmp(o->dtype, "f32") ? "F32" : !strcmp(o->dtype, "f16") ? "F16" : "BF16");
     }
     settle_counts(o, cfg->max_position);
     int biggest = o->tokens[o->ntokens - 1];
@@ -447,8 +457,10 @@ static int load_model(profile_opts *o, sq_model **model, sq_model_config *cfg,
         return SQ_OK;
     /* random weights: on a CUDA device they are made there, in the target dtype (no float32
      * copy on the host, whose memory is then not the limit) */
-    return o->kind == SQ_BACKEND_CUDA ? sq_model_new_random_device(cfg, 1234, model, err)
-                                      : sq_model_new_random(cfg, 1234, model, err);
+    return o->kind == SQ_BACKEND_CUDA
+               ? sq_model_new_random_device(cfg, 1234, model, err)
+               : sq_model_new_random_dtype(cfg, 1234, sq_model_dtype_of_name(cfg->dtype), model,
+                                           err);
 }
 
 /* Times the sweep at every batch size; fills prof (its strings and points to free). */
@@ -495,7 +507,8 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
     prof->device = o->kind == SQ_BACKEND_CPU ? cpu_name(nthreads)
                                              : strdup(sq_context_device_name(ctxs[0]));
     prof->backend = strdup(o->offload ? "cuda-offload" : o->backend);
-    prof->dtype = strdup(o->dtype);
+    prof->dtype = strdup(sq_weight_dtype_name(sq_context_dtype(ctxs[0])));
+    o->weight_bytes = sq_weights_read_bytes(&cfg, sq_context_dtype(ctxs[0]));
     prof->threads = o->kind == SQ_BACKEND_CPU ? nthreads : 0;
     prof->prefix = o->mp.prefix;
     prof->model = model_json(o->model_path, &cfg, random);
@@ -554,15 +567,37 @@ static int unstable_points(const sq_profile *prof, double unstable, int *at)
     return n;
 }
 
-static void print_points(const sq_profile *prof, double unstable)
+/* "avx512)" etc.: the CPU products' instruction set (runtime/cpu_matmul.h). */
+static const char *cpu_kernels_note(void)
 {
-    printf("%6s %8s %12s %12s %12s\n", "batch", "tokens", "median ms", "p10 ms", "p90 ms");
+    static char buf[32];
+    snprintf(buf, sizeof buf, "%s)", sq_cpu_isa_name(sq_cpu_isa_get()));
+    return buf;
+}
+
+/* The table of points; "weights GB/s" is the weights one forward reads (every matrix but the
+ * embedding, in the timed dtype: sq_weights_read_bytes) over its median time, whatever the
+ * batch and token count (a batch reads them once). At one token it is the decode bandwidth
+ * (docs/runtime.md, "16-bit weights on the CPU"); a summary line on stderr says so. */
+static void print_points(const sq_profile *prof, double unstable, double weight_bytes)
+{
+    printf("%6s %8s %12s %12s %12s %12s\n", "batch", "tokens", "median ms", "p10 ms", "p90 ms",
+           "weights GB/s");
     for (int i = 0; i < prof->n; i++) {
         const sq_profile_point *p = &prof->points[i];
-        printf("%6d %8d %12.4f %12.4f %12.4f%s\n", p->batch, p->tokens, p->median_ms, p->p10_ms,
-               p->p90_ms,
+        printf("%6d %8d %12.4f %12.4f %12.4f %12.2f%s\n", p->batch, p->tokens, p->median_ms,
+               p->p10_ms, p->p90_ms, weight_bytes / (p->median_ms * 1e6),
                (p->p90_ms - p->p10_ms) / p->median_ms > unstable ? "  unstable" : "");
     }
+    for (int i = 0; i < prof->n; i++)
+        if (prof->points[i].batch == 1 && prof->points[i].tokens == 1) {
+            fprintf(stderr, PROG ": decode (1 token): %.3f ms, %.3f GB of %s weights read per "
+                    "forward: %.2f GB/s%s%s\n", prof->points[i].median_ms, weight_bytes / 1e9,
+                    prof->dtype, weight_bytes / (prof->points[i].median_ms * 1e6),
+                    strcmp(prof->backend, "cpu") ? "" : " (CPU kernels: ",
+                    strcmp(prof->backend, "cpu") ? "" : cpu_kernels_note());
+            break;
+        }
 }
 
 int main(int argc, char **argv)
@@ -587,11 +622,11 @@ int main(int argc, char **argv)
         int n_unstable = unstable_points(&prof, o.mp.unstable, at);
         char title[600];
         snprintf(title, sizeof title, "%s on %s (%s, prefix %d)", o.model_path, prof.device,
-                 o.dtype, o.mp.prefix);
+                 prof.dtype, o.mp.prefix);
         rc = write_outputs(&prof, o.out_file, o.svg_file, title, o.mp.unstable, at, n_unstable,
                            &err);
         if (!rc)
-            print_points(&prof, o.mp.unstable);
+            print_points(&prof, o.mp.unstable, o.weight_bytes);
     }
     free(prof.device);
     free(prof.backend);

@@ -158,7 +158,7 @@ int sq_arch_items(const sq_model_config *c, int layer, sq_arch_item *out, int ca
     return n;
 }
 
-const float **sq_arch_slot(struct sq_weights *w, const sq_arch_item *it)
+struct sq_wt *sq_arch_slot(struct sq_weights *w, const sq_arch_item *it)
 {
     return it->layer >= 0 ? &w->layers[it->layer].t[it->t->slot] : &w->t[it->t->slot];
 }

@@ -123,8 +123,9 @@ void sq_arch_tensor_at(const sq_model_config *c, int k, sq_arch_item *out);
  * into out[0 .. cap); returns how many there are. */
 int sq_arch_items(const sq_model_config *c, int layer, sq_arch_item *out, int cap);
 
-/* Where a tensor's float32 view lives in w (runtime/backend.h). */
+/* Where a tensor's typed view lives in w (runtime/backend.h). */
 struct sq_weights;
-const float **sq_arch_slot(struct sq_weights *w, const sq_arch_item *it);
+struct sq_wt;
+struct sq_wt *sq_arch_slot(struct sq_weights *w, const sq_arch_item *it);
 
 #endif

@@ -15,35 +15,59 @@
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
 
-/* The weights, one float32 view per slot of the architecture's table (runtime/arch.h, which
+/* One weight tensor as the model holds it: row-major data and its element type. Vectors (norms,
+ * biases) are always F32, so a layer body passes their p as a const float * (cpu.c's rmsnorm);
+ * matrices go to the products with their dtype (runtime/cpu_matmul.h). */
+typedef struct sq_wt {
+    const void     *p;      /* NULL: a slot the architecture lacks, or an absent optional one */
+    sq_weight_dtype dtype;  /* SQ_DTYPE_F32, SQ_DTYPE_F16 or SQ_DTYPE_BF16 (never AUTO)       */
+} sq_wt;
+
+/* The weights, one typed view per slot of the architecture's table (runtime/arch.h, which
  * gives each slot's HF name and shape; SQ_L_* / SQ_M_* name the slots). Matrices are HF
  * nn.Linear weights: (out_features, in_features), row-major, so y = W x. A slot the
- * architecture does not have, or an optional tensor the checkpoint lacks, is NULL; a tied
- * lm_head is the embedding's pointer. */
+ * architecture does not have, or an optional tensor the checkpoint lacks, has p NULL; a tied
+ * lm_head is the embedding's view. */
 typedef struct sq_layer_weights {
-    const float *t[SQ_L_COUNT];    // model.layers.{i}.*
+    sq_wt t[SQ_L_COUNT];    // model.layers.{i}.*
 } sq_layer_weights;
 
 typedef struct sq_weights {
-    const float      *t[SQ_M_COUNT];  // embed, lm_head (== embed when tied), final norm
+    sq_wt             t[SQ_M_COUNT];  // embed, lm_head (== embed when tied), final norm
     sq_layer_weights *layers;         // (n_layers)
 } sq_weights;
 
-/* Float32 weights: F32 tensors whose data is 4-byte aligned in the mapping are used in place
- * (no copy; the pages belong to the page cache). F16/BF16 tensors, and unaligned F32 ones,
- * are converted once at load into malloc'd buffers (4 bytes per parameter). */
+/* Weights as stored (docs/runtime.md, "16-bit weights on the CPU"): the matrices (2-D tensors:
+ * projections, embedding, LM head) keep the checkpoint's dtype, F32, F16 or BF16, and are used
+ * in place in the mapping when their data is aligned to their element size (else copied once,
+ * unconverted); vectors (norms, biases) are float32, converted at load when stored in 16 bits
+ * (a few KB per layer). A context that computes in another dtype (sq_context_params.dtype)
+ * asks sq_model_weights_as for a converted set, which the model makes on the first such request
+ * and keeps (`conv`, counted in owned_bytes), so the contexts of a batch share one copy. */
 struct sq_model {
     sq_model_config config;
     char           *dir;
     sq_st_set      *st;          /* the mapped checkpoint; raw tensors for other backends  */
-    sq_weights      w;
-    float         **owned;       /* (n_owned) conversion buffers                           */
+    sq_weights      w;           /* as stored                                              */
+    sq_weight_dtype dtype;       /* the matrices' dtype (config.dtype's); never AUTO       */
+    sq_weights      conv[4];     /* by sq_weight_dtype: converted sets (layers NULL: none) */
+    void          **owned;       /* (n_owned) buffers: conversions, random weights         */
     int             n_owned;
     size_t          owned_bytes; /* their total size                                       */
     int             device_random; /* sq_model_new_random_device: no host weights (w.* NULL);
                                       the CUDA backend makes them from random_seed           */
     uint64_t        random_seed;
 };
+
+/* The model's weights with every matrix in `dtype` (F32, F16 or BF16; AUTO: the model's own):
+ * m->w itself when they already are, else the converted set (made by the first call, under a
+ * lock, and kept with the model; later calls return it). Errors: out of memory (SQ_ESOFTWARE),
+ * or a set that would not fit in 80% of the machine's memory (SQ_EUSAGE, runtime/memory.h). */
+int sq_model_weights_as(const sq_model *m, sq_weight_dtype dtype, const sq_weights **out,
+                        sq_error *err);
+
+/* Adds buf (bytes long) to the model's owned buffers; frees it and fails when out of memory. */
+int sq_model_keep(sq_model *m, void *buf, size_t bytes, sq_error *err);
 
 typedef struct sq_backend_ops {
     const char *name;

@@ -47,12 +47,13 @@ int sq_context_new(const sq_model *m, const sq_context_params *params, sq_contex
     switch (params->backend) {
     case SQ_BACKEND_CPU:
         ops = &sq_backend_cpu;
+        /* AUTO: the model's own dtype, read in place; another one is a converted set the
+         * model makes once (sq_model_weights_as, runtime/backend.h) */
         if (dtype == SQ_DTYPE_AUTO)
-            dtype = SQ_DTYPE_F32;
-        if (dtype != SQ_DTYPE_F32)
-            return sq_error_set(err, SQ_EUSAGE, "context: dtype %s: the CPU backend computes "
-                                "in float32 (f16 and bf16 checkpoints are converted at load)",
-                                sq_weight_dtype_name(dtype));
+            dtype = m->device_random ? SQ_DTYPE_F32 : sq_model_dtype(m);
+        if ((unsigned)dtype > SQ_DTYPE_BF16)
+            return sq_error_set(err, SQ_EUSAGE, "context: dtype %d is not f32, f16 or bf16",
+                                (int)dtype);
         if (params->offload)
             return sq_error_set(err, SQ_EUSAGE, "context: offload streams weights to a GPU; "
                                 "it needs the CUDA backend");

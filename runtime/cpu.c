@@ -1,4 +1,6 @@
-/* The CPU backend: float32 Llama forward with tree attention over a KV cache.
+/* The CPU backend: float32 Llama forward with tree attention over a KV cache; the weights
+ * float32, bf16 or f16 (widened inside the products: docs/runtime.md, "16-bit weights on the
+ * CPU").
  *
  * The weight products go through runtime/cpu_matmul.h (a skinny kernel for few rows, OpenBLAS
  * through GSL's CBLAS interface for more; the build links OpenBLAS, not libgslcblas); the
@@ -56,6 +58,7 @@ typedef struct cpu_state {
     float *qg;           // (threads, ATTN_TILE, head_dim)  queries of one KV head, packed
     float *og;           // (threads, ATTN_TILE, head_dim)  their attention outputs
     float *inv_freq;     // (head_dim/2)
+    const sq_weights *w; /* the model's weights in the context's dtype (sq_model_weights_as) */
     float *logit_buf;    /* a batch's logits (b > 1) when this context leads it           */
     size_t logit_cap;    /* its size in floats                                         */
 } cpu_state;
@@ -214,6 +217,11 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     /* As transformers computes it: inv_freq[i] = 1 / theta^(2i / head_dim) in float32. */
     for (int i = 0; i < c->head_dim / 2; i++)
         s->inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
+    int rc = sq_model_weights_as(ctx->model, p->dtype, &s->w, err);
+    if (rc) {
+        cpu_free(ctx);
+        return rc;
+    }
     s->pool = sq_pool_shared_acquire(s->threads);
     if (!s->pool) {
         cpu_free(ctx);
@@ -228,11 +236,19 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     return SQ_OK;
 }
 
-/* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate): runtime/cpu_matmul.h. */
-static void linear(cpu_state *s, float *out, const float *in, const float *w, int n, int d_in,
+/* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate), w float32 or 16-bit (widened
+ * inside the product): runtime/cpu_matmul.h. */
+static void linear(cpu_state *s, float *out, const float *in, sq_wt w, int n, int d_in,
                    int d_out, int accumulate)
 {
-    sq_cpu_matmul(s->pool, out, in, w, n, d_in, d_out, accumulate);
+    sq_cpu_matmul_typed(s->pool, out, in, w.p, w.dtype, n, d_in, d_out, accumulate);
+}
+
+/* Row `row` of the embedding (dim values, float32 or 16-bit) as float32. */
+static void embed_row(float *out, sq_wt e, int32_t row, size_t dim)
+{
+    const size_t es = e.dtype == SQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    sq_cpu_widen(out, (const char *)e.p + (size_t)row * dim * es, e.dtype, dim);
 }
 
 static void rmsnorm(float *out, const float *x, const float *weight, int n, int dim, float eps)
@@ -420,9 +436,9 @@ static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, 
 static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
 {
     sq_context *ctx0 = seqs[0].ctx;
-    const sq_model_config *c = &ctx0->model->config;
-    const sq_weights *w = &ctx0->model->w;
     cpu_state *s0 = ctx0->impl;
+    const sq_model_config *c = &ctx0->model->config;
+    const sq_weights *w = s0->w;   /* the first context's: all of one model */
     const size_t dim = (size_t)c->dim, hid = (size_t)c->hidden_dim, hd = (size_t)c->head_dim;
     const size_t half = hd / 2, q_dim = (size_t)c->n_heads * hd, kv_dim = (size_t)c->n_kv_heads * hd;
     const size_t V = (size_t)c->vocab_size;
@@ -455,8 +471,7 @@ static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
     for (int k = 0, i0 = 0; k < b; k++) {
         const cpu_state *sk = seqs[k].ctx->impl;
         for (int i = 0; i < seqs[k].n; i++, i0++) {
-            memcpy(r.x + (size_t)i0 * dim, w->t[SQ_M_EMBED] + (size_t)seqs[k].tokens[i] * dim,
-                   dim * sizeof(float));
+            embed_row(r.x + (size_t)i0 * dim, w->t[SQ_M_EMBED], seqs[k].tokens[i], dim);
             for (size_t j = 0; j < half; j++) {
                 float angle = (float)seqs[k].pos[i] * sk->inv_freq[j];
                 r.rc[(size_t)i0 * half + j] = cosf(angle);
@@ -465,8 +480,8 @@ static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
         }
     }
     for (int l = 0; l < c->n_layers; l++) {
-        const float *const *lw = w->layers[l].t;
-        rmsnorm(r.xb, r.x, lw[SQ_L_ATTN_NORM], n_all, (int)dim, c->norm_eps);
+        const sq_wt *lw = w->layers[l].t;
+        rmsnorm(r.xb, r.x, lw[SQ_L_ATTN_NORM].p, n_all, (int)dim, c->norm_eps);
         linear(s0, r.q, r.xb, lw[SQ_L_WQ], n_all, (int)dim, (int)q_dim, 0);
         linear(s0, r.kb, r.xb, lw[SQ_L_WK], n_all, (int)dim, (int)kv_dim, 0);
         linear(s0, r.vb, r.xb, lw[SQ_L_WV], n_all, (int)dim, (int)kv_dim, 0);
@@ -489,14 +504,14 @@ static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
         }
         linear(s0, r.x, r.att, lw[SQ_L_WO], n_all, (int)q_dim, (int)dim, 1);
 
-        rmsnorm(r.xb, r.x, lw[SQ_L_FFN_NORM], n_all, (int)dim, c->norm_eps);
+        rmsnorm(r.xb, r.x, lw[SQ_L_FFN_NORM].p, n_all, (int)dim, c->norm_eps);
         linear(s0, r.hb, r.xb, lw[SQ_L_GATE], n_all, (int)dim, (int)hid, 0);
         linear(s0, r.hb2, r.xb, lw[SQ_L_UP], n_all, (int)dim, (int)hid, 0);
         for (size_t j = 0; j < R * hid; j++)
             r.hb[j] = sq_k_silu_mul(r.hb[j], r.hb2[j]);
         linear(s0, r.x, r.hb, lw[SQ_L_DOWN], n_all, (int)hid, (int)dim, 1);
     }
-    rmsnorm(r.xb, r.x, w->t[SQ_M_NORM], n_all, (int)dim, c->norm_eps);
+    rmsnorm(r.xb, r.x, w->t[SQ_M_NORM].p, n_all, (int)dim, c->norm_eps);
     linear(s0, lg, r.xb, w->t[SQ_M_LM_HEAD], n_all, (int)dim, (int)V, 0);
     if (b > 1)
         for (int k = 0, i0 = 0; k < b; k++) {

@@ -1,13 +1,9 @@
-/* The skinny product of runtime/cpu_matmul.h.
- *
- * Register blocking: a block is R weight rows (output columns o .. o+R-1) times J input rows
- * (j .. j+J-1), R, J <= 4. Its R x J accumulators are 16-lane vectors; one step over k loads R
- * weight vectors and J input vectors and does R x J multiply-adds, so at R = J = 4 there are
- * two multiply-adds per load and the loop runs near the FMA units' rate, while at J = 1 (one
- * token) it is a streaming dot product bound by memory. Every weight row of a block is read
- * from memory once and then from L1 for the next J-block of inputs (4 rows of 1408 floats are
- * 22 KB). The inputs (n rows) stay in L1/L2 across all weight rows. */
+/* The products of runtime/cpu_matmul.h: the skinny kernel (runtime/cpu_matmul_isa.h, compiled
+ * here once per instruction set), the BLAS path with 16-bit panels, the choice of instruction
+ * set and OpenBLAS's re-execution. */
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +11,22 @@
 
 #include <gsl/gsl_cblas.h>
 
+#include "libsequoia/base/half.h"
 #include "runtime/cpu_matmul.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define SQ_CPU_X86 1
+#include <immintrin.h>
+#else
+#define SQ_CPU_X86 0
+#endif
+
+/* The weights' element type inside the kernels (a constant per compiled body). */
+enum { WT_F32 = 0, WT_BF16 = 1, WT_F16 = 2 };
+
+/* Floats of one thread's panel of widened 16-bit weights on the BLAS path (1 MiB): large
+ * enough for sgemm to run at its rate (64 rows of 4096), small enough to stay in L2. */
+#define SQ_CPU_PANEL_FLOATS (1 << 18)
 
 /* OpenBLAS's own functions (its cblas.h; not in GSL's header). Weak, so that a build against
  * another CBLAS still links: sq_cpu_blas_reexec then does nothing. */
@@ -28,6 +39,8 @@ char *openblas_get_corename(void) __attribute__((weak));
 typedef float v16f __attribute__((vector_size(64)));
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v4f __attribute__((vector_size(16)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
 
 /* The 16 lanes of *a summed as a tree of halves (8 + 8, 4 + 4, then 4 scalars): a sequential sum
  * would be a chain of 15 dependent adds per accumulator and cost more than the dot product. */
@@ -45,114 +58,197 @@ static inline __attribute__((always_inline)) float hsum16(const v16f *a)
 }
 
 
-/* One R x J block; R and J are constants at every call site, so the loops over them unroll and
- * the accumulators live in registers. */
-static inline __attribute__((always_inline)) void block(float *out, const float *in,
-                                                        const float *w, int d_in, int d_out,
-                                                        int accumulate, int o, int j,
-                                                        const int R, const int J)
+/* One scalar weight (the tails of d_in not a multiple of 16) as float32. */
+static inline __attribute__((always_inline)) float ld1(const void *w, size_t i, int wt)
 {
-    v16f acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int i = 0; i < J; i++)
-            acc[r][i] = (v16f){0};
-    const float *wr[4], *xr[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        wr[r] = w + (size_t)(o + r) * (size_t)d_in;
-#pragma GCC unroll 4
-    for (int i = 0; i < J; i++)
-        xr[i] = in + (size_t)(j + i) * (size_t)d_in;
-    const int k16 = d_in & ~15;
-    for (int k = 0; k < k16; k += 16) {
-        v16f wv[4], xv[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            memcpy(&wv[r], wr[r] + k, sizeof wv[r]);
-#pragma GCC unroll 4
-        for (int i = 0; i < J; i++)
-            memcpy(&xv[i], xr[i] + k, sizeof xv[i]);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-            for (int i = 0; i < J; i++)
-                acc[r][i] += wv[r] * xv[i];
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int i = 0; i < J; i++) {
-            float s = hsum16(&acc[r][i]);
-            for (int k = k16; k < d_in; k++)
-                s += wr[r][k] * xr[i][k];
-            float *dst = out + (size_t)(j + i) * (size_t)d_out + (size_t)(o + r);
-            *dst = accumulate ? *dst + s : s;
-        }
+    if (wt == WT_BF16)
+        return sq_bf16_to_f32(((const uint16_t *)w)[i]);
+    if (wt == WT_F16)
+        return sq_f16_to_f32(((const uint16_t *)w)[i]);
+    return ((const float *)w)[i];
 }
 
-/* All input rows against R weight rows at o, in J-blocks of 4 and a last partial block. */
-static inline __attribute__((always_inline)) void rows(float *out, const float *in,
-                                                       const float *w, int n, int d_in,
-                                                       int d_out, int accumulate, int o,
-                                                       const int R)
-{
-    int j = 0;
-    for (; j + 4 <= n; j += 4)
-        block(out, in, w, d_in, d_out, accumulate, o, j, R, 4);
-    switch (n - j) {
-    case 3: block(out, in, w, d_in, d_out, accumulate, o, j, R, 3); break;
-    case 2: block(out, in, w, d_in, d_out, accumulate, o, j, R, 2); break;
-    case 1: block(out, in, w, d_in, d_out, accumulate, o, j, R, 1); break;
-    default: break;
-    }
-}
+/* The kernels, once per instruction set. The set is chosen by the CPU's features
+ * (__builtin_cpu_supports), not by its model name: GCC's target_clones("arch=...") dispatches on
+ * the exact CPU model and falls back to the baseline on newer CPUs of the same family. */
+#define ISA_SFX scalar
+#define ISA_F16 0
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_F16
 
-/* The whole product for one instruction set: the same source compiled three times. The variant
- * is chosen by the CPU's features (__builtin_cpu_supports), not by its model name: GCC's
- * target_clones("arch=...") dispatches on the exact CPU model and falls back to the baseline
- * on newer CPUs of the same family. */
-#define SKINNY_BODY                                                                          \
-    {                                                                                        \
-        int o = o0;                                                                          \
-        for (; o + 4 <= o1; o += 4)                                                          \
-            rows(out, in, w, n, d_in, d_out, accumulate, o, 4);                              \
-        for (; o < o1; o++)                                                                  \
-            rows(out, in, w, n, d_in, d_out, accumulate, o, 1);                              \
-    }
-#define SKINNY_ARGS                                                                          \
-    float *out, const float *in, const float *w, int n, int d_in, int d_out, int accumulate, \
-        int o0, int o1
+#if SQ_CPU_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define ISA_SFX avx2
+#define ISA_F16 1
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_F16
+#pragma GCC pop_options
 
-static void skinny_base(SKINNY_ARGS) SKINNY_BODY
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f,fma"))) static void skinny_avx512(SKINNY_ARGS) SKINNY_BODY
-__attribute__((target("avx2,fma"))) static void skinny_avx2(SKINNY_ARGS) SKINNY_BODY
+#pragma GCC push_options
+#pragma GCC target("avx512f,fma,f16c")
+#define ISA_SFX avx512
+#define ISA_F16 2
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_F16
+#pragma GCC pop_options
 #endif
+
+/* ---- the instruction set in use ----------------------------------------------------------- */
+
+static const char *const isa_names[] = {"auto", "scalar", "avx2", "avx512"};
+
+const char *sq_cpu_isa_name(sq_cpu_isa isa)
+{
+    return (unsigned)isa < 4 ? isa_names[isa] : "unknown";
+}
+
+int sq_cpu_isa_supported(sq_cpu_isa isa)
+{
+    switch (isa) {
+    case SQ_CPU_ISA_AUTO:
+    case SQ_CPU_ISA_SCALAR:
+        return 1;
+#if SQ_CPU_X86
+    case SQ_CPU_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    case SQ_CPU_ISA_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+#endif
+    default:
+        return 0;
+    }
+}
+
+static sq_cpu_isa best_isa(void)
+{
+    return sq_cpu_isa_supported(SQ_CPU_ISA_AVX512) ? SQ_CPU_ISA_AVX512
+           : sq_cpu_isa_supported(SQ_CPU_ISA_AVX2) ? SQ_CPU_ISA_AVX2
+                                                   : SQ_CPU_ISA_SCALAR;
+}
+
+/* 0: not settled yet (the first product reads SQ_CPU_ISA) */
+static _Atomic int isa_now;
+
+int sq_cpu_isa_set(sq_cpu_isa isa)
+{
+    if ((unsigned)isa > SQ_CPU_ISA_AVX512 || !sq_cpu_isa_supported(isa))
+        return -1;
+    atomic_store(&isa_now, (int)(isa == SQ_CPU_ISA_AUTO ? best_isa() : isa));
+    return 0;
+}
+
+sq_cpu_isa sq_cpu_isa_get(void)
+{
+    int v = atomic_load(&isa_now);
+    if (v)
+        return (sq_cpu_isa)v;
+    sq_cpu_isa want = best_isa();
+    const char *env = getenv("SQ_CPU_ISA");
+    for (int i = 1; env && i < 4; i++)
+        if (strcmp(env, isa_names[i]) == 0 && sq_cpu_isa_supported((sq_cpu_isa)i))
+            want = (sq_cpu_isa)i;
+    int expect = 0;
+    atomic_compare_exchange_strong(&isa_now, &expect, (int)want);
+    return (sq_cpu_isa)atomic_load(&isa_now);
+}
+
+static int wt_of(sq_weight_dtype dt)
+{
+    return dt == SQ_DTYPE_BF16 ? WT_BF16 : dt == SQ_DTYPE_F16 ? WT_F16 : WT_F32;
+}
+
+void sq_cpu_matmul_skinny_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,
+                                int n, int d_in, int d_out, int accumulate, int o0, int o1)
+{
+    const int wt = wt_of(wdt);
+    switch (sq_cpu_isa_get()) {
+#if SQ_CPU_X86
+    case SQ_CPU_ISA_AVX512:
+        skinny_avx512(out, in, w, wt, n, d_in, d_out, accumulate, o0, o1);
+        return;
+    case SQ_CPU_ISA_AVX2:
+        skinny_avx2(out, in, w, wt, n, d_in, d_out, accumulate, o0, o1);
+        return;
+#endif
+    default:
+        skinny_scalar(out, in, w, wt, n, d_in, d_out, accumulate, o0, o1);
+    }
+}
 
 void sq_cpu_matmul_skinny(float *out, const float *in, const float *w, int n, int d_in, int d_out,
                           int accumulate, int o0, int o1)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx512f")) {
-        skinny_avx512(out, in, w, n, d_in, d_out, accumulate, o0, o1);
-        return;
-    }
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-        skinny_avx2(out, in, w, n, d_in, d_out, accumulate, o0, o1);
-        return;
-    }
-#endif
-    skinny_base(out, in, w, n, d_in, d_out, accumulate, o0, o1);
+    sq_cpu_matmul_skinny_typed(out, in, w, SQ_DTYPE_F32, n, d_in, d_out, accumulate, o0, o1);
 }
+
+void sq_cpu_widen(float *dst, const void *src, sq_weight_dtype dt, size_t count)
+{
+    const int wt = wt_of(dt);
+    if (wt == WT_F32) {
+        memcpy(dst, src, count * sizeof(float));
+        return;
+    }
+    switch (sq_cpu_isa_get()) {
+#if SQ_CPU_X86
+    case SQ_CPU_ISA_AVX512:
+        widen_avx512(dst, src, wt, count);
+        return;
+    case SQ_CPU_ISA_AVX2:
+        widen_avx2(dst, src, wt, count);
+        return;
+#endif
+    default:
+        widen_scalar(dst, src, wt, count);
+    }
+}
+
+/* ---- the product on the pool ------------------------------------------------------------ */
 
 typedef struct matmul_job {
     float       *out;
-    const float *in, *w;
+    const float *in;
+    const void  *w;
+    sq_weight_dtype wdt;
     int          n, d_in, d_out, accumulate;
     int          unit;   /* columns per share are a multiple of this */
 } matmul_job;
+
+/* Columns [o0, o1) with more than SQ_CPU_SKINNY_MAX rows and 16-bit weights: panels of the
+ * weights widened into this thread's float32 scratch, one sgemm each. Out of memory for the
+ * scratch, the skinny kernel in row blocks does the same product. */
+static void panels16(const matmul_job *m, int o0, int o1)
+{
+    const size_t d_in = (size_t)m->d_in;
+    size_t rows = ((size_t)SQ_CPU_PANEL_FLOATS / (d_in ? d_in : 1)) & ~(size_t)15;
+    if (rows < 16)
+        rows = 16;
+    if (rows > (size_t)(o1 - o0))
+        rows = (size_t)(o1 - o0);
+    float *buf = malloc(rows * d_in * sizeof(float) + 1);
+    if (!buf) {
+        for (int j = 0; j < m->n; j += SQ_CPU_SKINNY_MAX) {
+            int nj = m->n - j < SQ_CPU_SKINNY_MAX ? m->n - j : SQ_CPU_SKINNY_MAX;
+            sq_cpu_matmul_skinny_typed(m->out + (size_t)j * m->d_out, m->in + (size_t)j * d_in,
+                                       m->w, m->wdt, nj, m->d_in, m->d_out, m->accumulate, o0,
+                                       o1);
+        }
+        return;
+    }
+    const size_t es = 2;
+    for (int o = o0; o < o1; o += (int)rows) {
+        int p = o1 - o < (int)rows ? o1 - o : (int)rows;
+        sq_cpu_widen(buf, (const char *)m->w + (size_t)o * d_in * es, m->wdt, (size_t)p * d_in);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->n, p, m->d_in, 1.0f, m->in,
+                    m->d_in, buf, m->d_in, m->accumulate ? 1.0f : 0.0f, m->out + o, m->d_out);
+    }
+    free(buf);
+}
 
 /* Worker w of nw takes a contiguous range of column blocks of `unit` columns: the skinny kernel
  * for few rows, single-threaded OpenBLAS on its slice of w and out for more. */
@@ -167,21 +263,31 @@ static void matmul_worker(void *arg, int worker, int n_workers)
     if (o0 >= o1)
         return;
     if (m->n <= SQ_CPU_SKINNY_MAX)
-        sq_cpu_matmul_skinny(m->out, m->in, m->w, m->n, m->d_in, m->d_out, m->accumulate, o0, o1);
+        sq_cpu_matmul_skinny_typed(m->out, m->in, m->w, m->wdt, m->n, m->d_in, m->d_out,
+                                   m->accumulate, o0, o1);
+    else if (m->wdt == SQ_DTYPE_F16 || m->wdt == SQ_DTYPE_BF16)
+        panels16(m, o0, o1);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m->n, o1 - o0, m->d_in, 1.0f, m->in,
-                    m->d_in, m->w + (size_t)o0 * (size_t)m->d_in, m->d_in,
+                    m->d_in, (const float *)m->w + (size_t)o0 * (size_t)m->d_in, m->d_in,
                     m->accumulate ? 1.0f : 0.0f, m->out + o0, m->d_out);
+}
+
+void sq_cpu_matmul_typed(sq_pool *pool, float *out, const float *in, const void *w,
+                         sq_weight_dtype wdt, int n, int d_in, int d_out, int accumulate)
+{
+    matmul_job m = {out, in, w, wdt, n, d_in, d_out, accumulate,
+                    n <= SQ_CPU_SKINNY_MAX ? 4 : 16};
+    if (!pool || pool->n < 2 || (double)n * d_in * d_out < MATMUL_PARALLEL_MIN_WORK)
+        matmul_worker(&m, 0, 1);
+    else
+        sq_pool_run(pool, matmul_worker, &m);
 }
 
 void sq_cpu_matmul(sq_pool *pool, float *out, const float *in, const float *w, int n, int d_in,
                    int d_out, int accumulate)
 {
-    matmul_job m = {out, in, w, n, d_in, d_out, accumulate, n <= SQ_CPU_SKINNY_MAX ? 4 : 16};
-    if (!pool || pool->n < 2 || (double)n * d_in * d_out < MATMUL_PARALLEL_MIN_WORK)
-        matmul_worker(&m, 0, 1);
-    else
-        sq_pool_run(pool, matmul_worker, &m);
+    sq_cpu_matmul_typed(pool, out, in, w, SQ_DTYPE_F32, n, d_in, d_out, accumulate);
 }
 
 void sq_cpu_blas_reexec(char **argv)

@@ -7,11 +7,21 @@
  * shapes where the machine streams the weights at memory speed. This kernel reads every weight
  * row exactly once, straight from the model's array, and multiplies it into up to four input
  * rows held in registers, so for n <= 8 or so a forward costs what reading the weights costs
- * (docs/runtime.md, "The CPU forward"). The caller splits the output rows over threads. */
+ * (docs/runtime.md, "The CPU forward"). The caller splits the output rows over threads.
+ *
+ * The weights may be float32, bf16 or f16 (docs/runtime.md, "16-bit weights on the CPU"): the
+ * skinny kernel widens 16-bit weights to float32 in registers as it loads them (bf16: a 16-bit
+ * shift; f16: AVX-512F's or F16C's vcvtph2ps, or the codec of libsequoia/base/half.h on the
+ * portable path), the BLAS path widens a panel of weight rows at a time into a per-thread
+ * float32 scratch and calls sgemm on it. Either way the sums are float32 over the exact widened
+ * values: a 16-bit matrix gives the result of its float32 copy, within float32 summation. */
 #ifndef SQ_RUNTIME_CPU_MATMUL_H
 #define SQ_RUNTIME_CPU_MATMUL_H
 
+#include <stddef.h>
+
 #include "runtime/cpu_pool.h"
+#include "runtime/model.h"
 
 /* Largest n the skinny product is used for; above it sq_cpu_matmul calls cblas_sgemm. */
 #define SQ_CPU_SKINNY_MAX 16
@@ -24,6 +34,11 @@
  * is the pool's. */
 void sq_cpu_matmul(sq_pool *pool, float *out, const float *in, const float *w, int n, int d_in,
                    int d_out, int accumulate);
+/* The same with weights w of dtype wdt (F32, F16 or BF16): 16-bit weights widened inside the
+ * kernels, above SQ_CPU_SKINNY_MAX rows a panel at a time (a worker's float32 scratch of at
+ * most 1 MiB, 16 rows minimum; out of memory for it, the skinny kernel does the rows). */
+void sq_cpu_matmul_typed(sq_pool *pool, float *out, const float *in, const void *w,
+                         sq_weight_dtype wdt, int n, int d_in, int d_out, int accumulate);
 
 /* Output columns [o0, o1) of out (n, d_out) = in (n, d_in) @ w^T, plus out itself when
  * accumulate != 0 (the residual adds of the attention and MLP outputs). The sum over d_in runs
@@ -31,6 +46,30 @@ void sq_cpu_matmul(sq_pool *pool, float *out, const float *in, const float *w, i
  * differs from a sequential dot product by a few ulp of the row's magnitude. */
 void sq_cpu_matmul_skinny(float *out, const float *in, const float *w, int n, int d_in, int d_out,
                           int accumulate, int o0, int o1);
+void sq_cpu_matmul_skinny_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,
+                                int n, int d_in, int d_out, int accumulate, int o0, int o1);
+
+/* count values of dtype dt (F32, F16, BF16) at src as float32 at dst: the BLAS path's panels
+ * and the embedding's rows, on the instruction set in use. */
+void sq_cpu_widen(float *dst, const void *src, sq_weight_dtype dt, size_t count);
+
+/* The instruction set the kernels run on. AUTO picks the best the CPU has (AVX-512F, then
+ * AVX2 with FMA and F16C, then the portable C path, called "scalar": GCC vector extensions on the
+ * baseline ISA, f16 through libsequoia/base/half.h). The first product settles it: from the
+ * environment variable SQ_CPU_ISA=scalar|avx2|avx512 when set to a path the CPU has (else
+ * ignored), otherwise AUTO. sq_cpu_isa_set forces a path (tests, benchmarks): 0, or -1 when the
+ * CPU lacks it (nothing changes). Every path gives the same results up to float32 rounding. */
+typedef enum sq_cpu_isa {
+    SQ_CPU_ISA_AUTO   = 0,
+    SQ_CPU_ISA_SCALAR = 1,
+    SQ_CPU_ISA_AVX2   = 2,
+    SQ_CPU_ISA_AVX512 = 3,
+} sq_cpu_isa;
+
+int sq_cpu_isa_set(sq_cpu_isa isa);
+sq_cpu_isa sq_cpu_isa_get(void);              /* the path in use; never AUTO  */
+int sq_cpu_isa_supported(sq_cpu_isa isa);     /* 1 when this CPU can run it   */
+const char *sq_cpu_isa_name(sq_cpu_isa isa);  /* "scalar", "avx2", "avx512"   */
 
 /* OpenBLAS picks its kernels by CPU model at load time. Debian 12's OpenBLAS 0.3.21 does not
  * know CPU models newer than its table (for example a Sapphire Rapids presented by a hypervisor

@@ -521,26 +521,42 @@ static size_t align_up(size_t x)
 }
 
 typedef struct conv_job {
-    const float *src;
-    uint16_t    *dst;
-    size_t       n;
-    int          bf16;
+    sq_wt     src;    /* the model's tensor (float32 or 16-bit), from element 0 of this job */
+    uint16_t *dst;
+    size_t    n;
+    int       bf16;
 } conv_job;
 
 static void *conv_run(void *arg)
 {
     const conv_job *j = (const conv_job *)arg;
-    if (j->bf16)
-        for (size_t i = 0; i < j->n; i++)
-            j->dst[i] = sq_f32_to_bf16(j->src[i]);
-    else
-        for (size_t i = 0; i < j->n; i++)
-            j->dst[i] = sq_f32_to_f16(j->src[i]);
+    const int want = j->bf16 ? SQ_DTYPE_BF16 : SQ_DTYPE_F16;
+    const uint16_t *h = (const uint16_t *)j->src.p;
+    const float *f = (const float *)j->src.p;
+    if (j->src.dtype == want) {
+        memcpy(j->dst, h, j->n * sizeof *h);
+        return NULL;
+    }
+    for (size_t i = 0; i < j->n; i++) {
+        float v = j->src.dtype == SQ_DTYPE_F32    ? f[i]
+                  : j->src.dtype == SQ_DTYPE_BF16 ? sq_bf16_to_f32(h[i])
+                                                  : sq_f16_to_f32(h[i]);
+        j->dst[i] = j->bf16 ? sq_f32_to_bf16(v) : sq_f32_to_f16(v);
+    }
     return NULL;
 }
 
-/* Converts n floats to 16 bits with up to 16 threads (big models have billions of them). */
-static void convert16(uint16_t *dst, const float *src, size_t n, int bf16)
+/* Element a of a typed tensor. */
+static sq_wt wt_at(sq_wt t, size_t a)
+{
+    const size_t es = t.dtype == SQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    t.p = (const char *)t.p + a * es;
+    return t;
+}
+
+/* Converts n weights (float32 or 16-bit: the model's, runtime/backend.h) to 16 bits with up to
+ * 16 threads (big models have billions of them). */
+static void convert16(uint16_t *dst, sq_wt src, size_t n, int bf16)
 {
 #define MAXT 16
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -552,7 +568,7 @@ static void convert16(uint16_t *dst, const float *src, size_t n, int bf16)
     size_t chunk = (n + nt - 1) / nt;
     for (int t = 0; t < nt; t++) {
         size_t a = (size_t)t * chunk, b = a + chunk < n ? a + chunk : n;
-        jobs[t].src = src + (a < n ? a : n);
+        jobs[t].src = wt_at(src, a < n ? a : n);
         jobs[t].dst = dst + (a < n ? a : n);
         jobs[t].n = a < n ? b - a : 0;
         jobs[t].bf16 = bf16;
@@ -569,7 +585,7 @@ static void convert16(uint16_t *dst, const float *src, size_t n, int bf16)
 #undef MAXT
 }
 
-/* Fills one layer block in host memory `blk` (block_bytes) from the layer's float32 views, tensor
+/* Fills one layer block in host memory `blk` (block_bytes) from the layer's typed views, tensor
  * by tensor as the architecture's table lists them: vectors as float32, matrices in 16 bits.
  * An optional tensor the checkpoint lacks is zeros. */
 static void fill_block(const cuda_state *s, const sq_model_config *c, const sq_layer_weights *lw,
@@ -578,31 +594,31 @@ static void fill_block(const cuda_state *s, const sq_model_config *c, const sq_l
     sq_arch_item it[SQ_L_COUNT];
     const int n = sq_arch_items(c, 0, it, SQ_L_COUNT);
     for (int k = 0; k < n; k++) {
-        const float *src = lw->t[it[k].t->slot];
+        const sq_wt src = lw->t[it[k].t->slot];
         uint8_t *dst = blk + s->off[it[k].t->slot];
         const size_t numel = (size_t)it[k].numel;
-        if (!src)
+        if (!src.p)
             memset(dst, 0, numel * (it[k].ndim == 1 ? sizeof(float) : sizeof(uint16_t)));
-        else if (it[k].ndim == 1)
-            memcpy(dst, src, numel * sizeof(float));
+        else if (it[k].ndim == 1)   /* vectors are float32 (runtime/backend.h) */
+            memcpy(dst, src.p, numel * sizeof(float));
         else
             convert16((uint16_t *)dst, src, numel, s->bf16);
     }
 }
 
-static int upload16(uint16_t **dst, const float *src, size_t n, int bf16, uint16_t *staging,
+static int upload16(uint16_t **dst, sq_wt src, size_t n, int bf16, uint16_t *staging,
                     size_t staging_elems, sq_error *err)
 {
     CUDA_CHECK(cudaMalloc((void **)dst, n * sizeof(uint16_t)));
     for (size_t a = 0; a < n; a += staging_elems) {
         size_t m = n - a < staging_elems ? n - a : staging_elems;
-        convert16(staging, src + a, m, bf16);
+        convert16(staging, wt_at(src, a), m, bf16);
         CUDA_CHECK(cudaMemcpy(*dst + a, staging, m * sizeof(uint16_t), cudaMemcpyHostToDevice));
     }
     return SQ_OK;
 }
 
-/* Uploads the model's float32 weights into `wt`, converted to 16 bits on the host: layer blocks
+/* Uploads the model's weights (float32 or 16-bit) into `wt`, in the context's 16 bits on the host: layer blocks
  * (to the device, or to the pinned host blocks in offload mode), the embedding, the LM head and
  * the final norm. */
 static int upload_weights(cuda_state *s, cuda_weights *wt, const sq_model_config *c,
@@ -636,8 +652,8 @@ static int upload_weights(cuda_state *s, cuda_weights *wt, const sq_model_config
     for (int k = 0; k < n && !rc; k++) {
         const int slot = it[k].t->slot;
         const size_t numel = (size_t)it[k].numel;
-        const float *src = w->t[slot];
-        if (it[k].tied || !src)   /* tied: below; an absent optional one stays NULL */
+        const sq_wt src = w->t[slot];
+        if (it[k].tied || !src.p)   /* tied: below; an absent optional one stays NULL */
             continue;
         if (it[k].ndim == 2) {
             rc = upload16((uint16_t **)&wt->d_model[slot], src, numel, s->bf16, st16, st_elems,
@@ -646,7 +662,7 @@ static int upload_weights(cuda_state *s, cuda_weights *wt, const sq_model_config
         }
         cudaError_t e = cudaMalloc(&wt->d_model[slot], numel * sizeof(float));
         if (e == cudaSuccess)
-            e = cudaMemcpy(wt->d_model[slot], src, numel * sizeof(float), cudaMemcpyHostToDevice);
+            e = cudaMemcpy(wt->d_model[slot], src.p, numel * sizeof(float), cudaMemcpyHostToDevice);
         if (e != cudaSuccess)
             rc = sq_error_set(err, SQ_ESOFTWARE, "CUDA: %s:%d: upload of %s: %s", __FILE__,
                               __LINE__, it[k].name, cudaGetErrorString(e));

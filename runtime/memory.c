@@ -1,13 +1,35 @@
 /* The weights' bytes and the memory check (runtime/memory.h). */
 #include "runtime/memory.h"
 
+#include "runtime/arch.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <unistd.h>
 
+static double bytes_of(const sq_model_config *c, sq_weight_dtype dt, int read)
+{
+    const double es = dt == SQ_DTYPE_F16 || dt == SQ_DTYPE_BF16 ? 2.0 : 4.0;
+    const int count = sq_arch_count(c);
+    double total = 0;
+    for (int k = 0; k < count; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(c, k, &it);
+        if (read ? it.layer < 0 && it.t->slot == SQ_M_EMBED : it.tied)
+            continue;   /* read: the embedding's rows only (its tied LM head counts whole) */
+        total += (double)it.numel * (it.ndim == 2 ? es : 4.0);
+    }
+    return total;
+}
+
 double sq_weights_bytes(const sq_model_config *c)
 {
-    return (double)sq_model_config_params(c) * sizeof(float);
+    return bytes_of(c, sq_model_dtype_of_name(c->dtype), 0);
+}
+
+double sq_weights_read_bytes(const sq_model_config *c, sq_weight_dtype dtype)
+{
+    return bytes_of(c, dtype == SQ_DTYPE_AUTO ? sq_model_dtype_of_name(c->dtype) : dtype, 1);
 }
 
 double sq_memory_total(void)

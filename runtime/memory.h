@@ -14,9 +14,17 @@
 #include "libsequoia/base/error.h"
 #include "runtime/model.h"
 
-/* Bytes of a model's weights as float32 (what sq_model_new_random allocates, and what the CPU
- * backend reads): every tensor of its architecture, tied ones once. */
+/* Bytes of a model's weights as the CPU holds them in c->dtype ("F32", "F16" or "BF16"; empty:
+ * F32): every tensor of its architecture, tied ones once, the matrices at 4 or 2 bytes per
+ * parameter and the vectors (norms, biases) at 4. What sq_model_new_random_dtype allocates, and
+ * what a checkpoint's mapping or a converted set takes. */
 double sq_weights_bytes(const sq_model_config *c);
+
+/* Bytes of weights one CPU forward reads, in `dtype` (AUTO: c->dtype's): every tensor a forward
+ * multiplies or applies (the LM head whole, tied or not), but not the embedding, of which it reads
+ * only the rows of its tokens. A decode step's bandwidth is this over its time (sequoia-profile's
+ * "GB/s" column, docs/runtime.md). */
+double sq_weights_read_bytes(const sq_model_config *c, sq_weight_dtype dtype);
 
 /* Bytes a CPU context of this shape allocates at sq_context_new: the KV caches (keys and values,
  * float32, max_context + max_pending slots per layer) and the scratch of a forward of

@@ -1,19 +1,26 @@
-/* Loading a checkpoint: config.json + safetensors -> float32 weight views, tensor by tensor as
- * the architecture's table lists them (runtime/arch.h). */
+/* Loading a checkpoint: config.json + safetensors -> typed weight views, tensor by tensor as
+ * the architecture's table lists them (runtime/arch.h): matrices as stored, vectors as float32
+ * (struct sq_model in runtime/backend.h); and the converted sets of sq_model_weights_as. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "libsequoia/base/half.h"
 #include "runtime/arch.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
+#include "runtime/memory.h"
 #include "runtime/safetensors.h"
 
-static int keep_buffer(sq_model *m, float *buf, size_t bytes, sq_error *err)
+/* Guards every model's converted sets and owned list (sq_model_weights_as). */
+static pthread_mutex_t conv_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int sq_model_keep(sq_model *m, void *buf, size_t bytes, sq_error *err)
 {
-    float **o = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *o);
+    void **o = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *o);
     if (!o) {
         free(buf);
         return sq_error_oom(err, "the weight table");
@@ -22,6 +29,16 @@ static int keep_buffer(sq_model *m, float *buf, size_t bytes, sq_error *err)
     m->owned[m->n_owned++] = buf;
     m->owned_bytes += bytes;
     return SQ_OK;
+}
+
+static sq_weight_dtype dtype_of_st(sq_st_dtype dt)
+{
+    return dt == SQ_ST_F16 ? SQ_DTYPE_F16 : dt == SQ_ST_BF16 ? SQ_DTYPE_BF16 : SQ_DTYPE_F32;
+}
+
+static size_t dtype_size(sq_weight_dtype dt)
+{
+    return dt == SQ_DTYPE_F16 || dt == SQ_DTYPE_BF16 ? 2 : 4;
 }
 
 static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
@@ -35,18 +52,18 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
         snprintf(buf + len, cap - len, "]");
 }
 
-/* Finds tensor `it`, checks its dtype and shape against the config, and returns a float32 view
- * of it; an optional tensor the checkpoint lacks leaves *out NULL. */
-static int get_weight(sq_model *m, const sq_arch_item *it, const float **out,
-                      const char **dtype_out, sq_error *err)
+/* Finds tensor `it`, checks its dtype and shape against the config, and returns its view
+ * (struct sq_model, runtime/backend.h): a matrix as stored (in place when aligned), a vector as
+ * float32; an optional tensor the checkpoint lacks leaves out->p NULL. */
+static int get_weight(sq_model *m, const sq_arch_item *it, sq_wt *out, const char **dtype_out,
+                      sq_error *err)
 {
     const char *name = it->name;
     const sq_st_file *f = NULL;
     const sq_st_tensor *t = sq_st_set_find(m->st, name, &f);
-    if (!t && it->t->optional) {
-        *out = NULL;
+    *out = (sq_wt){NULL, SQ_DTYPE_F32};
+    if (!t && it->t->optional)
         return SQ_OK;
-    }
     if (!t)
         return sq_error_set(err, SQ_EDATA, "%s: tensor %s: missing from the checkpoint", m->dir,
                             name);
@@ -63,17 +80,24 @@ static int get_weight(sq_model *m, const sq_arch_item *it, const float **out,
     }
     if (dtype_out)
         *dtype_out = sq_st_dtype_name(t->dtype);
-    if (t->dtype == SQ_ST_F32 && (uintptr_t)t->data % _Alignof(float) == 0) {
-        *out = t->data;
+    /* matrices keep their dtype; vectors are float32 */
+    const sq_weight_dtype dt = it->ndim == 2 ? dtype_of_st(t->dtype) : SQ_DTYPE_F32;
+    const size_t es = dtype_size(dt);
+    out->dtype = dt;
+    if (dt == dtype_of_st(t->dtype) && (uintptr_t)t->data % es == 0) {
+        out->p = t->data;
         return SQ_OK;
     }
-    size_t bytes = (size_t)t->numel * sizeof(float);
-    float *buf = malloc(bytes ? bytes : 1);
+    size_t bytes = (size_t)t->numel * es;
+    void *buf = malloc(bytes ? bytes : 1);
     if (!buf)
         return sq_error_oom(err, name);
-    sq_st_to_f32(t->dtype, t->data, buf, (size_t)t->numel);
-    *out = buf;
-    return keep_buffer(m, buf, bytes, err);
+    if (dt == SQ_DTYPE_F32)
+        sq_st_to_f32(t->dtype, t->data, buf, (size_t)t->numel);
+    else
+        memcpy(buf, t->data, bytes);   /* an unaligned 16-bit matrix: copied, not converted */
+    out->p = buf;
+    return sq_model_keep(m, buf, bytes, err);
 }
 
 /* Every tensor of the architecture's table (runtime/arch.h), in checkpoint order; the dtype of
@@ -98,6 +122,7 @@ static int load_weights(sq_model *m, sq_error *err)
         if (!rc && dtype)
             snprintf(m->config.dtype, sizeof m->config.dtype, "%s", dtype);
     }
+    m->dtype = sq_model_dtype_of_name(m->config.dtype);
     for (int k = 0; k < count && !rc; k++) {
         sq_arch_item it;
         sq_arch_tensor_at(c, k, &it);
@@ -105,6 +130,12 @@ static int load_weights(sq_model *m, sq_error *err)
             *sq_arch_slot(&m->w, &it) = m->w.t[it.t->tied_to];
     }
     return rc;
+}
+
+sq_weight_dtype sq_model_dtype_of_name(const char *name)
+{
+    return strcmp(name, "F16") == 0 ? SQ_DTYPE_F16 : strcmp(name, "BF16") == 0 ? SQ_DTYPE_BF16
+                                                                              : SQ_DTYPE_F32;
 }
 
 int sq_model_load(const char *dir, sq_model **out, sq_error *err)
@@ -154,6 +185,8 @@ void sq_model_free(sq_model *m)
         free(m->owned[i]);
     free(m->owned);
     free(m->w.layers);
+    for (int d = 0; d < 4; d++)
+        free(m->conv[d].layers);
     sq_st_set_free(m->st);
     free(m->dir);
     free(m);
@@ -162,4 +195,113 @@ void sq_model_free(sq_model *m)
 const sq_model_config *sq_model_get_config(const sq_model *m)
 {
     return &m->config;
+}
+
+sq_weight_dtype sq_model_dtype(const sq_model *m)
+{
+    return m->dtype;
+}
+
+size_t sq_model_owned_bytes(const sq_model *m)
+{
+    pthread_mutex_lock(&conv_lock);
+    size_t b = m->owned_bytes;
+    pthread_mutex_unlock(&conv_lock);
+    return b;
+}
+
+/* ---- converted sets (sq_model_weights_as) -------------------------------------------------- */
+
+/* count elements of src (dtype sd) as dtype dd into dst */
+static void convert(void *dst, sq_weight_dtype dd, const void *src, sq_weight_dtype sd,
+                    size_t count)
+{
+    if (dd == SQ_DTYPE_F32) {
+        sq_st_to_f32(sd == SQ_DTYPE_F16 ? SQ_ST_F16 : sd == SQ_DTYPE_BF16 ? SQ_ST_BF16 : SQ_ST_F32,
+                     src, dst, count);
+        return;
+    }
+    uint16_t *d = dst;
+    for (size_t i = 0; i < count; i++) {
+        float v;
+        if (sd == SQ_DTYPE_F32)
+            v = ((const float *)src)[i];
+        else if (sd == SQ_DTYPE_BF16)
+            v = sq_bf16_to_f32(((const uint16_t *)src)[i]);
+        else
+            v = sq_f16_to_f32(((const uint16_t *)src)[i]);
+        d[i] = dd == SQ_DTYPE_BF16 ? sq_f32_to_bf16(v) : sq_f32_to_f16(v);
+    }
+}
+
+static int make_set(sq_model *m, sq_weight_dtype dt, sq_error *err)
+{
+    const sq_model_config *c = &m->config;
+    const int count = sq_arch_count(c);
+    double need = 0;
+    for (int k = 0; k < count; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(c, k, &it);
+        const sq_wt *src = sq_arch_slot(&m->w, &it);
+        if (!it.tied && src->p && it.ndim == 2 && src->dtype != dt)
+            need += (double)it.numel * (double)dtype_size(dt);
+    }
+    int rc = sq_memory_check(need + (double)m->owned_bytes, err, "compute in the checkpoint's "
+                             "own dtype (the default)", "%s: its weights as %s need %.1f GiB more",
+                             m->dir, sq_weight_dtype_name(dt), need / 1073741824.0);
+    if (rc)
+        return rc;
+    sq_weights *w = &m->conv[dt];
+    w->layers = calloc((size_t)(c->n_layers > 0 ? c->n_layers : 1), sizeof *w->layers);
+    if (!w->layers)
+        return sq_error_oom(err, "the layer table");
+    for (int k = 0; k < count && !rc; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(c, k, &it);
+        if (it.tied)
+            continue;
+        const sq_wt *src = sq_arch_slot(&m->w, &it);
+        sq_wt *dst = sq_arch_slot(w, &it);
+        *dst = *src;
+        if (!src->p || it.ndim != 2 || src->dtype == dt)
+            continue;
+        size_t bytes = (size_t)it.numel * dtype_size(dt);
+        void *buf = malloc(bytes ? bytes : 1);
+        if (!buf) {
+            rc = sq_error_oom(err, "converted weights");
+            break;
+        }
+        convert(buf, dt, src->p, src->dtype, (size_t)it.numel);
+        *dst = (sq_wt){buf, dt};
+        rc = sq_model_keep(m, buf, bytes, err);
+    }
+    for (int k = 0; k < count && !rc; k++) {
+        sq_arch_item it;
+        sq_arch_tensor_at(c, k, &it);
+        if (it.tied)
+            *sq_arch_slot(w, &it) = w->t[it.t->tied_to];
+    }
+    if (rc) {   /* the buffers made so far stay owned (freed with the model); no half set */
+        free(w->layers);
+        w->layers = NULL;
+    }
+    return rc;
+}
+
+int sq_model_weights_as(const sq_model *cm, sq_weight_dtype dtype, const sq_weights **out,
+                        sq_error *err)
+{
+    sq_model *m = (sq_model *)cm;   /* the converted sets are a cache of the const model */
+    if (dtype == SQ_DTYPE_AUTO || dtype == m->dtype) {
+        /* mixed checkpoints (a matrix in another dtype) compute each tensor in its own */
+        *out = &m->w;
+        return SQ_OK;
+    }
+    if ((unsigned)dtype > SQ_DTYPE_BF16)
+        return sq_error_set(err, SQ_EUSAGE, "dtype %d is not f32, f16 or bf16", (int)dtype);
+    pthread_mutex_lock(&conv_lock);
+    int rc = m->conv[dtype].layers ? SQ_OK : make_set(m, dtype, err);
+    pthread_mutex_unlock(&conv_lock);
+    *out = rc ? NULL : &m->conv[dtype];
+    return rc;
 }

@@ -43,15 +43,49 @@ typedef struct sq_model_config {
 
 typedef struct sq_model sq_model;
 
+/* Weights as a backend computes with them (sq_context_params.dtype; docs/runtime.md, "16-bit
+ * weights on the CPU"). AUTO: on the CPU the model's own dtype (sq_model_dtype: the
+ * checkpoint's, read in place from the mapping with no copy; F32 checkpoints stay F32), on CUDA
+ * F16 (which keeps F16 or BF16 weights on the device, converted from the model's weights at
+ * context creation, and multiplies them with float32 accumulation). A CPU context asked for
+ * another dtype than the model's computes with a converted copy that the model makes once and
+ * its contexts share (f32: 4 bytes per parameter, as every CPU run took before 16-bit weights).
+ * The CPU converts 16-bit weights to float32 inside its products and accumulates in float32. */
+typedef enum sq_weight_dtype {
+    SQ_DTYPE_AUTO = 0,
+    SQ_DTYPE_F32  = 1,
+    SQ_DTYPE_F16  = 2,
+    SQ_DTYPE_BF16 = 3,
+} sq_weight_dtype;
+
+
 int sq_model_load(const char *dir, sq_model **out, sq_error *err);
 void sq_model_free(sq_model *m);
 const sq_model_config *sq_model_get_config(const sq_model *m);
+
+/* The dtype of the model's matrices as it holds them: the checkpoint's (config.dtype; the first
+ * tensor's when a checkpoint mixes them), or a random model's. Never AUTO. */
+sq_weight_dtype sq_model_dtype(const sq_model *m);
+/* "F32", "F16", "BF16" (sq_model_config.dtype) -> F32, F16, BF16; anything else F32. */
+sq_weight_dtype sq_model_dtype_of_name(const char *name);
+
+/* Bytes of weights the model allocated: random weights, copies of unaligned tensors, float32
+ * copies of 16-bit norms, and the converted sets its contexts asked for
+ * (sq_context_params.dtype other than the model's). A 16-bit checkpoint computed in its own
+ * dtype owns almost nothing (its norms): the matrices are read from the mapping. */
+size_t sq_model_owned_bytes(const sq_model *m);
 
 /* A model of the shape `cfg` with random float32 weights held in memory (latency depends on
  * shapes, not values: sequoia-profile times a 7B or 70B shape from its config.json alone).
  * Deterministic for a seed. Refuses (SQ_EUSAGE) a shape whose weights would take more than 80%
  * of the machine's memory. */
 int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **out, sq_error *err);
+
+/* The same with the matrices in `dtype` (F32, F16 or BF16; AUTO is F32): the float32 values of
+ * sq_model_new_random rounded to 16 bits (2 bytes per parameter, so an 8B shape takes 16 GB);
+ * vectors stay float32. config.dtype says which ("F32", "F16", "BF16"). */
+int sq_model_new_random_dtype(const sq_model_config *cfg, uint64_t seed, sq_weight_dtype dtype,
+                              sq_model **out, sq_error *err);
 
 /* The same shape and distribution, but the weights are made on the GPU at context creation,
  * in the context's 16-bit type and in parallel (runtime/cuda_backend.cu): the host holds none,
@@ -66,16 +100,6 @@ size_t sq_model_config_params(const sq_model_config *cfg);
 
 typedef enum sq_backend_kind { SQ_BACKEND_CPU = 0, SQ_BACKEND_CUDA = 1 } sq_backend_kind;
 
-/* Weights as a backend computes with them. AUTO: F32 on the CPU (the only one it has), F16 on
- * CUDA (which keeps F16 or BF16 weights on the device, converted from the model's float32 at
- * context creation, and multiplies them with float32 accumulation). */
-typedef enum sq_weight_dtype {
-    SQ_DTYPE_AUTO = 0,
-    SQ_DTYPE_F32  = 1,
-    SQ_DTYPE_F16  = 2,
-    SQ_DTYPE_BF16 = 3,
-} sq_weight_dtype;
-
 /* "f32", "f16", "bf16" -> dtype; -1 when unknown. */
 int sq_weight_dtype_parse(const char *name, sq_weight_dtype *out);
 const char *sq_weight_dtype_name(sq_weight_dtype dtype);
@@ -85,7 +109,8 @@ typedef struct sq_context_params {
     int             max_pending;  /* pending (tree) tokens between two commits       */
     sq_backend_kind backend;
     int             threads;      /* CPU threads (0: all cores)                      */
-    sq_weight_dtype dtype;        /* AUTO (default): F32 on the CPU, F16 on CUDA     */
+    sq_weight_dtype dtype;        /* AUTO (default): the model's own on the CPU, F16
+                                     on CUDA (sq_weight_dtype)                       */
     int             offload;      /* CUDA: weights stay in pinned host memory and are
                                      streamed to the device layer by layer (two device
                                      layer buffers, copies overlapped with compute)  */

@@ -1,11 +1,13 @@
 /* Models with random weights of a given shape, held in memory: forward latency depends on the
  * shapes, not the values, so sequoia-profile can time a Llama-2-7B or 70B shape from its
- * config.json alone. Every tensor of the architecture's table (runtime/arch.h) is filled. */
+ * config.json alone. Every tensor of the architecture's table (runtime/arch.h) is filled, the
+ * matrices in the dtype asked for (float32 or 16-bit: sq_model_new_random_dtype). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "libsequoia/base/half.h"
 #include "runtime/arch.h"
 #include "runtime/backend.h"
 #include "runtime/memory.h"
@@ -19,28 +21,26 @@ static uint64_t next_u64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static float *alloc_fill(sq_model *m, size_t count, float scale, float offset, uint64_t *state,
-                         sq_error *err)
+/* count values offset + scale * uniform(-1, 1) as dtype dt (vectors: always F32), rounded from
+ * the float32 values when 16-bit, so that every dtype draws the same stream. */
+static void *alloc_fill(sq_model *m, size_t count, sq_weight_dtype dt, float scale, float offset,
+                        uint64_t *state, sq_error *err)
 {
-    float *buf = malloc((count ? count : 1) * sizeof *buf);
+    const size_t es = dt == SQ_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    void *buf = malloc((count ? count : 1) * es);
     if (!buf) {
         sq_error_oom(err, "random weights");
         return NULL;
     }
     for (size_t i = 0; i < count; i++) {
         double u = (double)(next_u64(state) >> 11) / 9007199254740992.0; /* [0, 1) */
-        buf[i] = offset + scale * (float)(2.0 * u - 1.0);
+        float v = offset + scale * (float)(2.0 * u - 1.0);
+        if (dt == SQ_DTYPE_F32)
+            ((float *)buf)[i] = v;
+        else
+            ((uint16_t *)buf)[i] = dt == SQ_DTYPE_BF16 ? sq_f32_to_bf16(v) : sq_f32_to_f16(v);
     }
-    float **o = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof *o);
-    if (!o) {
-        free(buf);
-        sq_error_oom(err, "the weight table");
-        return NULL;
-    }
-    m->owned = o;
-    m->owned[m->n_owned++] = buf;
-    m->owned_bytes += count * sizeof *buf;
-    return buf;
+    return sq_model_keep(m, buf, count * es, err) ? NULL : buf;
 }
 
 /* The filler of one tensor: offset + scale * uniform(-1, 1). Norms 1, matrices +-1/in_features,
@@ -68,17 +68,32 @@ static void init_of(const sq_arch_item *it, const sq_model_config *c, float *sca
 
 int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **out, sq_error *err)
 {
+    return sq_model_new_random_dtype(cfg, seed, SQ_DTYPE_F32, out, err);
+}
+
+int sq_model_new_random_dtype(const sq_model_config *cfg, uint64_t seed, sq_weight_dtype dtype,
+                              sq_model **out, sq_error *err)
+{
     *out = NULL;
-    int rc = sq_memory_check(sq_weights_bytes(cfg), err, "profile a smaller shape (fewer layers) "
-                             "or on a larger machine", "random weights of this shape need %.1f "
-                             "GiB as float32", sq_weights_bytes(cfg) / 1073741824.0);
+    if (dtype == SQ_DTYPE_AUTO)
+        dtype = SQ_DTYPE_F32;
+    if ((unsigned)dtype > SQ_DTYPE_BF16)
+        return sq_error_set(err, SQ_EUSAGE, "random weights: dtype %d is not f32, f16 or bf16",
+                            (int)dtype);
+    const char *dname = dtype == SQ_DTYPE_F32 ? "F32" : dtype == SQ_DTYPE_F16 ? "F16" : "BF16";
+    sq_model_config c = *cfg;
+    snprintf(c.dtype, sizeof c.dtype, "%s", dname);
+    int rc = sq_memory_check(sq_weights_bytes(&c), err, "profile a smaller shape (fewer layers), "
+                             "in 16 bits (--dtype bf16) or on a larger machine", "random weights "
+                             "of this shape need %.1f GiB as %s", sq_weights_bytes(&c) / 1073741824.0,
+                             sq_weight_dtype_name(dtype));
     if (rc)
         return rc;
     sq_model *m = calloc(1, sizeof *m);
     if (!m)
         return sq_error_oom(err, "model");
-    m->config = *cfg;
-    snprintf(m->config.dtype, sizeof m->config.dtype, "F32");
+    m->config = c;
+    m->dtype = dtype;
     m->dir = strdup("(random weights)");
     m->w.layers = calloc((size_t)cfg->n_layers, sizeof *m->w.layers);
     if (!m->dir || !m->w.layers) {
@@ -97,12 +112,13 @@ int sq_model_new_random(const sq_model_config *cfg, uint64_t seed, sq_model **ou
         }
         float scale, offset;
         init_of(&it, cfg, &scale, &offset);
-        float *b = alloc_fill(m, (size_t)it.numel, scale, offset, &s, err);
+        const sq_weight_dtype dt = it.ndim == 2 ? dtype : SQ_DTYPE_F32;
+        void *b = alloc_fill(m, (size_t)it.numel, dt, scale, offset, &s, err);
         if (!b) {
             sq_model_free(m);
             return SQ_ESOFTWARE;
         }
-        *sq_arch_slot(&m->w, &it) = b;
+        *sq_arch_slot(&m->w, &it) = (sq_wt){b, dt};
     }
     *out = m;
     return SQ_OK;
@@ -117,6 +133,7 @@ int sq_model_new_random_device(const sq_model_config *cfg, uint64_t seed, sq_mod
         return sq_error_oom(err, "model");
     m->config = *cfg;
     snprintf(m->config.dtype, sizeof m->config.dtype, "F32");
+    m->dtype = SQ_DTYPE_F32;
     m->dir = strdup("(random weights, made on the device)");
     m->w.layers = calloc((size_t)(cfg->n_layers > 0 ? cfg->n_layers : 1), sizeof *m->w.layers);
     if (!m->dir || !m->w.layers) {

@@ -320,8 +320,10 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     r->mode = sq_mode_name(o->prm.mode);
     r->backend = o->prm.backend == SQ_BACKEND_CPU ? "cpu" : o->prm.offload ? "cuda-offload"
                                                                            : "cuda";
-    r->dtype = o->prm.dtype == SQ_DTYPE_AUTO ? (o->prm.backend == SQ_BACKEND_CPU ? "f32" : "f16")
-                                             : sq_weight_dtype_name(o->prm.dtype);
+    /* AUTO: on the CPU the target's own dtype (sq_weight_dtype, runtime/model.h) */
+    r->dtype = o->prm.dtype != SQ_DTYPE_AUTO ? sq_weight_dtype_name(o->prm.dtype)
+               : o->prm.backend == SQ_BACKEND_CPU ? sq_weight_dtype_name(sq_model_dtype(st->target))
+                                                  : "f16";
     r->prompt_tokens = st->plen[0];
     r->max_new_tokens = n;
     r->context = sq_specdec_max_context(member(st, 0));

@@ -22,7 +22,8 @@
 #define PROG "sequoia-run"
 #define CUDA_OPTIONS_HELP                                                                        \
     "      --backend NAME       cpu (default) or cuda (both models on the GPU)\n"                 \
-    "      --dtype NAME         CUDA weights: f16 (default) or bf16; the CPU computes in f32\n"   \
+    "      --dtype NAME         the weights: f32, f16 or bf16 on the CPU (default: the\n"       \
+    "                           checkpoint's own, read in place), f16 (default) or bf16 on CUDA\n" \
     "      --offload            CUDA: weights stay in pinned host memory and are streamed to\n"   \
     "                           the GPU layer by layer (models larger than the GPU's memory)\n"
 
@@ -34,9 +35,12 @@ static void usage(FILE *fp)
         "                   [--temperature T] [--top-p P] [--seed S] [-o OUT.txt]\n"
         "                   [--report REPORT.json] [--validate] [--validate-samples N]\n"
         "                   [--context L] [--threads N] [--no-baseline] [-q]\n"
-        "                   [--backend cpu|cuda] [--dtype f16|bf16] [--offload] [--batch B]\n"
-        "                   [--text OUT.txt] [--ignore-eos]\n"
-        "       " PROG " dump --draft DIR --target DIR (--tokens | --text) FILE -o CORPUS.h5\n"
+        "                   [--backend cpu|cuda] [--dtype f32|f16|bf16] [--offload] [--batch B]
+"
+        "                   [--text OUT.txt] [--ignore-eos]
+"
+        "       " PROG " dump --draft DIR --target DIR (--tokens | --text) FILE -o CORPUS.h5
+"
         "                   [--top-k K] [--context L] [--half] [--compression N] [--threads N]\n"
         "                   [--resume] [-q]\n"
         "       " PROG " tokenize --model DIR [--no-special] [--decode [--skip-special]]\n"

@@ -183,7 +183,7 @@ Test(cli_profile, bad_requests_are_refused_without_output)
         {{"--tokens", "4,2"}, 64, "increase strictly"},
         {{"--backend", "tpu"}, 64, "unknown backend"},
         {{"--backend", "cuda", "--tokens", "1", "--prefix", "4"}, 64, "CUDA"},
-        {{"--dtype", "f16"}, 64, "float32"},
+        {{"--dtype", "f8"}, 64, "unknown dtype"},
         {{"--repeat", "0"}, 64, "--repeat"},
         {{"--batch", "4,2"}, 64, "increase strictly"},
         {{"--batch", "0"}, 64, "--batch"},

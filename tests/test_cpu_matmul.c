@@ -7,7 +7,14 @@
  *   - splitting the columns over 1-4 threads gives bitwise the same result as one thread;
  *   - every worker of the pool runs exactly once per dispatch, over many dispatches;
  *   - a tool's BLAS set-up never leaves OpenBLAS on its Prescott fallback on a CPU with AVX2 and
- *     FMA, and leaves a user's OPENBLAS_CORETYPE alone. */
+ *     FMA, and leaves a user's OPENBLAS_CORETYPE alone;
+ *   - 16-bit weights (docs/runtime.md, "16-bit weights on the CPU"), on every instruction set this
+ *     CPU has (AVX-512, AVX2, the portable "scalar" path; forced with sq_cpu_isa_set): the
+ *     widening equals libsequoia/base/half.h for all 65536 patterns of bf16 and f16; the
+ *     products of bf16 and f16 matrices, for every row count 1..64 (skinny kernel and the BLAS
+ *     path's panels) and odd sizes, equal the double-precision product of the widened float32
+ *     matrix within float32 summation's bound; the skinny kernel gives bitwise the float32
+ *     kernel's result on the widened copy. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -17,6 +24,7 @@
 
 #include <criterion/criterion.h>
 
+#include "libsequoia/base/half.h"
 #include "runtime/cpu_matmul.h"
 #include "runtime/cpu_pool.h"
 #include "tests/testutil.h"
@@ -223,4 +231,151 @@ Test(cpu_pool, shared_pools_are_one_per_thread_count_and_take_turns)
     cr_assert_eq(d, a, "still shared while a user holds it");
     sq_pool_shared_release(d);
     sq_pool_shared_release(a);
+}
+
+/* ---- 16-bit weights ------------------------------------------------------------------------ */
+
+static const sq_cpu_isa isas[] = {SQ_CPU_ISA_SCALAR, SQ_CPU_ISA_AVX2, SQ_CPU_ISA_AVX512};
+
+static float widen1(uint16_t h, sq_weight_dtype dt)
+{
+    return dt == SQ_DTYPE_BF16 ? sq_bf16_to_f32(h) : sq_f16_to_f32(h);
+}
+
+Test(cpu_matmul, widening_equals_the_codec_for_every_pattern_on_every_isa)
+{
+    uint16_t *h = malloc(65536 * sizeof *h);
+    float *f = malloc(65537 * sizeof *f);
+    for (int i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    int ran = 0;
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (!sq_cpu_isa_supported(isas[k]))
+            continue;
+        cr_assert_eq(sq_cpu_isa_set(isas[k]), 0);
+        cr_assert_eq(sq_cpu_isa_get(), isas[k]);
+        ran++;
+        const sq_weight_dtype dts[2] = {SQ_DTYPE_BF16, SQ_DTYPE_F16};
+        for (int d = 0; d < 2; d++) {
+            /* 65535 values from an odd start: the vector body and the scalar tail */
+            sq_cpu_widen(f, h + 1, dts[d], 65535);
+            for (int i = 1; i < 65536; i++) {
+                float want = widen1((uint16_t)i, dts[d]);
+                if (isnan(want))   /* F16C quietens a signalling NaN; a NaN stays a NaN */
+                    cr_assert(isnan(f[i - 1]), "%s %s: 0x%04x", sq_cpu_isa_name(isas[k]),
+                              d ? "f16" : "bf16", i);
+                else
+                    cr_assert(memcmp(&f[i - 1], &want, sizeof want) == 0,
+                              "%s %s: 0x%04x gives %a, not %a", sq_cpu_isa_name(isas[k]),
+                              d ? "f16" : "bf16", i, f[i - 1], want);
+            }
+        }
+    }
+    cr_assert_geq(ran, 1);
+    sq_cpu_isa_set(SQ_CPU_ISA_AUTO);
+    free(h), free(f);
+}
+
+Test(cpu_matmul, sixteen_bit_products_equal_float32_on_every_isa_and_row_count)
+{
+    static const int ins[] = {1, 15, 16, 17, 33, 64, 100, 131, 257};
+    static const int outs[] = {1, 3, 4, 7, 37, 69};
+    const sq_weight_dtype dts[2] = {SQ_DTYPE_BF16, SQ_DTYPE_F16};
+    unsigned seed = 24;
+    sq_pool pool;
+    cr_assert_eq(sq_pool_start(&pool, 3), 0);
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (!sq_cpu_isa_supported(isas[k]))
+            continue;
+        cr_assert_eq(sq_cpu_isa_set(isas[k]), 0);
+        for (int d = 0; d < 2; d++)
+            for (int n = 1; n <= 64; n++) {
+                const int d_in = ins[(n * 7 + d) % 9], d_out = outs[(n * 5 + (int)k) % 6];
+                const int acc = n % 2;
+                const size_t nw = (size_t)d_out * d_in;
+                uint16_t *w16 = malloc(nw * sizeof *w16);
+                float *w32 = malloc(nw * sizeof *w32);
+                float *in = malloc(sizeof(float) * (size_t)n * d_in);
+                float *out = malloc(sizeof(float) * (size_t)n * d_out);
+                float *out0 = malloc(sizeof(float) * (size_t)n * d_out);
+                float *sk32 = malloc(sizeof(float) * (size_t)n * d_out);
+                double *ref = malloc(sizeof(double) * (size_t)n * d_out);
+                double *mag = malloc(sizeof(double) * (size_t)n * d_out);
+                for (size_t i = 0; i < nw; i++) {
+                    float v = frand(&seed);
+                    w16[i] = dts[d] == SQ_DTYPE_BF16 ? sq_f32_to_bf16(v) : sq_f32_to_f16(v);
+                    w32[i] = widen1(w16[i], dts[d]);
+                }
+                for (int i = 0; i < n * d_in; i++)
+                    in[i] = frand(&seed);
+                for (int i = 0; i < n * d_out; i++)
+                    out[i] = out0[i] = frand(&seed);
+                reference(ref, mag, in, w32, acc ? out0 : NULL, n, d_in, d_out);
+                sq_cpu_matmul_typed(n % 3 ? &pool : NULL, out, in, w16, dts[d], n, d_in, d_out,
+                                    acc);
+                for (int i = 0; i < n * d_out; i++)
+                    cr_assert(fabs(out[i] - ref[i]) <= 4e-7 * (d_in + 2) * mag[i] + 1e-30,
+                              "%s %s n %d d_in %d d_out %d acc %d: element %d is %.9g, "
+                              "reference %.9g", sq_cpu_isa_name(isas[k]), d ? "f16" : "bf16", n,
+                              d_in, d_out, acc, i, out[i], ref[i]);
+                if (n <= SQ_CPU_SKINNY_MAX) {
+                    /* the skinny kernel: bitwise its float32 result on the widened copy */
+                    sq_cpu_matmul_skinny_typed(out, in, w16, dts[d], n, d_in, d_out, 0, 0,
+                                               d_out);
+                    sq_cpu_matmul_skinny(sk32, in, w32, n, d_in, d_out, 0, 0, d_out);
+                    cr_assert(memcmp(out, sk32, sizeof(float) * (size_t)n * d_out) == 0,
+                              "%s %s n %d d_in %d d_out %d: skinny differs from float32",
+                              sq_cpu_isa_name(isas[k]), d ? "f16" : "bf16", n, d_in, d_out);
+                }
+                free(w16), free(w32), free(in), free(out), free(out0), free(sk32), free(ref),
+                    free(mag);
+            }
+    }
+    sq_cpu_isa_set(SQ_CPU_ISA_AUTO);
+    sq_pool_stop(&pool);
+}
+
+Test(cpu_matmul, blas_path_panels_cover_wide_matrices)
+{
+    /* d_out past one panel (2^18 floats / d_in rows) and not a multiple of it: 1100 x 300 bf16
+     * with 40 rows takes five panels per thread-free call */
+    const int n = 40, d_in = 300, d_out = 1100;
+    unsigned seed = 5;
+    uint16_t *w16 = malloc(sizeof(uint16_t) * d_out * d_in);
+    float *w32 = malloc(sizeof(float) * d_out * d_in);
+    float *in = malloc(sizeof(float) * n * d_in);
+    float *a = malloc(sizeof(float) * n * d_out), *b = malloc(sizeof(float) * n * d_out);
+    for (int i = 0; i < d_out * d_in; i++) {
+        w16[i] = sq_f32_to_bf16(frand(&seed));
+        w32[i] = sq_bf16_to_f32(w16[i]);
+    }
+    for (int i = 0; i < n * d_in; i++)
+        in[i] = frand(&seed);
+    sq_cpu_matmul_typed(NULL, a, in, w16, SQ_DTYPE_BF16, n, d_in, d_out, 0);
+    sq_cpu_matmul(NULL, b, in, w32, n, d_in, d_out, 0);
+    for (int i = 0; i < n * d_out; i++)
+        cr_assert(fabs(a[i] - b[i]) <= 1e-5f * (1.0f + fabsf(b[i])), "element %d: %g vs %g", i,
+                  a[i], b[i]);
+    free(w16), free(w32), free(in), free(a), free(b);
+}
+
+Test(cpu_matmul, isa_forcing_refuses_what_the_cpu_lacks_and_reads_the_environment)
+{
+    cr_assert_eq(sq_cpu_isa_set((sq_cpu_isa)9), -1);
+    cr_assert_eq(sq_cpu_isa_set(SQ_CPU_ISA_SCALAR), 0);
+    cr_assert_eq(sq_cpu_isa_get(), SQ_CPU_ISA_SCALAR);
+    cr_assert_eq(sq_cpu_isa_set(SQ_CPU_ISA_AUTO), 0);
+    cr_assert_neq(sq_cpu_isa_get(), SQ_CPU_ISA_AUTO);
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++)
+        if (!sq_cpu_isa_supported(isas[k]))
+            cr_assert_eq(sq_cpu_isa_set(isas[k]), -1, "%s", sq_cpu_isa_name(isas[k]));
+    cr_assert_str_eq(sq_cpu_isa_name(SQ_CPU_ISA_AVX512), "avx512");
+}
+
+Test(cpu_matmul, sq_cpu_isa_environment_variable_picks_the_path)
+{
+    /* each criterion test runs in its own process: nothing has settled the path yet */
+    setenv("SQ_CPU_ISA", "scalar", 1);
+    cr_assert_eq(sq_cpu_isa_get(), SQ_CPU_ISA_SCALAR);
+    unsetenv("SQ_CPU_ISA");
 }

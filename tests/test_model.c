@@ -1580,19 +1580,19 @@ Test(model, arch_table_lists_every_tensor_of_a_written_checkpoint_with_its_confi
                 cr_assert_eq(t->numel, it.numel, "%s", it.name);
             }
             /* every tensor is loaded into its slot; a tied one is the embedding itself */
-            const float *view = *sq_arch_slot(&model->w, &it);
-            cr_assert_not_null(view, "%s: not loaded", it.name);
+            const sq_wt view = *sq_arch_slot(&model->w, &it);
+            cr_assert_not_null(view.p, "%s: not loaded", it.name);
             if (it.tied)
-                cr_assert_eq(view, model->w.t[SQ_M_EMBED], "%s", it.name);
+                cr_assert_eq(view.p, model->w.t[SQ_M_EMBED].p, "%s", it.name);
         }
         cr_assert_eq(in_file, file_tensors, "variant %d: the file has tensors the table lacks",
                      variant);
         /* every slot the table names is set, and no other */
         for (int l = 0; l < c->n_layers; l++)
             for (int sl = 0; sl < SQ_L_COUNT; sl++)
-                cr_assert_not_null(model->w.layers[l].t[sl], "layer %d slot %d", l, sl);
+                cr_assert_not_null(model->w.layers[l].t[sl].p, "layer %d slot %d", l, sl);
         for (int sl = 0; sl < SQ_M_COUNT; sl++)
-            cr_assert_not_null(model->w.t[sl], "model slot %d", sl);
+            cr_assert_not_null(model->w.t[sl].p, "model slot %d", sl);
         sq_model_free(model);
         sq_st_set_free(set);
     }
@@ -1650,7 +1650,7 @@ static void write_weights(const sq_model *m, const char *dir)
                 cr_assert_eq(sq_st_writer_add(w, it.name, SQ_ST_F32, it.ndim, it.shape, &err), 0,
                              "%s", err.msg);
             else
-                cr_assert_eq(sq_st_writer_put(w, *sq_arch_slot(ws, &it), (size_t)it.numel, &err),
+                cr_assert_eq(sq_st_writer_put(w, sq_arch_slot(ws, &it)->p, (size_t)it.numel, &err),
                              0, "%s", err.msg);
         }
     }
@@ -1675,7 +1675,7 @@ Test(model, random_weights_written_through_the_table_load_back_bit_for_bit)
         for (int k = 0; k < count; k++) {
             sq_arch_item it;
             sq_arch_tensor_at(&rp.config, k, &it);
-            const float *a = *sq_arch_slot(&r->w, &it), *b = *sq_arch_slot(&l->w, &it);
+            const void *a = sq_arch_slot(&r->w, &it)->p, *b = sq_arch_slot(&l->w, &it)->p;
             cr_assert(a && b && memcmp(a, b, (size_t)it.numel * sizeof(float)) == 0, "%s",
                       it.name);
         }

@@ -96,15 +96,15 @@ static int model_matrices(const sq_model *m, mat *out)
     int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim, k = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const sq_layer_weights *lw = &m->w.layers[l];
-        out[k++] = (mat){q, c->dim, lw->t[SQ_L_WQ]};
-        out[k++] = (mat){kv, c->dim, lw->t[SQ_L_WK]};
-        out[k++] = (mat){kv, c->dim, lw->t[SQ_L_WV]};
-        out[k++] = (mat){c->dim, q, lw->t[SQ_L_WO]};
-        out[k++] = (mat){c->hidden_dim, c->dim, lw->t[SQ_L_GATE]};
-        out[k++] = (mat){c->hidden_dim, c->dim, lw->t[SQ_L_UP]};
-        out[k++] = (mat){c->dim, c->hidden_dim, lw->t[SQ_L_DOWN]};
+        out[k++] = (mat){q, c->dim, lw->t[SQ_L_WQ].p};
+        out[k++] = (mat){kv, c->dim, lw->t[SQ_L_WK].p};
+        out[k++] = (mat){kv, c->dim, lw->t[SQ_L_WV].p};
+        out[k++] = (mat){c->dim, q, lw->t[SQ_L_WO].p};
+        out[k++] = (mat){c->hidden_dim, c->dim, lw->t[SQ_L_GATE].p};
+        out[k++] = (mat){c->hidden_dim, c->dim, lw->t[SQ_L_UP].p};
+        out[k++] = (mat){c->dim, c->hidden_dim, lw->t[SQ_L_DOWN].p};
     }
-    out[k++] = (mat){c->vocab_size, c->dim, m->w.t[SQ_M_LM_HEAD]};
+    out[k++] = (mat){c->vocab_size, c->dim, m->w.t[SQ_M_LM_HEAD].p};
     return k;
 }
 

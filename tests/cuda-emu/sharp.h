@@ -12,7 +12,7 @@
 
 #include "runtime/backend.h"
 
-static inline void sq_test_scale(const float *w, size_t n, float by)
+static inline void sq_test_scale(const void *w, size_t n, float by)
 {
     float *x = (float *)w;   /* sq_model_new_random's own malloc'd buffers */
     for (size_t i = 0; i < n; i++)
@@ -26,10 +26,10 @@ static inline void sq_test_sharpen(sq_model *m)
     const size_t kv = (size_t)c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         const sq_layer_weights *w = &m->w.layers[l];
-        sq_test_scale(w->t[SQ_L_WQ], q * dim, 16.0f);
-        sq_test_scale(w->t[SQ_L_WK], kv * dim, 16.0f);
-        sq_test_scale(w->t[SQ_L_WV], kv * dim, 8.0f);
-        sq_test_scale(w->t[SQ_L_WO], dim * q, 8.0f);
+        sq_test_scale(w->t[SQ_L_WQ].p, q * dim, 16.0f);
+        sq_test_scale(w->t[SQ_L_WK].p, kv * dim, 16.0f);
+        sq_test_scale(w->t[SQ_L_WV].p, kv * dim, 8.0f);
+        sq_test_scale(w->t[SQ_L_WO].p, dim * q, 8.0f);
     }
 }
 
