@@ -35,12 +35,9 @@ static void usage(FILE *fp)
         "                   [--temperature T] [--top-p P] [--seed S] [-o OUT.txt]\n"
         "                   [--report REPORT.json] [--validate] [--validate-samples N]\n"
         "                   [--context L] [--threads N] [--no-baseline] [-q]\n"
-        "                   [--backend cpu|cuda] [--dtype f32|f16|bf16] [--offload] [--batch B]
-"
-        "                   [--text OUT.txt] [--ignore-eos]
-"
-        "       " PROG " dump --draft DIR --target DIR (--tokens | --text) FILE -o CORPUS.h5
-"
+        "                   [--backend cpu|cuda] [--dtype f32|f16|bf16] [--offload] [--batch B]\n"
+        "                   [--text OUT.txt] [--ignore-eos]\n"
+        "       " PROG " dump --draft DIR --target DIR (--tokens | --text) FILE -o CORPUS.h5\n"
         "                   [--top-k K] [--context L] [--half] [--compression N] [--threads N]\n"
         "                   [--resume] [-q]\n"
         "       " PROG " tokenize --model DIR [--no-special] [--decode [--skip-special]]\n"
