@@ -25,7 +25,6 @@
 /* Limits that keep every size product well inside 64 bits. */
 #define SQ_MODEL_MAX_DIM (1 << 16)        /* hidden_size, num_attention_heads * head_dim  */
 #define SQ_MODEL_MAX_HIDDEN (1 << 20)     /* intermediate_size                             */
-#define SQ_MODEL_MAX_LAYERS 4096
 #define SQ_MODEL_MAX_VOCAB (1 << 24)
 
 /* `file` only serves the messages: "config.json: rope_scaling: type \"linear\" is not ..." */

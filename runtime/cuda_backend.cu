@@ -31,6 +31,7 @@
 
 extern "C" {
 #include "runtime/backend.h"
+#include "runtime/rope.h"
 }
 #include "runtime/kernels.h"
 
@@ -994,6 +995,16 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     if (c->head_dim > HEAD_DIM_MAX || c->head_dim % 2)
         return sq_error_set(err, SQ_EUSAGE, "CUDA backend: head_dim %d: must be even and at most "
                             "%d", c->head_dim, HEAD_DIM_MAX);
+    /* the families' features this backend does not compute yet (runtime/arch.h) are refused
+     * rather than computed wrong */
+    const char *missing = sq_arch_cuda_unsupported(c);
+    if (missing)
+        return sq_error_set(err, SQ_EUSAGE, "CUDA backend: %s of %s: not implemented on this "
+                            "backend yet (use --backend cpu)", missing,
+                            sq_arch_get(c->arch) ? sq_arch_get(c->arch)->name : "this model");
+    int rrc = sq_rope_check_context(c, (long long)p->max_context + p->max_pending, err);
+    if (rrc)
+        return rrc;
     if (sq_cuda_device_count_impl(err) < 1)
         return SQ_EUSAGE;   /* err says why: no driver, no device */
     s->device = 0;
@@ -1080,8 +1091,8 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
         return rc;
     const int npair = c->head_dim / 2;
     float inv_freq[HEAD_DIM_MAX / 2];
-    for (int i = 0; i < npair; i++)
-        inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
+    float rope_factor;   /* 1: the types with an attention factor are refused above */
+    sq_rope_table(c, &c->rope, inv_freq, &rope_factor);
     DMALLOC(s->d_inv_freq, (size_t)npair * sizeof(float));
     CUDA_CHECK(cudaMemcpy(s->d_inv_freq, inv_freq, (size_t)npair * sizeof(float),
                           cudaMemcpyHostToDevice));
