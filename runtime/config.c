@@ -1,5 +1,6 @@
 #include "runtime/config.h"
 
+#include <ctype.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,16 +35,22 @@ static int get_int(const cJSON *root, const char *key, int required, long long l
 /* Architectures refused by name: what they are, so that the message says why. */
 static const char *refused_kind(const char *s)
 {
-    static const char *const moe[] = {"Moe", "MoE", "Mixtral", "Deepseek", "DeepSeek", "Dbrx",
-                                      "Arctic", "Jamba", "GptOss", "Llama4"};
-    static const char *const hybrid[] = {"Qwen3Next", "Qwen3_5", "Qwen35", "Mamba", "FalconH1",
-                                         "Zamba", "RecurrentGemma", "Gemma3n", "Hybrid", "Rwkv",
-                                         "Lfm2"};
+    static const char *const moe[] = {"moe", "mixtral", "deepseek", "dbrx", "arctic", "gptoss",
+                                      "gpt_oss", "llama4"};
+    static const char *const hybrid[] = {"qwen3next", "qwen3_next", "qwen3_5", "qwen35", "mamba",
+                                         "jamba", "falconh1", "falcon_h1", "zamba",
+                                         "recurrentgemma", "recurrent_gemma", "gemma3n",
+                                         "hybrid", "rwkv", "lfm2"};
+    char low[80];
+    size_t n = 0;
+    for (; s[n] && n + 1 < sizeof low; n++)
+        low[n] = (char)tolower((unsigned char)s[n]);
+    low[n] = '\0';
     for (size_t i = 0; i < sizeof hybrid / sizeof hybrid[0]; i++)
-        if (strstr(s, hybrid[i]))
+        if (strstr(low, hybrid[i]))
             return "a hybrid recurrent model";
     for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++)
-        if (strstr(s, moe[i]))
+        if (strstr(low, moe[i]))
             return "a mixture-of-experts model";
     return NULL;
 }
