@@ -1,5 +1,6 @@
-/* Llama-architecture decoders for the reference runtime (docs/design.md §8; which tensors an
- * architecture has: runtime/arch.h).
+/* Decoders of the Llama, Mistral, Qwen2/3 and Gemma-2/3 families for the reference runtime
+ * (docs/design.md §8; which tensors an architecture has: runtime/arch.h; the families:
+ * docs/runtime.md).
  *
  * A model is loaded from a Hugging Face directory (config.json + model.safetensors, or shards
  * listed in model.safetensors.index.json), mapped read-only. A context holds one model's KV
