@@ -276,10 +276,6 @@ const char *sq_arch_cuda_unsupported(const sq_model_config *c)
         return "yarn RoPE scaling";
     if (c->rope_local.theta > 0)
         return "a local RoPE base";
-    if (c->attn_bias || c->attn_out_bias || c->mlp_bias)
-        return "bias tensors (attention_bias, mlp_bias, Qwen2's q/k/v biases)";
-    if (c->qk_norm)
-        return "q/k norms (q_norm, k_norm)";
     if (c->gemma || c->act != SQ_ACT_SILU || c->attn_softcap > 0 || c->final_softcap > 0 ||
         c->query_pre_attn_scalar > 0)
         return "Gemma's features";

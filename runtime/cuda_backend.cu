@@ -142,6 +142,29 @@ __device__ __forceinline__ float warp_sum(float v)
 
 /* ---- kernels ------------------------------------------------------------------------------------ */
 
+/* y[i][off + k] += b[k] for rows i < n of stride ld (a projection's bias). Grid-stride. */
+__global__ void k_add_bias(float *y, size_t ld, size_t off, const float *b, int n, int d)
+{
+    const size_t total = (size_t)n * d;
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < total;
+         j += (size_t)gridDim.x * blockDim.x)
+        y[(j / d) * ld + off + j % d] += b[j % d];
+}
+
+/* In place: each row of hd floats (one head of q or k) RMS-normed and scaled by w (Qwen3's
+ * q_norm / k_norm, before RoPE). grid (rows), block 32 (one warp). */
+__global__ void k_head_norm(float *v, const float *w, int hd, float eps)
+{
+    float *vi = v + (size_t)blockIdx.x * hd;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < hd; k += 32)
+        ss += vi[k] * vi[k];
+    ss = warp_sum(ss);
+    const float scale = sq_k_rms_scale(ss, hd, eps);
+    for (int k = threadIdx.x; k < hd; k += 32)
+        vi[k] = sq_k_rmsnorm(vi[k], scale, w[k]);
+}
+
 /* x[i] = embed[tokens[i]] in float32. grid (n), block 256. */
 template <int BF>
 __global__ void k_embed(float *x, const uint16_t *embed, const int32_t *tokens, int dim)
@@ -1152,6 +1175,14 @@ static int gemv(cuda_state *s, float *out, const uint16_t *in, const uint16_t *w
     return SQ_OK;
 }
 
+/* y (n rows of stride ld, from column off) += b (d floats of a layer block), on the stream. */
+static void add_bias(cuda_state *s, float *y, size_t ld, size_t off, const void *b, int n, int d)
+{
+    const size_t total = (size_t)n * (size_t)d;
+    const int blocks = (int)((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
+    k_add_bias<<<blocks, 256, 0, s->stream>>>(y, ld, off, (const float *)b, n, d);
+}
+
 static int gemm(cuda_state *s, float *out, const uint16_t *in, const void *wt, int n, int d_in,
                 int d_out, float beta, sq_error *err)
 {
@@ -1339,6 +1370,20 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
             (rc = gemm(s, A->kf, A->xb, blk + s->off[SQ_L_WK], n, dim, kv_dim, 0.0f, err)) ||
             (rc = gemm(s, A->vf, A->xb, blk + s->off[SQ_L_WV], n, dim, kv_dim, 0.0f, err)))
             return rc;
+        if (c->attn_bias) {   /* q/k/v biases (Qwen2, attention_bias) */
+            add_bias(s, A->q, q_dim, 0, blk + s->off[SQ_L_BQ], n, q_dim);
+            add_bias(s, A->kf, kv_dim, 0, blk + s->off[SQ_L_BK], n, kv_dim);
+            add_bias(s, A->vf, kv_dim, 0, blk + s->off[SQ_L_BV], n, kv_dim);
+            CUDA_CHECK_LAUNCH();
+        }
+        if (c->qk_norm) {     /* per-head RMSNorm of q and k, before RoPE (Qwen3) */
+            k_head_norm<<<n * c->n_heads, 32, 0, st>>>(
+                A->q, (const float *)(blk + s->off[SQ_L_Q_NORM]), hd, c->norm_eps);
+            CUDA_CHECK_LAUNCH();
+            k_head_norm<<<n * c->n_kv_heads, 32, 0, st>>>(
+                A->kf, (const float *)(blk + s->off[SQ_L_K_NORM]), hd, c->norm_eps);
+            CUDA_CHECK_LAUNCH();
+        }
         k_rope<<<dim3(n, c->n_heads), hd / 2, 0, st>>>(A->q, (size_t)q_dim, A->d_pos,
                                                        s->d_inv_freq, hd);
         CUDA_CHECK_LAUNCH();
@@ -1350,17 +1395,30 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
             return rc;
         if ((rc = gemm(s, A->x, A->att, blk + s->off[SQ_L_WO], n, q_dim, dim, 1.0f, err)))
             return rc;
+        if (c->attn_out_bias) {
+            add_bias(s, A->x, dim, 0, blk + s->off[SQ_L_BO], n, dim);
+            CUDA_CHECK_LAUNCH();
+        }
 
         k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[SQ_L_FFN_NORM]),
                                          dim, c->norm_eps);
         CUDA_CHECK_LAUNCH();
         if ((rc = gemm(s, A->gu, A->xb, blk + s->off[SQ_L_GATE], n, dim, 2 * hid, 0.0f, err)))
             return rc;
+        if (c->mlp_bias) {   /* gate's and up's biases: the two halves of each gu row */
+            add_bias(s, A->gu, 2 * (size_t)hid, 0, blk + s->off[SQ_L_BGATE], n, hid);
+            add_bias(s, A->gu, 2 * (size_t)hid, (size_t)hid, blk + s->off[SQ_L_BUP], n, hid);
+            CUDA_CHECK_LAUNCH();
+        }
         int blocks = (int)(((size_t)n * hid + 255) / 256);
         k_swiglu<BF><<<blocks < 65535 ? blocks : 65535, 256, 0, st>>>(A->hb, A->gu, n, hid);
         CUDA_CHECK_LAUNCH();
         if ((rc = gemm(s, A->x, A->hb, blk + s->off[SQ_L_DOWN], n, hid, dim, 1.0f, err)))
             return rc;
+        if (c->mlp_bias) {
+            add_bias(s, A->x, dim, 0, blk + s->off[SQ_L_BDOWN], n, dim);
+            CUDA_CHECK_LAUNCH();
+        }
         if (s->offload)
             CUDA_CHECK(cudaEventRecord(s->consumed[l & 1], st));
     }
