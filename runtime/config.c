@@ -416,24 +416,36 @@ int sq_model_config_parse(const char *file, const cJSON *root0, sq_model_config 
             return rc;
     }
     const arch_defaults def = defaults_of(cfg->arch);
+    /* Gemma-3's multimodal configs leave the text model's sizes at Gemma3TextConfig's
+     * defaults (Gemma-3-4B's text_config has no vocab_size or head counts) */
+    const int g3 = cfg->arch == SQ_ARCH_GEMMA3 || cfg->arch == SQ_ARCH_GEMMA3_MM;
+    if (g3) {
+        cfg->dim = 2304;
+        cfg->hidden_dim = 9216;
+        cfg->n_layers = 26;
+        cfg->n_heads = 8;
+        cfg->n_kv_heads = 4;
+        cfg->vocab_size = 262208;
+    }
 
-    rc = get_int(root, "hidden_size", 1, 1, SQ_MODEL_MAX_DIM, &cfg->dim, file, err);
+    rc = get_int(root, "hidden_size", !g3, 1, SQ_MODEL_MAX_DIM, &cfg->dim, file, err);
     if (!rc)
-        rc = get_int(root, "intermediate_size", 1, 1, SQ_MODEL_MAX_HIDDEN, &cfg->hidden_dim,
+        rc = get_int(root, "intermediate_size", !g3, 1, SQ_MODEL_MAX_HIDDEN, &cfg->hidden_dim,
                      file, err);
     if (!rc)
-        rc = get_int(root, "num_hidden_layers", 1, 1, SQ_MODEL_MAX_LAYERS, &cfg->n_layers, file,
-                     err);
+        rc = get_int(root, "num_hidden_layers", !g3, 1, SQ_MODEL_MAX_LAYERS, &cfg->n_layers,
+                     file, err);
     if (!rc)
-        rc = get_int(root, "num_attention_heads", 1, 1, SQ_MODEL_MAX_DIM, &cfg->n_heads, file,
+        rc = get_int(root, "num_attention_heads", !g3, 1, SQ_MODEL_MAX_DIM, &cfg->n_heads, file,
                      err);
     if (!rc) {
-        cfg->n_kv_heads = cfg->n_heads;
+        if (!g3)
+            cfg->n_kv_heads = cfg->n_heads;
         rc = get_int(root, "num_key_value_heads", 0, 1, SQ_MODEL_MAX_DIM, &cfg->n_kv_heads, file,
                      err);
     }
     if (!rc)
-        rc = get_int(root, "vocab_size", 1, 1, SQ_MODEL_MAX_VOCAB, &cfg->vocab_size, file, err);
+        rc = get_int(root, "vocab_size", !g3, 1, SQ_MODEL_MAX_VOCAB, &cfg->vocab_size, file, err);
     if (!rc) {
         cfg->max_position = def.max_position;
         rc = get_int(root, "max_position_embeddings", 0, 1, 1LL << 30, &cfg->max_position, file,

@@ -924,3 +924,83 @@ Test(families, checkpoint_refusals_name_the_tensor)
     free(q2);
     tu_rmtree(dir);
 }
+
+/* ---- real shapes: the config.json of the models people deploy parse into their sizes ------- */
+
+Test(families, real_configs_parse_to_their_parameter_counts)
+{
+    const struct {
+        const char *text;
+        double params;   /* published parameter count */
+    } cases[] = {
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"attention_bias\": false, \"head_dim\": "
+         "128, \"hidden_act\": \"silu\", \"hidden_size\": 4096, \"intermediate_size\": 14336, "
+         "\"max_position_embeddings\": 131072, \"mlp_bias\": false, \"model_type\": \"llama\", "
+         "\"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8, "
+         "\"rms_norm_eps\": 1e-05, \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0,"
+         " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, \"rope_type\":"
+         " \"llama3\"}, \"rope_theta\": 500000.0, \"tie_word_embeddings\": false, "
+         "\"torch_dtype\": \"bfloat16\", \"vocab_size\": 128256}", 8.03e9},
+        {"{\"architectures\": [\"LlamaForCausalLM\"], \"head_dim\": 64, \"hidden_size\": 2048, "
+         "\"intermediate_size\": 8192, \"max_position_embeddings\": 131072, "
+         "\"num_attention_heads\": 32, \"num_hidden_layers\": 16, \"num_key_value_heads\": 8, "
+         "\"rope_scaling\": {\"factor\": 32.0, \"low_freq_factor\": 1.0, \"high_freq_factor\": "
+         "4.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}, "
+         "\"rope_theta\": 500000.0, \"tie_word_embeddings\": true, \"vocab_size\": 128256}",
+         1.236e9},
+        {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_act\": \"silu\", \"hidden_size\": "
+         "896, \"intermediate_size\": 4864, \"max_position_embeddings\": 32768, "
+         "\"max_window_layers\": 21, \"num_attention_heads\": 14, \"num_hidden_layers\": 24, "
+         "\"num_key_value_heads\": 2, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000.0, "
+         "\"sliding_window\": 32768, \"tie_word_embeddings\": true, \"use_sliding_window\": false,"
+         " \"vocab_size\": 151936}", 0.494e9},
+        {"{\"architectures\": [\"Qwen2ForCausalLM\"], \"hidden_size\": 3584, \"intermediate_size\":"
+         " 18944, \"max_window_layers\": 28, \"num_attention_heads\": 28, \"num_hidden_layers\": "
+         "28, \"num_key_value_heads\": 4, \"rope_scaling\": null, \"rope_theta\": 1000000.0, "
+         "\"sliding_window\": 131072, \"tie_word_embeddings\": false, \"use_sliding_window\": "
+         "false, \"vocab_size\": 152064}", 7.62e9},
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"head_dim\": 128,"
+         " \"hidden_size\": 1024, \"intermediate_size\": 3072, \"max_window_layers\": 28, "
+         "\"num_attention_heads\": 16, \"num_hidden_layers\": 28, \"num_key_value_heads\": 8, "
+         "\"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, "
+         "\"tie_word_embeddings\": true, \"use_sliding_window\": false, \"vocab_size\": 151936}",
+         0.596e9},
+        {"{\"architectures\": [\"Qwen3ForCausalLM\"], \"head_dim\": 128, \"hidden_size\": 4096, "
+         "\"intermediate_size\": 12288, \"num_attention_heads\": 32, \"num_hidden_layers\": 36, "
+         "\"num_key_value_heads\": 8, \"rope_theta\": 1000000, \"tie_word_embeddings\": false, "
+         "\"vocab_size\": 151936}", 8.19e9},
+        {"{\"architectures\": [\"MistralForCausalLM\"], \"hidden_size\": 4096, "
+         "\"intermediate_size\": 14336, \"max_position_embeddings\": 32768, "
+         "\"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 8, "
+         "\"rms_norm_eps\": 1e-05, \"rope_theta\": 1000000.0, \"sliding_window\": null, "
+         "\"tie_word_embeddings\": false, \"vocab_size\": 32768}", 7.25e9},
+        {"{\"architectures\": [\"Gemma2ForCausalLM\"], \"attn_logit_softcapping\": 50.0, "
+         "\"final_logit_softcapping\": 30.0, \"head_dim\": 256, \"hidden_act\": "
+         "\"gelu_pytorch_tanh\", \"hidden_activation\": \"gelu_pytorch_tanh\", \"hidden_size\": "
+         "2304, \"intermediate_size\": 9216, \"max_position_embeddings\": 8192, \"model_type\": "
+         "\"gemma2\", \"num_attention_heads\": 8, \"num_hidden_layers\": 26, "
+         "\"num_key_value_heads\": 4, \"query_pre_attn_scalar\": 256, \"rms_norm_eps\": 1e-06, "
+         "\"rope_theta\": 10000.0, \"sliding_window\": 4096, \"vocab_size\": 256000}", 2.61e9},
+        {"{\"architectures\": [\"Gemma3ForCausalLM\"], \"attn_logit_softcapping\": null, "
+         "\"final_logit_softcapping\": null, \"head_dim\": 256, \"hidden_activation\": "
+         "\"gelu_pytorch_tanh\", \"hidden_size\": 1152, \"intermediate_size\": 6912, "
+         "\"max_position_embeddings\": 32768, \"model_type\": \"gemma3_text\", "
+         "\"num_attention_heads\": 4, \"num_hidden_layers\": 26, \"num_key_value_heads\": 1, "
+         "\"query_pre_attn_scalar\": 256, \"rope_local_base_freq\": 10000, \"rope_scaling\": null,"
+         " \"rope_theta\": 1000000, \"sliding_window\": 512, \"sliding_window_pattern\": 6, "
+         "\"vocab_size\": 262144}", 1.0e9},
+        {"{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": \"gemma3\", "
+         "\"text_config\": {\"hidden_size\": 2560, \"intermediate_size\": 10240, \"model_type\": "
+         "\"gemma3_text\", \"num_hidden_layers\": 34, \"rope_scaling\": {\"factor\": 8.0, "
+         "\"rope_type\": \"linear\"}, \"sliding_window\": 1024}, \"vision_config\": "
+         "{\"hidden_size\": 1152, \"model_type\": \"siglip_vision_model\"}}", 3.88e9},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sq_model_config c;
+        sq_error err = {0};
+        cr_assert_eq(parse(cases[i].text, &c, &err), 0, "case %zu: %s", i, err.msg);
+        double n = (double)sq_model_config_params(&c);
+        cr_assert(fabs(n / cases[i].params - 1) < 0.03, "case %zu: %.4g parameters, published "
+                  "%.4g", i, n, cases[i].params);
+    }
+}
