@@ -353,14 +353,14 @@ static int parse_ropes(const char *file, const cJSON *root, sq_model_config *c, 
             if (!rc && slid)
                 rc = parse_rope(file, slid, "rope_parameters.sliding_attention", 1, c,
                                 &c->rope_local, err);
-            if (!rc && slid && c->rope_local.theta <= 0)
-                c->rope_local.theta = c->rope_theta;
         } else {
             rc = parse_rope(file, rp, "rope_parameters", 1, c, &c->rope, err);
         }
         if (!rc && c->rope.theta > 0)
             c->rope_theta = c->rope.theta;
         c->rope.theta = 0;
+        if (!rc && slid && c->rope_local.theta <= 0)
+            c->rope_local.theta = c->rope_theta;
     } else if (rs) {
         rc = parse_rope(file, rs, "rope_scaling", 0, c, &c->rope, err);
         c->rope.theta = 0;

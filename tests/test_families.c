@@ -1004,3 +1004,46 @@ Test(families, real_configs_parse_to_their_parameter_counts)
                   "%.4g", i, n, cases[i].params);
     }
 }
+
+/* ---- the tools: sequoia-profile times a family's shape, refuses the others with exit 65 ---- */
+
+Test(families, profile_times_every_family_and_refuses_moe_with_exit_65)
+{
+    const char *bin = getenv("SQ_PROFILE_BIN");
+    if (!bin)
+        cr_skip_test("SQ_PROFILE_BIN is not set (run through meson test)");
+    char *dir = tu_tmpdir();
+    for (int f = 0; f < F_COUNT; f++) {
+        sq_random_model_params p = family(f);
+        p.config.n_layers = 2;
+        cJSON *j = sq_model_config_to_json(&p.config);
+        char *text = cJSON_Print(j);
+        cJSON_Delete(j);
+        char *cfg = tu_path(dir, "config.json"), *out = tu_path(dir, "p.json");
+        tu_write(cfg, text);
+        free(text);
+        char *argv[] = {(char *)bin, "-m", cfg, "--tokens", "1,3", "--prefix", "8", "--repeat",
+                        "1", "--warmup", "0", "--no-refine", "--threads", "1", "--quiet", "-o",
+                        out, NULL};
+        char *so, *se;
+        cr_assert_eq(tu_run(argv, &so, &se), 0, "%s: %s", fam_names[f], se);
+        cr_assert(tu_exists(out));
+        free(so);
+        free(se);
+        free(cfg);
+        free(out);
+    }
+    char *cfg = tu_path(dir, "config.json"), *out = tu_path(dir, "q.json");
+    tu_write(cfg, "{\"architectures\": [\"Qwen3MoeForCausalLM\"], " SIZES "}");
+    char *argv[] = {(char *)bin, "-m", cfg, "--tokens", "1", "-o", out, NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 65, "%s", se);
+    cr_assert(strstr(se, "config.json") && strstr(se, "architectures") &&
+              strstr(se, "mixture-of-experts"), "%s", se);
+    cr_assert(!tu_exists(out));
+    free(so);
+    free(se);
+    free(cfg);
+    free(out);
+    tu_rmtree(dir);
+}
