@@ -268,19 +268,8 @@ float sq_arch_embed_scale(const sq_model_config *c)
 
 const char *sq_arch_cuda_unsupported(const sq_model_config *c)
 {
-    if (c->arch != SQ_ARCH_LLAMA && c->arch != SQ_ARCH_MISTRAL && c->arch != SQ_ARCH_QWEN2 &&
-        c->arch != SQ_ARCH_QWEN3)
-        return "the Gemma architectures";
-    if (c->rope.type != SQ_ROPE_DEFAULT && c->rope.type != SQ_ROPE_LINEAR &&
-        c->rope.type != SQ_ROPE_DYNAMIC && c->rope.type != SQ_ROPE_LLAMA3)
-        return "yarn RoPE scaling";
-    if (c->rope_local.theta > 0)
-        return "a local RoPE base";
-    if (c->gemma || c->act != SQ_ACT_SILU || c->attn_softcap > 0 || c->final_softcap > 0 ||
-        c->query_pre_attn_scalar > 0)
-        return "Gemma's features";
-    for (int l = 0; l < c->n_layers; l++)
-        if (sq_model_layer_sliding(c, l))
-            return "sliding-window attention";
+    /* Gemma's post norms take the attention and MLP outputs through the gate|up buffer */
+    if (c->gemma && 2 * (long long)c->hidden_dim < c->dim)
+        return "Gemma with intermediate_size < hidden_size / 2";
     return NULL;
 }

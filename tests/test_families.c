@@ -277,7 +277,7 @@ static sq_random_model_params family(int f)
         c->act = SQ_ACT_GELU_TANH;
         c->head_dim = 24;
         c->query_pre_attn_scalar = 20;
-        c->attn_softcap = 5;    /* small enough to bite on random weights */
+        c->attn_softcap = 0.5f;   /* small enough to bite on random weights */
         c->final_softcap = 3;
         c->tied_embeddings = 1;
         c->sliding_window = 3;
