@@ -223,3 +223,63 @@ Test(emu_families, cuda_refuses_what_it_does_not_compute_by_name)
         sq_model_free(m);
     }
 }
+
+/* A batch of two sequences of a windowed family (each with its own slot positions) on CUDA
+ * equals the CPU's batch. */
+Test(emu_families, cuda_batch_with_windows_equals_cpu)
+{
+    need_device();
+    char *dir = tu_tmpdir();
+    const int fams[] = {MISTRAL_WINDOW, GEMMA3};
+    for (size_t fi = 0; fi < sizeof fams / sizeof fams[0]; fi++) {
+        const int f = fams[fi];
+        sq_random_model_params p = config_of(f);
+        char *path = tu_path(dir, "m");
+        sq_error err = {0};
+        cr_assert_eq(sq_model_write_random(path, &p, &err), 0, "%s", err.msg);
+        sq_model *m;
+        cr_assert_eq(sq_model_load(path, &m, &err), 0, "%s", err.msg);
+        const int V = sq_model_get_config(m)->vocab_size;
+        int rc;
+        sq_context *c[4];
+        for (int k = 0; k < 4; k++) {
+            c[k] = ctx_on(m, k < 2 ? SQ_BACKEND_CPU : SQ_BACKEND_CUDA, &err, &rc);
+            cr_assert_eq(rc, 0, "%s", err.msg);
+        }
+        enum { NA = 8, NB = 5 };
+        const int32_t ta[NA] = {1, 2, 3, 4, 5, 6, 7, 8}, tb[NB] = {90, 80, 70, 60, 50};
+        int32_t pa[NA], pb[NB];
+        uint8_t ma[NA * NA], mb[NB * NB];
+        for (int i = 0; i < NA; i++) {
+            pa[i] = i;
+            for (int j = 0; j < NA; j++)
+                ma[i * NA + j] = j <= i;
+        }
+        for (int i = 0; i < NB; i++) {
+            pb[i] = i;
+            for (int j = 0; j < NB; j++)
+                mb[i * NB + j] = j <= i;
+        }
+        float *l[4][2];
+        for (int k = 0; k < 4; k++) {
+            l[k][0] = malloc(sizeof(float) * NA * V);
+            l[k][1] = malloc(sizeof(float) * NB * V);
+        }
+        for (int be = 0; be < 2; be++) {
+            sq_batch_seq seqs[2] = {{c[2 * be], ta, pa, ma, NA, l[2 * be][0]},
+                                    {c[2 * be + 1], tb, pb, mb, NB, l[2 * be + 1][1]}};
+            cr_assert_eq(sq_context_forward_batch(seqs, 2, &err), 0, "%s", err.msg);
+        }
+        compare(l[0][0], l[2][0], (size_t)NA * V, f, "batch, sequence 0");
+        compare(l[1][1], l[3][1], (size_t)NB * V, f, "batch, sequence 1");
+        for (int k = 0; k < 4; k++) {
+            free(l[k][0]);
+            free(l[k][1]);
+            sq_context_free(c[k]);
+        }
+        sq_model_free(m);
+        tu_rmtree(path);
+        free(path);
+    }
+    tu_rmtree(dir);
+}
