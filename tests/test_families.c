@@ -845,7 +845,23 @@ Test(families, refusals_name_the_file_and_the_field)
     }
 }
 
-/* Rewrites dir's model.safetensors: tensor `drop` left out, tensor `grow` one longer. */
+/* transformers >= 4.52's names of a Gemma3ForConditionalGeneration checkpoint */
+static const char *new_style(const char *name, char *buf, size_t cap)
+{
+    static const char old_prefix[] = "language_model.model.";
+    if (strncmp(name, old_prefix, sizeof old_prefix - 1) == 0)
+        snprintf(buf, cap, "model.language_model.%s", name + sizeof old_prefix - 1);
+    else if (strcmp(name, "language_model.lm_head.weight") == 0)
+        snprintf(buf, cap, "lm_head.weight");
+    else
+        snprintf(buf, cap, "%s", name);
+    return buf;
+}
+
+static int rename_new_style;
+
+/* Rewrites dir's model.safetensors: tensor `drop` left out, tensor `grow` one longer (and with
+ * rename_new_style, the names as new_style makes them). */
 static void rewrite_checkpoint(const char *dir, const char *drop, const char *grow)
 {
     sq_st_set *set;
@@ -860,7 +876,9 @@ static void rewrite_checkpoint(const char *dir, const char *drop, const char *gr
         int64_t shape[4] = {t->shape[0], t->ndim > 1 ? t->shape[1] : 0};
         if (grow && strcmp(t->name, grow) == 0)
             shape[0]++;
-        cr_assert_eq(sq_st_writer_add(w, t->name, t->dtype, t->ndim, shape, &err), 0, "%s",
+        char nb[200];
+        const char *nm = rename_new_style ? new_style(t->name, nb, sizeof nb) : t->name;
+        cr_assert_eq(sq_st_writer_add(w, nm, t->dtype, t->ndim, shape, &err), 0, "%s",
                      err.msg);
     }
     char *tmp = tu_path(dir, "new.safetensors");
@@ -1045,5 +1063,51 @@ Test(families, profile_times_every_family_and_refuses_moe_with_exit_65)
     free(se);
     free(cfg);
     free(out);
+    tu_rmtree(dir);
+}
+
+/* A Gemma3ForConditionalGeneration checkpoint saved with the newer names
+ * (model.language_model.*, a top-level lm_head) loads to the same logits. */
+Test(families, gemma3_multimodal_checkpoints_load_with_either_naming)
+{
+    char *dir = tu_tmpdir();
+    char *a = write_family(dir, F_GEMMA3_MM, 6);
+    sq_random_model_params p = family(F_GEMMA3_MM);
+    p.seed += 6;
+    char *b = tu_path(dir, "newnames");
+    sq_error err = {0};
+    cr_assert_eq(sq_model_write_random(b, &p, &err), 0, "%s", err.msg);
+    rename_new_style = 1;
+    rewrite_checkpoint(b, NULL, NULL);
+    rename_new_style = 0;
+    sq_st_set *set;
+    cr_assert_eq(sq_st_set_open(b, &set, &err), 0, "%s", err.msg);
+    const sq_st_file *f;
+    cr_assert_not_null(sq_st_set_find(set, "model.language_model.layers.0.self_attn.q_norm.weight",
+                                      &f));
+    cr_assert_null(sq_st_set_find(set, "language_model.model.embed_tokens.weight", &f));
+    sq_st_set_free(set);
+    sq_model *ma = load(a), *mb = load(b);
+    const int V = ma->config.vocab_size;
+    float *la = malloc(sizeof(float) * N_TOK * V), *lb = malloc(sizeof(float) * N_TOK * V);
+    int32_t pos[N_TOK];
+    uint8_t mask[N_TOK * N_TOK];
+    for (int i = 0; i < N_TOK; i++) {
+        pos[i] = i;
+        for (int j = 0; j < N_TOK; j++)
+            mask[i * N_TOK + j] = j <= i;
+    }
+    sq_context *ca = ctx_new(ma), *cb = ctx_new(mb);
+    cr_assert_eq(sq_context_forward(ca, toks, pos, mask, N_TOK, la, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_context_forward(cb, toks, pos, mask, N_TOK, lb, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(la, lb, sizeof(float) * N_TOK * V), 0);
+    free(la);
+    free(lb);
+    sq_context_free(ca);
+    sq_context_free(cb);
+    sq_model_free(ma);
+    sq_model_free(mb);
+    free(a);
+    free(b);
     tu_rmtree(dir);
 }
