@@ -1,4 +1,9 @@
-/* The CPU backend: float32 Llama forward with tree attention over a KV cache.
+/* The CPU backend: the float32 forward of every family of runtime/arch.h (Llama, Mistral,
+ * Qwen2/3, Gemma-2/3: docs/runtime.md, "Model families") with tree attention over a KV cache.
+ * The family's features are fields of the config: biases and q/k norms where their slots are
+ * set, Gemma's (1 + w) norms, post norms, GeGLU, embedding scale and soft caps, sliding windows
+ * by position (each slot's position is kept, gathered on commit), and the RoPE tables of
+ * runtime/rope.h (a second one for Gemma-3's sliding layers).
  *
  * The weight products go through runtime/cpu_matmul.h (a skinny kernel for few rows, OpenBLAS
  * through GSL's CBLAS interface for more; the build links OpenBLAS, not libgslcblas); the
