@@ -40,6 +40,19 @@ typedef enum sq_layer_slot {
     SQ_L_GATE,        /* (hidden_dim, dim)   mlp.gate_proj                  */
     SQ_L_UP,          /* (hidden_dim, dim)   mlp.up_proj (follows GATE)     */
     SQ_L_DOWN,        /* (dim, hidden_dim)   mlp.down_proj                  */
+    SQ_L_BQ,          /* (q_dim)             self_attn.q_proj.bias          */
+    SQ_L_BK,          /* (kv_dim)            self_attn.k_proj.bias          */
+    SQ_L_BV,          /* (kv_dim)            self_attn.v_proj.bias          */
+    SQ_L_BO,          /* (dim)               self_attn.o_proj.bias          */
+    SQ_L_BGATE,       /* (hidden_dim)        mlp.gate_proj.bias             */
+    SQ_L_BUP,         /* (hidden_dim)        mlp.up_proj.bias               */
+    SQ_L_BDOWN,       /* (dim)               mlp.down_proj.bias             */
+    SQ_L_Q_NORM,      /* (head_dim)          self_attn.q_norm (per head)    */
+    SQ_L_K_NORM,      /* (head_dim)          self_attn.k_norm               */
+    SQ_L_POST_ATTN_NORM, /* (dim)            Gemma's post_attention_layernorm
+                                             (Gemma's pre_feedforward_layernorm
+                                             is FFN_NORM)                   */
+    SQ_L_POST_FFN_NORM,  /* (dim)            post_feedforward_layernorm     */
     SQ_L_COUNT
 } sq_layer_slot;
 
@@ -69,7 +82,19 @@ typedef enum sq_arch_init {
     SQ_INIT_LINEAR,   /* uniform, spread from 1/cols (in_features)        */
     SQ_INIT_EMBED,    /* uniform in [-1, 1]                               */
     SQ_INIT_HEAD,     /* the LM head: uniform, spread from 1/dim          */
+    SQ_INIT_NORM0,    /* a Gemma norm, stored as w of (1 + w): around 0   */
+    SQ_INIT_BIAS,     /* a bias: small, around 0                          */
 } sq_arch_init;
+
+/* When a table row is part of a checkpoint: always, or with a feature of the config
+ * (runtime/model.h: sq_model_config). */
+typedef enum sq_arch_when {
+    SQ_WHEN_ALWAYS = 0,
+    SQ_WHEN_ATTN_BIAS,      /* attn_bias      */
+    SQ_WHEN_ATTN_OUT_BIAS,  /* attn_out_bias  */
+    SQ_WHEN_MLP_BIAS,       /* mlp_bias       */
+    SQ_WHEN_QK_NORM,        /* qk_norm        */
+} sq_arch_when;
 
 typedef struct sq_arch_tensor {
     const char  *name;       /* HF name; a per-layer one has "%d" for the layer      */
@@ -82,15 +107,29 @@ typedef struct sq_arch_tensor {
                                 (a stored copy is ignored, as transformers does);
                                 -1: none                                          */
     sq_arch_init init;
+    sq_arch_when when;       /* rows of a feature the config does not have are not
+                                part of the checkpoint                             */
 } sq_arch_tensor;
 
-typedef enum sq_arch_id { SQ_ARCH_LLAMA = 0, SQ_ARCH_COUNT } sq_arch_id;
+typedef enum sq_arch_id {
+    SQ_ARCH_LLAMA = 0,   /* LlamaForCausalLM                                         */
+    SQ_ARCH_MISTRAL,     /* MistralForCausalLM                                       */
+    SQ_ARCH_QWEN2,       /* Qwen2ForCausalLM                                         */
+    SQ_ARCH_QWEN3,       /* Qwen3ForCausalLM                                         */
+    SQ_ARCH_GEMMA2,      /* Gemma2ForCausalLM                                        */
+    SQ_ARCH_GEMMA3,      /* Gemma3ForCausalLM (model_type gemma3_text)               */
+    SQ_ARCH_GEMMA3_MM,   /* Gemma3ForConditionalGeneration: its language model only
+                            (config under text_config, tensors under language_model.) */
+    SQ_ARCH_COUNT
+} sq_arch_id;
 
 typedef struct sq_arch {
     const char           *name;        /* "architectures" entry: "LlamaForCausalLM" */
     const char           *model_type;  /* "model_type": "llama"                     */
     const sq_arch_tensor *tensors;
     int                   n_tensors;
+    const char           *prefix;      /* before every tensor name ("" or
+                                          "language_model.")                      */
 } sq_arch;
 
 /* The table of an architecture (sq_model_config.arch); NULL when out of range. */
@@ -127,5 +166,13 @@ int sq_arch_items(const sq_model_config *c, int layer, sq_arch_item *out, int ca
 struct sq_weights;
 struct sq_wt;
 struct sq_wt *sq_arch_slot(struct sq_weights *w, const sq_arch_item *it);
+
+/* The factor of the embeddings: 1, or for Gemma sqrt(hidden_size) rounded to the checkpoint's
+ * dtype (c->dtype) as transformers makes it. */
+float sq_arch_embed_scale(const sq_model_config *c);
+
+/* The first feature of c the CUDA backend (runtime/cuda_backend.cu) does not implement, by
+ * name; NULL when it implements them all. */
+const char *sq_arch_cuda_unsupported(const sq_model_config *c);
 
 #endif

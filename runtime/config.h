@@ -1,19 +1,22 @@
-/* config.json of a Hugging Face Llama checkpoint <-> sq_model_config.
+/* config.json of a Hugging Face decoder checkpoint <-> sq_model_config (docs/runtime.md, "Model
+ * families").
  *
- * Accepted: "architectures" containing an architecture of runtime/arch.h (today
- * "LlamaForCausalLM") or, without "architectures", its "model_type" ("llama"); cfg->arch records
- * which. Required keys: hidden_size, intermediate_size, num_hidden_layers,
- * num_attention_heads, vocab_size. Optional keys take the defaults of transformers'
- * LlamaConfig: num_key_value_heads = num_attention_heads, rms_norm_eps = 1e-6,
- * rope_theta = 10000, max_position_embeddings = 2048, tie_word_embeddings = false,
- * hidden_act = "silu".
+ * Accepted: "architectures" containing an architecture of runtime/arch.h (Llama, Mistral, Qwen2,
+ * Qwen3, Gemma-2, Gemma-3, Gemma-3's ConditionalGeneration whose text_config is read) or,
+ * without "architectures", its "model_type"; cfg->arch records which. Required keys:
+ * hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size. Optional
+ * keys take the defaults of the family's transformers config class. RoPE: rope_theta +
+ * rope_scaling (transformers 4.x) or rope_parameters, flat or per layer type (5.x); types
+ * default, linear, dynamic, llama3, yarn (runtime/rope.h). The family's features (biases, q/k
+ * norms, Gemma's norms, activation, query_pre_attn_scalar, soft caps, sliding windows by
+ * layer_types or the family's rule) become fields of sq_model_config.
  *
- * Refused, each with a message naming the key: another architecture or model_type, a
- * hidden_act other than silu, rope_scaling other than null or {"rope_type": "default"}
- * (linear, dynamic, yarn, llama3, ... are refused: this runtime has only plain RoPE), attention_bias or mlp_bias true,
- * a head_dim other than hidden_size / num_attention_heads, num_attention_heads not a multiple
- * of num_key_value_heads, an odd head dimension (RoPE pairs), sizes out of range.
- * `dtype` is left empty: it describes the weights, which config.json does not decide. */
+ * Refused, each with a message naming the file and the key (SQ_EDATA, exit 65): another
+ * architecture (mixture-of-experts and hybrid recurrent ones named as such), quantization_config,
+ * an unknown RoPE type or one without its parameters, an activation other than the family's,
+ * an odd head dimension, layer_types of the wrong length or with another layer type,
+ * sliding_window 0, num_attention_heads not a multiple of num_key_value_heads, sizes out of
+ * range. `dtype` is left empty: it describes the weights, which config.json does not decide. */
 #ifndef SQ_RUNTIME_CONFIG_H
 #define SQ_RUNTIME_CONFIG_H
 
@@ -25,7 +28,6 @@
 /* Limits that keep every size product well inside 64 bits. */
 #define SQ_MODEL_MAX_DIM (1 << 16)        /* hidden_size, num_attention_heads * head_dim  */
 #define SQ_MODEL_MAX_HIDDEN (1 << 20)     /* intermediate_size                             */
-#define SQ_MODEL_MAX_LAYERS 4096
 #define SQ_MODEL_MAX_VOCAB (1 << 24)
 
 /* `file` only serves the messages: "config.json: rope_scaling: type \"linear\" is not ..." */

@@ -1,6 +1,10 @@
-/* The CPU backend: float32 Llama forward with tree attention over a KV cache; the weights
- * float32, bf16 or f16 (widened inside the products: docs/runtime.md, "16-bit weights on the
- * CPU").
+/* The CPU backend: the float32 forward (weights float32, bf16 or f16, widened inside the
+ * products: docs/runtime.md, "16-bit weights on the CPU") of every family of runtime/arch.h (Llama, Mistral,
+ * Qwen2/3, Gemma-2/3: docs/runtime.md, "Model families") with tree attention over a KV cache.
+ * The family's features are fields of the config: biases and q/k norms where their slots are
+ * set, Gemma's (1 + w) norms, post norms, GeGLU, embedding scale and soft caps, sliding windows
+ * by position (each slot's position is kept, gathered on commit), and the RoPE tables of
+ * runtime/rope.h (a second one for Gemma-3's sliding layers).
  *
  * The weight products go through runtime/cpu_matmul.h (a skinny kernel for few rows, OpenBLAS
  * through GSL's CBLAS interface for more; the build links OpenBLAS, not libgslcblas); the
@@ -30,6 +34,7 @@
 #include "runtime/cpu_pool.h"
 #include "runtime/kernels.h"
 #include "runtime/memory.h"
+#include "runtime/rope.h"
 
 /* OpenBLAS's thread control (cblas.h of OpenBLAS; not in GSL's header). blas_thread_shutdown_
  * stops the threads OpenBLAS started when it was loaded (weak: other builds may lack it). */
@@ -57,7 +62,9 @@ typedef struct cpu_state {
     float *scores;       // (threads, ATTN_TILE, ld_scores) attention scores, then weights
     float *qg;           // (threads, ATTN_TILE, head_dim)  queries of one KV head, packed
     float *og;           // (threads, ATTN_TILE, head_dim)  their attention outputs
-    float *inv_freq;     // (head_dim/2)
+    float *inv_freq;     // (2, head_dim/2) RoPE of full layers, then of sliding ones
+    float  attn_factor[2]; /* RoPE's attention factor of each (runtime/rope.h)           */
+    int32_t *slot_pos;   // (slots) the position of each slot's token (sliding windows)
     const sq_weights *w; /* the model's weights in the context's dtype (sq_model_weights_as) */
     float *logit_buf;    /* a batch's logits (b > 1) when this context leads it           */
     size_t logit_cap;    /* its size in floats                                         */
@@ -72,7 +79,8 @@ typedef struct cpu_rows {
     float *att;          // (R, q_dim)        attention output
     float *kb, *vb;      // (R, kv_dim)       new keys (after RoPE) and values
     float *hb, *hb2;     // (R, hidden_dim)
-    float *rc, *rs;      // (R, head_dim/2)   RoPE cos and sin
+    float *rc, *rs;      // (R, head_dim/2)   RoPE cos and sin (full layers)
+    float *rc2, *rs2;    // (R, head_dim/2)   the same for sliding layers (runtime/rope.h)
 } cpu_rows;
 
 static size_t row_floats(const sq_model_config *c)
@@ -80,7 +88,7 @@ static size_t row_floats(const sq_model_config *c)
     const size_t q_dim = (size_t)c->n_heads * c->head_dim;
     const size_t kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     return 2 * (size_t)c->dim + 2 * q_dim + 2 * kv_dim + 2 * (size_t)c->hidden_dim +
-           (size_t)c->head_dim;
+           2 * (size_t)c->head_dim;
 }
 
 static cpu_rows rows_at(float *buf, const sq_model_config *c, size_t R)
@@ -98,6 +106,8 @@ static cpu_rows rows_at(float *buf, const sq_model_config *c, size_t R)
     r.hb2 = r.hb + R * c->hidden_dim;
     r.rc = r.hb2 + R * c->hidden_dim;
     r.rs = r.rc + R * (c->head_dim / 2);
+    r.rc2 = r.rs + R * (c->head_dim / 2);
+    r.rs2 = r.rc2 + R * (c->head_dim / 2);
     return r;
 }
 
@@ -108,7 +118,8 @@ typedef struct cpu_sizes {
     size_t cache;        /* each of the key and value caches      */
     size_t rows;         /* rows_buf                              */
     size_t scores, qg;   /* scores; qg and og each                */
-    size_t inv_freq;
+    size_t inv_freq;     /* both RoPE tables                      */
+    size_t pos;          /* slot_pos (int32, counted as floats)   */
 } cpu_sizes;
 
 static int cpu_threads(int threads)
@@ -134,12 +145,14 @@ static int cpu_sizes_of(const sq_model_config *c, int max_context, int max_pendi
               __builtin_mul_overflow((size_t)max_pending, row_floats(c), &z->rows) ||
               __builtin_mul_overflow(tile_rows, (size_t)z->ld_scores, &z->scores);
     z->qg = tile_rows * (size_t)c->head_dim;
-    z->inv_freq = (size_t)c->head_dim / 2;
+    z->inv_freq = (size_t)c->head_dim;
+    z->pos = (size_t)z->slots;
     size_t total = 0;
     bad = bad || __builtin_add_overflow(z->cache, z->cache, &total) ||
           __builtin_add_overflow(total, z->rows, &total) ||
           __builtin_add_overflow(total, z->scores, &total) ||
-          __builtin_mul_overflow(total + 2 * z->qg + z->inv_freq, sizeof(float), &total);
+          __builtin_mul_overflow(total + 2 * z->qg + z->inv_freq + z->pos, sizeof(float),
+                                 &total);
     return bad ? -1 : 0;
 }
 
@@ -150,7 +163,7 @@ double sq_cpu_context_bytes(const sq_model_config *c, int max_context, int max_p
     if (cpu_sizes_of(c, max_context, max_pending, threads, &z) != 0)
         return HUGE_VAL;
     return ((double)z.cache * 2 + (double)z.rows + (double)z.scores + 2.0 * (double)z.qg +
-            (double)z.inv_freq) * sizeof(float);
+            (double)z.inv_freq + (double)z.pos) * sizeof(float);
 }
 
 double sq_cpu_batch_bytes(const sq_model_config *c, double rows)
@@ -171,6 +184,7 @@ static void cpu_free(sq_context *ctx)
     free(s->qg);
     free(s->og);
     free(s->inv_freq);
+    free(s->slot_pos);
     free(s->logit_buf);
     free(s);
     ctx->impl = NULL;
@@ -190,6 +204,9 @@ static int cpu_init(sq_context *ctx, sq_error *err)
 {
     const sq_model_config *c = &ctx->model->config;
     const sq_context_params *p = &ctx->params;
+    int rc = sq_rope_check_context(c, (long long)p->max_context + p->max_pending, err);
+    if (rc)
+        return rc;
     cpu_state *s = calloc(1, sizeof *s);
     if (!s)
         return sq_error_oom(err, "the CPU context");
@@ -207,6 +224,8 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     s->qg = alloc_floats(z.qg, &ok);
     s->og = alloc_floats(z.qg, &ok);
     s->inv_freq = alloc_floats(z.inv_freq, &ok);
+    s->slot_pos = ok ? calloc(z.pos ? z.pos : 1, sizeof(int32_t)) : NULL;
+    ok = ok && s->slot_pos;
     if (!ok) {
         size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
         size_t mib = (size_t)c->n_layers * (size_t)s->slots * kv_dim * 2 * sizeof(float) >> 20;
@@ -214,10 +233,11 @@ static int cpu_init(sq_context *ctx, sq_error *err)
         return sq_error_set(err, SQ_ESOFTWARE, "out of memory for a KV cache of %d slots "
                             "(about %zu MiB) and scratch", p->max_context + p->max_pending, mib);
     }
-    /* As transformers computes it: inv_freq[i] = 1 / theta^(2i / head_dim) in float32. */
-    for (int i = 0; i < c->head_dim / 2; i++)
-        s->inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
-    int rc = sq_model_weights_as(ctx->model, p->dtype, &s->w, err);
+    /* RoPE's tables as transformers computes them (runtime/rope.h): full layers, then sliding */
+    sq_rope_table(c, &c->rope, s->inv_freq, &s->attn_factor[0]);
+    sq_rope_table(c, c->rope_local.theta > 0 ? &c->rope_local : &c->rope,
+                  s->inv_freq + c->head_dim / 2, &s->attn_factor[1]);
+    rc = sq_model_weights_as(ctx->model, p->dtype, &s->w, err);
     if (rc) {
         cpu_free(ctx);
         return rc;
@@ -251,7 +271,9 @@ static void embed_row(float *out, sq_wt e, int32_t row, size_t dim)
     sq_cpu_widen(out, (const char *)e.p + (size_t)row * dim * es, e.dtype, dim);
 }
 
-static void rmsnorm(float *out, const float *x, const float *weight, int n, int dim, float eps)
+/* weight_offset: 0, or 1 for Gemma's (1 + w) norms. In place (out == x) is fine. */
+static void rmsnorm(float *out, const float *x, const float *weight, int n, int dim, float eps,
+                    float weight_offset)
 {
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * dim;
@@ -261,8 +283,18 @@ static void rmsnorm(float *out, const float *x, const float *weight, int n, int 
             ss += xi[k] * xi[k];
         float scale = sq_k_rms_scale(ss, dim, eps);
         for (int k = 0; k < dim; k++)
-            oi[k] = sq_k_rmsnorm(xi[k], scale, weight[k]);
+            oi[k] = sq_k_rmsnorm(xi[k], scale, weight_offset + weight[k]);
     }
+}
+
+/* out (n, d) += b, row by row; nothing when b is NULL (a bias the model does not have). */
+static void add_bias(float *out, const float *b, size_t n, size_t d)
+{
+    if (!b)
+        return;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < d; j++)
+            out[i * d + j] += b[j];
 }
 
 /* HF rotate_half convention: within each head, element k pairs with k + head_dim/2. */
@@ -365,6 +397,8 @@ typedef struct attn_job {
     const float           *q;       /* (n, q_dim) the sequence's queries               */
     float                 *att;     /* (n, q_dim) its attention output                 */
     int                    tiles;   /* row tiles per KV head */
+    const int32_t         *qpos;    /* (n) the queries' positions                      */
+    int                    window;  /* 0, or keys with qpos - kpos < window only       */
 } attn_job;
 
 static void attn_tile(const attn_job *jb, int g, int tile, float *scores, float *qg, float *og)
@@ -374,7 +408,9 @@ static void attn_tile(const attn_job *jb, int g, int tile, float *scores, float 
     const int hd = c->head_dim, kv_dim = c->n_kv_heads * hd, q_dim = c->n_heads * hd;
     const int group = c->n_heads / c->n_kv_heads;
     const int width = jb->P + jb->n, total = jb->C + width, rows_all = jb->n * group;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = 1.0f / sqrtf(c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar
+                                                                   : (float)hd);
+    const float cap = c->attn_softcap;
     const float *K = s->key_cache + (size_t)jb->layer * s->slots * kv_dim + (size_t)g * hd;
     const float *V = s->value_cache + (size_t)jb->layer * s->slots * kv_dim + (size_t)g * hd;
     const int row0 = tile * ATTN_TILE;
@@ -386,9 +422,20 @@ static void attn_tile(const attn_job *jb, int g, int tile, float *scores, float 
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, total, hd, scale, qg, hd, K,
                 kv_dim, 0.0f, scores, s->ld_scores);
-    for (int r = 0; r < rows; r++)
-        attn_softmax_row(scores + (size_t)r * s->ld_scores, total, jb->C,
-                         jb->mask + (size_t)((row0 + r) / group) * width);
+    for (int r = 0; r < rows; r++) {
+        float *row = scores + (size_t)r * s->ld_scores;
+        const int i = (row0 + r) / group;
+        if (cap > 0)
+            for (int t = 0; t < total; t++)
+                row[t] = sq_k_softcap(row[t], cap);
+        if (jb->window > 0) {   /* sliding window: positions, also inside a tree */
+            const int64_t qp = jb->qpos[i];
+            for (int t = 0; t < total; t++)
+                if (qp - (int64_t)s->slot_pos[t] >= jb->window)
+                    row[t] = -INFINITY;
+        }
+        attn_softmax_row(row, total, jb->C, jb->mask + (size_t)i * width);
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hd, total, 1.0f, scores,
                 s->ld_scores, V, kv_dim, 0.0f, og, hd);
     for (int r = 0; r < rows; r++) {
@@ -412,10 +459,11 @@ static void attn_worker(void *arg, int worker, int n_workers)
 }
 
 static void attention(const sq_model_config *c, cpu_state *s, int layer, int n, int C, int P,
-                      const uint8_t *mask, const float *q, float *att)
+                      const uint8_t *mask, const float *q, float *att, const int32_t *qpos)
 {
     const int group = c->n_heads / c->n_kv_heads, total = C + P + n;
-    attn_job jb = {c, s, layer, n, C, P, mask, q, att, (n * group + ATTN_TILE - 1) / ATTN_TILE};
+    attn_job jb = {c, s, layer, n, C, P, mask, q, att, (n * group + ATTN_TILE - 1) / ATTN_TILE,
+                   qpos, sq_model_layer_sliding(c, layer) ? c->sliding_window : 0};
     /* multiply-adds of the two products: small ones are not worth waking the pool */
     double work = 2.0 * n * c->n_heads * (double)total * c->head_dim;
     if (s->pool->n < 2 || work < ATTN_PARALLEL_MIN_WORK) {
@@ -467,27 +515,52 @@ static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
     }
     const cpu_rows r = rows_at(s0->rows_buf, c, R);
     const int n_all = (int)R;
+    const float nw = c->gemma ? 1.0f : 0.0f;      /* Gemma's norms: (1 + w) */
+    const float emb_scale = sq_arch_embed_scale(c);
+    const int two_ropes = c->rope_local.theta > 0;
 
     for (int k = 0, i0 = 0; k < b; k++) {
-        const cpu_state *sk = seqs[k].ctx->impl;
+        cpu_state *sk = seqs[k].ctx->impl;
+        const int first = seqs[k].ctx->n_committed + seqs[k].ctx->n_pending;
         for (int i = 0; i < seqs[k].n; i++, i0++) {
-            embed_row(r.x + (size_t)i0 * dim, w->t[SQ_M_EMBED], seqs[k].tokens[i], dim);
-            for (size_t j = 0; j < half; j++) {
-                float angle = (float)seqs[k].pos[i] * sk->inv_freq[j];
-                r.rc[(size_t)i0 * half + j] = cosf(angle);
-                r.rs[(size_t)i0 * half + j] = sinf(angle);
+            float *xi = r.x + (size_t)i0 * dim;
+            embed_row(xi, w->t[SQ_M_EMBED], seqs[k].tokens[i], dim);
+            if (emb_scale != 1.0f)
+                for (size_t j = 0; j < dim; j++)
+                    xi[j] *= emb_scale;
+            sk->slot_pos[first + i] = seqs[k].pos[i];
+            for (int set = 0; set < 1 + two_ropes; set++) {
+                const float *inv = sk->inv_freq + (size_t)set * half;
+                const float af = sk->attn_factor[set];
+                float *rc = (set ? r.rc2 : r.rc) + (size_t)i0 * half;
+                float *rs = (set ? r.rs2 : r.rs) + (size_t)i0 * half;
+                for (size_t j = 0; j < half; j++) {
+                    float angle = (float)seqs[k].pos[i] * inv[j];
+                    rc[j] = cosf(angle) * af;
+                    rs[j] = sinf(angle) * af;
+                }
             }
         }
     }
     for (int l = 0; l < c->n_layers; l++) {
         const sq_wt *lw = w->layers[l].t;
-        rmsnorm(r.xb, r.x, lw[SQ_L_ATTN_NORM].p, n_all, (int)dim, c->norm_eps);
+        rmsnorm(r.xb, r.x, lw[SQ_L_ATTN_NORM].p, n_all, (int)dim, c->norm_eps, nw);
         linear(s0, r.q, r.xb, lw[SQ_L_WQ], n_all, (int)dim, (int)q_dim, 0);
         linear(s0, r.kb, r.xb, lw[SQ_L_WK], n_all, (int)dim, (int)kv_dim, 0);
         linear(s0, r.vb, r.xb, lw[SQ_L_WV], n_all, (int)dim, (int)kv_dim, 0);
+        add_bias(r.q, lw[SQ_L_BQ].p, R, q_dim);
+        add_bias(r.kb, lw[SQ_L_BK].p, R, kv_dim);
+        add_bias(r.vb, lw[SQ_L_BV].p, R, kv_dim);
+        if (lw[SQ_L_Q_NORM].p) {   /* per-head RMSNorm of q and k, before RoPE */
+            rmsnorm(r.q, r.q, lw[SQ_L_Q_NORM].p, (int)R * c->n_heads, (int)hd, c->norm_eps, nw);
+            rmsnorm(r.kb, r.kb, lw[SQ_L_K_NORM].p, (int)R * c->n_kv_heads, (int)hd, c->norm_eps,
+                    nw);
+        }
+        const int local = two_ropes && sq_model_layer_sliding(c, l);
+        const float *rcl = local ? r.rc2 : r.rc, *rsl = local ? r.rs2 : r.rs;
         for (size_t i = 0; i < R; i++) {
-            rope(r.q + i * q_dim, c->n_heads, (int)hd, r.rc + i * half, r.rs + i * half);
-            rope(r.kb + i * kv_dim, c->n_kv_heads, (int)hd, r.rc + i * half, r.rs + i * half);
+            rope(r.q + i * q_dim, c->n_heads, (int)hd, rcl + i * half, rsl + i * half);
+            rope(r.kb + i * kv_dim, c->n_kv_heads, (int)hd, rcl + i * half, rsl + i * half);
         }
         for (int k = 0, i0 = 0; k < b; k++) {
             sq_context *ctx = seqs[k].ctx;
@@ -499,20 +572,45 @@ static int cpu_forward_batch(const sq_batch_seq *seqs, int b, sq_error *err)
             memcpy(sk->value_cache + first * kv_dim, r.vb + (size_t)i0 * kv_dim,
                    (size_t)n * kv_dim * sizeof(float));
             attention(c, sk, l, n, C, P, seqs[k].mask, r.q + (size_t)i0 * q_dim,
-                      r.att + (size_t)i0 * q_dim);
+                      r.att + (size_t)i0 * q_dim, seqs[k].pos);
             i0 += n;
         }
-        linear(s0, r.x, r.att, lw[SQ_L_WO], n_all, (int)q_dim, (int)dim, 1);
+        if (c->gemma) {   /* the attention's output is normed before the residual add */
+            linear(s0, r.xb, r.att, lw[SQ_L_WO], n_all, (int)q_dim, (int)dim, 0);
+            add_bias(r.xb, lw[SQ_L_BO].p, R, dim);
+            rmsnorm(r.xb, r.xb, lw[SQ_L_POST_ATTN_NORM].p, n_all, (int)dim, c->norm_eps, nw);
+            add_bias(r.x, r.xb, 1, R * dim);
+        } else {
+            linear(s0, r.x, r.att, lw[SQ_L_WO], n_all, (int)q_dim, (int)dim, 1);
+            add_bias(r.x, lw[SQ_L_BO].p, R, dim);
+        }
 
-        rmsnorm(r.xb, r.x, lw[SQ_L_FFN_NORM].p, n_all, (int)dim, c->norm_eps);
+        rmsnorm(r.xb, r.x, lw[SQ_L_FFN_NORM].p, n_all, (int)dim, c->norm_eps, nw);
         linear(s0, r.hb, r.xb, lw[SQ_L_GATE], n_all, (int)dim, (int)hid, 0);
         linear(s0, r.hb2, r.xb, lw[SQ_L_UP], n_all, (int)dim, (int)hid, 0);
-        for (size_t j = 0; j < R * hid; j++)
-            r.hb[j] = sq_k_silu_mul(r.hb[j], r.hb2[j]);
-        linear(s0, r.x, r.hb, lw[SQ_L_DOWN], n_all, (int)hid, (int)dim, 1);
+        add_bias(r.hb, lw[SQ_L_BGATE].p, R, hid);
+        add_bias(r.hb2, lw[SQ_L_BUP].p, R, hid);
+        if (c->act == SQ_ACT_GELU_TANH)
+            for (size_t j = 0; j < R * hid; j++)
+                r.hb[j] = sq_k_gelu_tanh_mul(r.hb[j], r.hb2[j]);
+        else
+            for (size_t j = 0; j < R * hid; j++)
+                r.hb[j] = sq_k_silu_mul(r.hb[j], r.hb2[j]);
+        if (c->gemma) {
+            linear(s0, r.xb, r.hb, lw[SQ_L_DOWN], n_all, (int)hid, (int)dim, 0);
+            add_bias(r.xb, lw[SQ_L_BDOWN].p, R, dim);
+            rmsnorm(r.xb, r.xb, lw[SQ_L_POST_FFN_NORM].p, n_all, (int)dim, c->norm_eps, nw);
+            add_bias(r.x, r.xb, 1, R * dim);
+        } else {
+            linear(s0, r.x, r.hb, lw[SQ_L_DOWN], n_all, (int)hid, (int)dim, 1);
+            add_bias(r.x, lw[SQ_L_BDOWN].p, R, dim);
+        }
     }
-    rmsnorm(r.xb, r.x, w->t[SQ_M_NORM].p, n_all, (int)dim, c->norm_eps);
+    rmsnorm(r.xb, r.x, w->t[SQ_M_NORM].p, n_all, (int)dim, c->norm_eps, nw);
     linear(s0, lg, r.xb, w->t[SQ_M_LM_HEAD], n_all, (int)dim, (int)V, 0);
+    if (c->final_softcap > 0)
+        for (size_t j = 0; j < R * V; j++)
+            lg[j] = sq_k_softcap(lg[j], c->final_softcap);
     if (b > 1)
         for (int k = 0, i0 = 0; k < b; k++) {
             memcpy(seqs[k].logits, lg + (size_t)i0 * V, (size_t)seqs[k].n * V * sizeof(float));
@@ -549,6 +647,10 @@ static int cpu_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error 
             memcpy(base + (size_t)C * kv_dim, tmp, (size_t)nkeep * row);
         }
     }
+    int32_t *ptmp = (int32_t *)tmp;   /* positions: the same gather (nkeep <= kv_dim rows) */
+    for (int k = 0; k < nkeep; k++)
+        ptmp[k] = s->slot_pos[C + keep[k]];
+    memcpy(s->slot_pos + C, ptmp, (size_t)nkeep * sizeof(int32_t));
     (void)err;
     return SQ_OK;
 }

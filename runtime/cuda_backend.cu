@@ -31,6 +31,7 @@
 
 extern "C" {
 #include "runtime/backend.h"
+#include "runtime/rope.h"
 }
 #include "runtime/kernels.h"
 
@@ -65,6 +66,7 @@ typedef struct at_seq {
     int       C, width, n;    /* committed slots, pending + new, new tokens                */
     int       row0, tile0;    /* its first row of the forward, its first query tile        */
     int       chunks_per_split;
+    const int32_t *kpos;      /* (slots) each slot's position (sliding windows), or NULL   */
 } at_seq;
 
 /* The activations of one forward, for up to `rows` token rows (all sequences of a batch
@@ -109,7 +111,10 @@ typedef struct cuda_state {
     size_t          block_bytes;    /* one layer block, padded                            */
     cuda_weights   *w;              /* shared weights (NULL until acquired)               */
     uint8_t        *d_blocks;       // offload: (2, block_bytes) device layer buffers
-    float          *d_inv_freq;     // (head_dim/2)
+    float          *d_inv_freq;     // (2, head_dim/2) RoPE of full layers, then sliding
+    float           rope_af[2];     /* RoPE's attention factors (runtime/rope.h)           */
+    int32_t        *d_slot_pos;     // (slots) positions of the slots (sliding windows)
+    int32_t        *h_slot_pos;     // (slots) their host copy
     uint16_t       *k_cache;        // (layer, slots, kv_dim)     16-bit, keys after RoPE
     uint16_t       *v_cache;        // (layer, slots, kv_dim)
     int             sms;            // streaming multiprocessors
@@ -141,19 +146,78 @@ __device__ __forceinline__ float warp_sum(float v)
 
 /* ---- kernels ------------------------------------------------------------------------------------ */
 
+/* y[i][off + k] += b[k] for rows i < n of stride ld (a projection's bias). Grid-stride. */
+__global__ void k_add_bias(float *y, size_t ld, size_t off, const float *b, int n, int d)
+{
+    const size_t total = (size_t)n * d;
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < total;
+         j += (size_t)gridDim.x * blockDim.x)
+        y[(j / d) * ld + off + j % d] += b[j % d];
+}
+
+/* In place: each row of hd floats (one head of q or k) RMS-normed and scaled by w (Qwen3's
+ * q_norm / k_norm, before RoPE). grid (rows), block 32 (one warp). */
+__global__ void k_head_norm(float *v, const float *w, int hd, float eps, float woff)
+{
+    float *vi = v + (size_t)blockIdx.x * hd;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < hd; k += 32)
+        ss += vi[k] * vi[k];
+    ss = warp_sum(ss);
+    const float scale = sq_k_rms_scale(ss, hd, eps);
+    for (int k = threadIdx.x; k < hd; k += 32)
+        vi[k] = sq_k_rmsnorm(vi[k], scale, woff + w[k]);
+}
+
+/* Gemma's post norms: x[i] += rmsnorm(t[i]) * (1 + w), float32. grid (n), block 256. */
+__global__ void k_norm_add(float *x, const float *t, const float *w, int dim, float eps,
+                           float woff)
+{
+    __shared__ float part[32];
+    const float *ti = t + (size_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        ss += ti[k] * ti[k];
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        v = warp_sum(v);
+        if (threadIdx.x == 0)
+            part[0] = v;
+    }
+    __syncthreads();
+    const float scale = sq_k_rms_scale(part[0], dim, eps);
+    float *xi = x + (size_t)blockIdx.x * dim;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        xi[k] += sq_k_rmsnorm(ti[k], scale, woff + w[k]);
+}
+
+/* v[i] = cap * tanh(v[i] / cap) (Gemma-2's final logits). Grid-stride. */
+__global__ void k_softcap(float *v, size_t n, float cap)
+{
+    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < n;
+         j += (size_t)gridDim.x * blockDim.x)
+        v[j] = sq_k_softcap(v[j], cap);
+}
+
 /* x[i] = embed[tokens[i]] in float32. grid (n), block 256. */
 template <int BF>
-__global__ void k_embed(float *x, const uint16_t *embed, const int32_t *tokens, int dim)
+__global__ void k_embed(float *x, const uint16_t *embed, const int32_t *tokens, int dim,
+                        float scale)
 {
     const uint16_t *row = embed + (size_t)tokens[blockIdx.x] * dim;
     float *o = x + (size_t)blockIdx.x * dim;
     for (int k = threadIdx.x; k < dim; k += blockDim.x)
-        o[k] = load16<BF>(row[k]);
+        o[k] = load16<BF>(row[k]) * scale;
 }
 
 /* out[i] = rmsnorm(x[i]) * w, to 16 bits. grid (n), block 256. */
 template <int BF>
-__global__ void k_rmsnorm(uint16_t *out, const float *x, const float *w, int dim, float eps)
+__global__ void k_rmsnorm(uint16_t *out, const float *x, const float *w, int dim, float eps,
+                          float woff)
 {
     __shared__ float part[32];
     const float *xi = x + (size_t)blockIdx.x * dim;
@@ -174,20 +238,20 @@ __global__ void k_rmsnorm(uint16_t *out, const float *x, const float *w, int dim
     const float scale = sq_k_rms_scale(part[0], dim, eps);
     uint16_t *oi = out + (size_t)blockIdx.x * dim;
     for (int k = threadIdx.x; k < dim; k += blockDim.x)
-        oi[k] = store16<BF>(sq_k_rmsnorm(xi[k], scale, w[k]));
+        oi[k] = store16<BF>(sq_k_rmsnorm(xi[k], scale, woff + w[k]));
 }
 
 /* Rotates rows v[i] (stride `stride` floats, n_heads heads) at positions pos[i].
  * grid (n, n_heads), block half = head_dim/2 (<= 128). */
 __global__ void k_rope(float *v, size_t stride, const int32_t *pos, const float *inv_freq,
-                       int head_dim)
+                       int head_dim, float af)
 {
     const int npair = head_dim / 2, k = threadIdx.x;
     if (k >= npair)
         return;
     float *a = v + (size_t)blockIdx.x * stride + (size_t)blockIdx.y * head_dim;
     float angle = (float)pos[blockIdx.x] * inv_freq[k];
-    sq_k_rope_rotate(&a[k], &a[k + npair], cosf(angle), sinf(angle));
+    sq_k_rope_rotate(&a[k], &a[k + npair], cosf(angle) * af, sinf(angle) * af);
 }
 
 /* ---- GEMV for a few rows ------------------------------------------------------------------------
@@ -285,7 +349,8 @@ template <int BF, int HDMAX>
 __global__ void __launch_bounds__(AT_THREADS, 2) k_attn_partial(float *part, const float *q_all,
                                const at_seq *seqs, const int32_t *tile_seq,
                                const uint8_t *mask_all, int layer, int tile_base, int n_heads,
-                               int n_kv_heads, int hd, int splits)
+                               int n_kv_heads, int hd, int splits, const int32_t *qpos_all,
+                               float scale, float cap, int window)
 {
     typedef at_shape<HDMAX> S;
     __shared__ uint32_t sk[AT_TK][S::WPAD];    /* a chunk's keys: pairs of 16-bit values  */
@@ -304,7 +369,6 @@ __global__ void __launch_bounds__(AT_THREADS, 2) k_attn_partial(float *part, con
     const int group = n_heads / n_kv_heads, rows = n * group;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int kv_dim = n_kv_heads * hd, total = C + width, words = hd / 2;
-    const float scale = 1.0f / sqrtf((float)hd);
 
     for (int x = threadIdx.x; x < S::TQ * hd; x += AT_THREADS) {
         int r = x / hd, e = x % hd, R = tile * S::TQ + r;
@@ -316,13 +380,14 @@ __global__ void __launch_bounds__(AT_THREADS, 2) k_attn_partial(float *part, con
         sq[r][e] = v;
     }
     float m[S::ROWS], l[S::ROWS], acc[S::ROWS][S::PER];
-    int tok[S::ROWS];
+    int tok[S::ROWS], qp[S::ROWS];
 #pragma unroll
     for (int r = 0; r < S::ROWS; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
         int R = tile * S::TQ + warp * S::ROWS + r;
         tok[r] = R < rows ? R / group : -1;
+        qp[r] = tok[r] >= 0 ? qpos_all[sd.row0 + tok[r]] : 0;
 #pragma unroll
         for (int k = 0; k < S::PER; k++)
             acc[r][k] = 0.0f;
@@ -365,9 +430,11 @@ __global__ void __launch_bounds__(AT_THREADS, 2) k_attn_partial(float *part, con
         float alpha[S::ROWS];
 #pragma unroll
         for (int r = 0; r < S::ROWS; r++) {
+            /* a sliding window counts positions (docs/runtime.md, "Model families") */
             const bool vis = tok[r] >= 0 && t < total &&
-                             (t < C || mask[(size_t)tok[r] * width + (t - C)]);
-            const float s1 = vis ? sc[r] : -INFINITY;
+                             (t < C || mask[(size_t)tok[r] * width + (t - C)]) &&
+                             (window == 0 || qp[r] - sd.kpos[t] < window);
+            const float s1 = vis ? (cap > 0.0f ? sq_k_softcap(sc[r], cap) : sc[r]) : -INFINITY;
             float mx = s1;
             for (int o = 16; o > 0; o >>= 1)
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -448,7 +515,7 @@ __global__ void k_attn_merge(uint16_t *out, const float *part, int n_heads, int 
 template <int BF>
 __global__ void k_kv_store(const at_seq *seqs, const int32_t *row_seq, int layer,
                            const float *kf_all, const float *vf_all, const int32_t *pos,
-                           const float *inv_freq, int kv_dim, int head_dim)
+                           const float *inv_freq, int kv_dim, int head_dim, float af)
 {
     const int npair = head_dim / 2, k = threadIdx.x;
     if (k >= npair)
@@ -462,7 +529,7 @@ __global__ void k_kv_store(const at_seq *seqs, const int32_t *row_seq, int layer
     const size_t o = (size_t)blockIdx.y * head_dim;
     float a = kf[o + k], b = kf[o + k + npair];
     float angle = (float)pos[row] * inv_freq[k];
-    sq_k_rope_rotate(&a, &b, cosf(angle), sinf(angle));
+    sq_k_rope_rotate(&a, &b, cosf(angle) * af, sinf(angle) * af);
     kdst[o + k] = store16<BF>(a);
     kdst[o + k + npair] = store16<BF>(b);
     vdst[o + k] = store16<BF>(vf[o + k]);
@@ -491,14 +558,15 @@ __global__ void k_fill_f32(float *dst, size_t n, float v)
 
 /* hb[i][k] = silu(gu[i][k]) * gu[i][hidden + k], to 16 bits. */
 template <int BF>
-__global__ void k_swiglu(uint16_t *hb, const float *gu, int n, int hidden)
+__global__ void k_swiglu(uint16_t *hb, const float *gu, int n, int hidden, int gelu)
 {
     size_t total = (size_t)n * hidden;
     for (size_t t = blockIdx.x * (size_t)blockDim.x + threadIdx.x; t < total;
          t += (size_t)gridDim.x * blockDim.x) {
         size_t i = t / hidden, k = t % hidden;
         const float *r = gu + i * 2 * hidden;
-        hb[t] = store16<BF>(sq_k_silu_mul(r[k], r[hidden + k]));
+        hb[t] = store16<BF>(gelu ? sq_k_gelu_tanh_mul(r[k], r[hidden + k])
+                                 : sq_k_silu_mul(r[k], r[hidden + k]));
     }
 }
 
@@ -976,7 +1044,9 @@ static void cuda_free(sq_context *ctx)
         cudaStreamSynchronize(s->copy_stream);
     weights_release(s);
     act_free(&s->a);
-    void *dev[] = {s->d_blocks, s->d_inv_freq, s->k_cache, s->v_cache, s->gather, s->d_keep};
+    void *dev[] = {s->d_blocks, s->d_inv_freq, s->k_cache, s->v_cache, s->gather, s->d_keep,
+                   s->d_slot_pos};
+    free(s->h_slot_pos);
     for (size_t k = 0; k < sizeof dev / sizeof dev[0]; k++)
         if (dev[k])
             cudaFree(dev[k]);
@@ -1010,6 +1080,16 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     if (c->head_dim > HEAD_DIM_MAX || c->head_dim % 2)
         return sq_error_set(err, SQ_EUSAGE, "CUDA backend: head_dim %d: must be even and at most "
                             "%d", c->head_dim, HEAD_DIM_MAX);
+    /* the families' features this backend does not compute yet (runtime/arch.h) are refused
+     * rather than computed wrong */
+    const char *missing = sq_arch_cuda_unsupported(c);
+    if (missing)
+        return sq_error_set(err, SQ_EUSAGE, "CUDA backend: %s of %s: not implemented on this "
+                            "backend yet (use --backend cpu)", missing,
+                            sq_arch_get(c->arch) ? sq_arch_get(c->arch)->name : "this model");
+    int rrc = sq_rope_check_context(c, (long long)p->max_context + p->max_pending, err);
+    if (rrc)
+        return rrc;
     if (sq_cuda_device_count_impl(err) < 1)
         return SQ_EUSAGE;   /* err says why: no driver, no device */
     s->device = 0;
@@ -1095,12 +1175,22 @@ static int cuda_init_impl(sq_context *ctx, cuda_state *s, sq_error *err)
     if (rc)
         return rc;
     const int npair = c->head_dim / 2;
-    float inv_freq[HEAD_DIM_MAX / 2];
-    for (int i = 0; i < npair; i++)
-        inv_freq[i] = sq_k_rope_inv_freq(i, c->head_dim, c->rope_theta);
-    DMALLOC(s->d_inv_freq, (size_t)npair * sizeof(float));
-    CUDA_CHECK(cudaMemcpy(s->d_inv_freq, inv_freq, (size_t)npair * sizeof(float),
+    float inv_freq[HEAD_DIM_MAX];   /* full layers' table, then sliding layers' (runtime/rope.h) */
+    sq_rope_table(c, &c->rope, inv_freq, &s->rope_af[0]);
+    sq_rope_table(c, c->rope_local.theta > 0 ? &c->rope_local : &c->rope, inv_freq + npair,
+                  &s->rope_af[1]);
+    DMALLOC(s->d_inv_freq, 2 * (size_t)npair * sizeof(float));
+    CUDA_CHECK(cudaMemcpy(s->d_inv_freq, inv_freq, 2 * (size_t)npair * sizeof(float),
                           cudaMemcpyHostToDevice));
+    int windows = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        windows |= sq_model_layer_sliding(c, l);
+    if (windows) {   /* each slot's position, for the sliding windows */
+        DMALLOC(s->d_slot_pos, (size_t)s->slots * sizeof(int32_t));
+        s->h_slot_pos = (int32_t *)calloc((size_t)s->slots, sizeof(int32_t));
+        if (!s->h_slot_pos)
+            return sq_error_oom(err, "the slot positions");
+    }
     /* Every upload above went through the legacy default stream, and a cudaMemcpy from
      * pageable memory may return before its data lands (the CUDA runtime API's "API
      * synchronization behavior"); the compute stream is non-blocking, so nothing orders the
@@ -1157,6 +1247,14 @@ static int gemv(cuda_state *s, float *out, const uint16_t *in, const uint16_t *w
     return SQ_OK;
 }
 
+/* y (n rows of stride ld, from column off) += b (d floats of a layer block), on the stream. */
+static void add_bias(cuda_state *s, float *y, size_t ld, size_t off, const void *b, int n, int d)
+{
+    const size_t total = (size_t)n * (size_t)d;
+    const int blocks = (int)((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
+    k_add_bias<<<blocks, 256, 0, s->stream>>>(y, ld, off, (const float *)b, n, d);
+}
+
 static int gemm(cuda_state *s, float *out, const uint16_t *in, const void *wt, int n, int d_in,
                 int d_out, float beta, sq_error *err)
 {
@@ -1196,7 +1294,10 @@ static int attention_t(cuda_state *s, const sq_model_config *c, int layer, int R
         const int nt = tiles - t0 < 65535 ? tiles - t0 : 65535;
         k_attn_partial<BF, HDMAX><<<dim3(c->n_kv_heads, nt, splits), AT_THREADS, 0, s->stream>>>(
             A->part, A->q, A->d_seqs, A->d_tile_seq, A->d_mask, layer, t0, c->n_heads,
-            c->n_kv_heads, c->head_dim, splits);
+            c->n_kv_heads, c->head_dim, splits, A->d_pos,
+            1.0f / sqrtf(c->query_pre_attn_scalar > 0 ? c->query_pre_attn_scalar
+                                                      : (float)c->head_dim),
+            c->attn_softcap, sq_model_layer_sliding(c, layer) ? c->sliding_window : 0);
         CUDA_CHECK_LAUNCH();
     }
     k_attn_merge<BF><<<dim3(R, c->n_heads), c->head_dim, 0, s->stream>>>(A->att, A->part,
@@ -1249,6 +1350,7 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
     const int dim = c->dim, hid = c->hidden_dim, hd = c->head_dim, V = c->vocab_size;
     const int q_dim = c->n_heads * hd, kv_dim = c->n_kv_heads * hd;
     cudaStream_t st = s->stream;
+    const float woff = c->gemma ? 1.0f : 0.0f;   /* Gemma's (1 + w) norms */
     int rc;
 
     size_t R = 0, maskb = 0, tiles = 0;
@@ -1277,7 +1379,13 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
         const cuda_state *sk = (const cuda_state *)ck->impl;
         const int n = seqs[k].n, width = ck->n_pending + n, nt = at_tiles(c, n);
         hs[k] = at_seq{sk->k_cache, sk->v_cache, (size_t)sk->slots * kv_dim, moff,
-                       ck->n_committed, width, n, row0, tile0, 1};
+                       ck->n_committed, width, n, row0, tile0, 1, sk->d_slot_pos};
+        if (sk->d_slot_pos) {   /* the new slots' positions, for the sliding windows */
+            const int first = ck->n_committed + ck->n_pending;
+            memcpy(sk->h_slot_pos + first, seqs[k].pos, (size_t)n * sizeof(int32_t));
+            CUDA_CHECK(cudaMemcpyAsync(sk->d_slot_pos + first, sk->h_slot_pos + first,
+                                       (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+        }
         for (int t = 0; t < nt; t++)
             h_tile[tile0 + t] = k;
         for (int i = 0; i < n; i++)
@@ -1322,7 +1430,7 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
     CUDA_CHECK(cudaMemcpyAsync(A->d_mask, h_mask, maskb, cudaMemcpyHostToDevice, st));
     const int n = (int)R;
     k_embed<BF><<<n, 256, 0, st>>>(A->x, (const uint16_t *)s->w->d_model[SQ_M_EMBED], A->d_tokens,
-                                   dim);
+                                   dim, sq_arch_embed_scale(c));
     CUDA_CHECK_LAUNCH();
     if (s->offload && (rc = prefetch(s, 0, err)))
         return rc;
@@ -1338,42 +1446,103 @@ static int forward_t(const sq_batch_seq *seqs, int b, sq_error *err)
             blk = s->w->d_blocks + (size_t)l * s->block_bytes;
         }
         k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[SQ_L_ATTN_NORM]),
-                                         dim, c->norm_eps);
+                                         dim, c->norm_eps, woff);
         CUDA_CHECK_LAUNCH();
         if ((rc = gemm(s, A->q, A->xb, blk + s->off[SQ_L_WQ], n, dim, q_dim, 0.0f, err)) ||
             (rc = gemm(s, A->kf, A->xb, blk + s->off[SQ_L_WK], n, dim, kv_dim, 0.0f, err)) ||
             (rc = gemm(s, A->vf, A->xb, blk + s->off[SQ_L_WV], n, dim, kv_dim, 0.0f, err)))
             return rc;
-        k_rope<<<dim3(n, c->n_heads), hd / 2, 0, st>>>(A->q, (size_t)q_dim, A->d_pos,
-                                                       s->d_inv_freq, hd);
+        if (c->attn_bias) {   /* q/k/v biases (Qwen2, attention_bias) */
+            add_bias(s, A->q, q_dim, 0, blk + s->off[SQ_L_BQ], n, q_dim);
+            add_bias(s, A->kf, kv_dim, 0, blk + s->off[SQ_L_BK], n, kv_dim);
+            add_bias(s, A->vf, kv_dim, 0, blk + s->off[SQ_L_BV], n, kv_dim);
+            CUDA_CHECK_LAUNCH();
+        }
+        if (c->qk_norm) {     /* per-head RMSNorm of q and k, before RoPE (Qwen3) */
+            k_head_norm<<<n * c->n_heads, 32, 0, st>>>(
+                A->q, (const float *)(blk + s->off[SQ_L_Q_NORM]), hd, c->norm_eps, woff);
+            CUDA_CHECK_LAUNCH();
+            k_head_norm<<<n * c->n_kv_heads, 32, 0, st>>>(
+                A->kf, (const float *)(blk + s->off[SQ_L_K_NORM]), hd, c->norm_eps, woff);
+            CUDA_CHECK_LAUNCH();
+        }
+        /* Gemma-3's sliding layers: their own RoPE table (runtime/rope.h) */
+        const int loc = c->rope_local.theta > 0 && sq_model_layer_sliding(c, l);
+        const float *inv = s->d_inv_freq + (loc ? hd / 2 : 0);
+        k_rope<<<dim3(n, c->n_heads), hd / 2, 0, st>>>(A->q, (size_t)q_dim, A->d_pos, inv, hd,
+                                                       s->rope_af[loc]);
         CUDA_CHECK_LAUNCH();
         k_kv_store<BF><<<dim3(n, c->n_kv_heads), hd / 2, 0, st>>>(A->d_seqs, A->d_row_seq, l,
-                                                                  A->kf, A->vf, A->d_pos,
-                                                                  s->d_inv_freq, kv_dim, hd);
+                                                                  A->kf, A->vf, A->d_pos, inv,
+                                                                  kv_dim, hd, s->rope_af[loc]);
         CUDA_CHECK_LAUNCH();
         if ((rc = attention<BF>(s, c, l, n, (int)tiles, splits, err)))
             return rc;
-        if ((rc = gemm(s, A->x, A->att, blk + s->off[SQ_L_WO], n, q_dim, dim, 1.0f, err)))
-            return rc;
+        if (c->gemma) {   /* the attention's output normed before the residual add; gu is
+                             free until the MLP (2 * hidden >= dim: sq_arch_cuda_unsupported) */
+            if ((rc = gemm(s, A->gu, A->att, blk + s->off[SQ_L_WO], n, q_dim, dim, 0.0f, err)))
+                return rc;
+            if (c->attn_out_bias)
+                add_bias(s, A->gu, dim, 0, blk + s->off[SQ_L_BO], n, dim);
+            k_norm_add<<<n, 256, 0, st>>>(A->x, A->gu,
+                                          (const float *)(blk + s->off[SQ_L_POST_ATTN_NORM]), dim,
+                                          c->norm_eps, woff);
+            CUDA_CHECK_LAUNCH();
+        } else {
+            if ((rc = gemm(s, A->x, A->att, blk + s->off[SQ_L_WO], n, q_dim, dim, 1.0f, err)))
+                return rc;
+            if (c->attn_out_bias) {
+                add_bias(s, A->x, dim, 0, blk + s->off[SQ_L_BO], n, dim);
+                CUDA_CHECK_LAUNCH();
+            }
+        }
 
         k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)(blk + s->off[SQ_L_FFN_NORM]),
-                                         dim, c->norm_eps);
+                                         dim, c->norm_eps, woff);
         CUDA_CHECK_LAUNCH();
         if ((rc = gemm(s, A->gu, A->xb, blk + s->off[SQ_L_GATE], n, dim, 2 * hid, 0.0f, err)))
             return rc;
+        if (c->mlp_bias) {   /* gate's and up's biases: the two halves of each gu row */
+            add_bias(s, A->gu, 2 * (size_t)hid, 0, blk + s->off[SQ_L_BGATE], n, hid);
+            add_bias(s, A->gu, 2 * (size_t)hid, (size_t)hid, blk + s->off[SQ_L_BUP], n, hid);
+            CUDA_CHECK_LAUNCH();
+        }
         int blocks = (int)(((size_t)n * hid + 255) / 256);
-        k_swiglu<BF><<<blocks < 65535 ? blocks : 65535, 256, 0, st>>>(A->hb, A->gu, n, hid);
+        k_swiglu<BF><<<blocks < 65535 ? blocks : 65535, 256, 0, st>>>(A->hb, A->gu, n, hid,
+                                                                      c->act == SQ_ACT_GELU_TANH);
         CUDA_CHECK_LAUNCH();
-        if ((rc = gemm(s, A->x, A->hb, blk + s->off[SQ_L_DOWN], n, hid, dim, 1.0f, err)))
-            return rc;
+        if (c->gemma) {
+            if ((rc = gemm(s, A->gu, A->hb, blk + s->off[SQ_L_DOWN], n, hid, dim, 0.0f, err)))
+                return rc;
+            if (c->mlp_bias)
+                add_bias(s, A->gu, dim, 0, blk + s->off[SQ_L_BDOWN], n, dim);
+            k_norm_add<<<n, 256, 0, st>>>(A->x, A->gu,
+                                          (const float *)(blk + s->off[SQ_L_POST_FFN_NORM]), dim,
+                                          c->norm_eps, woff);
+            CUDA_CHECK_LAUNCH();
+        } else {
+            if ((rc = gemm(s, A->x, A->hb, blk + s->off[SQ_L_DOWN], n, hid, dim, 1.0f, err)))
+                return rc;
+            if (c->mlp_bias) {
+                add_bias(s, A->x, dim, 0, blk + s->off[SQ_L_BDOWN], n, dim);
+                CUDA_CHECK_LAUNCH();
+            }
+        }
         if (s->offload)
             CUDA_CHECK(cudaEventRecord(s->consumed[l & 1], st));
     }
     k_rmsnorm<BF><<<n, 256, 0, st>>>(A->xb, A->x, (const float *)s->w->d_model[SQ_M_NORM], dim,
-                                     c->norm_eps);
+                                     c->norm_eps, woff);
     CUDA_CHECK_LAUNCH();
     if ((rc = gemm(s, A->logits, A->xb, s->w->d_model[SQ_M_LM_HEAD], n, dim, V, 0.0f, err)))
         return rc;
+    if (c->final_softcap > 0) {   /* Gemma-2 */
+        const size_t nl = (size_t)n * V;
+        const size_t blocks = (nl + 255) / 256;
+        k_softcap<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, st>>>(A->logits, nl,
+                                                                              c->final_softcap);
+        CUDA_CHECK_LAUNCH();
+    }
     /* logits: device -> pinned buffer in chunks (full copy bandwidth), each chunk copied on to
      * the sequences' arrays as soon as it has landed, while the next one is in flight */
     const size_t total = R * (size_t)V;
@@ -1440,6 +1609,17 @@ static int cuda_commit(sq_context *ctx, const int32_t *keep, int nkeep, sq_error
                                        (size_t)nkeep * kv_dim * sizeof(uint16_t),
                                        cudaMemcpyDeviceToDevice, st));
         }
+    }
+    if (s->d_slot_pos && nkeep > 0) {   /* the kept slots' positions, the same gather */
+        int32_t *tmp = (int32_t *)malloc((size_t)nkeep * sizeof(int32_t));
+        if (!tmp)
+            return sq_error_oom(err, "commit scratch");
+        for (int k = 0; k < nkeep; k++)
+            tmp[k] = s->h_slot_pos[C + keep[k]];
+        memcpy(s->h_slot_pos + C, tmp, (size_t)nkeep * sizeof(int32_t));
+        free(tmp);
+        CUDA_CHECK(cudaMemcpyAsync(s->d_slot_pos + C, s->h_slot_pos + C,
+                                   (size_t)nkeep * sizeof(int32_t), cudaMemcpyHostToDevice, st));
     }
     CUDA_CHECK(cudaStreamSynchronize(st));
     return SQ_OK;

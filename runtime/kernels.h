@@ -53,6 +53,27 @@ SQ_HD static inline float sq_k_silu_mul(float gate, float up)
     return gate / (1.0f + expf(-gate)) * up;
 }
 
+/* ---- GeGLU (Gemma): gelu_tanh(gate) * up, the tanh approximation of GELU
+ * (PyTorch's gelu(approximate="tanh"), transformers' gelu_pytorch_tanh) ------------------------ */
+
+SQ_HD static inline float sq_k_gelu_tanh(float x)
+{
+    const float k = 0.7978845608028654f;   /* sqrt(2 / pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+SQ_HD static inline float sq_k_gelu_tanh_mul(float gate, float up)
+{
+    return sq_k_gelu_tanh(gate) * up;
+}
+
+/* ---- soft cap (Gemma-2's attention scores and final logits): cap * tanh(x / cap) ------------ */
+
+SQ_HD static inline float sq_k_softcap(float x, float cap)
+{
+    return cap * tanhf(x / cap);
+}
+
 /* ---- attention softmax ------------------------------------------------------------------------ */
 
 /* Two-pass form: the unnormalised weight of a score against the row maximum (-inf: masked). */

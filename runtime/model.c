@@ -62,6 +62,18 @@ static int get_weight(sq_model *m, const sq_arch_item *it, sq_wt *out, const cha
     const sq_st_file *f = NULL;
     const sq_st_tensor *t = sq_st_set_find(m->st, name, &f);
     *out = (sq_wt){NULL, SQ_DTYPE_F32};
+    /* Gemma3ForConditionalGeneration as transformers >= 4.52 saves it: model.language_model.*
+     * and a top-level lm_head, where the hub's checkpoints have language_model.model.* */
+    static const char old_prefix[] = "language_model.model.";
+    char alt[200];
+    if (!t && strncmp(name, old_prefix, sizeof old_prefix - 1) == 0) {
+        snprintf(alt, sizeof alt, "model.language_model.%s", name + sizeof old_prefix - 1);
+        if ((t = sq_st_set_find(m->st, alt, &f)))
+            name = alt;
+    } else if (!t && strcmp(name, "language_model.lm_head.weight") == 0) {
+        if ((t = sq_st_set_find(m->st, "lm_head.weight", &f)))
+            name = "lm_head.weight";
+    }
     if (!t && it->t->optional)
         return SQ_OK;
     if (!t)

@@ -1,5 +1,6 @@
-/* Llama-architecture decoders for the reference runtime (docs/design.md §8; which tensors an
- * architecture has: runtime/arch.h).
+/* Decoders of the Llama, Mistral, Qwen2/3 and Gemma-2/3 families for the reference runtime
+ * (docs/design.md §8; which tensors an architecture has: runtime/arch.h; the families:
+ * docs/runtime.md).
  *
  * A model is loaded from a Hugging Face directory (config.json + model.safetensors, or shards
  * listed in model.safetensors.index.json), mapped read-only. A context holds one model's KV
@@ -24,13 +25,47 @@
 
 #include "libsequoia/base/error.h"
 
+/* RoPE types (runtime/rope.h). */
+typedef enum sq_rope_type {
+    SQ_ROPE_DEFAULT = 0,
+    SQ_ROPE_LINEAR,
+    SQ_ROPE_DYNAMIC,
+    SQ_ROPE_LLAMA3,
+    SQ_ROPE_YARN,
+} sq_rope_type;
+
+/* One set of RoPE parameters (config.json's rope_scaling / rope_parameters); zero is plain
+ * RoPE with the config's rope_theta. */
+typedef struct sq_rope_params {
+    int   type;              /* sq_rope_type                                        */
+    float theta;             /* 0: sq_model_config.rope_theta                       */
+    float factor;            /* linear, dynamic, llama3, yarn                       */
+    float low_freq_factor;   /* llama3                                              */
+    float high_freq_factor;  /* llama3                                              */
+    int   original_max_position; /* llama3, yarn (0: max_position)                 */
+    float beta_fast;         /* yarn (0: 32)                                        */
+    float beta_slow;         /* yarn (0: 1)                                         */
+    float attention_factor;  /* yarn: 0 derives it from mscale / the factor         */
+    float mscale;            /* yarn (0: absent)                                    */
+    float mscale_all_dim;    /* yarn (0: absent)                                    */
+    int   no_truncate;       /* yarn's "truncate": false                            */
+} sq_rope_params;
+
+/* Layers up to this count; per-layer flags are bits. */
+#define SQ_MODEL_MAX_LAYERS 4096
+
+/* Hidden activations of the MLP. */
+typedef enum sq_act { SQ_ACT_SILU = 0, SQ_ACT_GELU_TANH = 1 } sq_act;
+
+/* A decoder's shape and its family's features (runtime/config.c reads them from config.json;
+ * a config made by hand with the fields below zero is a plain Llama). */
 typedef struct sq_model_config {
     int   dim;              /* hidden_size                                   */
     int   hidden_dim;       /* intermediate_size                             */
     int   n_layers;         /* num_hidden_layers                             */
     int   n_heads;          /* num_attention_heads                           */
     int   n_kv_heads;       /* num_key_value_heads (GQA), = n_heads if absent */
-    int   head_dim;         /* dim / n_heads                                 */
+    int   head_dim;         /* head_dim, or dim / n_heads                    */
     int   vocab_size;
     int   max_position;     /* max_position_embeddings                       */
     float rope_theta;
@@ -39,7 +74,34 @@ typedef struct sq_model_config {
     char  dtype[8];         /* checkpoint dtype: "F32", "F16" or "BF16"      */
     int   arch;             /* sq_arch_id (runtime/arch.h): which tensors the
                                checkpoint holds; 0 is LlamaForCausalLM       */
+    /* ---- family features (issue 24; docs/runtime.md's table) ---- */
+    sq_rope_params rope;       /* RoPE of full-attention layers (all layers when
+                                  rope_local.theta is 0)                       */
+    sq_rope_params rope_local; /* Gemma-3's sliding layers: theta != 0        */
+    int   attn_bias;        /* q/k/v projections have biases (Qwen2; attention_bias) */
+    int   attn_out_bias;    /* o_proj has a bias (attention_bias of Llama,
+                               Qwen3, Gemma)                                  */
+    int   mlp_bias;         /* gate/up/down have biases (Llama's mlp_bias)   */
+    int   qk_norm;          /* per-head RMSNorm of q and k before RoPE
+                               (Qwen3, Gemma-3)                               */
+    int   gemma;            /* Gemma: (1 + w) RMSNorm, four norms per layer,
+                               embeddings scaled by sqrt(dim)                 */
+    int   act;              /* sq_act                                        */
+    float query_pre_attn_scalar; /* 0: head_dim; the scores are scaled by its
+                               inverse square root (Gemma)                    */
+    float attn_softcap;     /* 0: none; else tanh(s / cap) * cap (Gemma-2)   */
+    float final_softcap;    /* 0: none; the logits' cap (Gemma-2)            */
+    int   sliding_window;   /* 0: none; else keys within this many positions
+                               on the layers whose bit is set below           */
+    uint8_t layer_sliding[SQ_MODEL_MAX_LAYERS / 8];  /* bit l: layer l slides */
 } sq_model_config;
+
+/* Whether layer l uses the sliding window. */
+static inline int sq_model_layer_sliding(const sq_model_config *c, int l)
+{
+    return c->sliding_window > 0 && l >= 0 && l < SQ_MODEL_MAX_LAYERS &&
+           (c->layer_sliding[l >> 3] >> (l & 7) & 1);
+}
 
 typedef struct sq_model sq_model;
 

@@ -56,6 +56,12 @@ static void init_of(const sq_arch_item *it, const sq_model_config *c, float *sca
     case SQ_INIT_EMBED:
         *scale = 1.0f;
         break;
+    case SQ_INIT_NORM0:   /* Gemma's (1 + w): w = 0 */
+        *scale = 0.0f;
+        break;
+    case SQ_INIT_BIAS:
+        *scale = 0.05f;
+        break;
     case SQ_INIT_HEAD:
         *scale = 1.0f / (float)c->dim;
         break;

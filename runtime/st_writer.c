@@ -333,6 +333,12 @@ static int build_list(const sq_random_model_params *p, rtensor **out, int *n_out
         case SQ_INIT_EMBED:
             r->spread = 1.0f;
             break;
+        case SQ_INIT_NORM0:   /* Gemma's (1 + w) */
+            r->spread = 0.1f;
+            break;
+        case SQ_INIT_BIAS:
+            r->spread = 0.1f;
+            break;
         case SQ_INIT_HEAD:
             r->spread = logit;
             break;

@@ -1,4 +1,5 @@
-/* Writing safetensors files, and tiny random Llama checkpoints for tests and benchmarks.
+/* Writing safetensors files, and tiny random checkpoints of every family for tests and
+ * benchmarks.
  *
  * sq_st_writer streams a file whose header is known up front: declare every tensor (name,
  * dtype, shape) with sq_st_writer_add, call sq_st_writer_begin, then pass the values of the
@@ -18,9 +19,14 @@
  *     sq_st_writer_free(w);
  *
  * sq_model_write_random writes a Hugging Face directory (config.json + model.safetensors, or
- * shards + model.safetensors.index.json) holding a model of config.arch (LlamaForCausalLM) with
- * random weights that sq_model_load reads back: every tensor of the architecture's table
- * (runtime/arch.h), in its order. */
+ * shards + model.safetensors.index.json) holding a model of config.arch (any architecture of runtime/arch.h, with the family features
+ * the config sets: biases, q/k norms, Gemma, windows, RoPE scaling; config.json is
+ * sq_model_config_to_json's) with random weights that sq_model_load reads back: every tensor of
+ * the architecture's table (runtime/arch.h) that the config's features include, in its order.
+ * Deterministic: tensor t's values are center + spread * (2u - 1), u the successive splitmix64
+ * draws (top 53 bits / 2^53) from state seed ^ FNV-1a-64(t's full name); center 1 for plain
+ * norms, else 0; spread 0.1 for norms (Gemma's w of 1 + w too) and biases, 1 for the embedding,
+ * 1/sqrt(in_features) for matrices, logit_scale/sqrt(dim) for an untied LM head. */
 #ifndef SQ_RUNTIME_ST_WRITER_H
 #define SQ_RUNTIME_ST_WRITER_H
 
@@ -72,9 +78,8 @@ typedef struct sq_random_model_params {
  * untied, rope_theta 10000, eps 1e-5, max_position 512, seed 1, one file. */
 sq_random_model_params sq_random_model_default_params(void);
 
-/* Creates `dir` if needed (its parent must exist) and writes config.json and the weights.
- * Values: embeddings uniform in [-1, 1]; norm weights 1 + uniform [-0.1, 0.1]; projections
- * uniform in +-1/sqrt(in_features); lm_head as logit_scale says. Errors: SQ_EUSAGE (invalid
+/* Creates `dir` if needed (its parent must exist) and writes config.json and the weights
+ * (values as described above). Errors: SQ_EUSAGE (invalid
  * config), SQ_ECANTCREAT, SQ_EIO. */
 int sq_model_write_random(const char *dir, const sq_random_model_params *p, sq_error *err);
 
