@@ -138,7 +138,6 @@ int main(int argc, char **argv)
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
-    mp.use_mmap = false;
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) {
         fprintf(stderr, "llama_logits: %s: cannot load\n", argv[1]);

@@ -349,10 +349,19 @@ def _variants():
         "YaRN factor 4 over 32 positions: ramp between the corrections dims, attention factor "
         "0.1 ln 4 + 1")
     add("llama-yarn-v5", _v5(_llama_cfg(rope_scaling={
-        "attention_factor": 1.25, "beta_fast": 16.0, "beta_slow": 2.0, "factor": 3.0,
+        "beta_fast": 32.0, "beta_slow": 1.0, "factor": 3.0,
         "original_max_position_embeddings": 32, "rope_type": "yarn"},
         max_position_embeddings=96)), 106,
-        "YaRN in transformers 5's rope_parameters form with an explicit attention_factor")
+        "YaRN in transformers 5's rope_parameters form (rope_theta inside), factor 3")
+    add("llama-yarn-params", _llama_cfg(rope_scaling={
+        "attention_factor": 1.25, "beta_fast": 16.0, "beta_slow": 2.0, "factor": 3.0,
+        "original_max_position_embeddings": 32, "rope_type": "yarn"},
+        max_position_embeddings=96), 109,
+        "YaRN with beta_fast 16, beta_slow 2 and an explicit attention_factor 1.25",
+        llama_cpp=False,
+        why_not="llama.cpp's LLAMA architecture reads neither yarn_beta_fast/slow nor "
+        "yarn_attn_factor from the GGUF (it uses 32/1 and 0.1 ln(factor) + 1; measured: with "
+        "those values the numpy forward matches llama.cpp to 2e-6)")
     add("llama-bias-hd-tied", _llama_cfg(attention_bias=True, mlp_bias=True, head_dim=32,
                                          tie_word_embeddings=True), 107,
         "attention_bias + mlp_bias, head_dim 32 (heads*head_dim 128 != hidden 64), tied")
@@ -396,6 +405,28 @@ def _variants():
         llama_cpp=False,
         why_not="llama.cpp's converter writes no per-layer pattern for Gemma-3 (llama.cpp uses "
         "period 6) and its Gemma-3 attention scale ignores query_pre_attn_scalar")
+    # the language model inside a multimodal checkpoint: same weights (seed) as "gemma3", so the
+    # same logits; tensors under language_model.model.* as the Gemma-3 4B/12B/27B hub files
+    cg = {
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "boi_token_index": 255,
+        "eoi_token_index": 254,
+        "eos_token_id": [1, 106],
+        "image_token_index": 253,
+        "initializer_range": 0.02,
+        "mm_tokens_per_image": 4,
+        "model_type": "gemma3",
+        "text_config": {k: val for k, val in _gemma3_cfg().items()
+                        if k not in ("architectures", "torch_dtype", "transformers_version")},
+        "torch_dtype": "float32",
+        "transformers_version": "4.56.1",
+        "vision_config": {"hidden_size": 32, "image_size": 32, "intermediate_size": 64,
+                          "model_type": "siglip_vision_model", "num_attention_heads": 2,
+                          "num_hidden_layers": 1, "patch_size": 16, "vision_use_head": False},
+    }
+    add("gemma3-cg", cg, 601,
+        "Gemma3ForConditionalGeneration: the gemma3 weights as language_model.model.*, "
+        "config under text_config, no vision tensors; logits equal gemma3's")
     return v
 
 
@@ -413,6 +444,9 @@ def family(cfg):
 
 def tensor_list(cfg, seed):
     """(name, shape, values) of every tensor of the checkpoint, HF names."""
+    if "text_config" in cfg:
+        inner = dict(cfg["text_config"], architectures=["Gemma3ForCausalLM"])
+        return [("language_model." + n, sh, vals) for n, sh, vals in tensor_list(inner, seed)]
     arch = family(cfg)
     gemma = arch.startswith("Gemma")
     h = cfg["hidden_size"]

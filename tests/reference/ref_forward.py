@@ -185,6 +185,14 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
+def gelu_tanh_ggml_fp16(x):
+    """ggml's CPU GELU (GGML_GELU_FP16): the fp16 table entry of the fp16-rounded input; used
+    only to explain llama.cpp's Gemma differences (gen_reference.py), never as the reference."""
+    xh = x.astype(np.float16).astype(np.float64)
+    y = gelu_tanh(xh).astype(np.float16).astype(np.float64)
+    return np.where(x <= -10, 0.0, np.where(x >= 10, x, y))
+
+
 def silu(x):
     return x / (1 + np.exp(-x))
 
@@ -207,7 +215,7 @@ def layer_types(cfg):
     return ["full_attention"] * L
 
 
-def forward(cfg, w, tokens, stored_dtype=float):
+def forward(cfg, w, tokens, stored_dtype=float, gelu=None):
     arch = cfg["architectures"][0]
     gemma = arch.startswith("Gemma")
     g3 = arch.startswith("Gemma3")
@@ -277,7 +285,7 @@ def forward(cfg, w, tokens, stored_dtype=float):
             r = x
             m = rms(x, w[p + "pre_feedforward_layernorm.weight"], eps, True)
             m = lin(p + "mlp.down_proj",
-                    gelu_tanh(lin(p + "mlp.gate_proj", m)) * lin(p + "mlp.up_proj", m))
+                    (gelu or gelu_tanh)(lin(p + "mlp.gate_proj", m)) * lin(p + "mlp.up_proj", m))
             m = rms(m, w[p + "post_feedforward_layernorm.weight"], eps, True)
             x = r + m
         else:
