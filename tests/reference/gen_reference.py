@@ -150,6 +150,29 @@ def main():
                     alt = RF.forward(c2, w, toks)
                     eff[label] = round(float(np.max(np.abs(alt - ref))), 6)
                 de["feature_effect_max_abs"] = eff
+            wit = v.get("witness")
+            if exe and wit and dt == "f32":
+                # a partial outside witness for a variant llama.cpp cannot run as configured
+                gg = os.path.join(a.work, base + ".gguf")
+                subprocess.run([sys.executable, os.path.join(HERE, "convert_gguf.py"),
+                                a.llama_cpp, d, gg, dt], check=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                wf = os.path.join(a.work, base + ".witness.f32")
+                r = subprocess.run([exe, gg, tokfile, wf] + wit["args"], capture_output=True,
+                                   text=True)
+                if r.returncode != 0:
+                    sys.stderr.write(r.stderr)
+                    raise SystemExit("llama_logits failed on %s" % gg)
+                c2 = copy.deepcopy(cfg)
+                rp = c2.get("rope_parameters") or c2.get("rope_scaling")
+                for k in wit["numpy_rope_drop"]:
+                    rp.pop(k, None)
+                alt = RF.forward(c2, w, toks)
+                lc = np.fromfile(wf, dtype="<f4").astype(np.float64).reshape(ref.shape)
+                de["llamacpp_witness"] = {"how": wit["how"],
+                                          "max_abs": float(np.max(np.abs(lc - alt)))}
+                print("%-22s %-4s witness: max abs %.3g" % (v["name"], dt,
+                                                            de["llamacpp_witness"]["max_abs"]))
             if ent["llama_cpp"]:
                 gg = os.path.join(a.work, base + ".gguf")
                 subprocess.run([sys.executable, os.path.join(HERE, "convert_gguf.py"),

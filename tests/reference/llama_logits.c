@@ -5,14 +5,16 @@
  *     cc -std=c11 -O2 llama_logits.c -I SRC/include -I SRC/ggml/include \
  *        -L BUILD/bin -lllama -lggml -lggml-base -Wl,-rpath,BUILD/bin -o llama_logits
  *
- *     llama_logits MODEL.gguf TOKENS [OUT.f32]
+ *     llama_logits MODEL.gguf TOKENS [OUT.f32] [--yarn-beta-fast=V] [--yarn-beta-slow=V]
  *
  * TOKENS holds whitespace-separated token ids. The whole sequence is evaluated twice, on two
  * fresh contexts: once as one batch (positions 0..n-1, logits of every row) and once one token
  * per llama_decode call (the KV cache path, sliding-window caches included). The batch rows are
  * written to OUT.f32 as n x vocab little-endian float32 (or printed as text, one row per line,
  * without OUT); the largest difference between the two runs goes to stderr. The K/V caches are
- * F32 and flash attention is off, so an F32 model is computed in float32 throughout.
+ * F32 and flash attention is off, so an F32 model is computed in float32 throughout. The
+ * --yarn-beta-* options set llama_context_params' overrides (llama.cpp's LLAMA architecture does
+ * not read the GGUF's yarn betas; README.md, "Tolerances").
  * Exit status: 0 ok, 64 usage, 65 bad tokens, 66 no model, 70 llama.cpp failure. */
 #include <math.h>
 #include <stdio.h>
@@ -63,9 +65,15 @@ static int read_tokens(const char *path, llama_token **out, int *n)
     return 0;
 }
 
+static float beta_fast = -1.0f, beta_slow = -1.0f;   /* < 0: llama.cpp's own */
+
 static struct llama_context *new_ctx(struct llama_model *model, int n)
 {
     struct llama_context_params cp = llama_context_default_params();
+    if (beta_fast >= 0.0f)
+        cp.yarn_beta_fast = beta_fast;
+    if (beta_slow >= 0.0f)
+        cp.yarn_beta_slow = beta_slow;
     cp.n_ctx = (uint32_t)(n < 64 ? 64 : n);
     cp.n_batch = cp.n_ctx;
     cp.n_ubatch = cp.n_ctx;
@@ -124,8 +132,28 @@ static int run(struct llama_model *model, const llama_token *tok, int n, int ste
 
 int main(int argc, char **argv)
 {
+    while (argc > 3 && strncmp(argv[argc - 1], "--yarn-beta-", 12) == 0) {
+        const char *o = argv[argc - 1];
+        char *end = NULL;
+        const char *eq = strchr(o, '=');
+        float v = eq ? strtof(eq + 1, &end) : -1.0f;
+        if (!eq || end == eq + 1 || *end || v < 0.0f) {
+            fprintf(stderr, "llama_logits: %s: expected --yarn-beta-fast=V or --yarn-beta-slow=V\n", o);
+            return 64;
+        }
+        if (strncmp(o, "--yarn-beta-fast=", 17) == 0)
+            beta_fast = v;
+        else if (strncmp(o, "--yarn-beta-slow=", 17) == 0)
+            beta_slow = v;
+        else {
+            fprintf(stderr, "llama_logits: %s: unknown option\n", o);
+            return 64;
+        }
+        argc--;
+    }
     if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: llama_logits MODEL.gguf TOKENS [OUT.f32]\n");
+        fprintf(stderr, "usage: llama_logits MODEL.gguf TOKENS [OUT.f32] [--yarn-beta-fast=V] "
+                "[--yarn-beta-slow=V]\n");
         return 64;
     }
     llama_token *tok = NULL;

@@ -330,9 +330,9 @@ def _gemma3_cfg(**kw):
 def _variants():
     v = []
 
-    def add(name, cfg, seed, note, llama_cpp=True, why_not=None):
+    def add(name, cfg, seed, note, llama_cpp=True, why_not=None, witness=None):
         v.append({"name": name, "config": cfg, "seed": seed, "note": note,
-                  "llama_cpp": llama_cpp, "why_not": why_not})
+                  "llama_cpp": llama_cpp, "why_not": why_not, "witness": witness})
 
     add("llama-default", _llama_cfg(), 101, "Llama, rope_scaling null (transformers 4.x form)")
     add("llama-llama3", _llama_cfg(rope_theta=500000.0, rope_scaling={
@@ -361,7 +361,11 @@ def _variants():
         llama_cpp=False,
         why_not="llama.cpp's LLAMA architecture reads neither yarn_beta_fast/slow nor "
         "yarn_attn_factor from the GGUF (it uses 32/1 and 0.1 ln(factor) + 1; measured: with "
-        "those values the numpy forward matches llama.cpp to 2e-6)")
+        "those values the numpy forward matches llama.cpp to 2e-6)",
+        witness={"args": ["--yarn-beta-fast=16", "--yarn-beta-slow=2"],
+                 "numpy_rope_drop": ["attention_factor"],
+                 "how": "llama.cpp given beta 16/2 through llama_context_params vs the numpy "
+                 "forward without the explicit attention_factor (llama.cpp's 0.1 ln 3 + 1)"})
     add("llama-bias-hd-tied", _llama_cfg(attention_bias=True, mlp_bias=True, head_dim=32,
                                          tie_word_embeddings=True), 107,
         "attention_bias + mlp_bias, head_dim 32 (heads*head_dim 128 != hidden 64), tied")
