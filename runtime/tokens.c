@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <hdf5.h>
 
@@ -240,12 +241,17 @@ done:
 int sq_tokens_load(const char *path, sq_tokens **out, sq_error *err)
 {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(errno));
     unsigned char sig[8] = {0};
-    size_t got = fread(sig, 1, sizeof sig, fp);
-    fclose(fp);
+    size_t got = 0;
+    if (strcmp(path, "-") != 0) {
+        int fd;
+        int rc = sq_input_open(path, "a file", NULL, &fd, err);
+        if (rc)
+            return rc;
+        ssize_t r = read(fd, sig, sizeof sig);
+        got = r > 0 ? (size_t)r : 0;
+        close(fd);
+    }
     static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     sq_tokens *t = calloc(1, sizeof *t);
     if (!t)

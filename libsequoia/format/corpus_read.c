@@ -674,14 +674,9 @@ int sq_corpus_open(const char *path, sq_corpus **out, sq_error *err)
 {
     *out = NULL;
     sqc_h5_quiet();
-    FILE *probe = fopen(path, "rb");
-    if (!probe)
-        return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    int isdir = fstat(fileno(probe), &st) == 0 && S_ISDIR(st.st_mode);
-    fclose(probe);
-    if (isdir)
-        return sq_error_set(err, SQ_EDATA, "%s: is a directory, expected a corpus file", path);
+    int rc0 = sq_input_check(path, "a corpus file", err);
+    if (rc0)
+        return rc0;
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0) {
         H5Eclear2(H5E_DEFAULT);

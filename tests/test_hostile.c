@@ -1,0 +1,295 @@
+/* Suite 'hostile' (issue 27): crashes, hangs, data loss and silent wrong results found by
+ * trying the tools on hostile files and hosts. Each test is named in docs/robustness.md,
+ * "Hostile inputs and hosts", with what went wrong and what happens now.
+ *
+ * Tests never write to a real /dev path: FIFOs are made with mkfifo in a scratch folder. A
+ * tool that could hang runs under timeout(1), so that a regression fails instead of hanging. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "libsequoia/base/cli.h"
+#include "libsequoia/base/io.h"
+#include "runtime/st_writer.h"
+#include "tests/testutil.h"
+
+#define CURVE "{\"format\":\"sequoia-acceptance\",\"version\":1,\"curves\":[{\"name\":\"a\"," \
+              "\"p\":[0.6,0.2,0.1]}]}"
+#define PLAN "{\"format\":\"sequoia-plan\",\"version\":1,\"size\":4,\"depth\":3," \
+             "\"expected_tokens\":2,\"rank_semantics\":\"draft-topk\",\"nodes\":" \
+             "{\"parent\":[-1,0,0,1],\"rank\":[0,1,2,1],\"depth\":[0,1,1,2]}," \
+             "\"acceptance\":{\"name\":\"t\",\"p\":[0.5,0.25]}}"
+
+static const char *bin(const char *env)
+{
+    const char *b = getenv(env);
+    cr_assert_not_null(b, "%s is not set (run through meson test)", env);
+    return b;
+}
+
+static void put(const char *dir, const char *name, const char *text)
+{
+    char *p = tu_path(dir, name);
+    tu_write(p, text);
+    free(p);
+}
+
+/* argv (NULL-terminated) run under `timeout SECS`: 124 when it had to be stopped. */
+static int run_limited(int secs, const char *const *argv, char **out, char **err)
+{
+    const char *full[64];
+    char s[16];
+    snprintf(s, sizeof s, "%d", secs);
+    int n = 0;
+    full[n++] = "/usr/bin/timeout";
+    full[n++] = s;
+    for (int i = 0; argv[i] && n < 63; i++)
+        full[n++] = argv[i];
+    full[n] = NULL;
+    return tu_run((char *const *)full, out, err);
+}
+
+/* A small random model in dir/name. */
+static char *random_model(const char *dir, const char *name, uint64_t seed)
+{
+    char *p = tu_path(dir, name);
+    sq_random_model_params rp = sq_random_model_default_params();
+    rp.seed = seed;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_write_random(p, &rp, &err), 0, "%s", err.msg);
+    return p;
+}
+
+static char *fifo(const char *dir, const char *name)
+{
+    char *p = tu_path(dir, name);
+    cr_assert_eq(mkfifo(p, 0600), 0, "%s: %s", p, strerror(errno));
+    return p;
+}
+
+/* ---- C3: a FIFO as any input ------------------------------------------------------------- */
+
+Test(hostile, c3_fifo_inputs_are_refused_without_blocking, .timeout = 240)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "curve.json", CURVE);
+    put(dir, "plan.json", PLAN);
+    put(dir, "tokens.txt", "1 2 3 4 5 6 7 8\n");
+    char *model = random_model(dir, "model", 1);
+    char *ff = fifo(dir, "fifo");
+    /* model directories whose config.json or model.safetensors is a FIFO */
+    char *mcfg = random_model(dir, "m-cfg", 1), *mst = random_model(dir, "m-st", 1);
+    char *c = tu_path(mcfg, "config.json"), *s = tu_path(mst, "model.safetensors");
+    cr_assert_eq(unlink(c), 0);
+    cr_assert_eq(mkfifo(c, 0600), 0);
+    cr_assert_eq(unlink(s), 0);
+    cr_assert_eq(mkfifo(s, 0600), 0);
+    char *out = tu_path(dir, "out");
+    char *curve = tu_path(dir, "curve.json"), *plan = tu_path(dir, "plan.json");
+    char *tokens = tu_path(dir, "tokens.txt");
+    const char *P = bin("SQ_PLAN_BIN"), *A = bin("SQ_ACCEPT_BIN"), *F = bin("SQ_PROFILE_BIN"),
+               *R = bin("SQ_RUN_BIN");
+    struct {
+        const char *what;
+        const char *argv[24];
+    } cases[] = {
+        {"plan --acceptance", {P, "--acceptance", ff, "-o", out, NULL}},
+        {"plan --plan", {P, "--plan", ff, "--export", "dot", "-o", out, NULL}},
+        {"plan --target-profile", {P, "--acceptance", curve, "--target-profile", ff,
+                                   "--draft-ms", "1", "-o", out, NULL}},
+        {"accept corpus", {A, ff, "-q", "-o", out, NULL}},
+        {"profile --import", {F, "--import", ff, "-o", out, NULL}},
+        {"run --plan", {R, "--draft", model, "--target", model, "--plan", ff, "--prompt", tokens,
+                        "-q", "-o", out, NULL}},
+        {"run --prompt", {R, "--draft", model, "--target", model, "--plan", plan, "--prompt", ff,
+                          "-q", "-o", out, NULL}},
+        {"dump --tokens", {R, "dump", "--draft", model, "--target", model, "--tokens", ff, "-q",
+                           "-o", out, NULL}},
+        {"DIR/config.json", {R, "dump", "--draft", mcfg, "--target", model, "--tokens", tokens,
+                             "-q", "-o", out, NULL}},
+        {"DIR/model.safetensors", {R, "dump", "--draft", mst, "--target", model, "--tokens",
+                                   tokens, "-q", "-o", out, NULL}},
+        {"profile --model DIR/model.safetensors", {F, "--model", mst, "--tokens", "1", "--repeat",
+                                                   "1", "--no-refine", "-o", out, NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *e = NULL;
+        int rc = run_limited(20, cases[i].argv, NULL, &e);
+        cr_expect_neq(rc, 124, "%s: the tool blocked on the FIFO", cases[i].what);
+        cr_expect_eq(rc, 65, "%s: exit %d: %s", cases[i].what, rc, e);
+        cr_expect(e && strstr(e, "not a regular file (a FIFO)"), "%s: %s", cases[i].what, e);
+        cr_expect(!tu_exists(out), "%s: wrote an output", cases[i].what);
+        free(e);
+    }
+    tu_rmtree(dir);
+}
+
+/* '-' reads a JSON or text input from standard input, as '-' writes an output there. */
+Test(hostile, c3_dash_reads_an_input_from_standard_input, .timeout = 60)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "curve.json", CURVE);
+    char *curve = tu_path(dir, "curve.json"), *out = tu_path(dir, "plan.json");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s --acceptance - --budget 8 --depth 3 -o '%s' < '%s'",
+             bin("SQ_PLAN_BIN"), out, curve);
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    char *e = NULL;
+    int rc = run_limited(30, argv, NULL, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_assert(tu_exists(out));
+    free(e);
+    tu_rmtree(dir);
+}
+
+/* ---- C4: an output whose reader went away ------------------------------------------------ */
+
+/* A child that opens the FIFO for reading with a one-page pipe, reads one byte and exits. */
+static pid_t early_reader(const char *path)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        alarm(30);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0)
+            _exit(1);
+#ifdef F_SETPIPE_SZ
+        fcntl(fd, F_SETPIPE_SZ, 4096);
+#endif
+        char c;
+        ssize_t r = read(fd, &c, 1);
+        _exit(r == 1 ? 0 : 2);
+    }
+    return pid;
+}
+
+Test(hostile, c4_fifo_output_whose_reader_exits_is_exit_74, .timeout = 120)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "curve.json", CURVE);
+    char *curve = tu_path(dir, "curve.json"), *ff = fifo(dir, "fifo");
+    pid_t r = early_reader(ff);
+    /* a plan of 8000 nodes is about 250 KB of JSON, more than a pipe holds */
+    const char *argv[] = {bin("SQ_PLAN_BIN"), "--acceptance", curve, "--budget", "8000",
+                          "--depth", "12", "-o", ff, NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    int st;
+    waitpid(r, &st, 0);
+    cr_assert_eq(rc, 74, "exit %d (141 is death by SIGPIPE): %s", rc, e);
+    cr_assert(e && strstr(e, ff) && strstr(e, "Broken pipe"), "%s", e);
+    free(e);
+    /* standard output to a pipe closed early: the same */
+    char *sink = tu_path(dir, "sink");
+    const char *sh[] = {"/bin/bash", "-c",
+                        "set -o pipefail; \"$0\" --acceptance \"$1\" --budget 8000 --depth 12 "
+                        "-o - | head -c 1 > \"$2\"", bin("SQ_PLAN_BIN"), curve, sink, NULL};
+    rc = run_limited(60, sh, NULL, &e);
+    cr_assert_eq(rc, 74, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "standard output") && strstr(e, "Broken pipe"), "%s", e);
+    free(e);
+    tu_rmtree(dir);
+}
+
+/* ---- D1: a ladder's plans and its -o on one file ------------------------------------------ */
+
+static void batch_profile(const char *path, double fixed, double per_row)
+{
+    FILE *fp = fopen(path, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "{\"format\":\"sequoia-profile\",\"version\":2,\"points\":[");
+    int b[] = {1, 2, 4};
+    for (int i = 0; i < 3; i++)
+        for (int n = 1; n <= 16; n++)
+            fprintf(fp, "%s{\"batch\":%d,\"tokens\":%d,\"median_ms\":%.6f}", i || n > 1 ? "," : "",
+                    b[i], n, fixed + per_row * (b[i] * n > 8 ? b[i] * n - 8 : 0));
+    fprintf(fp, "]}\n");
+    cr_assert_eq(fclose(fp), 0);
+}
+
+Test(hostile, d1_ladder_output_inside_its_plans_folder_is_refused, .timeout = 60)
+{
+    char *dir = tu_tmpdir();
+    char *t = tu_path(dir, "t.json"), *o = tu_path(dir, "plan-b1.json");
+    batch_profile(t, 1.0, 0.05);
+    const char *argv[] = {bin("SQ_PLAN_BIN"), "--ladder", "--target-profile", t, "--draft-ms",
+                          "0.1", "-n", "16", "-d", "4", "-o", o, "--ladder-plans", dir, NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 64, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "-o") && strstr(e, "--ladder-plans") && strstr(e, "same file"),
+              "%s", e);
+    cr_assert(!tu_exists(o), "an output was written");
+    free(e);
+    /* a rung's plan over the target profile itself */
+    char *t1 = tu_path(dir, "plan-b2.json");
+    batch_profile(t1, 1.0, 0.05);
+    char *o2 = tu_path(dir, "ladder.json");
+    const char *argv2[] = {bin("SQ_PLAN_BIN"), "--ladder", "--target-profile", t1, "--draft-ms",
+                           "0.1", "-n", "16", "-d", "4", "-o", o2, "--ladder-plans", dir, NULL};
+    size_t before_len, after_len;
+    char *before = tu_read(t1, &before_len);
+    rc = run_limited(60, argv2, NULL, &e);
+    cr_assert_eq(rc, 64, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "--target-profile"), "%s", e);
+    char *after = tu_read(t1, &after_len);
+    cr_assert(before_len == after_len && memcmp(before, after, before_len) == 0,
+              "the input was overwritten");
+    cr_assert(!tu_exists(o2));
+    free(e);
+    tu_rmtree(dir);
+}
+
+/* The commit helper itself: two outputs on one file are refused, nothing is written. */
+Test(hostile, d1_commit_refuses_two_outputs_on_one_file)
+{
+    char *dir = tu_tmpdir();
+    char *a = tu_path(dir, "x.json");
+    char b[4096];
+    snprintf(b, sizeof b, "%s/./x.json", dir);
+    sq_out *outs[2];
+    sq_error err = {0};
+    cr_assert_eq(sq_out_open(&outs[0], a, &err), 0);
+    cr_assert_eq(sq_out_open(&outs[1], b, &err), 0);
+    fputs("one\n", sq_out_stream(outs[0]));
+    fputs("two\n", sq_out_stream(outs[1]));
+    cr_assert_eq(sq_cli_commit(outs, 2, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "same file"), "%s", err.msg);
+    cr_assert(!tu_exists(a));
+    cr_assert_eq(tu_count_entries(dir), 0, "a temporary file was left");
+    tu_rmtree(dir);
+}
+
+/* ---- D3: dump --resume into an existing folder ----------------------------------------------- */
+
+Test(hostile, d3_dump_resume_into_a_directory_is_refused_up_front, .timeout = 120)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "tokens.txt", "1 2 3 4 5 6 7 8 9 10\n");
+    char *model = random_model(dir, "model", 1), *tokens = tu_path(dir, "tokens.txt");
+    char *out = tu_path(dir, "existing");
+    cr_assert_eq(mkdir(out, 0755), 0);
+    const char *argv[] = {bin("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model,
+                          "--tokens", tokens, "--resume", "-q", "-o", out, NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 73, "exit %d: %s", rc, e);
+    /* refused before the work: the message of the up-front check, no dump summary */
+    cr_assert(e && strstr(e, "is a directory, expected a file path"), "%s", e);
+    cr_assert(!strstr(e, "positions"), "the dump ran first: %s", e);
+    char *partial = tu_path(dir, "existing.partial");
+    cr_assert(!tu_exists(partial));
+    free(e);
+    tu_rmtree(dir);
+}
