@@ -768,6 +768,18 @@ static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
         path[FIXED + i] = names[i];
     }
     int n_out = FIXED + (o->ladder_plans ? l->n : 0);
+    /* a rung's plan that is -o, another output or an input: refused before anything is written */
+    sq_path_use in[] = {{"--acceptance", o->acc_file}, {"--target-profile", o->target_profile},
+                        {"--draft-profile", o->draft_profile}};
+    sq_path_use outs[FIXED + SQ_LADDER_MAX_RUNGS] = {
+        {"-o", path[MAIN]}, {"--schedule", path[SCHEDULE]}, {"--envelopes", path[ENVELOPES]},
+        {"--svg", path[SVG]}};
+    for (int i = FIXED; i < n_out; i++)
+        outs[i] = (sq_path_use){"--ladder-plans", path[i]};
+    if ((rc = sq_paths_check(in, 3, outs, n_out, err))) {
+        sq_ladder_free(l);
+        return rc;
+    }
     sq_out *out[FIXED + SQ_LADDER_MAX_RUNGS] = {0};
     for (int i = 0; i < n_out && !rc; i++)
         if (path[i])

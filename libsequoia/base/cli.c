@@ -95,6 +95,14 @@ double sq_now_ms(void)
 int sq_cli_commit(sq_out **outs, int n, sq_error *err)
 {
     int rc = SQ_OK;
+    sq_path_use *uses = calloc(n > 0 ? (size_t)n : 1, sizeof *uses);
+    if (!uses)
+        rc = sq_error_oom(err, "the list of outputs");
+    for (int i = 0; !rc && i < n; i++)
+        uses[i] = (sq_path_use){"output", outs[i] ? sq_out_path(outs[i]) : NULL};
+    if (!rc)
+        rc = sq_paths_check(NULL, 0, uses, n, err);
+    free(uses);
     for (int i = 0; i < n && !rc; i++)
         if (outs[i])
             rc = sq_out_prepare(outs[i], err);

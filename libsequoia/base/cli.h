@@ -38,7 +38,9 @@ double sq_now_ms(void);
 /* Several atomic outputs committed together: every non-NULL outs[i] is first prepared (written
  * out and synced), and only when all are prepared are they renamed, in order; a failure aborts
  * every output not yet committed, so that a full disk leaves every destination as it was.
- * Sets every outs[i] to NULL. Returns the first error. */
+ * Two outputs that name the same file (sq_paths_check: "A and B: name the same file; one
+ * output would be lost", SQ_EUSAGE) are refused before anything is prepared, so that one never
+ * silently replaces the other. Sets every outs[i] to NULL. Returns the first error. */
 int sq_cli_commit(sq_out **outs, int n, sq_error *err);
 
 /* The exit path of a tool: closes standard output, and when that fails (a full disk under
