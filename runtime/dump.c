@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "libsequoia/base/progress.h"
 #include "libsequoia/base/sha256.h"
@@ -61,6 +62,12 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
     int64_t rows = 0, done_rows = 0;
     char *partial = NULL;
 
+    /* An output that can never be renamed into place is refused before the work, not after
+     * it (a --resume dump would otherwise lose its partial file at the rename). */
+    struct stat ost;
+    if (stat(o->out_file, &ost) == 0 && S_ISDIR(ost.st_mode))
+        return sq_error_set(err, SQ_ECANTCREAT, "%s: is a directory, expected a file path",
+                            o->out_file);
     if ((rc = sq_model_load(o->draft_dir, &draft, err)) ||
         (rc = sq_model_load(o->target_dir, &target, err)) ||
         (rc = sq_tokens_load(o->tokens_file, &toks, err)))
