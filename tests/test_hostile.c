@@ -293,3 +293,38 @@ Test(hostile, d3_dump_resume_into_a_directory_is_refused_up_front, .timeout = 12
     free(e);
     tu_rmtree(dir);
 }
+
+/* ---- D5: example scripts and their output folder ------------------------------------------- */
+
+Test(hostile, d5_example_scripts_write_where_the_caller_says_never_into_the_repository)
+{
+    const char *scripts[] = {"examples/ladder.sh", "examples/pipeline.sh", "examples/speedup.sh"};
+    char *root = tu_source_path("");
+    char *dir = tu_tmpdir();
+    for (int i = 0; i < 3; i++) {
+        char *script = tu_source_path(scripts[i]);
+        char cmd[8192];
+        /* a relative folder is the caller's */
+        snprintf(cmd, sizeof cmd, "cd '%s' && PRINT_OUT=1 '%s' rel", dir, script);
+        const char *a1[] = {"/bin/sh", "-c", cmd, NULL};
+        char *out = NULL, *e = NULL;
+        int rc = run_limited(30, a1, &out, &e);
+        cr_assert_eq(rc, 0, "%s: exit %d: %s", scripts[i], rc, e);
+        char want[4200];
+        snprintf(want, sizeof want, "%s/rel\n", dir);
+        cr_expect_str_eq(out, want, "%s", scripts[i]);
+        free(out);
+        free(e);
+        /* no argument: a fresh folder outside the repository */
+        snprintf(cmd, sizeof cmd, "cd '%s' && TMPDIR='%s' PRINT_OUT=1 '%s'", root, dir, script);
+        const char *a2[] = {"/bin/sh", "-c", cmd, NULL};
+        rc = run_limited(30, a2, &out, &e);
+        cr_assert_eq(rc, 0, "%s: exit %d: %s", scripts[i], rc, e);
+        cr_expect(out && strncmp(out, dir, strlen(dir)) == 0, "%s: default folder %s", scripts[i],
+                  out);
+        free(out);
+        free(e);
+        free(script);
+    }
+    tu_rmtree(dir);
+}
