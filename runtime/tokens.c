@@ -59,6 +59,18 @@ static int load_text(const char *path, sq_tokens *t, sq_error *err)
     int rc = sq_file_read(path, TEXT_MAX_BYTES, &data, &len, err);
     if (rc)
         return rc;
+    /* a NUL byte would end a token early and hide what follows it (issue 27 W11) */
+    const char *nul = memchr(data, '\0', len);
+    if (nul) {
+        long nl = 1;
+        for (const char *q = data; q < nul; q++)
+            nl += *q == '\n';
+        rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: NUL byte at byte offset %zu; a token "
+                          "file is text (whitespace-separated integers)", path, nl,
+                          (size_t)(nul - data));
+        free(data);
+        return rc;
+    }
     int64_t cap = 0, ocap = 0;
     t->offsets = malloc(16 * sizeof *t->offsets);
     if (!t->offsets) {

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -326,5 +327,120 @@ Test(hostile, d5_example_scripts_write_where_the_caller_says_never_into_the_repo
         free(e);
         free(script);
     }
+    tu_rmtree(dir);
+}
+
+/* ---- W5: NaN weights in the target ------------------------------------------------------ */
+
+/* Overwrites every value of the F32 tensor `name` in dir/model.safetensors with `v`. */
+static void poison_tensor(const char *dir, const char *name, float v)
+{
+    char *p = tu_path(dir, "model.safetensors");
+    size_t len;
+    unsigned char *b = (unsigned char *)tu_read(p, &len);
+    cr_assert(b && len > 8);
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--)
+        hl = (hl << 8) | b[i];
+    char *hdr = strndup((char *)b + 8, (size_t)hl);
+    char key[256];
+    snprintf(key, sizeof key, "\"%s\"", name);
+    char *at = strstr(hdr, key);
+    cr_assert_not_null(at, "%s not in the checkpoint", name);
+    char *offs = strstr(at, "\"data_offsets\"");
+    cr_assert_not_null(offs);
+    unsigned long long a = 0, e = 0;
+    cr_assert_eq(sscanf(strchr(offs, '[') + 1, "%llu , %llu", &a, &e), 2);
+    for (unsigned long long o = a; o + 4 <= e; o += 4)
+        memcpy(b + 8 + hl + o, &v, 4);
+    FILE *fp = fopen(p, "wb");
+    cr_assert_not_null(fp);
+    cr_assert_eq(fwrite(b, 1, len, fp), len);
+    cr_assert_eq(fclose(fp), 0);
+    free(hdr);
+    free(b);
+    free(p);
+}
+
+Test(hostile, w5_nan_weights_in_the_target_stop_every_mode_with_exit_65, .timeout = 240)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "plan.json", PLAN);
+    put(dir, "tokens.txt", "1 2 3 4 5 6 7 8\n");
+    char *draft = random_model(dir, "draft", 1), *target = random_model(dir, "target", 2);
+    poison_tensor(target, "model.norm.weight", NAN);
+    char *plan = tu_path(dir, "plan.json"), *tokens = tu_path(dir, "tokens.txt");
+    char *out = tu_path(dir, "out.txt");
+    const char *modes[] = {"greedy", "stochastic", "specinfer", "topk"};
+    for (int i = 0; i < 4; i++) {
+        const char *argv[] = {bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
+                              plan, "--prompt", tokens, "-n", "8", "--mode", modes[i], "-q",
+                              "-o", out, i == 0 ? "--validate" : NULL, NULL};
+        char *e = NULL;
+        int rc = run_limited(120, argv, NULL, &e);
+        cr_expect_eq(rc, 65, "--mode %s: exit %d: %s", modes[i], rc, e);
+        cr_expect(e && strstr(e, "NaN") && strstr(e, "not finite"), "--mode %s: %s", modes[i], e);
+        cr_expect(!tu_exists(out), "--mode %s wrote an output", modes[i]);
+        free(e);
+    }
+    tu_rmtree(dir);
+}
+
+/* ---- W6: prompt files with several sequences -------------------------------------------- */
+
+Test(hostile, w6_prompts_that_a_run_joins_or_leaves_out_are_reported, .timeout = 240)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "plan.json", PLAN);
+    put(dir, "three.txt", "1 2 3 4\n\n5 6 7 8\n\n9 10 11 12\n");
+    char *model = random_model(dir, "model", 1);
+    char *plan = tu_path(dir, "plan.json"), *tokens = tu_path(dir, "three.txt");
+    char *out = tu_path(dir, "out.txt");
+    const char *a1[] = {bin("SQ_RUN_BIN"), "--draft", model, "--target", model, "--plan", plan,
+                        "--prompt", tokens, "-n", "4", "--mode", "greedy", "--no-baseline", "-q",
+                        "-o", out, NULL};
+    char *e = NULL;
+    int rc = run_limited(120, a1, NULL, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "warning") && strstr(e, "3 sequences") &&
+              strstr(e, "one prompt") && strstr(e, "--batch 3"), "%s", e);
+    free(e);
+    const char *a2[] = {bin("SQ_RUN_BIN"), "--draft", model, "--target", model, "--plan", plan,
+                        "--prompt", tokens, "-n", "4", "--mode", "greedy", "--batch", "2",
+                        "--no-baseline", "-q", "-o", out, NULL};
+    rc = run_limited(120, a2, NULL, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "warning") && strstr(e, "leaves out the other 1"), "%s", e);
+    free(e);
+    /* every sequence used: no warning */
+    const char *a3[] = {bin("SQ_RUN_BIN"), "--draft", model, "--target", model, "--plan", plan,
+                        "--prompt", tokens, "-n", "4", "--mode", "greedy", "--batch", "3",
+                        "--no-baseline", "-q", "-o", out, NULL};
+    rc = run_limited(120, a3, NULL, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_assert(!e || !strstr(e, "warning"), "%s", e);
+    free(e);
+    tu_rmtree(dir);
+}
+
+/* ---- W11: a NUL byte in a token file ----------------------------------------------------- */
+
+Test(hostile, w11_nul_byte_in_a_token_file_is_an_error_naming_line_and_byte, .timeout = 60)
+{
+    char *dir = tu_tmpdir();
+    char *model = random_model(dir, "model", 1);
+    char *tokens = tu_path(dir, "nul.txt"), *out = tu_path(dir, "c.h5");
+    FILE *fp = fopen(tokens, "wb");
+    cr_assert_not_null(fp);
+    fwrite("1 2 3\n12\0" "3 4 5\n", 1, 15, fp);
+    cr_assert_eq(fclose(fp), 0);
+    const char *argv[] = {bin("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model,
+                          "--tokens", tokens, "-q", "-o", out, NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 65, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "nul.txt: line 2: NUL byte at byte offset 8"), "%s", e);
+    cr_assert(!tu_exists(out));
+    free(e);
     tu_rmtree(dir);
 }
