@@ -273,7 +273,11 @@ static int parse_options(int argc, char **argv, profile_opts *o)
             if (parse_list_of("--batch", SQ_PROFILE_MAX_BATCH, optarg, o->batches, &o->nbatches))
                 return SQ_EUSAGE;
             break;
-        case 'M': case 'P': case 'W': case 'R': case 't':
+        case 't':
+            if (sq_cli_threads(PROG, "--threads", optarg, &o->threads))
+                return SQ_EUSAGE;
+            break;
+        case 'M': case 'P': case 'W': case 'R':
             if (sq_cli_int(PROG, name, optarg, lo, INT_MAX, num))
                 return SQ_EUSAGE;
             o->prefix_given |= c == 'P';
@@ -491,7 +495,7 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
         rc = sq_context_new(model, &cp, &ctxs[k], err);
     if (rc)
         goto done;
-    int nthreads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = sq_cli_threads_used(o->threads);  /* what the CPU backend runs with */
     prof->device = o->kind == SQ_BACKEND_CPU ? cpu_name(nthreads)
                                              : strdup(sq_context_device_name(ctxs[0]));
     prof->backend = strdup(o->offload ? "cuda-offload" : o->backend);

@@ -23,6 +23,7 @@
 
 #include <gsl/gsl_cblas.h>
 
+#include "libsequoia/base/cli.h"
 #include "runtime/backend.h"
 #include "runtime/cpu_matmul.h"
 #include "runtime/cpu_pool.h"
@@ -40,7 +41,7 @@ int blas_thread_shutdown_(void) __attribute__((weak));
 /* Attention handles at most this many (token, query head) rows of one KV head at a time. */
 #define ATTN_TILE 64
 /* Most CPU threads: the pool (runtime/cpu_pool.h) and its per-worker scratch. */
-#define CPU_MAX_THREADS 256
+#define CPU_MAX_THREADS SQ_MAX_THREADS /* libsequoia/base/cli.h */
 
 typedef struct cpu_state {
     int    slots;        /* max_context + max_pending                                  */

@@ -144,7 +144,7 @@ static int parse_dump(int argc, char **argv)
             if (sq_cli_int(PROG, "--context", optarg, 2, INT_MAX, &o.context)) return SQ_EUSAGE;
             break;
         case OPT_THREADS:
-            if (sq_cli_int(PROG, "--threads", optarg, 0, INT_MAX, &o.threads)) return SQ_EUSAGE;
+            if (sq_cli_threads(PROG, "--threads", optarg, &o.threads)) return SQ_EUSAGE;
             break;
         case OPT_HALF: o.half = 1; break;
         case OPT_COMPRESSION:
@@ -275,7 +275,7 @@ static int parse_run(int argc, char **argv, run_cli *o)
                 return SQ_EUSAGE;
             break;
         case OPT_THREADS:
-            if (sq_cli_int(PROG, "--threads", optarg, 0, INT_MAX, &o->run.prm.threads))
+            if (sq_cli_threads(PROG, "--threads", optarg, &o->run.prm.threads))
                 return SQ_EUSAGE;
             break;
         case OPT_NO_BASELINE: o->run.baseline = 0; break;

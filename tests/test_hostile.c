@@ -444,3 +444,48 @@ Test(hostile, w11_nul_byte_in_a_token_file_is_an_error_naming_line_and_byte, .ti
     free(e);
     tu_rmtree(dir);
 }
+
+/* ---- W12: --threads past any sense --------------------------------------------------------- */
+
+Test(hostile, w12_threads_are_bounded_and_the_profile_records_those_used, .timeout = 120)
+{
+    char *dir = tu_tmpdir();
+    char *model = random_model(dir, "model", 1), *out = tu_path(dir, "p.json");
+    const char *argv[] = {bin("SQ_PROFILE_BIN"), "--model", model, "--tokens", "1", "--repeat",
+                          "2", "--warmup", "0", "--no-refine", "--threads", "9999", "-q", "-o",
+                          out, NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 64, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "--threads: 9999, must be between 0 and"), "%s", e);
+    cr_assert(!tu_exists(out));
+    free(e);
+    const char *run[] = {bin("SQ_RUN_BIN"), "dump", "--draft", model, "--target", model,
+                         "--tokens", "x", "--threads", "9999", "-o", out, NULL};
+    rc = run_limited(60, run, NULL, &e);
+    cr_assert_eq(rc, 64, "sequoia-run: exit %d: %s", rc, e);
+    free(e);
+    /* 0 (all cores) records the count it ran with */
+    argv[11] = "0";
+    rc = run_limited(60, argv, NULL, &e);
+    if (rc != 0 && e && strstr(e, "--force")) {
+        /* a noisy machine: a build that refuses unstable profiles takes --force */
+        free(e);
+        const char *forced[20];
+        int n = 0;
+        for (; argv[n]; n++)
+            forced[n] = argv[n];
+        forced[n++] = "--force";
+        forced[n] = NULL;
+        rc = run_limited(60, forced, NULL, &e);
+    }
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    char *text = tu_read(out, NULL);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char want[64];
+    snprintf(want, sizeof want, "\"threads\": %ld,", cores > 256 ? 256 : cores);
+    cr_assert(text && strstr(text, want), "%s not in %s", want, text);
+    free(text);
+    free(e);
+    tu_rmtree(dir);
+}
