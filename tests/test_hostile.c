@@ -489,3 +489,21 @@ Test(hostile, w12_threads_are_bounded_and_the_profile_records_those_used, .timeo
     free(e);
     tu_rmtree(dir);
 }
+
+/* ---- W9: two temperatures, one curve name ------------------------------------------------ */
+
+Test(hostile, w9_settings_that_would_share_a_curve_name_are_refused)
+{
+    char *dir = tu_tmpdir();
+    char *corpus = tu_path(dir, "c.h5"), *out = tu_path(dir, "acc.json");
+    put(dir, "c.h5", "");
+    const char *argv[] = {bin("SQ_ACCEPT_BIN"), corpus, "--mode", "stochastic", "-T",
+                          "0.6,0.6000000001", "-q", "-o", out, NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 64, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "\"stochastic@T0.6\""), "%s", e);
+    cr_assert(!tu_exists(out));
+    free(e);
+    tu_rmtree(dir);
+}
