@@ -1,6 +1,7 @@
 /* The corpus dump of sequoia-run: see dump.h. */
 #include "runtime/dump.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "libsequoia/format/corpus.h"
 #include "runtime/model.h"
 #include "runtime/prefill.h"
+#include "runtime/safetensors.h"
 #include "runtime/tokens.h"
 
 sq_dump_opts sq_dump_default_opts(void)
@@ -29,25 +31,64 @@ static void dump_on_signal(int sig)
     dump_stop_signal = sig;
 }
 
+/* The identity of a model's weights (issue 27 W2), hashed into h: per checkpoint file its
+ * size, its modification time and SHA-256 of its first and last MiB. A checkpoint replaced or
+ * rewritten in place changes it. The whole file is not hashed: at about 500 MB/s (SHA-NI, an
+ * AMD EPYC) a 14 GB checkpoint would cost half a minute at every resume. */
+static int weights_identity(const char *dir, sq_sha256 *h, sq_error *err)
+{
+    sq_st_set *set;
+    int rc = sq_st_set_open(dir, &set, err);
+    if (rc)
+        return rc;
+    const uint64_t MIB = 1u << 20;
+    for (int i = 0; i < set->n_files; i++) {
+        const sq_st_file *f = set->files[i];
+        struct stat st;
+        if (stat(f->path, &st) != 0) {
+            rc = sq_error_set(err, SQ_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
+            break;
+        }
+        long long id[3] = {(long long)f->file_size, (long long)st.st_mtim.tv_sec,
+                           (long long)st.st_mtim.tv_nsec};
+        sq_sha256_update(h, id, sizeof id);
+        uint64_t head = f->file_size < MIB ? f->file_size : MIB;
+        sq_sha256_update(h, f->map, (size_t)head);
+        sq_sha256_update(h, (const unsigned char *)f->map + (f->file_size - head), (size_t)head);
+    }
+    sq_st_set_free(set);
+    return rc;
+}
+
 /* What a partial dump must have been started with to be resumed: the token ids, the models'
- * directories and shapes, and every option that changes the rows. */
-static void dump_fingerprint(const sq_dump_opts *o, const sq_tokens *toks, int V, int ctxlen,
-                             char *out, size_t cap)
+ * directories, weights (weights_identity) and shapes, and every option that changes the
+ * rows. */
+static int dump_fingerprint(const sq_dump_opts *o, const sq_tokens *toks, int V, int ctxlen,
+                            char *out, size_t cap, sq_error *err)
 {
     sq_sha256 h;
     uint8_t dg[SQ_SHA256_BYTES];
-    char hex[SQ_SHA256_HEX];
+    char hex[SQ_SHA256_HEX], whex[SQ_SHA256_HEX];
     sq_sha256_init(&h);
     sq_sha256_update(&h, toks->ids, (size_t)toks->n * sizeof *toks->ids);
     sq_sha256_update(&h, toks->offsets, (size_t)(toks->sequences + 1) * sizeof *toks->offsets);
     sq_sha256_final(&h, dg);
     sq_sha256_hex(dg, hex);
-    int n = snprintf(out, cap, "tokens sha256 %s; draft %.1000s; target %.1000s; V %d; top-k %d; "
-                     "half %d; context %d", hex, o->draft_dir, o->target_dir, V, o->topk, o->half,
-                     ctxlen);
+    sq_sha256_init(&h);
+    int rc = weights_identity(o->draft_dir, &h, err);
+    if (!rc)
+        rc = weights_identity(o->target_dir, &h, err);
+    if (rc)
+        return rc;
+    sq_sha256_final(&h, dg);
+    sq_sha256_hex(dg, whex);
+    int n = snprintf(out, cap, "tokens sha256 %s; draft %.1000s; target %.1000s; weights %s; "
+                     "V %d; top-k %d; half %d; context %d", hex, o->draft_dir, o->target_dir,
+                     whex, V, o->topk, o->half, ctxlen);
     /* the default level adds nothing, so that partial files of earlier versions still resume */
     if (o->compression != 1 && n > 0 && (size_t)n < cap)
         snprintf(out + n, cap - (size_t)n, "; compression %d", o->compression);
+    return SQ_OK;
 }
 
 int sq_dump(const sq_dump_opts *o, sq_error *err)
@@ -121,7 +162,8 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
             goto done;
         }
         snprintf(partial, n, "%s.partial", o->out_file);
-        dump_fingerprint(o, toks, V, ctxlen, fp, sizeof fp);
+        if ((rc = dump_fingerprint(o, toks, V, ctxlen, fp, sizeof fp, err)))
+            goto done;
         if ((rc = sq_corpus_writer_open_resumable(o->out_file, partial, &wp, fp, &done_rows, &w,
                                                   err)))
             goto done;

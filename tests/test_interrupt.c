@@ -490,3 +490,28 @@ Test(interrupt, resume_refuses_a_partial_dump_of_other_inputs)
     free(se);
     tu_rmtree(dir);
 }
+
+/* issue 27 W2: a checkpoint replaced in place (same directory, same file name) is another model:
+ * resuming would join two models in one corpus. */
+Test(interrupt, resume_refuses_a_partial_dump_whose_weights_were_replaced, .timeout = 240)
+{
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "c.h5"), *partial = tu_path(dir, "c.h5.partial");
+    char *toks = tu_path(dir, "t.txt");
+    char *draft = write_model(dir, "draft", 2, 0, 97), *target = write_model(dir, "target", 1, 0, 97);
+    char *other = write_model(dir, "other", 3, 0, 97);
+    write_tokens(toks, 40, 700, 97);
+    char *argv[] = {(char *)bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                    "--tokens", toks, "-o", out, "--threads", "1", "--resume", NULL};
+    kill_file = partial;
+    int saw, st = run_and_kill(argv, dir, AT_FILE, 150, SIGTERM, &saw);
+    cr_assert(WIFSIGNALED(st), "status 0x%x", st);
+    cr_assert(tu_exists(partial));
+    char *from = tu_path(other, "model.safetensors"), *to = tu_path(target, "model.safetensors");
+    cr_assert_eq(rename(from, to), 0, "%s", strerror(errno));
+    char *se = NULL;
+    cr_assert_eq(tu_run(argv, NULL, &se), 65, "%s", se);
+    cr_assert(strstr(se, "c.h5.partial") && strstr(se, "other inputs"), "%s", se);
+    cr_assert(!tu_exists(out));
+    free(se);
+    tu_rmtree(dir);
+}
