@@ -2,11 +2,14 @@
 #include "runtime/dump.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "libsequoia/base/progress.h"
 #include "libsequoia/base/sha256.h"
@@ -91,8 +94,61 @@ static int dump_fingerprint(const sq_dump_opts *o, const sq_tokens *toks, int V,
     return SQ_OK;
 }
 
+/* --resume: one process at a time writes OUT.partial (issue 27 D4). The lock is flock(2) on
+ * OUT.partial.lock, which holds the owner's pid; the kernel drops it when the owner dies, so a
+ * lock file left by a killed process never blocks. Errors: SQ_ECANTCREAT. */
+static int partial_lock(const char *partial, char **lockp, int *fdp, sq_error *err)
+{
+    size_t n = strlen(partial) + sizeof ".lock";
+    char *lp = malloc(n);
+    if (!lp)
+        return sq_error_oom(err, "lock path");
+    snprintf(lp, n, "%s.lock", partial);
+    int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        int rc = sq_error_set(err, SQ_ECANTCREAT, "%s: cannot create the lock file: %s", lp,
+                              strerror(errno));
+        free(lp);
+        return rc;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char buf[32] = "";
+        ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+        buf[r > 0 ? r : 0] = '\0';
+        long pid = strtol(buf, NULL, 10);
+        close(fd);
+        free(lp);
+        if (e == EWOULDBLOCK && pid > 0)
+            return sq_error_set(err, SQ_ECANTCREAT, "%s: locked by another process (pid %ld) "
+                                "that is writing it; wait for it to end, or stop it and resume",
+                                partial, pid);
+        return sq_error_set(err, SQ_ECANTCREAT, "%s: locked by another process (%s)", partial,
+                            strerror(e));
+    }
+    char buf[32];
+    int len = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)len, 0) != len) {
+        /* the pid is for the message only: the lock holds without it */
+    }
+    *lockp = lp;
+    *fdp = fd;
+    return SQ_OK;
+}
+
+static void partial_unlock(char *lockp, int fd)
+{
+    if (fd >= 0) {
+        unlink(lockp);  /* while still holding the lock */
+        close(fd);
+    }
+    free(lockp);
+}
+
 int sq_dump(const sq_dump_opts *o, sq_error *err)
 {
+    char *lockp = NULL;
+    int lockfd = -1;
     int rc;
     sq_model *draft = NULL, *target = NULL;
     sq_tokens *toks = NULL;
@@ -162,6 +218,8 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
             goto done;
         }
         snprintf(partial, n, "%s.partial", o->out_file);
+        if ((rc = partial_lock(partial, &lockp, &lockfd, err)))
+            goto done;
         if ((rc = dump_fingerprint(o, toks, V, ctxlen, fp, sizeof fp, err)))
             goto done;
         if ((rc = sq_corpus_writer_open_resumable(o->out_file, partial, &wp, fp, &done_rows, &w,
@@ -237,6 +295,9 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
                     sq_progress_end(&pg);
                     fprintf(stderr, "%s: %s: interrupted after %lld positions; run the same "
                             "command with --resume to go on\n", o->prog, partial, (long long)rows);
+                    partial_unlock(lockp, lockfd);
+                    lockp = NULL;
+                    lockfd = -1;
                     signal(sig, SIG_DFL);
                     raise(sig);
                     rc = SQ_EFAIL;  /* not reached unless the signal is blocked */
@@ -261,6 +322,7 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
                 o->topk ? " (top-k logits)" : "");
 done:
     sq_corpus_writer_abort(w);
+    partial_unlock(lockp, lockfd);
     free(tl);
     free(dl);
     free(next);

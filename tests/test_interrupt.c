@@ -515,3 +515,38 @@ Test(interrupt, resume_refuses_a_partial_dump_whose_weights_were_replaced, .time
     free(se);
     tu_rmtree(dir);
 }
+
+/* issue 27 D4: a second --resume while a live process writes the partial file is told so, and
+ * leaves that file alone. */
+Test(interrupt, resume_of_a_partial_dump_that_a_live_process_writes_is_refused, .timeout = 240)
+{
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "c.h5"), *partial = tu_path(dir, "c.h5.partial");
+    char *toks = tu_path(dir, "t.txt");
+    char *draft = write_model(dir, "draft", 2, 0, 97), *target = write_model(dir, "target", 1, 0, 97);
+    write_tokens(toks, 400, 700, 97);
+    char *argv[] = {(char *)bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                    "--tokens", toks, "-o", out, "--threads", "1", "--resume", "-q", NULL};
+    snprintf(stderr_file, sizeof stderr_file, "%s/tool-stderr.txt", dir);
+    pid_t pid = spawn(argv);
+    double t0 = now_ms();
+    while (!tu_exists(partial) && now_ms() - t0 < 60000)
+        usleep(1000);
+    cr_assert(tu_exists(partial), "no partial file after 60 s");
+    char *se = NULL;
+    int rc = tu_run(argv, NULL, &se);
+    int alive = waitpid(pid, NULL, WNOHANG) == 0;
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(alive, "the first dump ended before the second one ran");
+    cr_assert_eq(rc, 73, "%s", se);
+    char want[64];
+    snprintf(want, sizeof want, "locked by another process (pid %d)", (int)pid);
+    cr_assert(strstr(se, "c.h5.partial") && strstr(se, want), "%s", se);
+    cr_assert(!strstr(se, "delete it"), "%s", se);
+    free(se);
+    /* the first one checkpointed on SIGTERM: its partial file resumes */
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status 0x%x", st);
+    cr_assert(tu_exists(partial));
+    tu_rmtree(dir);
+}
