@@ -50,8 +50,18 @@ hid_t sqc_h5_fapl_new(void)
 
 static herr_t walk_innermost(unsigned n, const H5E_error2_t *e, void *data)
 {
-    if (n == 0 && e->desc && *e->desc)
-        snprintf((char *)data, 256, "%s", e->desc);
+    if (n == 0 && e->desc && *e->desc) {
+        /* HDF5's system-call messages ("file write failed: time = ..., file descriptor = 4,
+         * errno = 27, ..., buf = 0x...") say in our words: the system's reason (issue 27 D2) */
+        const char *en = strstr(e->desc, "errno = ");
+        if (en && (strstr(e->desc, "time = ") || strstr(e->desc, "file descriptor"))) {
+            int code = atoi(en + 8);
+            snprintf((char *)data, 256, "%s",
+                     code > 0 ? strerror(code) : "the system call failed");
+        } else {
+            snprintf((char *)data, 256, "%s", e->desc);
+        }
+    }
     return 0;
 }
 
