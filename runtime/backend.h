@@ -29,9 +29,10 @@ typedef struct sq_weights {
     sq_layer_weights *layers;         // (n_layers)
 } sq_weights;
 
-/* Float32 weights: F32 tensors whose data is 4-byte aligned in the mapping are used in place
- * (no copy; the pages belong to the page cache). F16/BF16 tensors, and unaligned F32 ones,
- * are converted once at load into malloc'd buffers (4 bytes per parameter). */
+/* Float32 weights: every tensor is copied (F32) or converted (F16/BF16) once at load into
+ * malloc'd buffers (4 bytes per parameter), under the bus guard; nothing reads the mapping
+ * afterwards, so a checkpoint truncated or rewritten while the model runs changes nothing
+ * (issue 27 C2). */
 struct sq_model {
     sq_model_config config;
     char           *dir;

@@ -9,6 +9,7 @@
 #include "runtime/arch.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
+#include "libsequoia/base/busguard.h"
 #include "runtime/safetensors.h"
 
 static int keep_buffer(sq_model *m, float *buf, size_t bytes, sq_error *err)
@@ -38,8 +39,9 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
 /* Finds tensor `it`, checks its dtype and shape against the config, and returns a float32 view
  * of it; an optional tensor the checkpoint lacks leaves *out NULL. */
 static int get_weight(sq_model *m, const sq_arch_item *it, const float **out,
-                      const char **dtype_out, sq_error *err)
+                      const char **dtype_out, const char *volatile *reading, sq_error *err)
 {
+    int rc0;
     const char *name = it->name;
     const sq_st_file *f = NULL;
     const sq_st_tensor *t = sq_st_set_find(m->st, name, &f);
@@ -63,17 +65,24 @@ static int get_weight(sq_model *m, const sq_arch_item *it, const float **out,
     }
     if (dtype_out)
         *dtype_out = sq_st_dtype_name(t->dtype);
-    if (t->dtype == SQ_ST_F32 && (uintptr_t)t->data % _Alignof(float) == 0) {
-        *out = t->data;
-        return SQ_OK;
-    }
+    /* Every tensor is copied out of the mapping, F32 ones too (issue 27 C2): a checkpoint
+     * truncated or rewritten while the model runs would otherwise raise SIGBUS in the middle of
+     * a forward, or change the weights under it. The copy runs under the bus guard
+     * (load_weights). */
     size_t bytes = (size_t)t->numel * sizeof(float);
     float *buf = malloc(bytes ? bytes : 1);
     if (!buf)
         return sq_error_oom(err, name);
-    sq_st_to_f32(t->dtype, t->data, buf, (size_t)t->numel);
+    if ((rc0 = keep_buffer(m, buf, bytes, err)))
+        return rc0;   /* keep_buffer freed buf */
+    *reading = f->path;
+    if (t->dtype == SQ_ST_F32)
+        memcpy(buf, t->data, bytes);
+    else
+        sq_st_to_f32(t->dtype, t->data, buf, (size_t)t->numel);
+    *reading = NULL;
     *out = buf;
-    return keep_buffer(m, buf, bytes, err);
+    return SQ_OK;
 }
 
 /* Every tensor of the architecture's table (runtime/arch.h), in checkpoint order; the dtype of
@@ -86,7 +95,20 @@ static int load_weights(sq_model *m, sq_error *err)
     if (!m->w.layers)
         return sq_error_oom(err, "the layer table");
     const int count = sq_arch_count(c);
-    int rc = SQ_OK;
+    volatile int rc = SQ_OK;
+    /* the file being copied, for the message when its mapping faults (busguard.h) */
+    const char *volatile reading = NULL;
+    int guarded = sq_bus_install() == 0;
+    sigjmp_buf jb;
+    if (guarded && sigsetjmp(jb, 0)) {
+        sq_bus_leave();
+        sq_bus_uninstall();
+        return sq_error_set(err, SQ_EIO, "%s: the file was cut short while being read (its "
+                            "mapping faulted); was the checkpoint replaced or truncated?",
+                            reading ? reading : m->dir);
+    }
+    if (guarded)
+        sq_bus_enter(&jb);
     for (int k = 0; k < count && !rc; k++) {
         sq_arch_item it;
         sq_arch_tensor_at(c, k, &it);
@@ -94,9 +116,13 @@ static int load_weights(sq_model *m, sq_error *err)
             continue;
         const char *dtype = NULL;
         rc = get_weight(m, &it, sq_arch_slot(&m->w, &it), m->config.dtype[0] ? NULL : &dtype,
-                        err);
+                        &reading, err);
         if (!rc && dtype)
             snprintf(m->config.dtype, sizeof m->config.dtype, "%s", dtype);
+    }
+    if (guarded) {
+        sq_bus_leave();
+        sq_bus_uninstall();
     }
     for (int k = 0; k < count && !rc; k++) {
         sq_arch_item it;
