@@ -573,3 +573,59 @@ Test(hostile, c2_checkpoint_truncated_while_running_is_no_sigbus, .timeout = 240
     free(e);
     tu_rmtree(dir);
 }
+
+/* ---- C1: an address-space limit ------------------------------------------------------------ */
+
+/* argv run with RLIMIT_AS at kib KiB (as `ulimit -v`), stopped after secs: 124 then. */
+static int run_with_as_limit(long kib, int secs, const char *const *argv, char **e)
+{
+    char cmd[8192];
+    int n = snprintf(cmd, sizeof cmd, "ulimit -v %ld; exec /usr/bin/timeout %d", kib, secs);
+    for (int i = 0; argv[i]; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", argv[i]);
+    char *const sh[] = {"/bin/sh", "-c", cmd, NULL};
+    return tu_run(sh, NULL, e);
+}
+
+Test(hostile, c1_address_space_limit_is_exit_70_never_a_hang, .timeout = 600)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "p.txt", "1 2 3 4 5 6 7 8\n");
+    put(dir, "plan.json", PLAN);
+    char *model = random_model(dir, "model", 1), *out = tu_path(dir, "out.json");
+    char *plan = tu_path(dir, "plan.json"), *prompt = tu_path(dir, "p.txt");
+    const char *prof[] = {bin("SQ_PROFILE_BIN"), "--model", model, "--tokens", "1,17,40",
+                          "--repeat", "2", "--warmup", "0", "--no-refine", "-q", "-o", out,
+                          "--force", NULL};
+    const char *run[] = {bin("SQ_RUN_BIN"), "--draft", model, "--target", model, "--plan", plan,
+                         "--prompt", prompt, "-n", "16", "--mode", "greedy", "-q", "-o", out,
+                         NULL};
+    /* a build without --force takes the profile without it */
+    char *e = NULL;
+    const char *probe[] = {bin("SQ_PROFILE_BIN"), "--help", NULL};
+    char *help = NULL;
+    tu_run((char *const *)probe, &help, NULL);
+    if (!help || !strstr(help, "--force"))
+        prof[13] = NULL;
+    free(help);
+    /* from plenty of room down to too little for anything: somewhere in between OpenBLAS
+     * finds no room for its buffers */
+    const long limits[] = {1600000, 800000, 500000, 400000, 300000, 250000, 200000, 150000,
+                           100000};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        const char *const *argvs[2] = {prof, run};
+        for (int t = 0; t < 2; t++) {
+            int rc = run_with_as_limit(limits[i], 30, argvs[t], &e);
+            cr_expect_neq(rc, 124, "%s under ulimit -v %ld: hung", argvs[t][0], limits[i]);
+            /* too little room for the dynamic loader itself (127) is not the tool's doing */
+            cr_expect(rc == 0 || rc == 70 ||
+                      (rc == 127 && e && strstr(e, "error while loading shared libraries")),
+                      "%s under ulimit -v %ld: exit %d: %s", argvs[t][0], limits[i], rc, e);
+            if (rc == 70)
+                cr_expect(e && strstr(e, "out of memory"), "%s", e);
+            free(e);
+            e = NULL;
+        }
+    }
+    tu_rmtree(dir);
+}
