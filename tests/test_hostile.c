@@ -629,3 +629,57 @@ Test(hostile, c1_address_space_limit_is_exit_70_never_a_hang, .timeout = 600)
     }
     tu_rmtree(dir);
 }
+
+/* ---- W7/W8: --compare's pairing and its trust in stored statistics ---------------------------- */
+
+/* A curve of two ranks from two units of 50 positions; `p` as written in the file, the stats
+ * say p = (0.6, 0.2). */
+static void stats_curve(const char *dir, const char *name, const char *cname, const char *mode,
+                        double T, const char *p)
+{
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"format\":\"sequoia-acceptance\",\"version\":1,\"curves\":[{\"name\":\"%s\","
+             "\"mode\":\"%s\",\"temperature\":%g,\"top_p\":1,\"p\":%s,\"positions\":100,"
+             "\"sequences\":2,\"stats\":{\"estimator\":\"exact\",\"samples\":1,\"seed\":0,"
+             "\"unit\":\"sequence\",\"units\":2,\"sum_n\":100,\"sum_n2\":5000,"
+             "\"sum_y\":[60,20],\"sum_ny\":[3000,1000],"
+             "\"sum_yy\":[[1850,590],[590,202]]}}]}", cname, mode, T, p);
+    put(dir, name, text);
+}
+
+Test(hostile, w7_compare_refuses_one_name_for_two_settings)
+{
+    char *dir = tu_tmpdir();
+    stats_curve(dir, "base.json", "greedy@T0", "greedy", 0, "[0.6,0.2]");
+    stats_curve(dir, "new.json", "greedy@T0", "stochastic", 1, "[0.6,0.2]");
+    char *b = tu_path(dir, "base.json"), *n = tu_path(dir, "new.json");
+    const char *argv[] = {bin("SQ_ACCEPT_BIN"), "--compare", b, n, "-q", NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 65, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "one name for two settings"), "%s", e);
+    free(e);
+    /* the same settings compare */
+    stats_curve(dir, "new.json", "greedy@T0", "greedy", 0, "[0.6,0.2]");
+    rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    free(e);
+    tu_rmtree(dir);
+}
+
+Test(hostile, w8_compare_refuses_stats_that_do_not_reproduce_p)
+{
+    char *dir = tu_tmpdir();
+    stats_curve(dir, "base.json", "greedy@T0", "greedy", 0, "[0.6,0.2]");
+    /* p edited down by half, the statistics left as they were */
+    stats_curve(dir, "new.json", "greedy@T0", "greedy", 0, "[0.3,0.1]");
+    char *b = tu_path(dir, "base.json"), *n = tu_path(dir, "new.json");
+    const char *argv[] = {bin("SQ_ACCEPT_BIN"), "--compare", b, n, "-q", NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 65, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "new.json: curves[0].stats: do not reproduce p[0]"), "%s", e);
+    free(e);
+    tu_rmtree(dir);
+}
