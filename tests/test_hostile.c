@@ -683,3 +683,34 @@ Test(hostile, w8_compare_refuses_stats_that_do_not_reproduce_p)
     free(e);
     tu_rmtree(dir);
 }
+
+/* ---- W4: the ladder's summary when batch 1 is plain decoding -------------------------------- */
+
+Test(hostile, w4_ladder_summary_names_the_batch_sizes_that_decode_plainly, .timeout = 60)
+{
+    char *dir = tu_tmpdir();
+    char *t = tu_path(dir, "t.json"), *o = tu_path(dir, "ladder.json");
+    /* at batch 1 every extra token costs 5 ms: no tree pays; from batch 2 on, trees are free */
+    FILE *fp = fopen(t, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "{\"format\":\"sequoia-profile\",\"version\":2,\"points\":[");
+    int b[] = {1, 2, 4};
+    for (int i = 0; i < 3; i++)
+        for (int n = 1; n <= 16; n++)
+            fprintf(fp, "%s{\"batch\":%d,\"tokens\":%d,\"median_ms\":%g}", i || n > 1 ? "," : "",
+                    b[i], n, b[i] == 1 ? 1.0 + 5.0 * (n - 1) : 1.0 + 0.01 * n);
+    fprintf(fp, "]}\n");
+    cr_assert_eq(fclose(fp), 0);
+    const char *argv[] = {bin("SQ_PLAN_BIN"), "--ladder", "--target-profile", t, "--draft-ms",
+                          "0.1", "-n", "16", "-d", "4", "-o", o, NULL};
+    char *out = NULL, *e = NULL;
+    int rc = run_limited(60, argv, &out, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_assert(out && strstr(out, "(plain decoding)"), "%s", out);
+    cr_assert(!strstr(out, "pays at every profiled batch size"), "%s", out);
+    cr_assert(strstr(out, "plain decoding at batch size 1 (no tree pays there); speculation "
+                          "pays at 2, 4"), "%s", out);
+    free(out);
+    free(e);
+    tu_rmtree(dir);
+}
