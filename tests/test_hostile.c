@@ -714,3 +714,27 @@ Test(hostile, w4_ladder_summary_names_the_batch_sizes_that_decode_plainly, .time
     free(e);
     tu_rmtree(dir);
 }
+
+/* ---- W10: --engine sglang with a profile compares like with like ----------------------------- */
+
+Test(hostile, w10_envelope_engine_on_hardware_is_compared_in_tokens_per_second, .timeout = 60)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "tp.json", "{\"format\":\"sequoia-profile\",\"version\":1,\"points\":["
+                        "{\"tokens\":1,\"median_ms\":10.5},{\"tokens\":2,\"median_ms\":11},"
+                        "{\"tokens\":4,\"median_ms\":12},{\"tokens\":8,\"median_ms\":14},"
+                        "{\"tokens\":16,\"median_ms\":18},{\"tokens\":32,\"median_ms\":26},"
+                        "{\"tokens\":64,\"median_ms\":42},{\"tokens\":128,\"median_ms\":74}]}");
+    char *t = tu_path(dir, "tp.json"), *o = tu_path(dir, "e.json");
+    const char *argv[] = {bin("SQ_PLAN_BIN"), "--engine", "sglang", "--target-profile", t,
+                          "--draft-ms", "1", "-n", "64", "-d", "8", "-o", o, NULL};
+    char *out = NULL, *e = NULL;
+    int rc = run_limited(60, argv, &out, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_assert(out && strstr(out, "tokens/s, ") &&
+              strstr(out, "against the fastest unconstrained tree on this hardware"), "%s", out);
+    cr_assert(!strstr(out, "against the unconstrained optimum"), "%s", out);
+    free(out);
+    free(e);
+    tu_rmtree(dir);
+}
