@@ -738,3 +738,65 @@ Test(hostile, w10_envelope_engine_on_hardware_is_compared_in_tokens_per_second, 
     free(e);
     tu_rmtree(dir);
 }
+
+/* ---- W13: a plan's hardware object, a batch profile's unstable points ------------------------ */
+
+Test(hostile, w13_plan_hardware_object_is_checked, .timeout = 60)
+{
+    char *dir = tu_tmpdir();
+    const char *bad[] = {"{\"predicted_speedup\":-3}", "{\"time_per_step_ms\":\"fast\"}",
+                         "{\"search_budget\":1.5}", "{\"target_device\":7}"};
+    const char *field[] = {"hardware.predicted_speedup", "hardware.time_per_step_ms",
+                           "hardware.search_budget", "hardware.target_device"};
+    char *plan = tu_path(dir, "plan.json"), *out = tu_path(dir, "out.dot");
+    for (int i = 0; i < 4; i++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%.*s,\"hardware\":%s}", (int)strlen(PLAN) - 1, PLAN, bad[i]);
+        tu_write(plan, text);
+        const char *argv[] = {bin("SQ_PLAN_BIN"), "--plan", plan, "--export", "dot", "-o", out,
+                              NULL};
+        char *e = NULL;
+        int rc = run_limited(60, argv, NULL, &e);
+        cr_expect_eq(rc, 65, "%s: exit %d: %s", bad[i], rc, e);
+        cr_expect(e && strstr(e, field[i]), "%s: %s", bad[i], e);
+        free(e);
+    }
+    /* a good one is kept */
+    char text[2048];
+    snprintf(text, sizeof text, "%.*s,\"hardware\":{\"predicted_speedup\":1.5,\"draft_ms\":null,"
+             "\"target_device\":\"cpu\"}}", (int)strlen(PLAN) - 1, PLAN);
+    tu_write(plan, text);
+    const char *argv[] = {bin("SQ_PLAN_BIN"), "--plan", plan, "--export", "dot", "-o", out, NULL};
+    char *e = NULL;
+    int rc = run_limited(60, argv, NULL, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    free(e);
+    tu_rmtree(dir);
+}
+
+Test(hostile, w13_batch_profile_keeps_the_batch_of_unstable_points, .timeout = 120)
+{
+    char *dir = tu_tmpdir();
+    char *model = random_model(dir, "model", 1), *out = tu_path(dir, "p.json");
+    char *help = NULL;
+    const char *probe[] = {bin("SQ_PROFILE_BIN"), "--help", NULL};
+    tu_run((char *const *)probe, &help, NULL);
+    int force = help && strstr(help, "--force");
+    free(help);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "SQ_TEST_UNSTABLE_THRESHOLD=-1 exec '%s' --model '%s' --batch 1,2 "
+             "--tokens 1,2 --repeat 2 --warmup 0 --no-refine -q -o '%s' %s", bin("SQ_PROFILE_BIN"),
+             model, out, force ? "--force" : "");
+    const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+    char *e = NULL;
+    int rc = run_limited(60, sh, NULL, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_assert(e && strstr(e, "batch x tokens") && strstr(e, "2x2"), "%s", e);
+    char *text = tu_read(out, NULL);
+    cr_assert(text && strstr(text, "\"unstable_points\""), "%s", text);
+    char *at = strstr(text, "\"unstable_points\"");
+    cr_assert(strstr(at, "\"batch\": 2") && strstr(at, "\"tokens\": 2"), "%s", at);
+    free(text);
+    free(e);
+    tu_rmtree(dir);
+}
