@@ -8,7 +8,7 @@
 # that pay somewhere (the best tree of batch 1, ...): speculation pays at b when one of them
 # beats plain decoding at b by more than the noise (MARGIN).
 #
-#   examples/ladder.sh [OUT_DIR]                 (default OUT_DIR: data/ladder)
+#   examples/ladder.sh [OUT_DIR]                 (default: a fresh folder under $TMPDIR)
 #
 # Environment: BUILD (default build), DRAFT, TARGET (default the shipped pair in data/models),
 # CURVES (acceptance curves; default data/pipeline/curves.json for the shipped pair, otherwise
@@ -21,10 +21,22 @@
 # Exit status: 0 when it ran (the verdict is in measured.txt), 64 for a STAT that is neither,
 # 66 when a tool is not built, 1 when a plan's greedy output differs from plain decoding.
 set -euo pipefail
+# OUT_DIR is relative to the caller's directory, never the repository's; without it the script
+# writes to a fresh temporary folder (it never overwrites a tracked folder by default). The hook
+# PRINT_OUT=1 prints the folder and exits (tests/test_hostile.c).
+if [ $# -ge 1 ] && [ -n "$1" ]; then
+    case $1 in /*) OUT=$1 ;; *) OUT=$PWD/$1 ;; esac
+else
+    OUT=$(mktemp -d "${TMPDIR:-/tmp}/ladder.XXXXXX")
+    echo "ladder.sh: writing to $OUT" >&2
+fi
+if [ "${PRINT_OUT:-0}" = 1 ]; then
+    echo "$OUT"
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
-OUT=${1:-data/ladder}
 DRAFT=${DRAFT:-data/models/draft}
 TARGET=${TARGET:-data/models/target}
 CURVE=${CURVE:-greedy@T0}

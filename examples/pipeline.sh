@@ -5,15 +5,27 @@
 # against SpecInfer verification on one tree, and the optimal tree against a k x L tree of the
 # same size (as in the paper's §5).
 #
-#   ./setup.sh && examples/pipeline.sh [OUT_DIR]        (default OUT_DIR: pipeline-out)
+#   ./setup.sh && examples/pipeline.sh [OUT_DIR]        (default: a fresh folder under $TMPDIR)
 #
 # Environment: BUILD (default build), THREADS (default 1: these models are tiny, and one thread
 # is fastest for them), PROMPTS (prompts per setting, default 6), NEW_TOKENS (default 128).
 set -euo pipefail
+# OUT_DIR is relative to the caller's directory, never the repository's; without it the script
+# writes to a fresh temporary folder (it never overwrites a tracked folder by default). The hook
+# PRINT_OUT=1 prints the folder and exits (tests/test_hostile.c).
+if [ $# -ge 1 ] && [ -n "$1" ]; then
+    case $1 in /*) OUT=$1 ;; *) OUT=$PWD/$1 ;; esac
+else
+    OUT=$(mktemp -d "${TMPDIR:-/tmp}/pipeline.XXXXXX")
+    echo "pipeline.sh: writing to $OUT" >&2
+fi
+if [ "${PRINT_OUT:-0}" = 1 ]; then
+    echo "$OUT"
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
-OUT=${1:-pipeline-out}
 THREADS=${THREADS:-1}
 PROMPTS=${PROMPTS:-6}
 NEW_TOKENS=${NEW_TOKENS:-128}

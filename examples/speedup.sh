@@ -8,7 +8,7 @@
 #   model); a sweep of optimal trees by size for the
 #   picture -> predicted against measured ms/token and speedup with 95% CIs over prompts.
 #
-#   examples/speedup.sh [OUT_DIR]                   (default OUT_DIR: speedup-out)
+#   examples/speedup.sh [OUT_DIR]                   (default: a fresh folder under $TMPDIR)
 #
 # Environment: BUILD (default build), TARGET (default data/models/large), DRAFT (default
 # data/models/target: the 2.2M model drafts for the 18M one), THREADS (default 2), PROMPTS
@@ -18,10 +18,22 @@
 # SWEEP_PROMPTS (prompts per size in the sweep, default 8), REUSE (1: keep the corpus and the
 # profiles already in OUT_DIR).
 set -euo pipefail
+# OUT_DIR is relative to the caller's directory, never the repository's; without it the script
+# writes to a fresh temporary folder (it never overwrites a tracked folder by default). The hook
+# PRINT_OUT=1 prints the folder and exits (tests/test_hostile.c).
+if [ $# -ge 1 ] && [ -n "$1" ]; then
+    case $1 in /*) OUT=$1 ;; *) OUT=$PWD/$1 ;; esac
+else
+    OUT=$(mktemp -d "${TMPDIR:-/tmp}/speedup.XXXXXX")
+    echo "speedup.sh: writing to $OUT" >&2
+fi
+if [ "${PRINT_OUT:-0}" = 1 ]; then
+    echo "$OUT"
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
-OUT=${1:-speedup-out}
 TARGET=${TARGET:-data/models/large}
 DRAFT=${DRAFT:-data/models/target}
 THREADS=${THREADS:-2}

@@ -422,11 +422,37 @@ void sq_ladder_print(FILE *fp, const sq_ladder *l)
                 r->best.expected_tokens, r->best.speedup, r->chain.speedup, r->kxl.speedup,
                 r->best.tokens_per_s, r->pays ? "" : "  (plain decoding)");
     }
+    /* the rungs where no tree pays, wherever they are (issue 27 W4: a ladder need not be
+     * monotone; batch 1 may be plain decoding while larger batches speculate) */
+    int plain = 0;
+    for (int i = 0; i < l->n; i++)
+        plain += !l->rungs[i].pays;
+    if (plain == 0) {
+        fprintf(fp, "speculation pays at every profiled batch size\n");
+        return;
+    }
     if (l->crossover)
         fprintf(fp, "speculation stops paying at batch size %d: from there on, no tree beats plain "
                 "decoding\n", l->crossover);
-    else
-        fprintf(fp, "speculation pays at every profiled batch size\n");
+    int before = 0;   /* rungs below the crossover that do not pay */
+    for (int i = 0; i < l->n; i++)
+        before += !l->rungs[i].pays && (!l->crossover || l->rungs[i].batch < l->crossover);
+    if (!before)
+        return;
+    if (plain == l->n) {
+        fprintf(fp, "speculation pays at no profiled batch size\n");
+        return;
+    }
+    fprintf(fp, "%splain decoding at batch size%s", l->crossover ? "below it, " : "",
+            before > 1 ? "s" : "");
+    for (int i = 0, k = 0; i < l->n; i++)
+        if (!l->rungs[i].pays && (!l->crossover || l->rungs[i].batch < l->crossover))
+            fprintf(fp, "%s %d", k++ ? "," : "", l->rungs[i].batch);
+    fprintf(fp, " (no tree pays there); speculation pays at");
+    for (int i = 0, k = 0; i < l->n; i++)
+        if (l->rungs[i].pays)
+            fprintf(fp, "%s %d", k++ ? "," : "", l->rungs[i].batch);
+    fprintf(fp, "\n");
 }
 
 /* ---- picture ---------------------------------------------------------------------------------- */

@@ -608,6 +608,15 @@ static int make_plan(const plan_opts *o, plan_state *st, sq_error *err)
                                      .hw = o->target_profile ? &o->hwp : NULL};
         if ((rc = sq_engine_plan(&epp, &st->ep, err)))
             return rc;
+        /* an envelope engine planned for the hardware is compared in tokens/s with the fastest
+         * unconstrained tree on the same hardware (issue 27 W10), not in tokens/step with the
+         * full-budget tree */
+        if (o->target_profile && st->ep.step_ms > 0 &&
+            (rc = sq_hw_select(dp, &o->hwp, &st->hw, err))) {
+            sq_tree_free(st->ep.tree);
+            st->ep.tree = NULL;
+            return rc;
+        }
         tree = st->ep.tree;
         st->ep.tree = NULL;
         rc = sq_plan_new(tree, prm->curve, N, st->ep.depth, st->ep.width, &st->plan, err);
@@ -727,11 +736,23 @@ static int print_report(const plan_opts *o, const plan_state *st, sq_error *err)
         print_engine_status(fp, plan->tree, o->max_non_leaves);
     } else {
         print_summary(fp, o->params.curve, st->dp, plan, st->solve_ms, "engine tree");
-        fprintf(fp, "engine:         %s, %s: %.4f tokens/step, %+.2f%% against the "
-                "unconstrained optimum %.4f\n", sq_engine_name((sq_engine)o->engine),
-                st->ep.exact ? "optimal under its limits" : "repaired greedily to its limits "
-                "(not proven optimal)", plan->expected_tokens,
-                pct(plan->expected_tokens, st->unconstrained, 2), st->unconstrained);
+        if (hw && st->ep.step_ms > 0) {
+            /* like with like: both chosen for this hardware, in tokens/s */
+            double rate = plan->expected_tokens / st->ep.step_ms * 1000.0;
+            double best = hw->expected_tokens / hw->step_ms * 1000.0;
+            fprintf(fp, "engine:         %s, %s: %.4f tokens/step, %.1f tokens/s, %+.2f%% "
+                    "against the fastest unconstrained tree on this hardware (size %d, depth %d: "
+                    "%.1f tokens/s)\n", sq_engine_name((sq_engine)o->engine),
+                    st->ep.exact ? "optimal under its limits" : "repaired greedily to its "
+                    "limits (not proven optimal)", plan->expected_tokens, rate,
+                    pct(rate, best, 2), hw->n, hw->d, best);
+        } else {
+            fprintf(fp, "engine:         %s, %s: %.4f tokens/step, %+.2f%% against the "
+                    "unconstrained optimum %.4f\n", sq_engine_name((sq_engine)o->engine),
+                    st->ep.exact ? "optimal under its limits" : "repaired greedily to its limits "
+                    "(not proven optimal)", plan->expected_tokens,
+                    pct(plan->expected_tokens, st->unconstrained, 2), st->unconstrained);
+        }
         print_engine_extra(fp, o, st);
         print_engine_status(fp, plan->tree, o->max_non_leaves);
     }
@@ -768,6 +789,18 @@ static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
         path[FIXED + i] = names[i];
     }
     int n_out = FIXED + (o->ladder_plans ? l->n : 0);
+    /* a rung's plan that is -o, another output or an input: refused before anything is written */
+    sq_path_use in[] = {{"--acceptance", o->acc_file}, {"--target-profile", o->target_profile},
+                        {"--draft-profile", o->draft_profile}};
+    sq_path_use outs[FIXED + SQ_LADDER_MAX_RUNGS] = {
+        {"-o", path[MAIN]}, {"--schedule", path[SCHEDULE]}, {"--envelopes", path[ENVELOPES]},
+        {"--svg", path[SVG]}};
+    for (int i = FIXED; i < n_out; i++)
+        outs[i] = (sq_path_use){"--ladder-plans", path[i]};
+    if ((rc = sq_paths_check(in, 3, outs, n_out, err))) {
+        sq_ladder_free(l);
+        return rc;
+    }
     sq_out *out[FIXED + SQ_LADDER_MAX_RUNGS] = {0};
     for (int i = 0; i < n_out && !rc; i++)
         if (path[i])

@@ -212,7 +212,27 @@ static int write_outputs(const sq_profile *p, const char *out_file, const char *
     }
     sq_json_build b = sq_json_build_begin();
     cJSON *j = sq_profile_to_json(p);
-    sq_json_add(j, "unstable_tokens", sq_json_int_array(unstable_at, (size_t)n_unstable));
+    /* unstable_at: indices of points. unstable_tokens lists their token counts; a batch
+     * profile (version 2) also lists each as {batch, tokens} in unstable_points, so that the
+     * batch size is not lost (issue 27 W13) */
+    int batched = 0;
+    for (int i = 0; i < p->n; i++)
+        batched |= p->points[i].batch > 1;
+    int tokens[MAX_LIST + 64];
+    cJSON *pts = batched ? cJSON_CreateArray() : NULL;
+    for (int i = 0; i < n_unstable; i++) {
+        const sq_profile_point *q = &p->points[unstable_at[i]];
+        tokens[i] = q->tokens;
+        if (pts) {
+            cJSON *e = cJSON_CreateObject();
+            sq_json_add(e, "batch", cJSON_CreateNumber(q->batch));
+            sq_json_add(e, "tokens", cJSON_CreateNumber(q->tokens));
+            sq_json_append(pts, e);
+        }
+    }
+    sq_json_add(j, "unstable_tokens", sq_json_int_array(tokens, (size_t)n_unstable));
+    if (pts)
+        sq_json_add(j, "unstable_points", pts);
     sq_json_add(j, "unstable_threshold", cJSON_CreateNumber(unstable));
     if (!(j = sq_json_build_end(b, j))) {
         sq_out_abort(o);
@@ -276,7 +296,11 @@ static int parse_options(int argc, char **argv, profile_opts *o)
             if (parse_list_of("--batch", SQ_PROFILE_MAX_BATCH, optarg, o->batches, &o->nbatches))
                 return SQ_EUSAGE;
             break;
-        case 'M': case 'P': case 'W': case 'R': case 't':
+        case 't':
+            if (sq_cli_threads(PROG, "--threads", optarg, &o->threads))
+                return SQ_EUSAGE;
+            break;
+        case 'M': case 'P': case 'W': case 'R':
             if (sq_cli_int(PROG, name, optarg, lo, INT_MAX, num))
                 return SQ_EUSAGE;
             o->prefix_given |= c == 'P';
@@ -503,7 +527,7 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
         rc = sq_context_new(model, &cp, &ctxs[k], err);
     if (rc)
         goto done;
-    int nthreads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int nthreads = sq_cli_threads_used(o->threads);  /* what the CPU backend runs with */
     prof->device = o->kind == SQ_BACKEND_CPU ? cpu_name(nthreads)
                                              : strdup(sq_context_device_name(ctxs[0]));
     prof->backend = strdup(o->offload ? "cuda-offload" : o->backend);
@@ -555,13 +579,22 @@ static int unstable_points(const sq_profile *prof, double unstable, int *at)
     for (int i = 0; i < prof->n && n < MAX_LIST + 64; i++) {
         const sq_profile_point *p = &prof->points[i];
         if ((p->p90_ms - p->p10_ms) / p->median_ms > unstable)
-            at[n++] = p->tokens;
+            at[n++] = i;
     }
+    int batched = 0;
+    for (int i = 0; i < prof->n; i++)
+        batched |= prof->points[i].batch > 1;
     if (n > 0) {
         fprintf(stderr, PROG ": warning: %d of %d points are unstable (p10-p90 spread over %.0f%% "
-                "of the median) at tokens", n, prof->n, 100 * unstable);
-        for (int i = 0; i < n; i++)
-            fprintf(stderr, "%s%d", i ? ", " : " ", at[i]);
+                "of the median) at %s", n, prof->n, 100 * unstable,
+                batched ? "batch x tokens" : "tokens");
+        for (int i = 0; i < n; i++) {
+            const sq_profile_point *q = &prof->points[at[i]];
+            if (batched)
+                fprintf(stderr, "%s%dx%d", i ? ", " : " ", q->batch, q->tokens);
+            else
+                fprintf(stderr, "%s%d", i ? ", " : " ", q->tokens);
+        }
         fprintf(stderr, "; the machine is noisy: rerun when it is idle, or raise --repeat\n");
     }
     return n;
@@ -603,6 +636,7 @@ static void print_points(const sq_profile *prof, double unstable, double weight_
 int main(int argc, char **argv)
 {
     sq_cpu_blas_reexec(argv);   /* OpenBLAS with the CPU's own kernels: runtime/cpu_matmul.h */
+    sq_model_guard_mappings(PROG);   /* a checkpoint cut short while mapped: exit 74 */
     profile_opts o;
     int rc = parse_options(argc, argv, &o);
     if (rc != PARSE_RUN)
@@ -619,6 +653,10 @@ int main(int argc, char **argv)
         rc = import_profile(&o, &err);
     } else if (!(rc = measure(&o, &prof, &err))) {
         int at[MAX_LIST + 64];
+        /* test hook (tests/test_hostile.c): a threshold below 0 calls every point unstable */
+        const char *hook = getenv("SQ_TEST_UNSTABLE_THRESHOLD");
+        if (hook)
+            o.mp.unstable = atof(hook);
         int n_unstable = unstable_points(&prof, o.mp.unstable, at);
         char title[600];
         snprintf(title, sizeof title, "%s on %s (%s, prefix %d)", o.model_path, prof.device,

@@ -25,10 +25,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <gsl/gsl_cblas.h>
 
+#include "libsequoia/base/cli.h"
 #include "runtime/backend.h"
 #include "runtime/cpu_matmul.h"
 #include "runtime/cpu_pool.h"
@@ -41,13 +44,39 @@
 void openblas_set_num_threads(int num_threads);
 int blas_thread_shutdown_(void) __attribute__((weak));
 
+/* OpenBLAS maps one buffer for each thread that calls it, at that thread's first call:
+ * BUFFER_SIZE (32 << 22 bytes on x86_64) plus a page, seen with strace. When that mmap fails
+ * (an address-space limit, `ulimit -v`) its blas_memory_alloc retries forever instead of
+ * failing (issue 27 C1). So under a finite RLIMIT_AS a context checks, once it has allocated
+ * its own memory, that the buffers of all its threads still fit, with BLAS_SPARE_BYTES to spare
+ * for what the tool allocates afterwards; if not it is out of memory (exit 70). */
+#define BLAS_BUFFER_BYTES (((size_t)32 << 22) + 8192)
+#define BLAS_SPARE_BYTES ((size_t)16 << 20)
+
+static int blas_room_check(int threads, sq_error *err)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return SQ_OK;
+    size_t need = (size_t)threads * BLAS_BUFFER_BYTES + BLAS_SPARE_BYTES;
+    void *p = mmap(NULL, need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return sq_error_set(err, SQ_ESOFTWARE, "out of memory: the BLAS library needs %zu MiB of "
+                            "address space for its buffers (%d thread%s), more than the "
+                            "address-space limit (ulimit -v %llu KiB) leaves; raise the limit or "
+                            "use fewer --threads", need >> 20, threads, threads == 1 ? "" : "s",
+                            (unsigned long long)(rl.rlim_cur >> 10));
+    munmap(p, need);
+    return SQ_OK;
+}
+
 /* Below this many multiply-adds (both products, all heads), attention runs on the calling
  * thread only: waking the pool costs tens of microseconds. */
 #define ATTN_PARALLEL_MIN_WORK (1 << 20)
 /* Attention handles at most this many (token, query head) rows of one KV head at a time. */
 #define ATTN_TILE 64
 /* Most CPU threads: the pool (runtime/cpu_pool.h) and its per-worker scratch. */
-#define CPU_MAX_THREADS 256
+#define CPU_MAX_THREADS SQ_MAX_THREADS /* libsequoia/base/cli.h */
 
 typedef struct cpu_state {
     int    slots;        /* max_context + max_pending                                  */
@@ -253,7 +282,10 @@ static int cpu_init(sq_context *ctx, sq_error *err)
     openblas_set_num_threads(1);
     if (blas_thread_shutdown_)
         blas_thread_shutdown_();
-    return SQ_OK;
+    rc = blas_room_check(s->threads, err);
+    if (rc)
+        cpu_free(ctx);
+    return rc;
 }
 
 /* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate), w float32 or 16-bit (widened

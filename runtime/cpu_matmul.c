@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include <gsl/gsl_cblas.h>
 
 #include "libsequoia/base/half.h"
@@ -290,25 +292,51 @@ void sq_cpu_matmul(sq_pool *pool, float *out, const float *in, const float *w, i
     sq_cpu_matmul_typed(pool, out, in, w, SQ_DTYPE_F32, n, d_in, d_out, accumulate);
 }
 
-void sq_cpu_blas_reexec(char **argv)
+/* The CPU's own kernels for OpenBLAS (OPENBLAS_CORETYPE), or "" when nothing is to be set. */
+static const char *blas_coretype(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
-    if (!openblas_get_corename || getenv("OPENBLAS_CORETYPE") || !argv || !argv[0])
-        return;
+    if (getenv("OPENBLAS_CORETYPE"))
+        return "";
     const char *core = openblas_get_corename();
     if (!core || strcmp(core, "Prescott") != 0)
-        return;
+        return "";
     if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-        return;   /* Prescott may be right: nothing better to ask for */
-    const char *want = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
-                           ? "SkylakeX"
-                           : "Haswell";
-    if (setenv("OPENBLAS_CORETYPE", want, 1) != 0)
+        return "";   /* Prescott may be right: nothing better to ask for */
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                   __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")
+               ? "SkylakeX"
+               : "Haswell";
+#else
+    return "";
+#endif
+}
+
+void sq_cpu_blas_reexec(char **argv)
+{
+#if defined(__linux__)
+    if (!openblas_get_corename || !argv || !argv[0])
+        return;
+    const char *want = blas_coretype();
+    /* Under an address-space limit OpenBLAS's own threads, started at load, may find no room
+     * for their buffers and then retry forever (issue 27 C1): the tools never use them, so the
+     * program is re-executed without them. */
+    struct rlimit rl;
+    int no_threads = !getenv("OPENBLAS_NUM_THREADS") && getrlimit(RLIMIT_AS, &rl) == 0 &&
+                     rl.rlim_cur != RLIM_INFINITY;
+    if (!*want && !no_threads)
+        return;
+    if (*want && setenv("OPENBLAS_CORETYPE", want, 1) != 0)
+        return;
+    if (no_threads && setenv("OPENBLAS_NUM_THREADS", "1", 1) != 0)
         return;
     fflush(NULL);
     execv("/proc/self/exe", argv);
-    unsetenv("OPENBLAS_CORETYPE");   /* could not re-execute: carry on with Prescott */
+    /* could not re-execute: carry on as loaded */
+    if (*want)
+        unsetenv("OPENBLAS_CORETYPE");
+    if (no_threads)
+        unsetenv("OPENBLAS_NUM_THREADS");
 #else
     (void)argv;
 #endif

@@ -79,7 +79,10 @@ const char *sq_cpu_isa_name(sq_cpu_isa isa);  /* "scalar", "avx2", "avx512"   */
  * (SkylakeX with AVX-512, else Haswell) and re-executes the program (/proc/self/exe) with the
  * same argv, once, so that OpenBLAS loads with the right kernels. Returns only when nothing was
  * done or the re-execution failed. Tools that run models call it first thing in main; setting
- * OPENBLAS_CORETYPE yourself (any value) turns it off. */
+ * OPENBLAS_CORETYPE yourself (any value) turns it off. Under an address-space limit
+ * (RLIMIT_AS, `ulimit -v`) with OPENBLAS_NUM_THREADS unset it also re-executes with
+ * OPENBLAS_NUM_THREADS=1: OpenBLAS's own threads, which the tools never use, would otherwise
+ * look for their buffers at load and, finding no room, retry forever (issue 27 C1). */
 void sq_cpu_blas_reexec(char **argv);
 
 #endif

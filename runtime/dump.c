@@ -1,16 +1,22 @@
 /* The corpus dump of sequoia-run: see dump.h. */
 #include "runtime/dump.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "libsequoia/base/progress.h"
 #include "libsequoia/base/sha256.h"
 #include "libsequoia/format/corpus.h"
 #include "runtime/model.h"
 #include "runtime/prefill.h"
+#include "runtime/safetensors.h"
 #include "runtime/tokens.h"
 
 sq_dump_opts sq_dump_default_opts(void)
@@ -28,29 +34,121 @@ static void dump_on_signal(int sig)
     dump_stop_signal = sig;
 }
 
+/* The identity of a model's weights (issue 27 W2), hashed into h: per checkpoint file its
+ * size, its modification time and SHA-256 of its first and last MiB. A checkpoint replaced or
+ * rewritten in place changes it. The whole file is not hashed: at about 500 MB/s (SHA-NI, an
+ * AMD EPYC) a 14 GB checkpoint would cost half a minute at every resume. */
+static int weights_identity(const char *dir, sq_sha256 *h, sq_error *err)
+{
+    sq_st_set *set;
+    int rc = sq_st_set_open(dir, &set, err);
+    if (rc)
+        return rc;
+    const uint64_t MIB = 1u << 20;
+    for (int i = 0; i < set->n_files; i++) {
+        const sq_st_file *f = set->files[i];
+        struct stat st;
+        if (stat(f->path, &st) != 0) {
+            rc = sq_error_set(err, SQ_EIO, "%s: cannot stat: %s", f->path, strerror(errno));
+            break;
+        }
+        long long id[3] = {(long long)f->file_size, (long long)st.st_mtim.tv_sec,
+                           (long long)st.st_mtim.tv_nsec};
+        sq_sha256_update(h, id, sizeof id);
+        uint64_t head = f->file_size < MIB ? f->file_size : MIB;
+        sq_sha256_update(h, f->map, (size_t)head);
+        sq_sha256_update(h, (const unsigned char *)f->map + (f->file_size - head), (size_t)head);
+    }
+    sq_st_set_free(set);
+    return rc;
+}
+
 /* What a partial dump must have been started with to be resumed: the token ids, the models'
- * directories and shapes, and every option that changes the rows. */
-static void dump_fingerprint(const sq_dump_opts *o, const sq_tokens *toks, int V, int ctxlen,
-                             char *out, size_t cap)
+ * directories, weights (weights_identity) and shapes, and every option that changes the
+ * rows. */
+static int dump_fingerprint(const sq_dump_opts *o, const sq_tokens *toks, int V, int ctxlen,
+                            char *out, size_t cap, sq_error *err)
 {
     sq_sha256 h;
     uint8_t dg[SQ_SHA256_BYTES];
-    char hex[SQ_SHA256_HEX];
+    char hex[SQ_SHA256_HEX], whex[SQ_SHA256_HEX];
     sq_sha256_init(&h);
     sq_sha256_update(&h, toks->ids, (size_t)toks->n * sizeof *toks->ids);
     sq_sha256_update(&h, toks->offsets, (size_t)(toks->sequences + 1) * sizeof *toks->offsets);
     sq_sha256_final(&h, dg);
     sq_sha256_hex(dg, hex);
-    int n = snprintf(out, cap, "tokens sha256 %s; draft %.1000s; target %.1000s; V %d; top-k %d; "
-                     "half %d; context %d", hex, o->draft_dir, o->target_dir, V, o->topk, o->half,
-                     ctxlen);
+    sq_sha256_init(&h);
+    int rc = weights_identity(o->draft_dir, &h, err);
+    if (!rc)
+        rc = weights_identity(o->target_dir, &h, err);
+    if (rc)
+        return rc;
+    sq_sha256_final(&h, dg);
+    sq_sha256_hex(dg, whex);
+    int n = snprintf(out, cap, "tokens sha256 %s; draft %.1000s; target %.1000s; weights %s; "
+                     "V %d; top-k %d; half %d; context %d", hex, o->draft_dir, o->target_dir,
+                     whex, V, o->topk, o->half, ctxlen);
     /* the default level adds nothing, so that partial files of earlier versions still resume */
     if (o->compression != 1 && n > 0 && (size_t)n < cap)
         snprintf(out + n, cap - (size_t)n, "; compression %d", o->compression);
+    return SQ_OK;
+}
+
+/* --resume: one process at a time writes OUT.partial (issue 27 D4). The lock is flock(2) on
+ * OUT.partial.lock, which holds the owner's pid; the kernel drops it when the owner dies, so a
+ * lock file left by a killed process never blocks. Errors: SQ_ECANTCREAT. */
+static int partial_lock(const char *partial, char **lockp, int *fdp, sq_error *err)
+{
+    size_t n = strlen(partial) + sizeof ".lock";
+    char *lp = malloc(n);
+    if (!lp)
+        return sq_error_oom(err, "lock path");
+    snprintf(lp, n, "%s.lock", partial);
+    int fd = open(lp, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) {
+        int rc = sq_error_set(err, SQ_ECANTCREAT, "%s: cannot create the lock file: %s", lp,
+                              strerror(errno));
+        free(lp);
+        return rc;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        char buf[32] = "";
+        ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
+        buf[r > 0 ? r : 0] = '\0';
+        long pid = strtol(buf, NULL, 10);
+        close(fd);
+        free(lp);
+        if (e == EWOULDBLOCK && pid > 0)
+            return sq_error_set(err, SQ_ECANTCREAT, "%s: locked by another process (pid %ld) "
+                                "that is writing it; wait for it to end, or stop it and resume",
+                                partial, pid);
+        return sq_error_set(err, SQ_ECANTCREAT, "%s: locked by another process (%s)", partial,
+                            strerror(e));
+    }
+    char buf[32];
+    int len = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)len, 0) != len) {
+        /* the pid is for the message only: the lock holds without it */
+    }
+    *lockp = lp;
+    *fdp = fd;
+    return SQ_OK;
+}
+
+static void partial_unlock(char *lockp, int fd)
+{
+    if (fd >= 0) {
+        unlink(lockp);  /* while still holding the lock */
+        close(fd);
+    }
+    free(lockp);
 }
 
 int sq_dump(const sq_dump_opts *o, sq_error *err)
 {
+    char *lockp = NULL;
+    int lockfd = -1;
     int rc;
     sq_model *draft = NULL, *target = NULL;
     sq_tokens *toks = NULL;
@@ -61,6 +159,12 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
     int64_t rows = 0, done_rows = 0;
     char *partial = NULL;
 
+    /* An output that can never be renamed into place is refused before the work, not after
+     * it (a --resume dump would otherwise lose its partial file at the rename). */
+    struct stat ost;
+    if (stat(o->out_file, &ost) == 0 && S_ISDIR(ost.st_mode))
+        return sq_error_set(err, SQ_ECANTCREAT, "%s: is a directory, expected a file path",
+                            o->out_file);
     sq_tokenizer *tok = NULL;
     const char *src = o->tokens_file ? o->tokens_file : o->text_file;
     if ((rc = sq_model_load(o->draft_dir, &draft, err)) ||
@@ -128,7 +232,10 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
             goto done;
         }
         snprintf(partial, n, "%s.partial", o->out_file);
-        dump_fingerprint(o, toks, V, ctxlen, fp, sizeof fp);
+        if ((rc = partial_lock(partial, &lockp, &lockfd, err)))
+            goto done;
+        if ((rc = dump_fingerprint(o, toks, V, ctxlen, fp, sizeof fp, err)))
+            goto done;
         if ((rc = sq_corpus_writer_open_resumable(o->out_file, partial, &wp, fp, &done_rows, &w,
                                                   err)))
             goto done;
@@ -202,6 +309,9 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
                     sq_progress_end(&pg);
                     fprintf(stderr, "%s: %s: interrupted after %lld positions; run the same "
                             "command with --resume to go on\n", o->prog, partial, (long long)rows);
+                    partial_unlock(lockp, lockfd);
+                    lockp = NULL;
+                    lockfd = -1;
                     signal(sig, SIG_DFL);
                     raise(sig);
                     rc = SQ_EFAIL;  /* not reached unless the signal is blocked */
@@ -226,6 +336,7 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
                 o->topk ? " (top-k logits)" : "");
 done:
     sq_corpus_writer_abort(w);
+    partial_unlock(lockp, lockfd);
     free(tl);
     free(dl);
     free(next);

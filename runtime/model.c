@@ -2,11 +2,13 @@
  * the architecture's table lists them (runtime/arch.h): matrices as stored, vectors as float32
  * (struct sq_model in runtime/backend.h); and the converted sets of sq_model_weights_as. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "libsequoia/base/half.h"
 #include "runtime/arch.h"
@@ -150,6 +152,63 @@ sq_weight_dtype sq_model_dtype_of_name(const char *name)
                                                                               : SQ_DTYPE_F32;
 }
 
+/* ---- a checkpoint cut short while mapped (docs/robustness.md, issue 27 C2) -----------------
+ * Matrices are used in place in the checkpoint's mapping (16-bit weights: docs/runtime.md), so a
+ * checkpoint truncated while the model runs raises SIGBUS at the next read of a lost page, in
+ * whichever thread reads it; no forward can go on without those weights. A tool that calls
+ * sq_model_guard_mappings turns that signal into a message naming the mapped checkpoints and
+ * exit 74 (SQ_EIO) instead of death by signal. The names are copied at load into fixed buffers,
+ * so the handler only calls write and _exit (async-signal-safe). */
+#define MAPPED_MAX 4
+static char mapped_dir[MAPPED_MAX][512];
+static volatile sig_atomic_t n_mapped;
+static char guard_prog[64];
+
+static void put_str(const char *s)
+{
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = write(STDERR_FILENO, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= (size_t)w;
+    }
+}
+
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    put_str(guard_prog);
+    put_str(": a mapped checkpoint was cut short or rewritten while in use (SIGBUS reading its "
+            "weights):");
+    for (int i = 0; i < n_mapped && i < MAPPED_MAX; i++) {
+        put_str(" ");
+        put_str(mapped_dir[i]);
+    }
+    put_str("\n");
+    _exit(SQ_EIO);
+}
+
+void sq_model_guard_mappings(const char *prog)
+{
+    snprintf(guard_prog, sizeof guard_prog, "%s", prog ? prog : "sequoia");
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigbus;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+static void note_mapped(const char *dir)
+{
+    int k = n_mapped;
+    if (k < MAPPED_MAX) {
+        snprintf(mapped_dir[k], sizeof mapped_dir[k], "%s/model.safetensors", dir);
+        n_mapped = k + 1;
+    }
+}
+
 int sq_model_load(const char *dir, sq_model **out, sq_error *err)
 {
     *out = NULL;
@@ -179,6 +238,7 @@ int sq_model_load(const char *dir, sq_model **out, sq_error *err)
     rc = sq_st_set_open(dir, &m->st, err);
     if (rc)
         goto fail;
+    note_mapped(dir);
     rc = load_weights(m, err);
     if (rc)
         goto fail;

@@ -122,6 +122,12 @@ typedef enum sq_weight_dtype {
 
 
 int sq_model_load(const char *dir, sq_model **out, sq_error *err);
+
+/* For a tool's main: a checkpoint truncated or rewritten while its mapping is in use (SIGBUS)
+ * ends the process with a message naming the mapped checkpoints and exit 74, not by signal
+ * (installs a process-wide SIGBUS handler; the corpus reader's guarded regions still take their
+ * own faults first). */
+void sq_model_guard_mappings(const char *prog);
 void sq_model_free(sq_model *m);
 const sq_model_config *sq_model_get_config(const sq_model *m);
 

@@ -141,7 +141,17 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
     if (!st->prompts || !st->plen || !st->gen || !st->base || !st->gen_rows || !st->base_rows ||
         !st->steps || !st->step_tokens || !st->infos || !st->seqs || !st->len)
         return sq_error_oom(err, "run buffers");
-    /* the prompts: the whole file for a single run, the file's sequences in turn for --batch */
+    /* the prompts: the whole file for a single run, the file's sequences in turn for --batch;
+     * a file whose sequences are not all used as such says so (issue 27 W6) */
+    long long nseq = (long long)st->prompt->sequences;
+    if (!o->batch && nseq > 1)
+        fprintf(stderr, "%s: warning: %s: holds %lld sequences (separated by empty lines); "
+                "without --batch they are decoded as one prompt, joined in order (use --batch "
+                "%lld to decode them separately)\n", o->prog, o->prompt_file, nseq, nseq);
+    else if (o->batch && nseq > B)
+        fprintf(stderr, "%s: warning: %s: holds %lld sequences; --batch %d decodes the first %d "
+                "and leaves out the other %lld\n", o->prog, o->prompt_file, nseq, B, B,
+                nseq - B);
     for (int k = 0; k < B; k++) {
         int64_t s = o->batch ? k % st->prompt->sequences : 0;
         int64_t a = o->batch ? st->prompt->offsets[s] : 0;

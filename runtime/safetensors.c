@@ -283,23 +283,10 @@ int sq_st_open(const char *path, sq_st_file **out, sq_error *err)
         return sq_error_oom(err, "a safetensors file");
     }
     int rc = SQ_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        rc = sq_error_set(err, errno == ENOENT || errno == EACCES ? SQ_ENOINPUT : SQ_EIO,
-                          "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        rc = sq_error_set(err, SQ_EIO, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
+    if ((rc = sq_input_open(path, NULL, &st, &fd, err)))
         goto fail;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        rc = sq_error_set(err, SQ_EDATA, "%s: not a regular file", path);
-        close(fd);
-        goto fail;
-    }
     f->file_size = (uint64_t)st.st_size;
     if (f->file_size < 8) {
         rc = sq_error_set(err, SQ_EDATA, "%s: %llu bytes, too short to hold the 8-byte header "

@@ -321,7 +321,7 @@ static int parse_dump(int argc, char **argv)
             if (sq_cli_int(PROG, "--context", optarg, 2, INT_MAX, &o.context)) return SQ_EUSAGE;
             break;
         case OPT_THREADS:
-            if (sq_cli_int(PROG, "--threads", optarg, 0, INT_MAX, &o.threads)) return SQ_EUSAGE;
+            if (sq_cli_threads(PROG, "--threads", optarg, &o.threads)) return SQ_EUSAGE;
             break;
         case OPT_HALF: o.half = 1; break;
         case OPT_COMPRESSION:
@@ -464,7 +464,7 @@ static int parse_run(int argc, char **argv, run_cli *o)
                 return SQ_EUSAGE;
             break;
         case OPT_THREADS:
-            if (sq_cli_int(PROG, "--threads", optarg, 0, INT_MAX, &o->run.prm.threads))
+            if (sq_cli_threads(PROG, "--threads", optarg, &o->run.prm.threads))
                 return SQ_EUSAGE;
             break;
         case OPT_NO_BASELINE: o->run.baseline = 0; break;
@@ -544,6 +544,7 @@ static const char *run_misfit(run_cli *o)
 int main(int argc, char **argv)
 {
     sq_cpu_blas_reexec(argv);   /* OpenBLAS with the CPU's own kernels: runtime/cpu_matmul.h */
+    sq_model_guard_mappings(PROG);   /* a checkpoint cut short while mapped: exit 74 */
     if (argc > 1 && strcmp(argv[1], "dump") == 0)
         return parse_dump(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "tokenize") == 0)

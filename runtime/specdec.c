@@ -588,6 +588,19 @@ static void tree_inputs(sq_specdec *sd, int len)
 /* Step 4: the verifier's walk from the root over the target logits in sd->tlog. Writes the
  * accepted tokens and the bonus token to out (sd->cnt of them) and the accepted nodes to
  * sd->path (sd->pl of them); records the visits in info when given. */
+/* A target logit that is NaN or infinite stops the run (SQ_EDATA, issue 27 W5): a verifier
+ * fed with it would accept garbage, and greedy decoding would agree with itself. */
+static int check_finite(const sq_specdec *sd, int u, sq_error *err)
+{
+    const float *row = sd->tlog + (size_t)u * (size_t)sd->V;
+    for (int x = 0; x < sd->V; x++)
+        if (!isfinite(row[x]))
+            return sq_error_set(err, SQ_EDATA, "the target's logit of token %d at position %d "
+                                "is %s; its weights (or activations) are not finite",
+                                x, sd->len - 1 + sd->depth[u], isnan(row[x]) ? "NaN" : "infinite");
+    return SQ_OK;
+}
+
 static int verify_walk(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *err)
 {
     size_t Vs = (size_t)sd->V;
@@ -601,6 +614,9 @@ static int verify_walk(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_erro
             return sq_error_oom(err, "step info");
     }
     for (;;) {
+        int rc = check_finite(sd, u, err);
+        if (rc)
+            return rc;
         sq_verifier_probs(sd->ver, sd->tlog + (size_t)u * Vs, target_temperature(sd),
                           sd->prm.top_p, sd->p);
         int k = sd->child_count[u];

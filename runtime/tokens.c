@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <sys/stat.h>
 
@@ -61,6 +62,18 @@ static int load_text(const char *path, sq_tokens *t, sq_error *err)
     int rc = sq_file_read(path, TEXT_MAX_BYTES, &data, &len, err);
     if (rc)
         return rc;
+    /* a NUL byte would end a token early and hide what follows it (issue 27 W11) */
+    const char *nul = memchr(data, '\0', len);
+    if (nul) {
+        long nl = 1;
+        for (const char *q = data; q < nul; q++)
+            nl += *q == '\n';
+        rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: NUL byte at byte offset %zu; a token "
+                          "file is text (whitespace-separated integers)", path, nl,
+                          (size_t)(nul - data));
+        free(data);
+        return rc;
+    }
     int64_t cap = 0, ocap = 0;
     t->offsets = malloc(16 * sizeof *t->offsets);
     if (!t->offsets) {
@@ -243,12 +256,17 @@ done:
 int sq_tokens_load(const char *path, sq_tokens **out, sq_error *err)
 {
     *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(errno));
     unsigned char sig[8] = {0};
-    size_t got = fread(sig, 1, sizeof sig, fp);
-    fclose(fp);
+    size_t got = 0;
+    if (strcmp(path, "-") != 0) {
+        int fd;
+        int rc = sq_input_open(path, "a file", NULL, &fd, err);
+        if (rc)
+            return rc;
+        ssize_t r = read(fd, sig, sizeof sig);
+        got = r > 0 ? (size_t)r : 0;
+        close(fd);
+    }
     static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     sq_tokens *t = calloc(1, sizeof *t);
     if (!t)

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -488,5 +489,113 @@ Test(interrupt, resume_refuses_a_partial_dump_of_other_inputs)
     /* issue 14: the reason is given, never "()" */
     cr_assert(!strstr(se, "()") && strstr(se, "not an HDF5 file"), "%s", se);
     free(se);
+    tu_rmtree(dir);
+}
+
+/* issue 27 W2: a checkpoint replaced in place (same directory, same file name) is another model:
+ * resuming would join two models in one corpus. */
+Test(interrupt, resume_refuses_a_partial_dump_whose_weights_were_replaced, .timeout = 240)
+{
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "c.h5"), *partial = tu_path(dir, "c.h5.partial");
+    char *toks = tu_path(dir, "t.txt");
+    char *draft = write_model(dir, "draft", 2, 0, 97), *target = write_model(dir, "target", 1, 0, 97);
+    char *other = write_model(dir, "other", 3, 0, 97);
+    write_tokens(toks, 40, 700, 97);
+    char *argv[] = {(char *)bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                    "--tokens", toks, "-o", out, "--threads", "1", "--resume", NULL};
+    kill_file = partial;
+    int saw, st = run_and_kill(argv, dir, AT_FILE, 150, SIGTERM, &saw);
+    cr_assert(WIFSIGNALED(st), "status 0x%x", st);
+    cr_assert(tu_exists(partial));
+    char *from = tu_path(other, "model.safetensors"), *to = tu_path(target, "model.safetensors");
+    cr_assert_eq(rename(from, to), 0, "%s", strerror(errno));
+    char *se = NULL;
+    cr_assert_eq(tu_run(argv, NULL, &se), 65, "%s", se);
+    cr_assert(strstr(se, "c.h5.partial") && strstr(se, "other inputs"), "%s", se);
+    cr_assert(!tu_exists(out));
+    free(se);
+    tu_rmtree(dir);
+}
+
+/* issue 27 D4: a second --resume while a live process writes the partial file is told so, and
+ * leaves that file alone. */
+Test(interrupt, resume_of_a_partial_dump_that_a_live_process_writes_is_refused, .timeout = 240)
+{
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "c.h5"), *partial = tu_path(dir, "c.h5.partial");
+    char *toks = tu_path(dir, "t.txt");
+    char *draft = write_model(dir, "draft", 2, 0, 97), *target = write_model(dir, "target", 1, 0, 97);
+    write_tokens(toks, 400, 700, 97);
+    char *argv[] = {(char *)bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                    "--tokens", toks, "-o", out, "--threads", "1", "--resume", "-q", NULL};
+    snprintf(stderr_file, sizeof stderr_file, "%s/tool-stderr.txt", dir);
+    pid_t pid = spawn(argv);
+    double t0 = now_ms();
+    while (!tu_exists(partial) && now_ms() - t0 < 60000)
+        usleep(1000);
+    cr_assert(tu_exists(partial), "no partial file after 60 s");
+    char *se = NULL;
+    int rc = tu_run(argv, NULL, &se);
+    int alive = waitpid(pid, NULL, WNOHANG) == 0;
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(alive, "the first dump ended before the second one ran");
+    cr_assert_eq(rc, 73, "%s", se);
+    char want[64];
+    snprintf(want, sizeof want, "locked by another process (pid %d)", (int)pid);
+    cr_assert(strstr(se, "c.h5.partial") && strstr(se, want), "%s", se);
+    cr_assert(!strstr(se, "delete it"), "%s", se);
+    free(se);
+    /* the first one checkpointed on SIGTERM: its partial file resumes */
+    cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM, "status 0x%x", st);
+    cr_assert(tu_exists(partial));
+    tu_rmtree(dir);
+}
+
+/* issue 27 D2: a full disk (here `ulimit -f`, SIGXFSZ ignored as the tools do) in the middle of
+ * a --resume dump: exit 74 with the system's reason in our words (no HDF5 error text), and the
+ * partial file resumes to the same corpus as an uninterrupted dump. */
+Test(interrupt, dump_resume_after_a_full_disk_equals_an_uninterrupted_dump, .timeout = 240)
+{
+    char *dir = tu_tmpdir(), *out = tu_path(dir, "c.h5"), *partial = tu_path(dir, "c.h5.partial");
+    char *ref = tu_path(dir, "ref.h5"), *toks = tu_path(dir, "t.txt");
+    char *draft = write_model(dir, "draft", 2, 0, 97), *target = write_model(dir, "target", 1, 0, 97);
+    write_tokens(toks, 24, 700, 97);
+    char *argv[] = {(char *)bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                    "--tokens", toks, "-o", out, "--threads", "1", "--resume", "-q",
+                    "--compression", "0", NULL};
+    /* 1024 rows of 2 x 97 floats make about 0.8 MB: a 3 MB limit fails after a checkpoint
+     * that holds rows */
+    snprintf(stderr_file, sizeof stderr_file, "%s/tool-stderr.txt", dir);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {3000000, 3000000};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        signal(SIGXFSZ, SIG_IGN);
+        int fd = open(stderr_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    char *se = tu_read(stderr_file, NULL);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 74, "status 0x%x: %s", st, se);
+    cr_assert(strstr(se, "File too large"), "%s", se);
+    cr_assert(!strstr(se, "file descriptor") && !strstr(se, "time =") && !strstr(se, "buf ="),
+              "raw HDF5 error text: %s", se);
+    free(se);
+    cr_assert(tu_exists(partial), "the partial file was lost");
+    se = NULL;
+    cr_assert_eq(tu_run(argv, NULL, &se), 0, "the partial file does not resume: %s", se);
+    cr_assert(strstr(se, "resuming after"), "%s", se);
+    free(se);
+    char *rargv[] = {(char *)bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                     "--tokens", toks, "-o", ref, "--threads", "1", "-q", "--compression", "0",
+                     NULL};
+    cr_assert_eq(tu_run(rargv, NULL, &se), 0, "%s", se);
+    free(se);
+    assert_same_corpus(ref, out);
     tu_rmtree(dir);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int sq_cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out)
 {
@@ -47,6 +48,35 @@ int sq_cli_u64(const char *prog, const char *opt, const char *s, uint64_t max, u
     }
     *out = (uint64_t)v;
     return SQ_OK;
+}
+
+static int online_cores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (n > SQ_MAX_THREADS ? SQ_MAX_THREADS : (int)n) : 1;
+}
+
+int sq_cli_threads(const char *prog, const char *opt, const char *s, int *out)
+{
+    int v;
+    if (sq_cli_int(prog, opt, s, 0, INT_MAX, &v))
+        return SQ_EUSAGE;
+    int cores = online_cores();
+    int hi = 4 * cores < SQ_MAX_THREADS ? 4 * cores : SQ_MAX_THREADS;
+    if (v > hi) {
+        fprintf(stderr, "%s: %s: %d, must be between 0 and %d (0: all cores; at most 4 x the "
+                "%d online cores, and at most %d)\n", prog, opt, v, hi, cores, SQ_MAX_THREADS);
+        return SQ_EUSAGE;
+    }
+    *out = v;
+    return SQ_OK;
+}
+
+int sq_cli_threads_used(int threads)
+{
+    if (threads <= 0)
+        return online_cores();
+    return threads > SQ_MAX_THREADS ? SQ_MAX_THREADS : threads;
 }
 
 int sq_cli_double(const char *prog, const char *opt, const char *s, double *out)
@@ -95,6 +125,14 @@ double sq_now_ms(void)
 int sq_cli_commit(sq_out **outs, int n, sq_error *err)
 {
     int rc = SQ_OK;
+    sq_path_use *uses = calloc(n > 0 ? (size_t)n : 1, sizeof *uses);
+    if (!uses)
+        rc = sq_error_oom(err, "the list of outputs");
+    for (int i = 0; !rc && i < n; i++)
+        uses[i] = (sq_path_use){"output", outs[i] ? sq_out_path(outs[i]) : NULL};
+    if (!rc)
+        rc = sq_paths_check(NULL, 0, uses, n, err);
+    free(uses);
     for (int i = 0; i < n && !rc; i++)
         if (outs[i])
             rc = sq_out_prepare(outs[i], err);

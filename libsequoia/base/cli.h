@@ -21,6 +21,18 @@ int sq_cli_int(const char *prog, const char *opt, const char *s, int lo, int hi,
  * "N, must be at most MAX". */
 int sq_cli_u64(const char *prog, const char *opt, const char *s, uint64_t max, uint64_t *out);
 
+/* The most CPU threads a tool takes: the CPU backend's pool is at most this large
+ * (runtime/cpu.c), and --threads is at most 4 x the online cores within it. */
+#define SQ_MAX_THREADS 256
+
+/* --threads: 0 (all online cores) or a count in [1, min(SQ_MAX_THREADS, 4 x online cores)]:
+ * "--threads: 9999, must be between 0 and 8 (at most 4 x the 2 online cores)". A larger count
+ * would only oversubscribe the CPU, and a profile records the count it ran with. */
+int sq_cli_threads(const char *prog, const char *opt, const char *s, int *out);
+
+/* The threads that --threads T (0: all online cores) runs with. */
+int sq_cli_threads_used(int threads);
+
 /* A finite number: "'abc' is not a finite number". */
 int sq_cli_double(const char *prog, const char *opt, const char *s, double *out);
 
@@ -38,7 +50,9 @@ double sq_now_ms(void);
 /* Several atomic outputs committed together: every non-NULL outs[i] is first prepared (written
  * out and synced), and only when all are prepared are they renamed, in order; a failure aborts
  * every output not yet committed, so that a full disk leaves every destination as it was.
- * Sets every outs[i] to NULL. Returns the first error. */
+ * Two outputs that name the same file (sq_paths_check: "A and B: name the same file; one
+ * output would be lost", SQ_EUSAGE) are refused before anything is prepared, so that one never
+ * silently replaces the other. Sets every outs[i] to NULL. Returns the first error. */
 int sq_cli_commit(sq_out **outs, int n, sq_error *err);
 
 /* The exit path of a tool: closes standard output, and when that fails (a full disk under

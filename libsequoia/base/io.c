@@ -14,60 +14,140 @@
 #include <time.h>
 #include <unistd.h>
 
-int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, sq_error *err)
+static const char *file_kind(mode_t m)
 {
-    *data = NULL;
-    if (len)
-        *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(errno));
+    if (S_ISDIR(m))
+        return "a directory";
+    if (S_ISFIFO(m))
+        return "a FIFO";
+    if (S_ISCHR(m))
+        return "a character device";
+    if (S_ISBLK(m))
+        return "a block device";
+    if (S_ISSOCK(m))
+        return "a socket";
+    return "not a file";
+}
+
+int sq_input_open(const char *path, const char *what, struct stat *stp, int *fdp, sq_error *err)
+{
+    *fdp = -1;
+    /* O_NONBLOCK: open() of a FIFO with no writer returns at once instead of waiting. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(e));
+    }
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
         return sq_error_set(err, SQ_EIO, "%s: cannot stat: %s", path, strerror(e));
     }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return sq_error_set(err, SQ_EDATA, "%s: is a directory, expected a file", path);
-    }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return sq_error_set(err, SQ_EDATA, "%s: not a regular file", path);
+        if (S_ISDIR(st.st_mode) && what)
+            return sq_error_set(err, SQ_EDATA, "%s: is a directory, expected %s", path, what);
+        return sq_error_set(err, SQ_EDATA, "%s: not a regular file (%s)", path,
+                            file_kind(st.st_mode));
     }
-    if ((unsigned long long)st.st_size > max_bytes) {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
         close(fd);
-        return sq_error_set(err, SQ_EDATA, "%s: file is %lld bytes, more than the limit of %zu",
-                            path, (long long)st.st_size, max_bytes);
+        return sq_error_set(err, SQ_EIO, "%s: fcntl: %s", path, strerror(e));
     }
-    size_t cap = (size_t)st.st_size;
+    if (stp)
+        *stp = st;
+    *fdp = fd;
+    return SQ_OK;
+}
+
+int sq_input_check(const char *path, const char *what, sq_error *err)
+{
+    int fd;
+    int rc = sq_input_open(path, what, NULL, &fd, err);
+    if (rc)
+        return rc;
+    close(fd);
+    return SQ_OK;
+}
+
+/* Reads fd to its end into a NUL-terminated buffer, at most max_bytes. */
+static int read_all(int fd, const char *path, size_t max_bytes, size_t hint, char **data,
+                    size_t *len, sq_error *err)
+{
+    size_t cap = hint ? hint : 65536, got = 0;
     char *buf = malloc(cap + 1);
-    if (!buf) {
-        close(fd);
+    if (!buf)
         return sq_error_oom(err, path);
-    }
-    size_t got = 0;
-    while (got < cap) {
+    for (;;) {
+        if (got == cap) {
+            if (hint)
+                break; /* a regular file: read what its size said (it may have grown) */
+            if (cap >= max_bytes) {
+                /* one more byte tells "exactly the limit" from "more" */
+                char extra;
+                ssize_t r = read(fd, &extra, 1);
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r > 0) {
+                    free(buf);
+                    return sq_error_set(err, SQ_EDATA, "%s: more than the limit of %zu bytes",
+                                        path, max_bytes);
+                }
+                break;
+            }
+            size_t nc = cap * 2 > max_bytes ? max_bytes : cap * 2;
+            char *p = realloc(buf, nc + 1);
+            if (!p) {
+                free(buf);
+                return sq_error_oom(err, path);
+            }
+            buf = p;
+            cap = nc;
+        }
         ssize_t r = read(fd, buf + got, cap - got);
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
             int e = errno;
             free(buf);
-            close(fd);
             return sq_error_set(err, SQ_EIO, "%s: read error: %s", path, strerror(e));
         }
         if (r == 0)
-            break; /* the file shrank while we read it: use what is there */
+            break; /* the end (or a file that shrank while we read it: use what is there) */
         got += (size_t)r;
     }
-    close(fd);
     buf[got] = '\0';
     *data = buf;
     if (len)
         *len = got;
     return SQ_OK;
+}
+
+int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, sq_error *err)
+{
+    *data = NULL;
+    if (len)
+        *len = 0;
+    if (strcmp(path, "-") == 0)
+        return read_all(STDIN_FILENO, "standard input", max_bytes, 0, data, len, err);
+    struct stat st;
+    int fd;
+    int rc = sq_input_open(path, "a file", &st, &fd, err);
+    if (rc)
+        return rc;
+    if ((unsigned long long)st.st_size > max_bytes) {
+        close(fd);
+        return sq_error_set(err, SQ_EDATA, "%s: file is %lld bytes, more than the limit of %zu",
+                            path, (long long)st.st_size, max_bytes);
+    }
+    /* an empty regular file still reads to its end (hint 0 would mean a stream) */
+    rc = st.st_size ? read_all(fd, path, max_bytes, (size_t)st.st_size, data, len, err)
+                        : read_all(fd, path, max_bytes, 0, data, len, err);
+    close(fd);
+    return rc;
 }
 
 /* ---- temporary files that a signal must remove ---------------------------------------- */
@@ -127,6 +207,9 @@ void sq_out_install_signal_handlers(void)
     /* Past `ulimit -f`, a write fails with EFBIG (an I/O error, exit 74, the temporary file
      * removed) instead of killing the process with SIGXFSZ. */
     signal(SIGXFSZ, SIG_IGN);
+    /* A pipe or FIFO whose reader went away: the write fails with EPIPE, reported as a write
+     * error naming the output (exit 74), instead of death by SIGPIPE (141). */
+    signal(SIGPIPE, SIG_IGN);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_fatal_signal;
@@ -371,6 +454,11 @@ int sq_out_open(sq_out **outp, const char *path, sq_error *err)
 FILE *sq_out_stream(sq_out *out)
 {
     return out->fp;
+}
+
+const char *sq_out_path(const sq_out *out)
+{
+    return out->kind == OUT_STDOUT ? "-" : out->path;
 }
 
 static void out_free(sq_out *o)

@@ -16,9 +16,24 @@
 
 #include "libsequoia/base/error.h"
 
+/* Opens an input file for reading: the one place every tool opens a named input
+ * (docs/robustness.md, "Inputs that are not files"). The open never blocks: it is made with
+ * O_NONBLOCK (a FIFO without a writer would otherwise wait forever in open()), then anything
+ * but a regular file is refused and O_NONBLOCK is cleared. A directory is "PATH: is a
+ * directory, expected WHAT" (`what`, e.g. "a file"; NULL: "PATH: not a regular file (a
+ * directory)"); a FIFO, device or socket is "PATH: not a regular file (a FIFO)". On success
+ * *fd is the descriptor (O_CLOEXEC) and `st` (may be NULL) the file's status.
+ * Errors: SQ_ENOINPUT (missing, unreadable), SQ_EDATA (not a regular file), SQ_EIO. */
+struct stat;
+int sq_input_open(const char *path, const char *what, struct stat *st, int *fd, sq_error *err);
+
+/* sq_input_open for readers that open by name (HDF5): the same checks, the descriptor closed. */
+int sq_input_check(const char *path, const char *what, sq_error *err);
+
 /* Reads a whole regular file into a NUL-terminated buffer (*data, to free()). Refuses
- * directories and files larger than max_bytes. Errors: SQ_ENOINPUT, SQ_EDATA (too large, not a
- * regular file), SQ_EIO. */
+ * directories, FIFOs and devices (sq_input_open) and files larger than max_bytes. "-" reads
+ * standard input (a pipe or a file) to its end, with the same limit. Errors: SQ_ENOINPUT,
+ * SQ_EDATA (too large, not a regular file), SQ_EIO. */
 int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, sq_error *err);
 
 typedef struct sq_out sq_out;
@@ -33,6 +48,9 @@ int sq_out_is_direct(const char *path);
 
 /* The stream to write to. */
 FILE *sq_out_stream(sq_out *out);
+
+/* The destination as given to sq_out_open ("-" for standard output). */
+const char *sq_out_path(const sq_out *out);
 
 /* Flushes, fsyncs and renames the temporary file over the destination, then frees `out`.
  * On failure the temporary file is removed. Errors: SQ_EIO, SQ_ECANTCREAT. */
@@ -52,7 +70,9 @@ int sq_file_write_atomic(const char *path, const char *data, size_t len, sq_erro
 
 /* SIGINT, SIGTERM and SIGHUP unlink every named temporary file still open, then the process
  * dies of the signal as it would have; SIGXFSZ is ignored, so that a write past `ulimit -f`
- * fails with EFBIG (SQ_EIO, temporary removed). Call once at the start of main(). */
+ * fails with EFBIG (SQ_EIO, temporary removed), and so is SIGPIPE, so that a pipe or FIFO
+ * whose reader exited fails with EPIPE ("F: write error: Broken pipe", SQ_EIO) instead of
+ * killing the tool. Call once at the start of main(). */
 void sq_out_install_signal_handlers(void);
 
 /* Temporary files created by other libraries (HDF5 needs a file name, not a stream).

@@ -1,4 +1,5 @@
 #include "libsequoia/base/sha256.h"
+#include "libsequoia/base/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -223,9 +224,10 @@ void sq_sha256_hex(const uint8_t digest[SQ_SHA256_BYTES], char hex[SQ_SHA256_HEX
 
 int sq_sha256_file(const char *path, uint8_t digest[SQ_SHA256_BYTES], sq_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    int rc0 = sq_input_open(path, "a file", NULL, &fd, err);
+    if (rc0)
+        return rc0;
     enum { BUF = 1 << 20 };
     uint8_t *buf = malloc(BUF);
     if (!buf) {

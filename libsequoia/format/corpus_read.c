@@ -50,8 +50,18 @@ hid_t sqc_h5_fapl_new(void)
 
 static herr_t walk_innermost(unsigned n, const H5E_error2_t *e, void *data)
 {
-    if (n == 0 && e->desc && *e->desc)
-        snprintf((char *)data, 256, "%s", e->desc);
+    if (n == 0 && e->desc && *e->desc) {
+        /* HDF5's system-call messages ("file write failed: time = ..., file descriptor = 4,
+         * errno = 27, ..., buf = 0x...") say in our words: the system's reason (issue 27 D2) */
+        const char *en = strstr(e->desc, "errno = ");
+        if (en && (strstr(e->desc, "time = ") || strstr(e->desc, "file descriptor"))) {
+            int code = atoi(en + 8);
+            snprintf((char *)data, 256, "%s",
+                     code > 0 ? strerror(code) : "the system call failed");
+        } else {
+            snprintf((char *)data, 256, "%s", e->desc);
+        }
+    }
     return 0;
 }
 
@@ -674,14 +684,9 @@ int sq_corpus_open(const char *path, sq_corpus **out, sq_error *err)
 {
     *out = NULL;
     sqc_h5_quiet();
-    FILE *probe = fopen(path, "rb");
-    if (!probe)
-        return sq_error_set(err, SQ_ENOINPUT, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    int isdir = fstat(fileno(probe), &st) == 0 && S_ISDIR(st.st_mode);
-    fclose(probe);
-    if (isdir)
-        return sq_error_set(err, SQ_EDATA, "%s: is a directory, expected a corpus file", path);
+    int rc0 = sq_input_check(path, "a corpus file", err);
+    if (rc0)
+        return rc0;
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0) {
         H5Eclear2(H5E_DEFAULT);

@@ -3,6 +3,7 @@
 #include "libsequoia/format/corpus.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
@@ -108,6 +109,52 @@ static int resume_dataset(sq_corpus_writer *w, const char *name, int width, int6
     return SQ_OK;
 }
 
+/* The end-of-allocation address in an HDF5 superblock at offset 0 (versions 0-3), or 0. */
+static uint64_t superblock_eoa(int fd)
+{
+    unsigned char b[64];
+    if (pread(fd, b, sizeof b, 0) != (ssize_t)sizeof b || memcmp(b, "\211HDF\r\n\032\n", 8) != 0)
+        return 0;
+    int ver = b[8], so, at;
+    if (ver <= 1) {
+        so = b[13];
+        at = (ver == 0 ? 24 : 28) + 2 * so;   /* after the base and free-space addresses */
+    } else if (ver <= 3) {
+        so = b[9];
+        at = 12 + 2 * so;                     /* after the base and extension addresses */
+    } else {
+        return 0;
+    }
+    if (so != 8 || at + 8 > (int)sizeof b)
+        return 0;
+    uint64_t eoa = 0;
+    for (int i = 7; i >= 0; i--)
+        eoa = (eoa << 8) | b[at + i];
+    return eoa;
+}
+
+/* A write that failed for want of space (a full disk, `ulimit -f`) may leave the partial file
+ * shorter than the space its superblock has allocated, which HDF5 refuses to open ("truncated
+ * file"). The rows of the last checkpoint lie before the failed write; the bytes past the end
+ * belong to rows after it, which resume_reopen cuts off. So the file is extended with zeros to
+ * the allocated size (issue 27 D2). Returns 1 when it was extended (old size in *was). */
+static int extend_to_eoa(const char *path, off_t *was)
+{
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    uint64_t eoa = superblock_eoa(fd);
+    int done = 0;
+    if (fstat(fd, &st) == 0 && eoa > (uint64_t)st.st_size &&
+        eoa - (uint64_t)st.st_size < ((uint64_t)1 << 40) && ftruncate(fd, (off_t)eoa) == 0) {
+        *was = st.st_size;
+        done = 1;
+    }
+    close(fd);
+    return done;
+}
+
 /* Reopens an existing partial file: checks it was started for the same output, cuts every
  * dataset to the checkpoint and restores the sequence boundaries. */
 static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *rows_done,
@@ -118,6 +165,14 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
     if (fapl >= 0)
         H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
     w->file = H5Fopen(w->tmp, H5F_ACC_RDWR, fapl >= 0 ? fapl : H5P_DEFAULT);
+    off_t was = 0;
+    if (w->file < 0 && extend_to_eoa(w->tmp, &was)) {
+        H5Eclear2(H5E_DEFAULT);
+        w->file = H5Fopen(w->tmp, H5F_ACC_RDWR, fapl >= 0 ? fapl : H5P_DEFAULT);
+        if (w->file < 0 && truncate(w->tmp, was) != 0) {
+            /* left longer than it was: HDF5 refuses it either way */
+        }
+    }
     if (fapl >= 0)
         H5Pclose(fapl);
     if (w->file < 0) {

@@ -116,6 +116,44 @@ static int int_array(const cJSON *nodes, const char *key, int n, long long lo, l
     }
     return SQ_OK;
 }
+/* The "hardware" object (planner/hardware.c's sq_hw_to_json), checked before it is copied
+ * into a plan (issue 27 W13): its known members have their types and ranges, so that a report
+ * or a summary never repeats a speedup of -3 or a time of "fast". Other members are kept. */
+static int check_hardware(const cJSON *hw, const char *file, sq_error *err)
+{
+    static const char *const positive[] = {"target_ms_1", "time_per_step_ms", "time_per_token_ms",
+                                           "tokens_per_second", "predicted_speedup"};
+    for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++) {
+        const cJSON *v = sq_json_field(hw, positive[i]);
+        if (v && (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || !(v->valuedouble > 0)))
+            return sq_error_set(err, SQ_EDATA, "%s: hardware.%s: expected a finite number > 0",
+                                file, positive[i]);
+    }
+    const cJSON *dm = sq_json_field(hw, "draft_ms");
+    if (dm && !cJSON_IsNull(dm) &&
+        (!cJSON_IsNumber(dm) || !isfinite(dm->valuedouble) || dm->valuedouble < 0))
+        return sq_error_set(err, SQ_EDATA, "%s: hardware.draft_ms: expected a finite number >= 0 "
+                            "or null", file);
+    static const char *const counts[] = {"search_budget", "search_depth"};
+    for (size_t i = 0; i < 2; i++) {
+        const cJSON *v = sq_json_field(hw, counts[i]);
+        if (v && (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) ||
+                  v->valuedouble < 1 || v->valuedouble > SQ_PLAN_MAX_NODES))
+            return sq_error_set(err, SQ_EDATA, "%s: hardware.%s: expected an integer in [1, %d]",
+                                file, counts[i], SQ_PLAN_MAX_NODES);
+    }
+    static const char *const strings[] = {"target_profile", "target_device", "target_backend",
+                                          "draft_profile", "draft_cost_model", "candidates",
+                                          "extrapolate"};
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        const cJSON *v = sq_json_field(hw, strings[i]);
+        if (v && !cJSON_IsNull(v) && !cJSON_IsString(v))
+            return sq_error_set(err, SQ_EDATA, "%s: hardware.%s: expected a string or null", file,
+                                strings[i]);
+    }
+    return SQ_OK;
+}
+
 
 int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_error *err)
 {
@@ -193,6 +231,8 @@ int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_err
             rc = sq_error_set(err, SQ_EDATA, "%s: hardware: expected an object or null", file);
             goto fail;
         }
+        if ((rc = check_hardware(hw, file, err)))
+            goto fail;
         if (!(p->hardware = cJSON_Duplicate(hw, 1))) {
             rc = sq_error_oom(err, "plan");
             goto fail;

@@ -56,6 +56,24 @@ int sq_accept_compare(const char *base_file, const char *new_file,
             continue;
         }
         const sq_curve *cn = &n->curves[j];
+        /* one name, two settings: comparing them would measure the settings, not a regression
+         * (issue 27 W7) */
+        int same_mode = (!cb->mode && !cn->mode) ||
+                        (cb->mode && cn->mode && strcmp(cb->mode, cn->mode) == 0);
+        int same_t = (isnan(cb->temperature) && isnan(cn->temperature)) ||
+                     cb->temperature == cn->temperature;
+        int same_p = (isnan(cb->top_p) && isnan(cn->top_p)) || cb->top_p == cn->top_p;
+        if (!same_mode || !same_t || !same_p) {
+            rc = sq_error_set(err, SQ_EDATA, "curve \"%s\": mode %s, temperature %g, top-p %g in "
+                              "%s but mode %s, temperature %g, top-p %g in %s: one name for two "
+                              "settings, refusing to compare them", cb->name,
+                              cb->mode ? cb->mode : "?", cb->temperature, cb->top_p, base_file,
+                              cn->mode ? cn->mode : "?", cn->temperature, cn->top_p, new_file);
+            goto done;
+        }
+        if ((rc = sq_accept_curve_stats_check(cb, base_file, i, err)) ||
+            (rc = sq_accept_curve_stats_check(cn, new_file, j, err)))
+            goto done;
         if (cb->depth_rows || cn->depth_rows) {
             rc = sq_error_set(err, SQ_EDATA, "%s: curve \"%s\": depth-dependent curves "
                               "(p_by_depth) are not supported by --compare",

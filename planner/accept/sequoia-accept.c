@@ -278,6 +278,20 @@ static int estimate(char **files, int n_files, est_opts *o)
                            cfg[j].top_p == c.top_p;
                 if (dup)
                     continue;
+                /* two settings whose curve names agree (the names keep %g's 6 significant
+                 * digits) would write two curves that no reader can tell apart */
+                char nm[128], other[128];
+                sq_accept_config_name(&c, nm, sizeof nm);
+                for (int j = 0; j < n_cfg; j++) {
+                    sq_accept_config_name(&cfg[j], other, sizeof other);
+                    if (strcmp(nm, other) == 0) {
+                        fprintf(stderr, PROG ": --temperature/--top-p: T %.15g, top-p %.15g and "
+                                "T %.15g, top-p %.15g would both be the curve \"%s\"; give "
+                                "values that differ in their first 6 significant digits\n",
+                                cfg[j].temperature, cfg[j].top_p, c.temperature, c.top_p, nm);
+                        return SQ_EUSAGE;
+                    }
+                }
                 if (n_cfg == SQ_ACCEPT_MAX_CONFIGS) {
                     fprintf(stderr, PROG ": more than %d curves requested\n",
                             SQ_ACCEPT_MAX_CONFIGS);

@@ -85,6 +85,38 @@ int sq_accept_curve_stats_read(const sq_curve *c, const char *file, int idx,
     return SQ_OK;
 }
 
+int sq_accept_curve_stats_check(const sq_curve *c, const char *file, int idx, sq_error *err)
+{
+    if (!c->extra || !sq_json_field(c->extra, "stats"))
+        return SQ_OK;
+    sq_accept_curve_stats cs;
+    int rc = sq_accept_curve_stats_read(c, file, idx, &cs, err);
+    if (rc)
+        return rc;
+    int W = c->width;
+    double *p = malloc((size_t)W * sizeof *p), *se = malloc((size_t)W * sizeof *se);
+    if (!p || !se) {
+        rc = sq_error_oom(err, "statistics check");
+    } else {
+        int have_se = sq_accept_stats_estimate(cs.stats, p, se);
+        for (int k = 0; k < W && !rc; k++) {
+            if (!(fabs(p[k] - c->p[k]) <= 1e-6))
+                rc = sq_error_set(err, SQ_EDATA, "%s: curves[%d].stats: do not reproduce p[%d] "
+                                  "(%.9g in the file, %.9g from the stats); the file was edited "
+                                  "or damaged, so its error bars cannot be trusted", file, idx, k,
+                                  c->p[k], p[k]);
+            else if (have_se && c->stderr_p && !(fabs(se[k] - c->stderr_p[k]) <= 1e-6))
+                rc = sq_error_set(err, SQ_EDATA, "%s: curves[%d].stats: do not reproduce "
+                                  "stderr[%d] (%.9g in the file, %.9g from the stats); the file "
+                                  "was edited or damaged", file, idx, k, c->stderr_p[k], se[k]);
+        }
+    }
+    free(p);
+    free(se);
+    sq_accept_stats_free(cs.stats);
+    return rc;
+}
+
 int sq_accept_F_variance(const sq_curve *c, const char *file, int idx, const double *grad,
                          double *var, const char **how, sq_error *err)
 {

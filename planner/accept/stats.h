@@ -33,6 +33,12 @@ typedef struct sq_accept_curve_stats {
 int sq_accept_curve_stats_read(const sq_curve *c, const char *file, int idx,
                                sq_accept_curve_stats *out, sq_error *err);
 
+/* Checks that the statistics of curve c (when it has them) reproduce its p and standard
+ * errors within 1e-6 (issue 27 W8): a file whose p or stats were edited would otherwise give a
+ * comparison its error bars from other numbers than its estimate. Errors: SQ_EDATA
+ * "FILE: curves[I].stats: do not reproduce p[K] (P in the file, Q from the stats); ...". */
+int sq_accept_curve_stats_check(const sq_curve *c, const char *file, int idx, sq_error *err);
+
 /* Var(F) of the optimal tree's expected tokens F, by the delta method with F's gradient grad
  * (width c->width): grad' Cov grad with the covariance from the statistics when the curve has
  * them, else from the standard errors alone (diagonal), else 0. *how says which ("full
