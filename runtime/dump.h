@@ -37,7 +37,7 @@ sq_dump_opts sq_dump_default_opts(void);
 /* Runs the dump; prints the progress line and a one-line summary (or, with resume, where it
  * resumed) on stderr. Returns SQ_OK or the error's status with *err filled, naming the file
  * and the field: SQ_EUSAGE (--top-k past the vocabulary, --context outside [2,
- * max_position_embeddings]), SQ_EDATA (models with different vocabularies, ids outside the
+ * max_position_embeddings]), SQ_EDATA (vocabularies that differ by more than padding, ids outside the
  * vocabulary, no sequence with two tokens, a partial file of other inputs; with text_file: no
  * tokenizer.json in the target, draft and target tokenizers that differ, invalid UTF-8), SQ_ENOINPUT,
  * SQ_ECANTCREAT, SQ_EIO, SQ_ESOFTWARE (memory). */
