@@ -353,3 +353,33 @@ Test(vocab, cli_refuses_a_tokenizer_longer_than_the_shared_range)
     free(text);
     fixture_free(&f);
 }
+
+/* Sampling stays lossless over the shared range: the distribution check of the first two tokens
+ * (chi-square against the target's restricted distribution) passes with a draft of 320 rows and
+ * a target of 256. */
+Test(vocab, cli_stochastic_validate_passes_over_the_shared_range)
+{
+    fixture f = fixture_new();
+    char *rep = tu_path(f.dir, "report.json"), *t256 = write_model(f.dir, "t256", 16, 256, 2);
+    char *argv[] = {(char *)run_bin(), "--draft", f.t320, "--target", t256, "--plan", f.plan,
+                    "--prompt", f.prompt, "-n", "12", "-m", "stochastic", "-t", "0.8", "-s", "3",
+                    "--report", rep, "--validate", "--validate-samples", "400", "--threads", "1",
+                    NULL};
+    char *so = NULL, *se = NULL;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    cJSON *j;
+    sq_error err = {0};
+    cr_assert_eq(sq_json_load(rep, &j, &err), 0, "%s", err.msg);
+    cJSON *v = cJSON_GetObjectItem(j, "validation");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(v, "pass")));
+    cJSON *s = cJSON_GetObjectItem(j, "setup");
+    cr_assert_eq(cJSON_GetObjectItem(s, "vocab_size")->valueint, 256);
+    cr_assert_eq(cJSON_GetObjectItem(s, "draft_vocab_size")->valueint, 320);
+    cr_assert_eq(cJSON_GetObjectItem(s, "target_vocab_size")->valueint, 256);
+    cJSON_Delete(j);
+    free(so);
+    free(se);
+    free(rep);
+    free(t256);
+    fixture_free(&f);
+}
