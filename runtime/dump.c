@@ -145,6 +145,15 @@ static void partial_unlock(char *lockp, int fd)
     free(lockp);
 }
 
+/* Packs rows of `stride` floats to their first V columns, (rows, V) in place. */
+static void shared_rows(float *x, int rows, int stride, int V)
+{
+    if (stride == V)
+        return;
+    for (int r = 1; r < rows; r++)
+        memmove(x + (size_t)r * V, x + (size_t)r * stride, (size_t)V * sizeof *x);
+}
+
 int sq_dump(const sq_dump_opts *o, sq_error *err)
 {
     char *lockp = NULL;
@@ -170,23 +179,31 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
     if ((rc = sq_model_load(o->draft_dir, &draft, err)) ||
         (rc = sq_model_load(o->target_dir, &target, err)))
         goto done;
+    const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
+    int tok_len = 0;
     if (o->text_file) {   /* documents: the target's tokenizer, shared by the draft */
         rc = sq_tokens_tokenizer(o->prog, o->draft_dir, o->target_dir, "--text", &tok, err);
         if (!rc)
-            rc = sq_tokens_check_tokenizer(tok, o->target_dir,
-                                           sq_model_get_config(target)->vocab_size, err);
+            rc = sq_tokens_check_tokenizer(tok, o->target_dir, tc->vocab_size, err);
         if (!rc)
             rc = sq_tokens_from_text(tok, o->text_file, 1, &toks, err);
-        sq_tokenizer_free(tok);
     } else {
         rc = sq_tokens_load(o->tokens_file, &toks, err);
+        /* vocabularies of different sizes: the tokenizer, when there is one, says which rows
+         * are padding */
+        if (!rc && dc->vocab_size != tc->vocab_size)
+            rc = sq_tokens_tokenizer(o->prog, o->draft_dir, o->target_dir, NULL, &tok, err);
     }
+    tok_len = tok ? sq_tokenizer_vocab_size(tok) : 0;
+    sq_tokenizer_free(tok);
     if (rc)
         goto done;
-    const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
-    if ((rc = sq_models_check_vocab(draft, target, o->draft_dir, o->target_dir, err)))
+    /* the corpus holds the shared range: V columns (docs/runtime.md, "Vocabularies that
+     * differ by padding"); a forward writes the model's own tV or dV */
+    int V, tV = tc->vocab_size, dV = dc->vocab_size;
+    if ((rc = sq_models_check_vocab(draft, target, o->draft_dir, o->target_dir, tok_len, &V,
+                                    err)))
         goto done;
-    int V = tc->vocab_size;
     if ((rc = sq_tokens_check_vocab(toks, V, src, err)))
         goto done;
     if (o->topk > V) {
@@ -209,8 +226,8 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
     if ((rc = sq_context_new(draft, &cp, &dctx, err)) ||
         (rc = sq_context_new(target, &cp, &tctx, err)))
         goto done;
-    tl = malloc((size_t)DUMP_CHUNK * V * sizeof *tl);
-    dl = malloc((size_t)DUMP_CHUNK * V * sizeof *dl);
+    tl = malloc((size_t)DUMP_CHUNK * tV * sizeof *tl);
+    dl = malloc((size_t)DUMP_CHUNK * dV * sizeof *dl);
     next = malloc(DUMP_CHUNK * sizeof *next);
     if (!tl || !dl || !next) {
         rc = sq_error_oom(err, "dump buffers");
@@ -287,6 +304,8 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
                 if ((rc = sq_forward_causal(tctx, ids, m, tl, err)) ||
                     (rc = sq_forward_causal(dctx, ids, m, dl, err)))
                     goto done;
+                shared_rows(tl, m, tV, V);
+                shared_rows(dl, m, dV, V);
                 int r = 0;
                 while (r < m && c0 + r + 1 < e) {
                     next[r] = toks->ids[c0 + r + 1];

@@ -37,10 +37,12 @@ sq_dump_opts sq_dump_default_opts(void);
 /* Runs the dump; prints the progress line and a one-line summary (or, with resume, where it
  * resumed) on stderr. Returns SQ_OK or the error's status with *err filled, naming the file
  * and the field: SQ_EUSAGE (--top-k past the vocabulary, --context outside [2,
- * max_position_embeddings]), SQ_EDATA (models with different vocabularies, ids outside the
- * vocabulary, no sequence with two tokens, a partial file of other inputs; with text_file: no
- * tokenizer.json in the target, draft and target tokenizers that differ, invalid UTF-8), SQ_ENOINPUT,
- * SQ_ECANTCREAT, SQ_EIO, SQ_ESOFTWARE (memory). */
+ * max_position_embeddings]), SQ_EDATA (vocabularies that differ by more than padding, ids
+ * outside the shared vocabulary, no sequence with two tokens, a partial file of other inputs;
+ * with text_file: no tokenizer.json in the target, draft and target tokenizers that differ,
+ * invalid UTF-8), SQ_ENOINPUT, SQ_ECANTCREAT, SQ_EIO, SQ_ESOFTWARE (memory). Models whose
+ * vocab_size differ by padding rows are dumped over their shared range (V columns, the corpus's
+ * vocab_size; docs/runtime.md, "Vocabularies that differ by padding"). */
 int sq_dump(const sq_dump_opts *o, sq_error *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* Causal prefill and the vocabulary check (prefill.h). */
 #include "runtime/prefill.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -92,14 +93,39 @@ done:
     return rc;
 }
 
+/* The padding rule (prefill.h): the larger vocabulary a multiple of 64 and the gap at most
+ * max(128, 1% of it). */
+static int padding_gap(int small, int large)
+{
+    int gap = large - small;
+    return large % 64 == 0 && (gap <= 128 || (double)gap * 100.0 <= (double)large);
+}
+
 int sq_models_check_vocab(const sq_model *draft, const sq_model *target, const char *draft_dir,
-                          const char *target_dir, sq_error *err)
+                          const char *target_dir, int tokenizer_len, int *shared, sq_error *err)
 {
     int dv = sq_model_get_config(draft)->vocab_size, tv = sq_model_get_config(target)->vocab_size;
+    int vs = dv < tv ? dv : tv;
+    if (shared)
+        *shared = vs;
     if (dv == tv)
         return SQ_OK;
-    return sq_error_set(err, SQ_EDATA, "%s%s: vocab_size: %d differs from the target's %d%s%s%s",
-                        draft_dir ? draft_dir : "the draft's ", draft_dir ? "/config.json" :
-                        "config.json", dv, tv, target_dir ? " (" : "",
-                        target_dir ? target_dir : "", target_dir ? ")" : "");
+    char dname[4200], tname[4200];
+    snprintf(dname, sizeof dname, "%s%s", draft_dir ? draft_dir : "the draft's ",
+             draft_dir ? "/config.json" : "config.json");
+    snprintf(tname, sizeof tname, "%s%s", target_dir ? target_dir : "the target's ",
+             target_dir ? "/config.json" : "config.json");
+    if (tokenizer_len > 0) {
+        if (tokenizer_len <= vs)
+            return SQ_OK;
+        return sq_error_set(err, SQ_EDATA, "%s: vocab_size: %d differs from %s's %d and "
+                            "%s%s has %d token ids: the rows beyond %d are not padding", dname,
+                            dv, tname, tv, target_dir ? target_dir : "the",
+                            target_dir ? "/tokenizer.json" : " tokenizer", tokenizer_len, vs);
+    }
+    if (padding_gap(vs, dv > tv ? dv : tv))
+        return SQ_OK;
+    return sq_error_set(err, SQ_EDATA, "%s: vocab_size: %d differs from %s's %d by more than "
+                        "padding (without a tokenizer.json, the larger must be a multiple of 64 "
+                        "and the gap at most max(128, 1%% of it))", dname, dv, tname, tv);
 }

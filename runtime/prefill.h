@@ -34,11 +34,19 @@ int sq_forward_causal(sq_context *ctx, const int32_t *tokens, int n, float *logi
 int sq_prefill(sq_context *ctx, const int32_t *tokens, int n, int chunk, float *last,
                sq_error *err);
 
-/* SQ_EDATA when the draft and the target have different vocabularies (they must read and
- * propose the same token ids). The message names the draft's config.json ("<draft_dir>/
- * config.json: vocab_size: ..."), and the target's directory when given; either directory may
- * be NULL (the message then says "the draft's" / leaves the target's out). */
+/* The draft's and the target's vocabularies (docs/runtime.md, "Vocabularies that differ by
+ * padding"): they must read and propose the same token ids. *shared (may be NULL) receives the
+ * shared range V_shared = min(draft, target vocab_size); equal sizes are accepted. Sizes that
+ * differ are accepted when the rows beyond V_shared are padding. With a tokenizer
+ * (tokenizer_len > 0: the length of the pair's tokenizer.json, which the caller read with
+ * sq_tokens_tokenizer: the target's, compared with the draft's), its length must be <= V_shared
+ * (every real token is in the shared range). Without one, the padding rule: the larger
+ * vocab_size is a multiple of 64 and the gap is at most max(128, 1% of the larger)
+ * (checkpoints pad their embedding rows up to a multiple of 64 or 128: Qwen2.5-0.5B/7B
+ * 151936/152064, Gemma-3 262144/262208). Otherwise SQ_EDATA naming the draft's config.json
+ * ("<draft_dir>/config.json: vocab_size: ..."), the target's, both sizes and the rule; either
+ * directory may be NULL (the message then says "the draft's" / "the target's config.json"). */
 int sq_models_check_vocab(const sq_model *draft, const sq_model *target, const char *draft_dir,
-                          const char *target_dir, sq_error *err);
+                          const char *target_dir, int tokenizer_len, int *shared, sq_error *err);
 
 #endif

@@ -173,6 +173,10 @@ static cJSON *setup_json(const sq_run_record *r)
     sq_json_add(setup, "seed", cJSON_CreateNumber((double)r->seed));
     sq_json_add(setup, "context", cJSON_CreateNumber(r->context));
     sq_json_add(setup, "vocab_size", cJSON_CreateNumber(r->vocab_size));
+    if (r->draft_vocab_size > 0) {   /* the models differ by padding rows */
+        sq_json_add(setup, "draft_vocab_size", cJSON_CreateNumber(r->draft_vocab_size));
+        sq_json_add(setup, "target_vocab_size", cJSON_CreateNumber(r->target_vocab_size));
+    }
     sq_json_add(setup, "backend", cJSON_CreateString(r->backend));
     sq_json_add(setup, "dtype", cJSON_CreateString(r->dtype));
     return setup;

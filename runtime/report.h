@@ -74,7 +74,10 @@ typedef struct sq_run_batch {
 typedef struct sq_run_record {
     /* setup */
     const char *draft, *target, *plan_file, *prompt_file, *mode, *backend, *dtype;
-    int         prompt_tokens, max_new_tokens, context, vocab_size;
+    int         prompt_tokens, max_new_tokens, context;
+    int         vocab_size;                /* the shared range decoded over            */
+    int         draft_vocab_size, target_vocab_size;   /* 0: both vocab_size; else the
+                                              models' own, which differ by padding rows   */
     double      temperature, top_p;
     uint64_t    seed;
     /* the run */

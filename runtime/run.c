@@ -48,6 +48,7 @@ typedef struct run_state {
      * parameters with its end-of-sequence ids, each sequence's tokens out (n, or fewer when it
      * stopped at an end-of-sequence id), the prompt's file (--prompt or --prompt-text) */
     sq_tokenizer     *tok;
+    int               shared_vocab;   /* sq_models_check_vocab's shared range */
     sq_specdec_params prm;
     int              *len;           /* (B)                                                  */
     int               stopped;       /* sequences that stopped at an end-of-sequence id      */
@@ -109,13 +110,18 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
                              : sq_tokens_from_text(st->tok, pf, o->batch > 0, &st->prompt, err)))
         return rc;
     const sq_model_config *tcfg = sq_model_get_config(st->target);
-    if ((rc = sq_models_check_vocab(st->draft, st->target, o->draft_dir, o->target_dir, err)))
+    /* the pair over its shared range (the tokenizer's length, when there is one, decides what
+     * rows beyond it are padding; docs/runtime.md, "Vocabularies that differ by padding") */
+    int tok_len = st->tok ? sq_tokenizer_vocab_size(st->tok) : 0;
+    if ((rc = sq_models_check_vocab(st->draft, st->target, o->draft_dir, o->target_dir, tok_len,
+                                    &st->shared_vocab, err)))
         return rc;
     if (st->tok && (rc = sq_tokens_check_tokenizer(st->tok, o->target_dir, tcfg->vocab_size, err)))
         return rc;
-    if ((rc = sq_tokens_check_vocab(st->prompt, tcfg->vocab_size, pf, err)))
+    if ((rc = sq_tokens_check_vocab(st->prompt, st->shared_vocab, pf, err)))
         return rc;
     st->prm = o->prm;
+    st->prm.tokenizer_len = tok_len;
     if (st->tok && !o->ignore_eos)
         st->prm.eos = sq_tokenizer_eos(st->tok, &st->prm.n_eos);
     const char *want = sq_mode_rank_semantics(o->prm.mode);
@@ -337,7 +343,11 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     r->prompt_tokens = st->plen[0];
     r->max_new_tokens = n;
     r->context = sq_specdec_max_context(member(st, 0));
-    r->vocab_size = tcfg->vocab_size;
+    r->vocab_size = st->shared_vocab;
+    if (sq_model_get_config(st->draft)->vocab_size != tcfg->vocab_size) {
+        r->draft_vocab_size = sq_model_get_config(st->draft)->vocab_size;
+        r->target_vocab_size = tcfg->vocab_size;
+    }
     r->temperature = o->prm.mode == SQ_MODE_GREEDY ? 0.0 : o->prm.temperature;
     r->top_p = o->prm.top_p;
     r->seed = o->prm.seed;

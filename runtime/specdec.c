@@ -58,8 +58,11 @@ struct sq_specdec {
     int      cnt, pl;      /* tokens out and accepted nodes of the verification     */
     float   *dlog;         /* (cap, V) draft logits of the nodes fed to the draft    */
     int      tmaxp, dmaxp; /* pending capacity of the target and draft contexts      */
-    float   *tlog;         /* (tmaxp, V) target logits                              */
-    float   *dbuf;         /* (dmaxp, V) draft forward output                       */
+    int      tV, dV;       /* the target's and the draft's vocab_size (>= V, the shared
+                              range: rows of a forward's output; sq_models_check_vocab) */
+    float   *tlog;         /* (tmaxp, V) target logits (a forward writes (rows, tV);
+                              shared_rows packs them to the shared range)            */
+    float   *dbuf;         /* (dmaxp, dV) draft forward output                      */
     double  *p, *q;        /* (V)                                                   */
     uint8_t *mask;         /* (max(tmaxp, dmaxp)^2)                                 */
     int32_t *ftok, *fpos;  /* (max(tmaxp, dmaxp)) tokens and positions of a forward */
@@ -131,11 +134,11 @@ static int check_new(const sq_model *draft, const sq_model *target, const sq_pla
                      const sq_specdec_params *params, const char *plan_file, sq_error *err)
 {
     const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
-    int rc = sq_models_check_vocab(draft, target, NULL, NULL, err);
+    int V, rc = sq_models_check_vocab(draft, target, NULL, NULL, params->tokenizer_len, &V, err);
     if (rc)
         return rc;
     const sq_tree *t = plan->tree;
-    int V = tc->vocab_size;
+    int Vmax = tc->vocab_size > dc->vocab_size ? tc->vocab_size : dc->vocab_size;
     int maxc = sq_tree_max_children(t);
     if (params->mode != SQ_MODE_SPECINFER && maxc > V)
         return sq_error_set(err, SQ_EDATA,
@@ -166,7 +169,8 @@ static int check_new(const sq_model *draft, const sq_model *target, const sq_pla
     int mp = tmaxp > dmaxp ? tmaxp : dmaxp;
     /* A huge plan (up to 2^20 nodes) times a large vocabulary is refused up front rather than
      * swapped or OOM-killed: the logit buffers and the tree mask against physical memory. */
-    double need = ((double)n + tmaxp + dmaxp) * (double)V * sizeof(float) + (double)mp * (double)mp;
+    double need = ((double)n + tmaxp + dmaxp) * (double)Vmax * sizeof(float) +
+                  (double)mp * (double)mp;
     return sq_memory_check(need, err, "use a smaller plan", "a plan of %d nodes with a "
                            "vocabulary of %d needs %.1f GiB of logit buffers and tree mask", n, V,
                            need / (1 << 30));
@@ -182,7 +186,7 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
         return rc;
     const sq_model_config *dc = sq_model_get_config(draft), *tc = sq_model_get_config(target);
     const sq_tree *t = plan->tree;
-    int V = tc->vocab_size;
+    int V = dc->vocab_size < tc->vocab_size ? dc->vocab_size : tc->vocab_size;
 
     sq_specdec *sd = calloc(1, sizeof *sd);
     if (!sd)
@@ -191,6 +195,8 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     sd->target = target;
     sd->prm = *params;
     sd->V = V;
+    sd->tV = tc->vocab_size;
+    sd->dV = dc->vocab_size;
     int n = t->n, D = sq_tree_depth(t);
     sd->cap = n;
     sd->D = D;
@@ -215,8 +221,8 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     sd->dslot = malloc((size_t)n * sizeof(int));
     sd->path = malloc((size_t)D * sizeof(int));
     sd->dlog = malloc((size_t)n * Vs * sizeof(float));
-    sd->tlog = malloc((size_t)sd->tmaxp * Vs * sizeof(float));
-    sd->dbuf = malloc((size_t)sd->dmaxp * Vs * sizeof(float));
+    sd->tlog = malloc((size_t)sd->tmaxp * (size_t)sd->tV * sizeof(float));
+    sd->dbuf = malloc((size_t)sd->dmaxp * (size_t)sd->dV * sizeof(float));
     sd->p = malloc(Vs * sizeof(double));
     sd->q = malloc(Vs * sizeof(double));
     sd->mask = malloc((size_t)mp * (size_t)mp);
@@ -544,7 +550,7 @@ static int check_attention(sq_specdec *sd, double *maxdiff, sq_error *err)
 {
     int len = sd->len, V = sd->V;
     double worst = 0.0;
-    float *row = malloc((size_t)sd->D * (size_t)V * sizeof *row);
+    float *row = malloc((size_t)sd->D * (size_t)sd->tV * sizeof *row);
     if (!row)
         return sq_error_oom(err, "attention check");
     int32_t dummy = 0;
@@ -558,7 +564,7 @@ static int check_attention(sq_specdec *sd, double *maxdiff, sq_error *err)
         sq_causal_mask(sd->mask, m);
         rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, m, row, err);
         if (!rc) {
-            const float *a = row + (size_t)(m - 1) * V, *b = sd->tlog + (size_t)u * V;
+            const float *a = row + (size_t)(m - 1) * sd->tV, *b = sd->tlog + (size_t)u * V;
             for (int x = 0; x < V; x++) {
                 double d = fabs((double)a[x] - (double)b[x]);
                 if (d > worst || isnan(d))
@@ -570,6 +576,19 @@ static int check_attention(sq_specdec *sd, double *maxdiff, sq_error *err)
     free(row);
     *maxdiff = worst;
     return rc;
+}
+
+/* Packs the first `rows` rows of the target's forward output in tlog, (rows, tV), to the shared
+ * range, (rows, V) in place: the padding ids beyond V have no tokens, so neither the verifier
+ * nor an argmax ever sees them (docs/runtime.md, "Vocabularies that differ by padding"). A
+ * single row needs nothing: its first V columns are the shared range already. */
+static void shared_rows(sq_specdec *sd, int rows)
+{
+    if (sd->tV == sd->V)
+        return;
+    for (int r = 1; r < rows; r++)
+        memmove(sd->tlog + (size_t)r * sd->V, sd->tlog + (size_t)r * sd->tV,
+                (size_t)sd->V * sizeof(float));
 }
 
 /* Tokens, positions and ancestor-or-self mask of the whole tree for the target. */
@@ -720,7 +739,7 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
         sq_specdec *sd = sds[i];
         size_t Vs = (size_t)sd->V;
         if (sd->a > 0)
-            memcpy(sd->dlog, sd->dbuf + (size_t)(sd->a - 1) * Vs, Vs * sizeof(float));
+            memcpy(sd->dlog, sd->dbuf + (size_t)(sd->a - 1) * sd->dV, Vs * sizeof(float));
         tree_begin(sd);
         sd->pd = sd->a;
         sd->nfeed = sd->a > 0;   /* the root, read */
@@ -765,7 +784,8 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
             size_t Vs = (size_t)sd->V;
             for (int r = 0; r < sd->nfeed; r++) {
                 int u = sd->keep[r];
-                memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)r * Vs, Vs * sizeof(float));
+                memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)r * sd->dV,
+                       Vs * sizeof(float));
                 sd->dslot[u] = sd->pd + r;
             }
             sd->pd += sd->nfeed;
@@ -783,6 +803,8 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
     if ((rc = forward_seqs(seqs, m, err)))
         return rc;
     double tfwd = now_ms() - tf;
+    for (int i = 0; i < m; i++)
+        shared_rows(sds[i], sds[i]->n);
     double *attn = NULL;
     for (int i = 0; i < m; i++) {
         sq_specdec *sd = sds[i];
@@ -799,6 +821,7 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
         if ((rc = sq_context_forward(sd->tctx, sd->ftok, sd->fpos, sd->mask, sd->n, sd->tlog,
                                      err)))
             break;
+        shared_rows(sd, sd->n);
     }
     double t2 = now_ms();
 
@@ -1135,7 +1158,8 @@ double sq_specdec_batch_bytes(const sq_model *draft, const sq_model *target, con
     double mc = params->max_context > 0 ? params->max_context : maxpos;
     double tmaxp = n > PREFILL_CHUNK ? n : PREFILL_CHUNK;
     double dmaxp = n + D + 2 > PREFILL_CHUNK ? n + D + 2 : PREFILL_CHUNK;
-    double mp = tmaxp > dmaxp ? tmaxp : dmaxp, V = tc->vocab_size;
+    double mp = tmaxp > dmaxp ? tmaxp : dmaxp;
+    double V = tc->vocab_size > dc->vocab_size ? tc->vocab_size : dc->vocab_size;
     double one = sq_cpu_context_bytes(tc, (int)mc, (int)tmaxp, params->threads) +
                  sq_cpu_context_bytes(dc, (int)mc, (int)dmaxp, params->threads) +
                  ((double)n + tmaxp + dmaxp) * V * sizeof(float) + mp * mp +

@@ -53,6 +53,11 @@ typedef struct sq_specdec_params {
      * n_eos 0: never (the default) */
     const int32_t  *eos;
     int             n_eos;
+    /* the models' tokenizer length (0: none): a draft and a target whose vocab_size differ are
+     * accepted when the rows beyond the shared range are padding (sq_models_check_vocab);
+     * decoding then runs over the shared range only (docs/runtime.md, "Vocabularies that
+     * differ by padding") */
+    int             tokenizer_len;
 } sq_specdec_params;
 
 /* Fills what a sequence stopped at an end-of-sequence id did not generate. */

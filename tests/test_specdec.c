@@ -575,15 +575,19 @@ Test(specdec, the_vocabulary_check_names_the_draft_and_the_target)
 {
     models m = models_new(40), o = models_new(41);
     sq_error err = {0};
-    cr_assert_eq(sq_models_check_vocab(m.draft, m.target, "d", "t", &err), 0);
-    cr_assert_eq(sq_models_check_vocab(o.draft, m.target, "/x/draft", "/x/target", &err),
+    cr_assert_eq(sq_models_check_vocab(m.draft, m.target, "d", "t", 0, NULL, &err), 0);
+    cr_assert_eq(sq_models_check_vocab(o.draft, m.target, "/x/draft", "/x/target", 0, NULL, &err),
                  SQ_EDATA);
-    cr_assert_str_eq(err.msg, "/x/draft/config.json: vocab_size: 41 differs from the target's 40 "
-                              "(/x/target)");
+    cr_assert_str_eq(err.msg, "/x/draft/config.json: vocab_size: 41 differs from "
+                              "/x/target/config.json's 40 by more than padding (without a "
+                              "tokenizer.json, the larger must be a multiple of 64 and the gap "
+                              "at most max(128, 1% of it))");
     err = (sq_error){0};
-    cr_assert_eq(sq_models_check_vocab(o.draft, m.target, NULL, NULL, &err), SQ_EDATA);
+    cr_assert_eq(sq_models_check_vocab(o.draft, m.target, NULL, NULL, 0, NULL, &err), SQ_EDATA);
     cr_assert_str_eq(err.msg, "the draft's config.json: vocab_size: 41 differs from the "
-                              "target's 40");
+                              "target's config.json's 40 by more than padding (without a "
+                              "tokenizer.json, the larger must be a multiple of 64 and the gap "
+                              "at most max(128, 1% of it))");
     /* the decoder refuses the pair with the same message */
     const int chain[] = {-1, 0};
     sq_plan *plan = plan_of(chain, 2);
@@ -592,7 +596,8 @@ Test(specdec, the_vocabulary_check_names_the_draft_and_the_target)
     err = (sq_error){0};
     cr_assert_eq(sq_specdec_new(o.draft, m.target, plan, &p, "plan.json", &sd, &err), SQ_EDATA);
     cr_assert_null(sd);
-    cr_assert(strstr(err.msg, "vocab_size: 41 differs from the target's 40"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "vocab_size: 41 differs from the target's config.json's 40"), "%s",
+              err.msg);
     sq_plan_free(plan);
     models_free(&m);
     models_free(&o);
