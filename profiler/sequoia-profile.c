@@ -16,6 +16,7 @@
 #include "libsequoia/format/profile.h"
 #include "profiler/latency_svg.h"
 #include "profiler/measure.h"
+#include "runtime/arch.h"
 #include "runtime/config.h"
 #include "runtime/memory.h"
 #include "runtime/model.h"
@@ -31,6 +32,7 @@ static void usage(FILE *fp)
         "                       [--tokens LIST | --max-tokens N] [--prefix L] [--warmup W]\n"
         "                       [--repeat R] [--threads T] [--no-refine] -o PROFILE.json\n"
         "                       [--svg CURVE.svg] [--offload] [--batch LIST] [--quiet]\n"
+        "       " PROG " --model DIR|config.json --dry-run [options as above]\n"
         "       " PROG " --import ENGINE.csv [--engine NAME] -o PROFILE.json [--svg CURVE.svg]\n"
         "\n"
         "Times the runtime's forward over n new tokens on top of a KV prefix of L tokens and\n"
@@ -71,6 +73,11 @@ static void usage(FILE *fp)
         "      --import CSV       turn another engine's measurements (header tokens,ms; or s, us)\n"
         "                         into a profile\n"
         "      --engine NAME      the engine named in an imported profile (default: imported)\n"
+        "      --dry-run          read the model's shape and check the options against it (context,\n"
+        "                         dtype, the CPU's memory) as a run would, print what the run would\n"
+        "                         time and allocate, and stop before making or mapping any weights;\n"
+        "                         nothing is written and -o is not needed\n");
+    fprintf(fp,
         "  -q, --quiet            no progress bar\n"
         "  -h, --help             this text\n"
         "      --version          the version\n"
@@ -250,7 +257,7 @@ static int write_outputs(const sq_profile *p, const char *out_file, const char *
 
 typedef struct profile_opts {
     const char *model_path, *backend, *dtype, *out_file, *svg_file, *import_file, *engine;
-    int tokens[MAX_LIST], ntokens, max_tokens, threads, force_random, offload;
+    int tokens[MAX_LIST], ntokens, max_tokens, threads, force_random, offload, dry_run;
     int batches[MAX_LIST], nbatches;
     int prefix_given, max_given;
     sq_backend_kind kind;
@@ -274,7 +281,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         {"engine", required_argument, NULL, 'E'},  {"random", no_argument, NULL, 'r'},
         {"no-refine", no_argument, NULL, 'n'},     {"quiet", no_argument, NULL, 'q'},
         {"offload", no_argument, NULL, 'O'},     {"batch", required_argument, NULL, 'B'},
-        {"random-weights", no_argument, NULL, 'r'},
+        {"random-weights", no_argument, NULL, 'r'}, {"dry-run", no_argument, NULL, 'd'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
@@ -312,6 +319,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         case 'E': o->engine = optarg; break;
         case 'r': o->force_random = 1; break;
         case 'O': o->offload = 1; break;
+        case 'd': o->dry_run = 1; break;
         case 'n': o->mp.refine = 0; break;
         case 'q': o->ps.quiet = 1; break;
         case 'h': usage(stdout); return sq_cli_finish(PROG, SQ_OK);
@@ -331,8 +339,10 @@ static int parse_options(int argc, char **argv, profile_opts *o)
 static const char *misfit(profile_opts *o)
 {
     static char buf[SQ_ERROR_MSG_MAX + 64];
-    if (!o->out_file)
+    if (!o->out_file && !o->dry_run)
         return "-o PROFILE.json is required (see --help)";
+    if (o->dry_run && o->import_file)
+        return "--dry-run checks a --model; it does not apply to --import";
     if (!!o->model_path == !!o->import_file)
         return "give exactly one of --model and --import (see --help)";
     if (o->max_tokens > SQ_PROFILE_MAX_TOKENS) {
@@ -442,7 +452,7 @@ static int load_model(profile_opts *o, sq_model **model, sq_model_config *cfg,
                                 "model.safetensors.index.json; for random weights of its shape "
                                 "pass %s/config.json or add --random-weights", o->model_path,
                                 o->model_path);
-        if (*random) {
+        if (*random || o->dry_run) {
             char cpath[4096];
             snprintf(cpath, sizeof cpath, "%s/config.json", o->model_path);
             if ((rc = sq_model_config_load(cpath, cfg, err)))
@@ -453,7 +463,11 @@ static int load_model(profile_opts *o, sq_model **model, sq_model_config *cfg,
         if ((rc = sq_model_config_load(o->model_path, cfg, err)))
             return rc;
     }
-    if (!*random) {
+    if (!*random && o->dry_run) {
+        /* the checkpoint's dtype as config.json states it, without mapping the checkpoint */
+        if (!o->dtype)
+            o->dtype = sq_weight_dtype_name(sq_model_dtype_of_name(cfg->dtype));
+    } else if (!*random) {
         if ((rc = sq_model_load(o->model_path, model, err)))
             return rc;
         *cfg = *sq_model_get_config(*model);
@@ -477,7 +491,7 @@ static int load_model(profile_opts *o, sq_model **model, sq_model_config *cfg,
                             o->mp.prefix, biggest, (long long)o->mp.prefix + biggest,
                             cfg->max_position);
     }
-    if (!*random)
+    if (!*random || o->dry_run)
         return SQ_OK;
     /* random weights: on a CUDA device they are made there, in the target dtype (no float32
      * copy on the host, whose memory is then not the limit) */
@@ -485,6 +499,39 @@ static int load_model(profile_opts *o, sq_model **model, sq_model_config *cfg,
                ? sq_model_new_random_device(cfg, 1234, model, err)
                : sq_model_new_random_dtype(cfg, 1234, sq_model_dtype_of_name(cfg->dtype), model,
                                            err);
+}
+
+/* --dry-run: what a run of these options would time and allocate, after the checks it would
+ * make (the model's context in load_model, the CPU's memory here); stdout, nothing written. */
+static int dry_run(const profile_opts *o, sq_model_config *cfg, int random, sq_error *err)
+{
+    sq_weight_dtype dt;
+    sq_weight_dtype_parse(o->dtype, &dt);   /* checked in misfit() */
+    snprintf(cfg->dtype, sizeof cfg->dtype, "%s",
+             dt == SQ_DTYPE_F32 ? "F32" : dt == SQ_DTYPE_F16 ? "F16" : "BF16");
+    int biggest = o->tokens[o->ntokens - 1], bmax = o->batches[o->nbatches - 1];
+    int max_context = o->mp.prefix > 0 ? o->mp.prefix : 1;
+    int max_pending = biggest > 64 ? biggest : 64;
+    const sq_arch *a = sq_arch_get(cfg->arch);
+    double weights = sq_weights_bytes(cfg), read = sq_weights_read_bytes(cfg, dt);
+    printf("%s: %s, %.4g parameters, %d layers, hidden %d, vocab %d, context %d\n",
+           o->model_path, a ? a->name : "?", (double)sq_model_config_params(cfg), cfg->n_layers,
+           cfg->dim, cfg->vocab_size, cfg->max_position);
+    printf("weights: %s (%s), %.3f GB; one forward reads %.3f GB\n",
+           random ? "random" : "checkpoint", sq_weight_dtype_name(dt), weights / 1e9, read / 1e9);
+    printf("would time: %d token count%s from %d to %d%s on a prefix of %d, batch up to %d, "
+           "on %s\n", o->ntokens, o->ntokens == 1 ? "" : "s", o->tokens[0], biggest,
+           o->mp.refine ? " (refined)" : "", o->mp.prefix, bmax, o->backend);
+    if (o->kind != SQ_BACKEND_CPU)
+        return SQ_OK;
+    double ctx = bmax * sq_cpu_context_bytes(cfg, max_context, max_pending, o->threads) +
+                 (bmax > 1 ? sq_cpu_batch_bytes(cfg, (double)bmax * max_pending) : 0);
+    double need = ctx + (random ? weights : 0);
+    printf("host memory: %.3f GB of KV caches and scratch%s, %.3f GB in all\n", ctx / 1e9,
+           random ? " besides the weights" : " (the checkpoint is mapped)", need / 1e9);
+    return sq_memory_check(need, err, "use a smaller --dtype, --prefix, --tokens or --batch",
+                           "%s: %.0f bytes (%.2f GiB) of weights, KV caches and scratch",
+                           o->model_path, need, need / (1 << 30));
 }
 
 /* Times the sweep at every batch size; fills prof (its strings and points to free). */
@@ -495,6 +542,8 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
     int random, rc;
     if ((rc = load_model(o, &model, &cfg, &random, err)))
         return rc;
+    if (o->dry_run)
+        return dry_run(o, &cfg, random, err);
     int biggest = o->tokens[o->ntokens - 1];
     int bmax = o->batches[o->nbatches - 1];
     sq_context_params cp = sq_context_default_params();
@@ -651,7 +700,7 @@ int main(int argc, char **argv)
     sq_profile prof = {0};
     if (o.import_file) {
         rc = import_profile(&o, &err);
-    } else if (!(rc = measure(&o, &prof, &err))) {
+    } else if (!(rc = measure(&o, &prof, &err)) && !o.dry_run) {
         int at[MAX_LIST + 64];
         /* test hook (tests/test_hostile.c): a threshold below 0 calls every point unstable */
         const char *hook = getenv("SQ_TEST_UNSTABLE_THRESHOLD");

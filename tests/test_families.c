@@ -1024,6 +1024,28 @@ Test(families, real_configs_parse_to_their_parameter_counts)
         cr_assert(fabs(n / cases[i].params - 1) < 0.03, "case %zu: %.4g parameters, published "
                   "%.4g", i, n, cases[i].params);
     }
+    /* the shipped copies under data/configs/ (data/configs/README.md): the same counts */
+    const struct {
+        const char *dir;
+        double params;
+    } shipped[] = {
+        {"Llama-3.1-8B", 8.03e9}, {"Llama-3.2-1B", 1.236e9}, {"Qwen2.5-0.5B", 0.494e9},
+        {"Qwen2.5-7B", 7.62e9},   {"Qwen3-0.6B", 0.596e9},   {"Qwen3-8B", 8.19e9},
+        {"Mistral-7B-v0.3", 7.25e9}, {"gemma-2-2b", 2.61e9}, {"gemma-3-1b-pt", 1.0e9},
+    };
+    const char *root = getenv("SQ_SOURCE_ROOT");
+    if (!root)
+        cr_skip_test("SQ_SOURCE_ROOT is not set (run through meson test)");
+    for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/data/configs/%s/config.json", root, shipped[i].dir);
+        sq_model_config c;
+        sq_error err = {0};
+        cr_assert_eq(sq_model_config_load(path, &c, &err), 0, "%s: %s", path, err.msg);
+        double n = (double)sq_model_config_params(&c);
+        cr_assert(fabs(n / shipped[i].params - 1) < 0.03, "%s: %.4g parameters, published %.4g",
+                  path, n, shipped[i].params);
+    }
 }
 
 /* ---- the tools: sequoia-profile times a family's shape, refuses the others with exit 65 ---- */
