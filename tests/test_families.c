@@ -14,14 +14,18 @@
 
 #include "libsequoia/base/half.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/format/corpus.h"
 #include "libsequoia/format/plan.h"
 #include "runtime/arch.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
+#include "runtime/dump.h"
 #include "runtime/model.h"
+#include "runtime/prefill.h"
 #include "runtime/rope.h"
 #include "runtime/specdec.h"
 #include "runtime/st_writer.h"
+#include "runtime/validate.h"
 #include "tests/testutil.h"
 
 /* ---- float64 reference ----------------------------------------------------------------------- */
@@ -729,7 +733,7 @@ Test(families, batch_equals_alone)
 
 /* ---- greedy speculative decoding equals target-only greedy decoding ----------------------- */
 
-static sq_plan *tree_plan(void)
+static sq_plan *tree_plan_mode(const char *mode)
 {
     const int parent[] = {-1, 0, 0, 1, 1, 3, 5, 2};
     const int n = 8;
@@ -742,11 +746,16 @@ static sq_plan *tree_plan(void)
     cr_assert_eq(sq_tree_from_parents(parent, rank, n, &t, "test", &err), 0, "%s", err.msg);
     const double p[4] = {0.5, 0.2, 0.1, 0.05};
     sq_curve c = {0};
-    cr_assert_eq(sq_curve_init(&c, "test", "greedy", p, 4, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_curve_init(&c, "test", mode, p, 4, &err), 0, "%s", err.msg);
     sq_plan *plan;
     cr_assert_eq(sq_plan_new(t, &c, 0, 0, 0, &plan, &err), 0, "%s", err.msg);
     sq_curve_clear(&c);
     return plan;
+}
+
+static sq_plan *tree_plan(void)
+{
+    return tree_plan_mode("greedy");
 }
 
 Test(families, greedy_tree_decoding_equals_target_greedy)
@@ -780,6 +789,202 @@ Test(families, greedy_tree_decoding_equals_target_greedy)
         free(tp);
     }
     sq_plan_free(plan);
+    tu_rmtree(dir);
+}
+
+/* ---- sampled tree decoding is lossless: chi-square goodness of fit ------------------------ */
+
+/* For every family, a draft (another seed of the family) and a target: over VAL_SEEDS seeded
+ * runs of stochastic tree decoding (the 8-node tree, temperature 0.8 or, where the target is
+ * near-deterministic there, a higher one), the first token follows the target's P(. | prompt)
+ * and the first two P(a | prompt) P(b | prompt, a) (runtime/validate.h: chi-square, fails
+ * below SQ_VALIDATE_P_MIN); the tree's logits equal the plain causal forwards of its paths
+ * (sq_validate_attention, the CPU tolerance). */
+#define VAL_SEEDS 400
+
+Test(families, stochastic_tree_decoding_passes_the_chi_square_test, .timeout = 120)
+{
+    char *dir = tu_tmpdir();
+    sq_plan *plan = tree_plan_mode("stochastic");
+    for (int f = 0; f < F_COUNT; f++) {
+        char *dp = write_family(dir, f, 7), *tp = write_family(dir, f, 8);
+        sq_model *draft = load(dp), *target = load(tp);
+        /* 0.8, or the first higher temperature at which the target's first token is no longer
+         * (close to) certain: the tied random checkpoints repeat their last token with
+         * probability ~1 up to temperature 4 (a test with one bin would pass anything) */
+        static const double temps[] = {0.8, 2, 4, 8};
+        sq_specdec *sd = NULL;
+        sq_error err = {0};
+        double T = 0;
+        for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++) {
+            sq_specdec_params prm = sq_specdec_default_params();
+            prm.mode = SQ_MODE_STOCHASTIC;
+            prm.temperature = T = temps[ti];
+            prm.threads = 1;
+            prm.max_context = 64;
+            cr_assert_eq(sq_specdec_new(draft, target, plan, &prm, "plan.json", &sd, &err), 0,
+                         "%s: %s", fam_names[f], err.msg);
+            double pr[512];
+            cr_assert(sq_specdec_vocab(sd) <= 512);
+            cr_assert_eq(sq_specdec_target_probs(sd, toks, 5, pr, &err), 0, "%s", err.msg);
+            int bins = 0;
+            for (int x = 0; x < sq_specdec_vocab(sd); x++)
+                bins += pr[x] * VAL_SEEDS >= 5;
+            if (bins >= 3)
+                break;
+            sq_specdec_free(sd);
+            sd = NULL;
+        }
+        cr_assert_not_null(sd, "%s: the target is near-deterministic up to temperature %g",
+                           fam_names[f], T);
+        sq_validation v = {0};
+        v.ran = 1;
+        cr_assert_eq(sq_validate_attention(sd, toks, 5, sq_validate_attn_tol(SQ_BACKEND_CPU), &v,
+                                           &err), 0, "%s: %s", fam_names[f], err.msg);
+        cr_assert_eq(sq_validate_distribution(sd, 1000 + (uint64_t)f, VAL_SEEDS, toks, 5, &v,
+                                              NULL, NULL, &err), 0, "%s: %s", fam_names[f],
+                     err.msg);
+        cr_assert(v.dist_checked && v.seeds == VAL_SEEDS, "%s", fam_names[f]);
+        cr_assert_eq(v.first.n, VAL_SEEDS, "%s", fam_names[f]);
+        cr_assert_eq(v.pair.n, VAL_SEEDS, "%s", fam_names[f]);
+        cr_assert(v.first.df >= 2 && v.pair.df >= 1, "%s: first df %d, pair df %d",
+                  fam_names[f], v.first.df, v.pair.df);
+        cr_assert(v.attn_ok, "%s: tree attention: max difference %g (tolerance %g)",
+                  fam_names[f], v.attn_max_diff, v.attn_tol);
+        cr_assert(v.first.p_value >= SQ_VALIDATE_P_MIN && v.pair.p_value >= SQ_VALIDATE_P_MIN,
+                  "%s: first token chi2 %g (df %d) p %g; pair chi2 %g (df %d) p %g",
+                  fam_names[f], v.first.stat, v.first.df, v.first.p_value, v.pair.stat,
+                  v.pair.df, v.pair.p_value);
+        cr_assert(v.dist_ok && sq_validation_pass(&v), "%s", fam_names[f]);
+        cr_log_info("%s: temperature %g: chi-square: first p %.3g (df %d), pair p %.3g (df %d), "
+                    "tree attention %.3g", fam_names[f], T, v.first.p_value, v.first.df,
+                    v.pair.p_value, v.pair.df, v.attn_max_diff);
+        sq_specdec_free(sd);
+        sq_model_free(draft);
+        sq_model_free(target);
+        free(dp);
+        free(tp);
+    }
+    sq_plan_free(plan);
+    tu_rmtree(dir);
+}
+
+/* ---- the corpus dump: every row equals a plain causal forward ----------------------------- */
+
+/* For every family: sq_dump (dense float32 logits, windows of DUMP_WIN tokens) of a token file
+ * of two sequences, read back with the corpus reader; each row's target and draft logits equal
+ * those of a causal forward of its window from an empty cache (sq_forward_causal), within 1e-5
+ * of the row's largest |logit|, and each row's token is the next one. */
+#define DUMP_WIN 8
+
+Test(families, dump_rows_equal_causal_forwards)
+{
+    char *dir = tu_tmpdir();
+    /* sequence 1: toks (12 tokens: windows 0..7, 8..11), sequence 2: 5 tokens */
+    static const int32_t seq2[5] = {9, 90, 33, 1, 64};
+    const int32_t *seqs[2] = {toks, seq2};
+    const int lens[2] = {N_TOK, 5};
+    char *tokfile = tu_path(dir, "tokens.txt");
+    {
+        char text[512];
+        size_t o = 0;
+        for (int s = 0; s < 2; s++) {
+            for (int i = 0; i < lens[s]; i++)
+                o += (size_t)snprintf(text + o, sizeof text - o, "%d ", seqs[s][i]);
+            o += (size_t)snprintf(text + o, sizeof text - o, s == 0 ? "\n\n" : "\n");
+        }
+        tu_write(tokfile, text);
+    }
+    const int rows_want = (N_TOK - 1) + (5 - 1);
+    for (int f = 0; f < F_COUNT; f++) {
+        char *dp = write_family(dir, f, 9), *tp = write_family(dir, f, 10);
+        char *out = tu_path(dir, "corpus.h5");
+        sq_dump_opts o = sq_dump_default_opts();
+        o.draft_dir = dp;
+        o.target_dir = tp;
+        o.tokens_file = tokfile;
+        o.out_file = out;
+        o.context = DUMP_WIN;
+        o.half = 0;
+        o.topk = 0;
+        o.threads = 1;
+        o.quiet = 1;
+        sq_error err = {0};
+        cr_assert_eq(sq_dump(&o, &err), 0, "%s: %s", fam_names[f], err.msg);
+        sq_corpus *c;
+        cr_assert_eq(sq_corpus_open(out, &c, &err), 0, "%s: %s", fam_names[f], err.msg);
+        const sq_corpus_info *info = sq_corpus_get_info(c);
+        sq_model *draft = load(dp), *target = load(tp);
+        const int V = target->config.vocab_size;
+        cr_assert_eq(info->rows, rows_want, "%s", fam_names[f]);
+        cr_assert_eq(info->vocab, V, "%s", fam_names[f]);
+        cr_assert_eq(info->sequences, 2, "%s", fam_names[f]);
+        cr_assert(!info->sparse, "%s", fam_names[f]);
+        float *tl = malloc(sizeof(float) * rows_want * V);
+        float *dl = malloc(sizeof(float) * rows_want * V);
+        int32_t next[N_TOK + 5];
+        cr_assert_eq(sq_corpus_read(c, 0, rows_want, tl, dl, next, &err), 0, "%s: %s",
+                     fam_names[f], err.msg);
+        sq_corpus_close(c);
+        sq_context *tc = ctx_new(target), *dc = ctx_new(draft);
+        float *ft = malloc(sizeof(float) * DUMP_WIN * V);
+        float *fd = malloc(sizeof(float) * DUMP_WIN * V);
+        int row = 0;
+        double worst_t = 0, worst_d = 0;
+        for (int s = 0; s < 2; s++) {
+            for (int w0 = 0; w0 < lens[s] - 1; w0 += DUMP_WIN) {
+                int w1 = w0 + DUMP_WIN < lens[s] ? w0 + DUMP_WIN : lens[s];
+                int n = w1 - w0, nrows = (w1 < lens[s] ? w1 : lens[s] - 1) - w0;
+                sq_context_reset(tc);
+                sq_context_reset(dc);
+                cr_assert_eq(sq_forward_causal(tc, seqs[s] + w0, n, ft, &err), 0, "%s: %s",
+                             fam_names[f], err.msg);
+                cr_assert_eq(sq_forward_causal(dc, seqs[s] + w0, n, fd, &err), 0, "%s: %s",
+                             fam_names[f], err.msg);
+                for (int r = 0; r < nrows; r++, row++) {
+                    cr_assert_eq(next[row], seqs[s][w0 + r + 1], "%s: row %d: token %d, want %d",
+                                 fam_names[f], row, next[row], seqs[s][w0 + r + 1]);
+                    for (int k = 0; k < 2; k++) {
+                        const float *got = (k ? dl : tl) + (size_t)row * V;
+                        const float *want = (k ? fd : ft) + (size_t)r * V;
+                        double mx = 0, e = 0;
+                        for (int x = 0; x < V; x++) {
+                            mx = fmax(mx, fabs(want[x]));
+                            e = fmax(e, fabs((double)got[x] - want[x]));
+                        }
+                        cr_assert(mx > 0, "%s: row %d: %s logits all zero", fam_names[f], row,
+                                  k ? "draft" : "target");
+                        cr_assert(e <= 1e-5 * mx, "%s: row %d (sequence %d, position %d): %s "
+                                  "logits differ by %g (row max |logit| %g)", fam_names[f], row,
+                                  s, w0 + r, k ? "draft" : "target", e, mx);
+                        double rel = e / mx;
+                        if (k)
+                            worst_d = fmax(worst_d, rel);
+                        else
+                            worst_t = fmax(worst_t, rel);
+                    }
+                }
+            }
+        }
+        cr_assert_eq(row, rows_want, "%s", fam_names[f]);
+        /* the draft is another checkpoint: its rows are not the target's */
+        cr_assert(memcmp(tl, dl, sizeof(float) * rows_want * V) != 0, "%s", fam_names[f]);
+        cr_log_info("%s: dump rows: largest difference / row max |logit|: target %.3g, "
+                    "draft %.3g", fam_names[f], worst_t, worst_d);
+        free(ft);
+        free(fd);
+        free(tl);
+        free(dl);
+        sq_context_free(tc);
+        sq_context_free(dc);
+        sq_model_free(draft);
+        sq_model_free(target);
+        remove(out);
+        free(out);
+        free(dp);
+        free(tp);
+    }
+    free(tokfile);
     tu_rmtree(dir);
 }
 
