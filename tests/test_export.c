@@ -820,7 +820,7 @@ Test(export, plan_svg_is_well_formed_with_one_circle_per_node)
     free(dir);
 }
 
-/* A 20000-node plan (issue 27: it drew a 39954 x 420 px strip) stays within about 3200 px: its
+/* A 20000-node plan (issue 27: it drew a 36933 x 420 px strip) stays within about 3200 px: its
  * levels of more than 1000 nodes are aggregated into columns, every node of them counted once
  * in a column's tooltip; the narrower levels keep one circle per node. */
 Test(export, a_20000_node_plan_svg_aggregates_its_wide_levels)
