@@ -661,9 +661,10 @@ ParameterizedTest(backend_case *bc, cuda, batched_greedy_decoding_equals_separat
  * nearly as well with the copies of its token just before it. The other heads keep random
  * sharp weights. A rescaling that misses the new maximum, or a merge that mishandles a range,
  * is far outside the dtype tolerance (tests/cuda-emu/mutate.sh: 'rescale', 'sum', 'merge',
- * 'split', 'batchsplit'). Query and key weights are sharpened x4 here, not x16: over hundreds
- * of keys x16 makes near ties between two keys common, and a 16-bit rounding then moves the
- * weight between them. */
+ * 'split', 'batchsplit'). The random heads' query weights are sharpened x4 here, not x16: over
+ * hundreds of keys x16 makes near ties between two keys common, and a 16-bit rounding then
+ * moves the weight between them; the aligned heads' x16, so that their late maximum outgrows
+ * every earlier score by far (a missed rescaling then moves most of the row's weight). */
 enum { LC_CTX = 640, LC_PEND = 48 };
 
 static sq_model *long_model(uint64_t seed)
@@ -690,10 +691,13 @@ static sq_model *long_model(uint64_t seed)
         sq_test_scale(w->t[SQ_L_WQ], q * dim, 4.0f);
         sq_test_scale(w->t[SQ_L_WV], kv * dim, 8.0f);
         sq_test_scale(w->t[SQ_L_WO], dim * q, 8.0f);
-        /* KV head g's key rows = query head g * group's rows */
-        for (size_t g = 0; g < (size_t)c.n_kv_heads; g++)
-            memcpy((float *)w->t[SQ_L_WK] + g * hd * dim, w->t[SQ_L_WQ] + g * group * hd * dim,
-                   hd * dim * sizeof(float));
+        /* KV head g's key rows = query head g * group's rows, those x4 again: the aligned
+         * score outgrows every other by far, so a row's weight all but moves to the late keys */
+        for (size_t g = 0; g < (size_t)c.n_kv_heads; g++) {
+            float *wq = (float *)w->t[SQ_L_WQ] + g * group * hd * dim;
+            sq_test_scale(wq, hd * dim, 4.0f);
+            memcpy((float *)w->t[SQ_L_WK] + g * hd * dim, wq, hd * dim * sizeof(float));
+        }
     }
     return m;
 }
