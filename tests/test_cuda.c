@@ -648,23 +648,24 @@ ParameterizedTest(backend_case *bc, cuda, batched_greedy_decoding_equals_separat
     sq_model_free(target);
 }
 
-/* ---- long contexts: many key chunks, several context splits (issue 27) ------------------------ */
+/* ---- long contexts: many key chunks, several context splits (issue 27) --------------------- */
 
 /* The kernels walk the context in chunks of 32 slots, each block over a range of chunks (a
  * split) with an online softmax, and merge the splits (k_attn_partial, k_attn_merge); the tests
- * above never fill more than one chunk. Here the contexts span up to 19 chunks and every
- * forward is cut into 2 to 8 ranges of 1 to 6 chunks each (on the emulation's 4 SMs; a GPU
- * cuts them otherwise, and the comparison with the CPU holds there too), and the largest
+ * above never fill more than one chunk. Here the contexts span up to 19 chunks and a forward
+ * is cut into up to 7 ranges of 1 to 6 chunks each (on the emulation's 4 SMs; a GPU cuts them
+ * otherwise, and the comparison with the CPU holds there too), and the largest
  * score of every row arrives late: the first query head of each GQA group reads keys made by
  * its own query weights (Wk = Wq), so a token's query aligns best with its own key (RoPE at
  * distance 0), which is the last slot the row sees, in the last chunk of the last split, and
  * nearly as well with the copies of its token just before it. The other heads keep random
  * sharp weights. A rescaling that misses the new maximum, or a merge that mishandles a range,
- * is far outside the dtype tolerance (tests/cuda-emu/mutate.sh: 'rescale', 'sum', 'merge',
- * 'split', 'batchsplit'). The random heads' query weights are sharpened x4 here, not x16: over
- * hundreds of keys x16 makes near ties between two keys common, and a 16-bit rounding then
- * moves the weight between them; the aligned heads' x16, so that their late maximum outgrows
- * every earlier score by far (a missed rescaling then moves most of the row's weight). */
+ * is far outside the dtype tolerance (tests/cuda-emu/mutate.sh: 'rescale', 'sum', 'max',
+ * 'chunks', 'merge', 'split', 'batchsplit'). The random heads' query weights are sharpened x4
+ * here, not x16: over hundreds of keys x16 makes near ties between two keys common, and a
+ * 16-bit rounding then moves the weight between them; the aligned heads' x16, so that their
+ * late maximum outgrows every earlier score by far (a missed rescaling then moves most of the
+ * row's weight). */
 enum { LC_CTX = 640, LC_PEND = 48 };
 
 static sq_model *long_model(uint64_t seed)
@@ -684,7 +685,8 @@ static sq_model *long_model(uint64_t seed)
     sq_model *m;
     sq_error err = {0};
     cr_assert_eq(sq_model_new_random(&c, seed, &m, &err), 0, "%s", err.msg);
-    const size_t dim = (size_t)c.dim, hd = (size_t)c.head_dim, group = (size_t)(c.n_heads / c.n_kv_heads);
+    const size_t dim = (size_t)c.dim, hd = (size_t)c.head_dim;
+    const size_t group = (size_t)(c.n_heads / c.n_kv_heads);
     const size_t q = (size_t)c.n_heads * hd, kv = (size_t)c.n_kv_heads * hd;
     for (int l = 0; l < c.n_layers; l++) {
         const sq_layer_weights *w = &m->w.layers[l];
