@@ -860,7 +860,8 @@ Test(export, a_20000_node_plan_svg_aggregates_its_wide_levels)
         in_cols += k;
     }
     cr_assert_eq(in_cols, aggregated, "every node of the wide levels is in one column");
-    cr_assert_eq(count(s, "<title>"), apart + cols + 1, "a tooltip per node or column, and the title");
+    cr_assert_eq(count(s, "<title>"), apart + cols + 1,
+                 "a tooltip per node or column, and the title");
     cr_assert(strstr(s, "columns of nodes"), "the subtitle says so");
     render_check(path);
     free(s);
