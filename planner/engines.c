@@ -284,10 +284,13 @@ int sq_eagle_deep_first(const sq_tree *t, int *bad_early, int *bad_late)
     return ok;
 }
 
+/* One rule for every engine: a root-only tree speculates nothing, and no engine takes 0 draft
+ * tokens (the static-tree ones would get an empty list, the envelopes 0 steps). */
+#define ROOT_ONLY_WHY "a root-only tree has no draft step; plan with a budget of 2 or more"
+
 static int root_only(sq_error *err, const char *file, const char *engine)
 {
-    return sq_error_set(err, SQ_EDATA, "%s: %s: a root-only tree has no draft step; plan with "
-                        "a budget of 2 or more", file, engine);
+    return sq_error_set(err, SQ_EDATA, "%s: %s: " ROOT_ONLY_WHY, file, engine);
 }
 
 #define OOM_WHY "out of memory while allocating engine check"
@@ -301,15 +304,16 @@ static int violation(const sq_tree *t, const sq_engine_info *in, int max_non_lea
     const char *en = in->name;
     char p1[160], p2[160];
     int levels = sq_tree_depth(t);
-    if (lim.min_path && levels - 1 < lim.min_path) {
-        if (lim.min_path == 1)
-            snprintf(why, cap, "a root-only tree has no draft step; plan with a budget of 2 or more");
-        else
-            snprintf(why, cap, "the tree has %d level%s below the root, but %s needs a path of at "
-                     "least %d tokens (with only depth-%d paths %s); plan with a depth of %d or "
-                     "more and a budget of %d or more", levels - 1, levels - 1 == 1 ? "" : "s",
-                     in->display, lim.min_path, lim.min_path - 1, in->min_path_note,
-                     lim.min_path + 1, lim.min_path + 1);
+    if (t->n < 2) {
+        snprintf(why, cap, ROOT_ONLY_WHY);
+        return SQ_EDATA;
+    }
+    if (lim.min_path && levels - 1 < lim.min_path) {   /* min_path >= 2: 1 is the rule above */
+        snprintf(why, cap, "the tree has %d level%s below the root, but %s needs a path of at "
+                 "least %d tokens (with only depth-%d paths %s); plan with a depth of %d or "
+                 "more and a budget of %d or more", levels - 1, levels - 1 == 1 ? "" : "s",
+                 in->display, lim.min_path, lim.min_path - 1, in->min_path_note,
+                 lim.min_path + 1, lim.min_path + 1);
         return SQ_EDATA;
     }
     if (!sq_engine_size_ok(&lim, t->n)) {

@@ -43,6 +43,57 @@ static int write_atomic(const char *path, writer_fn fn, const void *a, const voi
 
 /* ---- plan ----------------------------------------------------------------------------- */
 
+#define SVG_PLOT_MAX 3000.0   /* widest plot of a tree, in pixels                           */
+#define SVG_DOT_MIN 3.0       /* narrowest column of a node, in pixels                      */
+
+/* The levels of more than agg_over nodes, as columns of SVG_DOT_MIN pixels at y0 + dy * level:
+ * one rectangle per column that holds nodes, coloured by their largest f, with a tooltip. */
+static int svg_plan_columns(FILE *fp, const sq_tree *t, const double *f, const double *x,
+                            const int *widths, int agg_over, int levels, int slots, double dx,
+                            double x0, double y0, double dy, double lmin, sq_error *err)
+{
+    const int cols = (int)ceil(slots * dx / SVG_DOT_MIN) + 1;
+    int *cnt = malloc((size_t)cols * sizeof *cnt), *rlo = malloc((size_t)cols * sizeof *rlo);
+    int *rhi = malloc((size_t)cols * sizeof *rhi);
+    double *fhi = malloc((size_t)cols * sizeof *fhi), *flo = malloc((size_t)cols * sizeof *flo);
+    if (!cnt || !rlo || !rhi || !fhi || !flo) {
+        free(cnt), free(rlo), free(rhi), free(fhi), free(flo);
+        return sq_error_oom(err, "svg");
+    }
+    for (int l = 0; l < levels; l++) {
+        if (widths[l] <= agg_over)
+            continue;
+        for (int c = 0; c < cols; c++)
+            cnt[c] = 0;
+        for (int v = 0; v < t->n; v++) {
+            if (t->depth[v] != l)
+                continue;
+            int c = (int)floor(dx * (x[v] + 0.5) / SVG_DOT_MIN);
+            c = c < 0 ? 0 : c >= cols ? cols - 1 : c;
+            if (!cnt[c]++) {
+                rlo[c] = rhi[c] = t->rank[v];
+                flo[c] = fhi[c] = f[v];
+            }
+            rlo[c] = t->rank[v] < rlo[c] ? t->rank[v] : rlo[c];
+            rhi[c] = t->rank[v] > rhi[c] ? t->rank[v] : rhi[c];
+            flo[c] = fmin(flo[c], f[v]);
+            fhi[c] = fmax(fhi[c], f[v]);
+        }
+        for (int c = 0; c < cols; c++) {
+            if (!cnt[c])
+                continue;
+            char col[16];
+            blue(fhi[c] > 0 ? 1.0 - log10(fhi[c]) / lmin : 0.0, col, sizeof col);
+            fprintf(fp, "<g><title>level %d: %d node%s, ranks %d..%d, f = %.3g..%.3g</title>"
+                        "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"12\" fill=\"%s\"/>"
+                        "</g>\n", l, cnt[c], cnt[c] == 1 ? "" : "s", rlo[c], rhi[c], flo[c],
+                    fhi[c], x0 + SVG_DOT_MIN * c, y0 + dy * l - 6, SVG_DOT_MIN, col);
+        }
+    }
+    free(cnt), free(rlo), free(rhi), free(fhi), free(flo);
+    return SQ_OK;
+}
+
 int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
 {
     const sq_tree *t = plan->tree;
@@ -55,6 +106,7 @@ int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
         free(f), free(x), free(kids), free(first), free(stack), free(widths), free(lsum);
         return sq_error_oom(err, "svg");
     }
+    int rc;
     sq_tree_expected_tokens(t, &plan->acceptance, f);
     for (int v = 0; v < n; v++)
         first[v] = -1;
@@ -83,7 +135,17 @@ int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
             x[v] = 0.5 * (x[first[v]] + x[first[v] + kids[v] - 1]);
 
     int labels = n <= SQ_SVG_LABEL_MAX;
-    double dx = labels ? 34 : fmax(3.0, fmin(14.0, 3000.0 / slots));
+    /* At most SVG_PLOT_MAX / SVG_DOT_MIN leaves get their own column; a wider tree is squeezed
+     * into SVG_PLOT_MAX pixels, and its levels of more than that many nodes are aggregated:
+     * drawn as columns of SVG_DOT_MIN pixels, each the nodes that fall there (colour: their
+     * largest f; tooltip: how many, their ranks and f), without edges. */
+    double dx = labels ? 34 : fmax(SVG_DOT_MIN, fmin(14.0, SVG_PLOT_MAX / slots));
+    if (!labels && slots * SVG_DOT_MIN > SVG_PLOT_MAX)
+        dx = SVG_PLOT_MAX / slots;
+    const int agg_over = (int)(SVG_PLOT_MAX / SVG_DOT_MIN);   /* nodes of a level drawn apart */
+    int aggregated = 0;
+    for (int l = 0; l < levels; l++)
+        aggregated += !labels && widths[l] > agg_over;
     double dy = labels ? 72 : 48;
     double r = labels ? 12 : fmax(1.2, fmin(5.0, dx * 0.42));
     double left = 30, topm = 70, panel = 210;
@@ -103,22 +165,38 @@ int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
     sq_svg_escape(fp, title);
     fprintf(fp, "</text>\n<text x=\"%.0f\" y=\"48\" font-size=\"12\" fill=\"#444\">curve ", left);
     sq_svg_escape(fp, plan->acceptance.name);
-    fprintf(fp, " (%s); %s</text>\n", plan->rank_semantics,
+    fprintf(fp, " (%s); %s", plan->rank_semantics,
             labels ? "node label: rank, and score f(v) below; colour: f(v)"
                    : "colour: score f(v); hover a node for its rank, path and score");
+    if (aggregated)
+        fprintf(fp, "; levels of more than %d nodes: columns of nodes (colour: largest f)",
+                agg_over);
+    fprintf(fp, "</text>\n");
 
 #define PX(v) (left + dx * (x[v] + 0.5) + (plot_w - slots * dx) / 2)
 #define PY(v) (topm + 20 + dy * t->depth[v])
-    /* edges, one path */
+#define AGG(v) (!labels && widths[t->depth[v]] > agg_over)
+    /* edges, one path (none into an aggregated level) */
     if (n > 1) {
         fprintf(fp, "<path fill=\"none\" stroke=\"#9aa\" stroke-width=\"%.2f\" d=\"",
                 labels ? 1.2 : 0.6);
         for (int v = 1; v < n; v++)
-            fprintf(fp, "M%.1f %.1fL%.1f %.1f", PX(t->parent[v]), PY(t->parent[v]), PX(v), PY(v));
+            if (!AGG(v))
+                fprintf(fp, "M%.1f %.1fL%.1f %.1f", PX(t->parent[v]), PY(t->parent[v]), PX(v),
+                        PY(v));
         fprintf(fp, "\"/>\n");
+    }
+    /* aggregated levels: one column per SVG_DOT_MIN pixels */
+    if (aggregated && (rc = svg_plan_columns(fp, t, f, x, widths, agg_over, levels, slots, dx,
+                                             left + (plot_w - slots * dx) / 2, topm + 20, dy,
+                                             lmin, err))) {
+        free(f), free(x), free(kids), free(first), free(stack), free(widths), free(lsum);
+        return rc;
     }
     /* nodes */
     for (int v = 0; v < n; v++) {
+        if (AGG(v))
+            continue;
         char col[16];
         double tcol = f[v] > 0 ? 1.0 - log10(f[v]) / lmin : 0.0;
         blue(tcol, col, sizeof col);
@@ -170,6 +248,7 @@ int sq_svg_plan_write(FILE *fp, const sq_plan *plan, sq_error *err)
             left + 240, ly + 26);
     fprintf(fp, "<text x=\"%.0f\" y=\"%.1f\" font-size=\"10\" fill=\"#444\">(log scale)</text>\n",
             left + 250, ly + 11);
+#undef AGG
 #undef PX
 #undef PY
     sq_svg_end(fp);

@@ -3,6 +3,9 @@
  *    with its rank and score f(v), the number of nodes of each level at the side. Trees of up
  *    to SQ_SVG_LABEL_MAX nodes get text labels; larger ones are scaled down and drawn as
  *    coloured dots (colour = f(v), with a legend) whose tooltips keep rank, path and score;
+ *    a tree of more than 1000 leaves is squeezed into 3000 px, and its levels of more than 1000
+ *    nodes are drawn as 3-px columns (colour: the column's largest f; tooltip: its node count,
+ *    ranks and scores), so a 20000-node plan stays about 3200 px wide;
  *  - acceptance curves: p_k against rank k on a log scale, with ±1 standard error bars,
  *    several curves overlaid;
  *  - the expected-tokens table: F (best expected tokens per step) against tree size for

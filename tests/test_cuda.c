@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -645,6 +646,285 @@ ParameterizedTest(backend_case *bc, cuda, batched_greedy_decoding_equals_separat
     sq_plan_free(plan);
     sq_model_free(draft);
     sq_model_free(target);
+}
+
+/* ---- long contexts: many key chunks, several context splits (issue 27) --------------------- */
+
+/* The kernels walk the context in chunks of 32 slots, each block over a range of chunks (a
+ * split) with an online softmax, and merge the splits (k_attn_partial, k_attn_merge); the tests
+ * above never fill more than one chunk. Here the contexts span up to 19 chunks and a forward
+ * is cut into up to 7 ranges of 1 to 6 chunks each (on the emulation's 4 SMs; a GPU cuts them
+ * otherwise, and the comparison with the CPU holds there too), and the largest
+ * score of every row arrives late: the first query head of each GQA group reads keys made by
+ * its own query weights (Wk = Wq), so a token's query aligns best with its own key (RoPE at
+ * distance 0), which is the last slot the row sees, in the last chunk of the last split, and
+ * nearly as well with the copies of its token just before it. The other heads keep random
+ * sharp weights. A rescaling that misses the new maximum, or a merge that mishandles a range,
+ * is far outside the dtype tolerance (tests/cuda-emu/mutate.sh: 'rescale', 'sum', 'max',
+ * 'chunks', 'merge', 'split', 'batchsplit'). The random heads' query weights are sharpened x4
+ * here, not x16: over hundreds of keys x16 makes near ties between two keys common, and a
+ * 16-bit rounding then moves the weight between them; the aligned heads' x16, so that their
+ * late maximum outgrows every earlier score by far (a missed rescaling then moves most of the
+ * row's weight). */
+enum { LC_CTX = 640, LC_PEND = 48 };
+
+static sq_model *long_model(uint64_t seed)
+{
+    sq_model_config c = {0};
+    c.dim = 64;
+    c.hidden_dim = 160;
+    c.n_layers = 1;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = V;
+    c.max_position = LC_CTX;
+    c.rope_theta = 10000.0f;
+    c.norm_eps = 1e-5f;
+    strcpy(c.dtype, "F32");
+    sq_model *m;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_new_random(&c, seed, &m, &err), 0, "%s", err.msg);
+    const size_t dim = (size_t)c.dim, hd = (size_t)c.head_dim;
+    const size_t group = (size_t)(c.n_heads / c.n_kv_heads);
+    const size_t q = (size_t)c.n_heads * hd, kv = (size_t)c.n_kv_heads * hd;
+    for (int l = 0; l < c.n_layers; l++) {
+        const sq_layer_weights *w = &m->w.layers[l];
+        sq_test_scale(w->t[SQ_L_WQ], q * dim, 4.0f);
+        sq_test_scale(w->t[SQ_L_WV], kv * dim, 8.0f);
+        sq_test_scale(w->t[SQ_L_WO], dim * q, 8.0f);
+        /* KV head g's key rows = query head g * group's rows, those x4 again: the aligned
+         * score outgrows every other by far, so a row's weight all but moves to the late keys */
+        for (size_t g = 0; g < (size_t)c.n_kv_heads; g++) {
+            float *wq = (float *)w->t[SQ_L_WQ] + g * group * hd * dim;
+            sq_test_scale(wq, hd * dim, 4.0f);
+            memcpy((float *)w->t[SQ_L_WK] + g * hd * dim, wq, hd * dim * sizeof(float));
+        }
+    }
+    return m;
+}
+
+/* Token i of sequence k's context: pseudo-random, but the last 8 before `copies_from` and
+ * everything after it copies of one token (the late, well aligned keys). */
+static int32_t lc_tok(int k, int i, int copies_from)
+{
+    if (i >= copies_from - 8)
+        return (int32_t)(7 + 13 * k) % V;
+    uint64_t s = (uint64_t)(k + 1) * 0x9e3779b97f4a7c15ull + (uint64_t)i * 0xbf58476d1ce4e5b9ull;
+    s ^= s >> 29;
+    return (int32_t)(s % V);
+}
+
+/* The same forward (n tokens after the pending ones) on the CPU and the CUDA context; fails
+ * unless the logits agree within the dtype tolerance of the CPU's largest |logit|. */
+static void lc_both(sq_context *cc, sq_context *gc, const backend_case *bc, const int32_t *tok,
+                    const int32_t *pos, const uint8_t *mask, int n, const char *what)
+{
+    float *a = malloc((size_t)n * V * sizeof *a), *b = malloc((size_t)n * V * sizeof *b);
+    sq_error err = {0};
+    cr_assert_eq(sq_context_forward(cc, tok, pos, mask, n, a, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_context_forward(gc, tok, pos, mask, n, b, &err), 0, "%s: %s", what, err.msg);
+    double scale = max_abs(a, (size_t)n * V), d = max_diff(a, b, (size_t)n * V);
+    cr_assert(d <= bc->tol * scale, "%s: %s (context %d + %d pending): max diff %g = %.3g of the "
+              "largest |logit| %g (tolerance %g)", bc->label, what, sq_context_committed(cc),
+              sq_context_pending(cc), d, d / scale, scale, bc->tol);
+    cr_log_info("%s: %s: max diff %.3g of the largest |logit|", bc->label, what, d / scale);
+    free(a);
+    free(b);
+}
+
+/* A committed prefix of `len` tokens of sequence k (the last ones copies of one token), read in
+ * causal pieces of LC_PEND tokens, each compared with the CPU when cc != NULL. */
+static void lc_prefix(sq_context *cc, sq_context *gc, const backend_case *bc, int k, int len)
+{
+    int32_t tok[LC_PEND], pos[LC_PEND], keep[LC_PEND];
+    uint8_t *mask = malloc((size_t)LC_PEND * LC_PEND);
+    float *lg = malloc((size_t)LC_PEND * V * sizeof *lg);
+    sq_error err = {0};
+    for (int at = 0; at < len; at += LC_PEND) {
+        const int n = len - at < LC_PEND ? len - at : LC_PEND;
+        memset(mask, 0, (size_t)n * n);
+        for (int i = 0; i < n; i++) {
+            tok[i] = lc_tok(k, at + i, len);
+            pos[i] = at + i;
+            keep[i] = i;
+            for (int j = 0; j <= i; j++)
+                mask[i * n + j] = 1;
+        }
+        if (cc) {
+            char what[64];
+            snprintf(what, sizeof what, "prefix tokens %d..%d", at, at + n - 1);
+            lc_both(cc, gc, bc, tok, pos, mask, n, what);
+            cr_assert_eq(sq_context_commit(cc, keep, n, &err), 0, "%s", err.msg);
+        } else {
+            cr_assert_eq(sq_context_forward(gc, tok, pos, mask, n, lg, &err), 0, "%s", err.msg);
+        }
+        cr_assert_eq(sq_context_commit(gc, keep, n, &err), 0, "%s", err.msg);
+    }
+    free(mask);
+    free(lg);
+}
+
+/* A tree of n nodes below `pend` pending chain tokens (the context holds `ctx` committed
+ * ones): node i hangs below node (i - 1) / 2, or the chain's end for i = 0; every node is a
+ * copy of the late token. The arguments of the forward of the n nodes. */
+static void lc_tree(int k, int ctx, int pend, int n, int32_t *tok, int32_t *pos, uint8_t *mask)
+{
+    const int width = pend + n;
+    int depth[LC_PEND];
+    memset(mask, 0, (size_t)n * width);
+    for (int i = 0; i < n; i++) {
+        depth[i] = i == 0 ? 0 : depth[(i - 1) / 2] + 1;
+        tok[i] = lc_tok(k, 0, 0);
+        pos[i] = ctx + pend + depth[i];
+        for (int j = 0; j < pend; j++)
+            mask[(size_t)i * width + j] = 1;
+        for (int a = i;; a = (a - 1) / 2) {
+            mask[(size_t)i * width + pend + a] = 1;
+            if (a == 0)
+                break;
+        }
+    }
+}
+
+static backend_case long_cases[] = {
+    {SQ_BACKEND_CUDA, SQ_DTYPE_F16, 0, 1e-2, "f16"},
+    {SQ_BACKEND_CUDA, SQ_DTYPE_BF16, 0, 3e-2, "bf16"},
+};
+
+ParameterizedTestParameters(cuda, long_context_attention_agrees_with_the_cpu)
+{
+    return cr_make_param_array(backend_case, long_cases, sizeof long_cases / sizeof *long_cases);
+}
+
+/* One sequence: a prefix of 560 tokens read in causal pieces of 48 (3 query tiles per KV head:
+ * up to 3 ranges of up to 6 chunks), 4 pending chain tokens, a binary tree of 15 nodes below
+ * them (one tile per KV head: 7 ranges of 3 chunks), a commit of one root-to-leaf path in
+ * scrambled order and 4 single tokens (6 ranges of 3 chunks); every forward's logits equal the
+ * CPU's. */
+ParameterizedTest(backend_case *bc, cuda, long_context_attention_agrees_with_the_cpu)
+{
+    need_device();
+    sq_model *m = long_model(41);
+    backend_case cpu = {SQ_BACKEND_CPU, SQ_DTYPE_F32, 0, 0, "cpu"};
+    sq_context *cc = new_ctx(m, &cpu, LC_CTX, LC_PEND), *gc = new_ctx(m, bc, LC_CTX, LC_PEND);
+    enum { PRE = 560, CHAIN = 4, TREE = 15 };
+    lc_prefix(cc, gc, bc, 0, PRE);
+    int32_t tok[LC_PEND], pos[LC_PEND];
+    uint8_t mask[LC_PEND * LC_PEND];
+    for (int i = 0; i < CHAIN; i++) {
+        tok[i] = lc_tok(0, 0, 0);
+        pos[i] = PRE + i;
+        for (int j = 0; j < CHAIN; j++)
+            mask[i * CHAIN + j] = j <= i;
+    }
+    lc_both(cc, gc, bc, tok, pos, mask, CHAIN, "pending chain");
+    lc_tree(0, PRE, CHAIN, TREE, tok, pos, mask);
+    lc_both(cc, gc, bc, tok, pos, mask, TREE, "tree below the pending chain");
+    /* the path chain -> 0 -> 2 -> 6 -> 14, kept in scrambled order */
+    int32_t keep[CHAIN + 4] = {CHAIN + 6, 0, 2, CHAIN + 0, 1, CHAIN + 14, 3, CHAIN + 2};
+    sq_error err = {0};
+    cr_assert_eq(sq_context_commit(cc, keep, CHAIN + 4, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_context_commit(gc, keep, CHAIN + 4, &err), 0, "%s", err.msg);
+    for (int i = 0; i < 4; i++) {
+        int32_t t = lc_tok(0, 0, 0), p = PRE + CHAIN + 4 + i;
+        uint8_t one = 1;
+        int32_t k0 = 0;
+        char what[48];
+        snprintf(what, sizeof what, "single token %d", i);
+        lc_both(cc, gc, bc, &t, &p, &one, 1, what);
+        cr_assert_eq(sq_context_commit(cc, &k0, 1, &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_context_commit(gc, &k0, 1, &err), 0, "%s", err.msg);
+    }
+    sq_context_free(cc);
+    sq_context_free(gc);
+    sq_model_free(m);
+}
+
+ParameterizedTestParameters(cuda, long_context_batched_forward_agrees_with_the_cpu)
+{
+    return cr_make_param_array(backend_case, long_cases, sizeof long_cases / sizeof *long_cases);
+}
+
+/* Three sequences with committed contexts of 20, 250 and 590 tokens (1, 8 and 19 chunks; the
+ * last with 3 pending chain tokens) read trees of 9, 1 and 12 nodes in one batched forward: the
+ * ranges are cut per sequence (1, 3 and 7 chunks each) and the shortest sequence's later ranges
+ * are empty. Then each commits two slots in reverse order and reads one more token in a second
+ * batched forward. The CUDA batch's logits equal the CPU batch's. */
+ParameterizedTest(backend_case *bc, cuda, long_context_batched_forward_agrees_with_the_cpu)
+{
+    need_device();
+    sq_model *m = long_model(43);
+    backend_case cpu = {SQ_BACKEND_CPU, SQ_DTYPE_F32, 0, 0, "cpu"};
+    enum { B = 3 };
+    const int pre[B] = {20, 250, 590}, n[B] = {9, 1, 12}, pend[B] = {0, 0, 3};
+    sq_context *gc[B], *cc[B];
+    sq_error err = {0};
+    int32_t tok[B][LC_PEND], pos[B][LC_PEND];
+    uint8_t mask[B][LC_PEND * LC_PEND];
+    float *lc = malloc((size_t)B * LC_PEND * V * sizeof *lc);
+    float *lg = malloc((size_t)B * LC_PEND * V * sizeof *lg);
+    for (int k = 0; k < B; k++) {
+        gc[k] = new_ctx(m, bc, LC_CTX, LC_PEND);
+        cc[k] = new_ctx(m, &cpu, LC_CTX, LC_PEND);
+        lc_prefix(NULL, gc[k], bc, k, pre[k]);
+        lc_prefix(NULL, cc[k], &cpu, k, pre[k]);
+        if (pend[k] > 0) {
+            for (int i = 0; i < pend[k]; i++) {
+                tok[k][i] = lc_tok(k, 0, 0);
+                pos[k][i] = pre[k] + i;
+                for (int j = 0; j < pend[k]; j++)
+                    mask[k][i * pend[k] + j] = j <= i;
+            }
+            cr_assert_eq(sq_context_forward(gc[k], tok[k], pos[k], mask[k], pend[k], lg, &err), 0,
+                         "%s", err.msg);
+            cr_assert_eq(sq_context_forward(cc[k], tok[k], pos[k], mask[k], pend[k], lc, &err), 0,
+                         "%s", err.msg);
+        }
+        lc_tree(k, pre[k], pend[k], n[k], tok[k], pos[k], mask[k]);
+    }
+    for (int step = 0; step < 2; step++) {
+        sq_batch_seq gs[B], cs[B];
+        size_t rows = 0;
+        for (int k = 0; k < B; k++) {
+            const int nk = step ? 1 : n[k];
+            gs[k] = (sq_batch_seq){gc[k], tok[k], pos[k], mask[k], nk, lg + rows * V};
+            cs[k] = (sq_batch_seq){cc[k], tok[k], pos[k], mask[k], nk, lc + rows * V};
+            rows += (size_t)nk;
+        }
+        cr_assert_eq(sq_context_forward_batch(cs, B, &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_context_forward_batch(gs, B, &err), 0, "%s: %s", bc->label, err.msg);
+        const double scale = max_abs(lc, rows * V);
+        for (int k = 0; k < B; k++) {
+            const size_t nk = step ? 1 : (size_t)n[k];
+            const double d = max_diff(cs[k].logits, gs[k].logits, nk * V);
+            cr_assert(d <= bc->tol * scale, "%s: %s, sequence %d (context %d): max diff %g = "
+                      "%.3g of the largest |logit| %g (tolerance %g)", bc->label,
+                      step ? "after commit" : "trees", k, pre[k], d, d / scale, scale, bc->tol);
+            cr_log_info("%s: step %d sequence %d: max diff %.3g of the largest |logit|",
+                        bc->label, step, k, d / scale);
+        }
+        if (step)
+            break;
+        for (int k = 0; k < B; k++) {
+            /* keep the last node and the first pending slot, in that order */
+            const int width = pend[k] + n[k];
+            int32_t keep[2] = {width - 1, 0};
+            const int nk = width >= 2 ? 2 : 1;
+            cr_assert_eq(sq_context_commit(gc[k], keep, nk, &err), 0, "%s", err.msg);
+            cr_assert_eq(sq_context_commit(cc[k], keep, nk, &err), 0, "%s", err.msg);
+            tok[k][0] = lc_tok(k, 0, 0);
+            pos[k][0] = pre[k] + nk;
+            mask[k][0] = 1;
+        }
+    }
+    free(lc);
+    free(lg);
+    for (int k = 0; k < B; k++) {
+        sq_context_free(gc[k]);
+        sq_context_free(cc[k]);
+    }
+    sq_model_free(m);
 }
 
 /* ---- sampling kernels against libsequoia/verify/verify.c ----------------------------------------------- */

@@ -1352,3 +1352,40 @@ Test(engines, envelope_with_profiles_is_the_fastest)
     free(tp);
     free(dpf);
 }
+
+/* One rule for every engine (issue 27): a root-only tree has no draft token, and every engine
+ * refuses it alike, in the check, the export and the verdicts (vLLM, TensorRT-LLM and Medusa
+ * used to get an empty list, `[]`, which they reject at startup, while the envelope engines
+ * refused it). A tree of one draft token passes every engine but EAGLE-1 (a path of >= 2). */
+Test(engines, every_engine_refuses_a_root_only_tree_alike)
+{
+    sq_tree *t = chain(1), *one = chain(2);
+    choices *C = malloc(sizeof *C);
+    cr_assert_not_null(C);
+    for (int e = SQ_ENGINE_NONE + 1; e < SQ_ENGINE_COUNT; e++) {
+        const sq_engine_info *in = sq_engine_info_of(e);
+        sq_error err = {0};
+        cr_assert_eq(sq_engine_check(t, e, 0, "plan.json", &err), SQ_EDATA, "%s", in->name);
+        char want[128];
+        snprintf(want, sizeof want, "plan.json: %s: a root-only tree has no draft step; plan with "
+                 "a budget of 2 or more", in->name);
+        cr_assert_str_eq(err.msg, want);
+        cr_assert_eq(exported(t, in->format, 0, C), 0, "%s: a root-only export", in->name);
+        cr_assert_eq(sq_engine_check(one, e, 0, "plan.json", &err),
+                     in->limits.min_path >= 2 ? SQ_EDATA : SQ_OK, "%s: %s", in->name, err.msg);
+    }
+    char *s = NULL;
+    size_t len = 0;
+    FILE *fp = open_memstream(&s, &len);
+    cr_assert_not_null(fp);
+    sq_engine_print_status(fp, t, 0);
+    cr_assert_eq(fclose(fp), 0);
+    int refused = 0;
+    for (const char *p = s; (p = strstr(p, "refused: a root-only tree has no draft step")); p++)
+        refused++;
+    cr_assert_eq(refused, SQ_ENGINE_COUNT - 1, "%s", s);
+    free(s);
+    free(C);
+    sq_tree_free(t);
+    sq_tree_free(one);
+}

@@ -252,9 +252,18 @@ Test(export, root_only_and_chain)
 {
     int parent[] = {-1, 0, 1}, rank[] = {0, 1, 1};
     sq_plan *p = plan_of(tree_of(parent, rank, 1), NULL);
-    char *s = export_str(p, SQ_EXPORT_TRTLLM, 1);
+    /* the writer alone writes an empty list; an export checked for the engine refuses it, as
+     * every engine does (issue 27: one rule, planner/engines.c) */
+    char *s = export_str(p, SQ_EXPORT_TRTLLM, 0);
     cr_assert_str_eq(s, "[]\n");
     free(s);
+    sq_export_params ep = sq_export_default_params();
+    size_t len = 0;
+    sq_error err = {0};
+    s = NULL;
+    cr_assert_eq(sq_export_to_string(p, SQ_EXPORT_TRTLLM, &ep, "test", &s, &len, &err), SQ_EDATA);
+    cr_assert(strstr(err.msg, "root-only"), "%s", err.msg);
+    cr_assert_null(s);
     sq_plan_free(p);
     p = plan_of(tree_of(parent, rank, 3), NULL);
     s = export_str(p, SQ_EXPORT_VLLM, 1);
@@ -806,6 +815,58 @@ Test(export, plan_svg_is_well_formed_with_one_circle_per_node)
         free(path);
         sq_plan_free(p);
     }
+    sq_dp_free(dp);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* A 20000-node plan (issue 27: it drew a 36933 x 420 px strip) stays within about 3200 px: its
+ * levels of more than 1000 nodes are aggregated into columns, every node of them counted once
+ * in a column's tooltip; the narrower levels keep one circle per node. */
+Test(export, a_20000_node_plan_svg_aggregates_its_wide_levels)
+{
+    char *dir = tu_tmpdir();
+    sq_dp *dp = solve(20000, 6, 0, NULL);
+    sq_tree *t = NULL;
+    sq_error err = {0};
+    cr_assert_eq(sq_dp_tree(dp, 20000, 6, &t, &err), 0, "%s", err.msg);
+    int widths[6] = {0}, apart = 0, aggregated = 0;
+    for (int v = 0; v < t->n; v++)
+        widths[t->depth[v]]++;
+    for (int l = 0; l < 6; l++) {
+        if (widths[l] > 1000)
+            aggregated += widths[l];
+        else
+            apart += widths[l];
+    }
+    cr_assert(aggregated > 0 && apart > 1, "%d nodes in wide levels, %d in others", aggregated,
+              apart);
+    sq_plan *p = plan_of(t, NULL);
+    char *path = tu_path(dir, "plan20000.svg");
+    cr_assert_eq(sq_svg_plan(p, path, &err), 0, "%s", err.msg);
+    char *s = tu_read(path, NULL);
+    assert_well_formed(s);
+    int w = 0, h = 0;
+    cr_assert_eq(sscanf(strstr(s, "<svg"), "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
+                        "height=\"%d\"", &w, &h), 2, "%.200s", s);
+    cr_assert(w <= 3300 && h <= 600, "%d x %d px", w, h);
+    cr_assert_eq(count(s, "<circle"), apart, "one circle per node of the narrow levels");
+    int cols = 0, in_cols = 0;
+    for (const char *q = strstr(s, "<title>level "); q; q = strstr(q + 1, "<title>level ")) {
+        int l, k;
+        cr_assert_eq(sscanf(q, "<title>level %d: %d node", &l, &k), 2, "%.80s", q);
+        cr_assert(l >= 0 && l < 6 && widths[l] > 1000 && k >= 1, "%.80s", q);
+        cols++;
+        in_cols += k;
+    }
+    cr_assert_eq(in_cols, aggregated, "every node of the wide levels is in one column");
+    cr_assert_eq(count(s, "<title>"), apart + cols + 1,
+                 "a tooltip per node or column, and the title");
+    cr_assert(strstr(s, "columns of nodes"), "the subtitle says so");
+    render_check(path);
+    free(s);
+    free(path);
+    sq_plan_free(p);
     sq_dp_free(dp);
     tu_rmtree(dir);
     free(dir);

@@ -74,10 +74,11 @@ static void add_line(char *line)
     }
 }
 
-/* The commands of every ```sh (or ```bash, ```shell) block of README.md. */
-static void read_commands(void)
+/* The commands of every ```sh (or ```bash, ```shell) block of `doc` (README.md), or of its
+ * first block only. */
+static void read_commands_of(const char *doc, int first_only)
 {
-    char *path = tu_source_path("README.md");
+    char *path = tu_source_path(doc);
     FILE *fp = fopen(path, "r");
     cr_assert_not_null(fp, "%s", path);
     char line[8192], joined[16384];
@@ -87,6 +88,8 @@ static void read_commands(void)
         line[strcspn(line, "\n")] = '\0';
         if (strncmp(line, "```", 3) == 0) {
             const char *info = trim(line + 3);
+            if (in_sh && first_only)
+                break;
             in_sh = !in_sh && (!strcmp(info, "sh") || !strcmp(info, "bash") ||
                                !strcmp(info, "shell") || !strcmp(info, "console"));
             continue;
@@ -110,6 +113,11 @@ static void read_commands(void)
     }
     fclose(fp);
     free(path);
+}
+
+static void read_commands(void)
+{
+    read_commands_of("README.md", 0);
 }
 
 /* A scratch folder that looks like the source tree, with build -> the build under test. */
@@ -218,4 +226,35 @@ Test(readme, example_scripts_run_as_written, .timeout = 280)
     if (!on || strcmp(on, "1"))
         cr_skip_test("set SQ_README_EXAMPLES=1 to run the README's example scripts (minutes)");
     run_readme(1);
+}
+
+/* docs/engines.md's first examples (issue 27) run as written after the README's quick start
+ * (its `-o plan.json` command), with the build's planner on PATH as the page says. */
+Test(readme, engines_md_examples_run_after_the_quick_start, .timeout = 120)
+{
+    read_commands();
+    const char *quick = NULL;
+    for (int i = 0; i < n_cmds && !quick; i++)
+        if (strstr(cmds[i], "sequoia-plan") && strstr(cmds[i], "-o plan.json"))
+            quick = cmds[i];
+    cr_assert_not_null(quick, "README.md has no quick start writing plan.json");
+    const int first = n_cmds;
+    read_commands_of("docs/engines.md", 1);
+    cr_assert(n_cmds > first, "docs/engines.md has no ```sh block");
+    char *dir = mirror();
+    for (int i = first - 1; i < n_cmds; i++) {
+        const char *cmd = i < first ? quick : cmds[i];
+        size_t len = strlen(cmd) + 2 * strlen(dir) + 64;
+        char *script = malloc(len);
+        snprintf(script, len, "cd '%s' && PATH='%s/build/planner':$PATH %s", dir, dir, cmd);
+        char *argv[] = {"/bin/sh", "-c", script, NULL};
+        char *so = NULL, *se = NULL;
+        int st = tu_run(argv, &so, &se);
+        cr_assert_eq(st, 0, "%s: `%s` exits %d:\n%s%s", i < first ? "README" : "docs/engines.md",
+                     cmd, st, so, se);
+        free(so);
+        free(se);
+        free(script);
+    }
+    tu_rmtree(dir);
 }
