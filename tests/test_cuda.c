@@ -690,15 +690,15 @@ static sq_model *long_model(uint64_t seed)
     const size_t q = (size_t)c.n_heads * hd, kv = (size_t)c.n_kv_heads * hd;
     for (int l = 0; l < c.n_layers; l++) {
         const sq_layer_weights *w = &m->w.layers[l];
-        sq_test_scale(w->t[SQ_L_WQ], q * dim, 4.0f);
-        sq_test_scale(w->t[SQ_L_WV], kv * dim, 8.0f);
-        sq_test_scale(w->t[SQ_L_WO], dim * q, 8.0f);
+        sq_test_scale(w->t[SQ_L_WQ].p, q * dim, 4.0f);
+        sq_test_scale(w->t[SQ_L_WV].p, kv * dim, 8.0f);
+        sq_test_scale(w->t[SQ_L_WO].p, dim * q, 8.0f);
         /* KV head g's key rows = query head g * group's rows, those x4 again: the aligned
          * score outgrows every other by far, so a row's weight all but moves to the late keys */
         for (size_t g = 0; g < (size_t)c.n_kv_heads; g++) {
-            float *wq = (float *)w->t[SQ_L_WQ] + g * group * hd * dim;
+            float *wq = (float *)w->t[SQ_L_WQ].p + g * group * hd * dim;
             sq_test_scale(wq, hd * dim, 4.0f);
-            memcpy((float *)w->t[SQ_L_WK] + g * hd * dim, wq, hd * dim * sizeof(float));
+            memcpy((float *)w->t[SQ_L_WK].p + g * hd * dim, wq, hd * dim * sizeof(float));
         }
     }
     return m;
