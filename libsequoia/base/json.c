@@ -1,4 +1,5 @@
 #include "libsequoia/base/json.h"
+#include "libsequoia/base/utf8.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -37,40 +38,6 @@ static const cJSON *find_duplicate(const cJSON *node)
     return NULL;
 }
 
-/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlongs, no surrogates, at
- * most U+10FFFF), or 0. `n` bytes are readable. */
-static size_t utf8_len(const unsigned char *p, size_t n)
-{
-    unsigned c = p[0];
-    if (c < 0x80)
-        return 1;
-    size_t k;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf)
-        k = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        k = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        k = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else {
-        return 0;
-    }
-    if (n < k || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < k; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return k;
-}
-
 /* Where the nesting of arrays and objects (outside strings) first goes past `limit`, or NULL. */
 static const char *too_deep(const char *text, size_t len, int limit)
 {
@@ -103,7 +70,7 @@ int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, s
         return sq_error_set(err, SQ_EDATA, "%s: contains a NUL byte, not a JSON text", file);
     /* RFC 8259: JSON text is UTF-8. Names copied from it end up in other files. */
     for (size_t i = 0; i < len;) {
-        size_t k = utf8_len((const unsigned char *)text + i, len - i);
+        size_t k = sq_utf8_len((const unsigned char *)text + i, len - i);
         if (k == 0) {
             int line = 0, col = 0;
             line_col(text, text + i, &line, &col);
@@ -408,7 +375,7 @@ static void print_string(FILE *fp, const char *s)
             } else {
                 /* Names from elsewhere (file names, HDF5 attributes) may not be UTF-8: an
                  * invalid byte becomes U+FFFD, so that the output is always valid JSON. */
-                size_t k = utf8_len(p, strnlen((const char *)p, 4));
+                size_t k = sq_utf8_len(p, strnlen((const char *)p, 4));
                 if (k == 0) {
                     fputs("\xef\xbf\xbd", fp);
                 } else {

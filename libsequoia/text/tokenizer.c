@@ -30,6 +30,7 @@
 
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/base/utf8.h"
 #include "libsequoia/base/sha256.h"
 
 #define TOK_MAX_IDS (1 << 24)      /* largest vocabulary accepted (ids 0 .. 2^24-1)        */
@@ -107,44 +108,11 @@ static uint64_t hash_u64(uint64_t x)
     return x ^ (x >> 33);
 }
 
-/* Length of the well-formed UTF-8 sequence at p (RFC 3629), or 0. */
-static size_t utf8_seq(const unsigned char *p, size_t n)
-{
-    unsigned c = p[0];
-    if (c < 0x80)
-        return 1;
-    size_t k;
-    unsigned lo = 0x80, hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf)
-        k = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        k = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        k = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else {
-        return 0;
-    }
-    if (n < k || p[1] < lo || p[1] > hi)
-        return 0;
-    for (size_t i = 2; i < k; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf)
-            return 0;
-    return k;
-}
-
 /* Offset of the first invalid byte, or len when all of s is UTF-8. */
 static size_t utf8_check(const char *s, size_t len)
 {
     for (size_t i = 0; i < len;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, len - i);
+        size_t k = sq_utf8_len((const unsigned char *)s + i, len - i);
         if (!k)
             return i;
         i += k;
@@ -218,7 +186,7 @@ static int buf_add_lossy(buf *b, const char *s, size_t n)
 {
     for (size_t i = 0; i < n;) {
         const unsigned char *p = (const unsigned char *)s + i;
-        size_t k = utf8_seq(p, n - i);
+        size_t k = sq_utf8_len(p, n - i);
         if (k) {
             if (buf_add(b, p, k))
                 return -1;
