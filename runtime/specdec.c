@@ -972,8 +972,14 @@ static int generate_of(sq_specdec *const *sds, int B, const int32_t *const *prom
                 si[k] = active[k] ? infos[(size_t)k * max_new + steps[k]] : (sq_step_info){0};
             info = si;
         }
-        if ((rc = steps_of(sds, B, active, bufs, ntok, info, named, err)))
+        if ((rc = steps_of(sds, B, active, bufs, ntok, info, named, err))) {
+            /* the failed step's arrays go back to the caller, who frees every info */
+            if (infos)
+                for (int k = 0; k < B; k++)
+                    if (active[k])
+                        infos[(size_t)k * max_new + steps[k]] = si[k];
             break;
+        }
         (*batch_steps)++;
         for (int k = 0; k < B; k++) {
             if (!active[k])
