@@ -530,6 +530,28 @@ static int dup_str(const char *s, char **out, size_t *len, sq_error *err)
     return *out ? SQ_OK : sq_error_oom(err, "tokenizer");
 }
 
+/* A component of one kind (normalizer, pre-tokenizer, decoder) as the parsers read it. */
+typedef int (*component_parser)(sq_tokenizer *t, const cJSON *n, const char *ctx, int depth,
+                                loadctx *L);
+
+/* A "Sequence" of one kind: every element of n[key], in order, through `parse`. */
+static int parse_sequence(sq_tokenizer *t, const cJSON *n, const char *key, const char *ctx,
+                          int depth, loadctx *L, component_parser parse)
+{
+    const cJSON *list = sq_json_field(n, key);
+    if (!cJSON_IsArray(list))
+        return sq_error_set(L->err, SQ_EDATA, "%s: %s.%s: expected an array", L->file, ctx, key);
+    int i = 0;
+    for (const cJSON *c = list->child; c; c = c->next, i++) {
+        char sub[256];
+        snprintf(sub, sizeof sub, "%s.%s[%d]", ctx, key, i);
+        int rc = parse(t, c, sub, depth + 1, L);
+        if (rc)
+            return rc;
+    }
+    return SQ_OK;
+}
+
 static int parse_normalizer(sq_tokenizer *t, const cJSON *n, const char *ctx, int depth,
                             loadctx *L)
 {
@@ -545,19 +567,8 @@ static int parse_normalizer(sq_tokenizer *t, const cJSON *n, const char *ctx, in
     int rc = get_str(n, "type", 1, &type, file, ctx, err);
     if (rc)
         return rc;
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = sq_json_field(n, "normalizers");
-        if (!cJSON_IsArray(list))
-            return sq_error_set(err, SQ_EDATA, "%s: %s.normalizers: expected an array", file, ctx);
-        int i = 0;
-        for (const cJSON *c = list->child; c; c = c->next, i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.normalizers[%d]", ctx, i);
-            if ((rc = parse_normalizer(t, c, sub, depth + 1, L)))
-                return rc;
-        }
-        return SQ_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, n, "normalizers", ctx, depth, L, parse_normalizer);
     op *o = NULL;
     if (strcmp(type, "Prepend") == 0) {
         const char *s = NULL;
@@ -659,19 +670,8 @@ static int parse_pretokenizer(sq_tokenizer *t, const cJSON *n, const char *ctx, 
     if (rc)
         return rc;
     op *o = NULL;
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = sq_json_field(n, "pretokenizers");
-        if (!cJSON_IsArray(list))
-            return sq_error_set(err, SQ_EDATA, "%s: %s.pretokenizers: expected an array", file, ctx);
-        int i = 0;
-        for (const cJSON *c = list->child; c; c = c->next, i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%d]", ctx, i);
-            if ((rc = parse_pretokenizer(t, c, sub, depth + 1, L)))
-                return rc;
-        }
-        return SQ_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, n, "pretokenizers", ctx, depth, L, parse_pretokenizer);
     if (strcmp(type, "Split") == 0) {
         const char *beh = NULL;
         int invert = 0;
@@ -745,19 +745,8 @@ static int parse_decoder(sq_tokenizer *t, const cJSON *n, const char *ctx, int d
     if (rc)
         return rc;
     op *o = NULL;
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = sq_json_field(n, "decoders");
-        if (!cJSON_IsArray(list))
-            return sq_error_set(err, SQ_EDATA, "%s: %s.decoders: expected an array", file, ctx);
-        int i = 0;
-        for (const cJSON *c = list->child; c; c = c->next, i++) {
-            char sub[256];
-            snprintf(sub, sizeof sub, "%s.decoders[%d]", ctx, i);
-            if ((rc = parse_decoder(t, c, sub, depth + 1, L)))
-                return rc;
-        }
-        return SQ_OK;
-    }
+    if (strcmp(type, "Sequence") == 0)
+        return parse_sequence(t, n, "decoders", ctx, depth, L, parse_decoder);
     if (strcmp(type, "ByteLevel") == 0 || strcmp(type, "ByteFallback") == 0 ||
         strcmp(type, "Fuse") == 0) {
         if ((rc = ops_add(&t->dec, &t->n_dec, &o, err)))
