@@ -144,6 +144,27 @@ __device__ __forceinline__ float warp_sum(float v)
     return v;
 }
 
+/* The sum of squares of v[0 .. dim), over the whole block (every thread gets it). */
+__device__ float block_sumsq(const float *v, int dim)
+{
+    __shared__ float part[32];
+    float ss = 0.0f;
+    for (int k = threadIdx.x; k < dim; k += blockDim.x)
+        ss += v[k] * v[k];
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0)
+        part[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float w = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
+        w = warp_sum(w);
+        if (threadIdx.x == 0)
+            part[0] = w;
+    }
+    __syncthreads();
+    return part[0];
+}
+
 /* ---- kernels ------------------------------------------------------------------------------------ */
 
 /* y[i][off + k] += b[k] for rows i < n of stride ld (a projection's bias). Grid-stride. */
@@ -173,23 +194,8 @@ __global__ void k_head_norm(float *v, const float *w, int hd, float eps, float w
 __global__ void k_norm_add(float *x, const float *t, const float *w, int dim, float eps,
                            float woff)
 {
-    __shared__ float part[32];
     const float *ti = t + (size_t)blockIdx.x * dim;
-    float ss = 0.0f;
-    for (int k = threadIdx.x; k < dim; k += blockDim.x)
-        ss += ti[k] * ti[k];
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0)
-            part[0] = v;
-    }
-    __syncthreads();
-    const float scale = sq_k_rms_scale(part[0], dim, eps);
+    const float scale = sq_k_rms_scale(block_sumsq(ti, dim), dim, eps);
     float *xi = x + (size_t)blockIdx.x * dim;
     for (int k = threadIdx.x; k < dim; k += blockDim.x)
         xi[k] += sq_k_rmsnorm(ti[k], scale, woff + w[k]);
@@ -219,23 +225,8 @@ template <int BF>
 __global__ void k_rmsnorm(uint16_t *out, const float *x, const float *w, int dim, float eps,
                           float woff)
 {
-    __shared__ float part[32];
     const float *xi = x + (size_t)blockIdx.x * dim;
-    float ss = 0.0f;
-    for (int k = threadIdx.x; k < dim; k += blockDim.x)
-        ss += xi[k] * xi[k];
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0)
-        part[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float v = threadIdx.x < (blockDim.x >> 5) ? part[threadIdx.x] : 0.0f;
-        v = warp_sum(v);
-        if (threadIdx.x == 0)
-            part[0] = v;
-    }
-    __syncthreads();
-    const float scale = sq_k_rms_scale(part[0], dim, eps);
+    const float scale = sq_k_rms_scale(block_sumsq(xi, dim), dim, eps);
     uint16_t *oi = out + (size_t)blockIdx.x * dim;
     for (int k = threadIdx.x; k < dim; k += blockDim.x)
         oi[k] = store16<BF>(sq_k_rmsnorm(xi[k], scale, woff + w[k]));
