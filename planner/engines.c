@@ -17,7 +17,8 @@
 static void need_vllm(const sq_tree *t, int max_non_leaves, char *buf, size_t cap)
 {
     (void)max_non_leaves;
-    snprintf(buf, cap, "pass num_speculative_tokens %d with speculative_token_tree", t->n - 1);
+    snprintf(buf, cap, "pass num_speculative_tokens %d with speculative_token_tree (vLLM after "
+             "PR #42121 drafts chains only: sequoia-plan --ladder's vllm-schedule)", t->n - 1);
 }
 
 static void need_trtllm(const sq_tree *t, int max_non_leaves, char *buf, size_t cap)
@@ -25,7 +26,8 @@ static void need_trtllm(const sq_tree *t, int max_non_leaves, char *buf, size_t 
     int L = sq_tree_depth(t) - 1, n = t->n;
     snprintf(buf, cap, "engine build: --max_draft_len >= %d, EAGLE --num_eagle_layers %d "
              "(every path must reach it) and --max_non_leaves_per_layer %d, Medusa >= %d heads; "
-             "LLM API: max_draft_len=%d, max_total_draft_tokens=%d",
+             "LLM API (two-model path, before PR #18210): max_draft_len=%d, "
+             "max_total_draft_tokens=%d",
              n - 1, L, max_non_leaves > 0 ? max_non_leaves : SQ_TRTLLM_MAX_NON_LEAVES, L, L,
              n - 1);
 }
@@ -67,16 +69,93 @@ static void need_trtllm_dynamic(const sq_tree *t, int max_non_leaves, char *buf,
         snprintf(buf, cap, "-");
 }
 
+/* ---- the envelope engines' rules and exports ------------------------------------------- */
+
+/* SGLang (python/sglang/srt/server_args.py and speculative/eagle_utils.py): with topk 1 the
+ * server resets --speculative-num-draft-tokens to --speculative-num-steps + 1 (a chain); the
+ * tree keeps the num_draft_tokens - 1 best of the draft's K + (L - 1) K^2 scored candidates
+ * (K at the first step, K x K at each further one), so it cannot keep more. */
+static int rule_sglang(int L, int K, int N, char *why, size_t cap)
+{
+    if (K == 1 && N != L + 1) {
+        snprintf(why, cap, "with --speculative-eagle-topk 1 the server resets "
+                 "--speculative-num-draft-tokens to --speculative-num-steps + 1 = %d "
+                 "(server_args.py), so %d would not run as given; use nodes %d", L + 1, N, L + 1);
+        return 1;
+    }
+    long long cands = K + (long long)(L - 1) * K * K;
+    if (N - 1 > cands) {
+        snprintf(why, cap, "--speculative-num-draft-tokens %d keeps %d draft tokens, but the tree "
+                 "chooses them among K + (L - 1) K^2 = %lld candidates (the draft's topk %d at "
+                 "the first step, %d x %d at each of the %d others; eagle_utils.py "
+                 "build_tree_kernel_efficient): N - 1 <= K + (L - 1) K^2", N, N - 1, cands, K, K,
+                 K, L - 1);
+        return 1;
+    }
+    return 0;
+}
+
+/* TensorRT-LLM (tensorrt_llm/llmapi/llm_args.py, EagleDecodingConfig.validate_eagle_config):
+ * max_draft_len > 0, dynamic_tree_max_topK > 0, and max_total_draft_tokens in
+ * [max_draft_len, dynamic_tree_max_topK * max_draft_len]. */
+static int rule_trtllm_dynamic(int L, int K, int N, char *why, size_t cap)
+{
+    long long hi = (long long)K * L;
+    if (N - 1 < L || N - 1 > hi) {
+        snprintf(why, cap, "max_total_draft_tokens %d (N - 1) must be in [max_draft_len, "
+                 "dynamic_tree_max_topK * max_draft_len] = [%d, %lld] "
+                 "(EagleDecodingConfig.validate_eagle_config, tensorrt_llm/llmapi/llm_args.py): "
+                 "L <= N - 1 <= K L", N - 1, L, hi);
+        return 1;
+    }
+    return 0;
+}
+
+static void envelope_sglang(FILE *fp, int L, int K, int N)
+{
+    fprintf(fp, "{\"engine\": \"sglang\", \"server_args\": {\"speculative_num_steps\": %d, "
+            "\"speculative_eagle_topk\": %d, \"speculative_num_draft_tokens\": %d}, "
+            "\"flags\": \"--speculative-num-steps %d --speculative-eagle-topk %d "
+            "--speculative-num-draft-tokens %d\"}", L, K, N, L, K, N);
+}
+
+static void envelope_trtllm_dynamic(FILE *fp, int L, int K, int N)
+{
+    fprintf(fp, "{\"use_dynamic_tree\": true, \"dynamic_tree_max_topK\": %d, "
+            "\"max_draft_len\": %d, \"max_total_draft_tokens\": %d}", K, L, N - 1);
+}
+
+#define SGLANG_PER_BATCH                                                                       \
+    "SGLang fixes --speculative-num-steps, --speculative-eagle-topk and "                      \
+    "--speculative-num-draft-tokens when the server starts (python/sglang/srt/server_args.py); " \
+    "its adaptive mode (--speculative-adaptive, PRs #21599 and #24055) only switches "          \
+    "speculative_num_steps, per batch size, with --speculative-eagle-topk 1. For one tree per "  \
+    "batch size run one server per row behind a router that sends each concurrency level to "   \
+    "its row, or start one server with the row of the batch size served most; a row with "      \
+    "speculate false is a server without --speculative-algorithm."
+
+#define TRTLLM_DYNAMIC_PER_BATCH                                                               \
+    "TensorRT-LLM sizes the dynamic tree's buffers from dynamic_tree_max_topK, max_draft_len "  \
+    "and max_total_draft_tokens when the LLM is built "                                         \
+    "(tensorrt_llm/_torch/speculative/eagle3_dynamic_tree.py), so one EagleDecodingConfig "     \
+    "serves every batch size. For one tree per batch size run one LLM per row behind a router " \
+    "that sends each concurrency level to its row, or build one LLM with the row of the batch "  \
+    "size served most; a row with speculate false is an LLM without speculative_config. For "   \
+    "chains, draft_len_schedule varies the draft length with the batch size "                   \
+    "(sequoia-plan --ladder --schedule)."
+
 /* ---- the table ------------------------------------------------------------------------------ */
 
 #define ENVELOPE_SUMMARY "envelopes: the topk, steps and draft tokens with the best static tree; " \
-                         "with --target-profile, the fastest"
+                         "with --target-profile, the fastest (every version: no static tree)"
 
 static const sq_engine_info engine_table[SQ_ENGINE_COUNT] = {
     [SQ_ENGINE_VLLM] = {
         .id = SQ_ENGINE_VLLM, .name = "vllm", .display = "vLLM",
-        .versions = "vLLM 0.11, speculative_token_tree",
-        .summary = "best k_1 x k_2 x ... tree, exact",
+        .versions = "vLLM 0.11 until PR #42121 of 2026-05-08, speculative_token_tree; later "
+                    "vLLM: chains only",
+        .summary = "best k_1 x k_2 x ... tree, exact (speculative_token_tree: vLLM before "
+                   "PR #42121; later vLLM takes chains only)",
         .format = SQ_EXPORT_VLLM,
         .limits = {.max_rank0 = -1, .level_uniform = 1},
         .uniform_note = "vLLM's EAGLE proposer drafts the same number of children for every node "
@@ -85,9 +164,10 @@ static const sq_engine_info engine_table[SQ_ENGINE_COUNT] = {
     },
     [SQ_ENGINE_TRTLLM] = {
         .id = SQ_ENGINE_TRTLLM, .name = "trtllm", .display = "TensorRT-LLM",
-        .versions = "TensorRT-LLM <= 1.3, eagle_choices/medusa_choices",
-        .summary = "static choices, <= 1.3: ranks <= 15, 8 speculated tokens per path, <= M "
-                   "non-leaves per level, not 32k+1 nodes",
+        .versions = "TensorRT-LLM <= 1.3, eagle_choices/medusa_choices, two-model path; "
+                    "eagle_choices removed by PR #18210 of 2026-08",
+        .summary = "static choices, <= 1.3 (eagle_choices removed by PR #18210): ranks <= 15, 8 "
+                   "speculated tokens per path, <= M non-leaves per level, not 32k+1 nodes",
         .format = SQ_EXPORT_TRTLLM,
         .limits = {.max_path = SQ_TRTLLM_MAX_PATH, .max_rank0 = SQ_TRTLLM_MAX_RANK0,
                    .max_non_leaves = SQ_TRTLLM_MAX_NON_LEAVES, .no_32k_plus_1 = 1},
@@ -119,22 +199,27 @@ static const sq_engine_info engine_table[SQ_ENGINE_COUNT] = {
     },
     [SQ_ENGINE_SGLANG] = {
         .id = SQ_ENGINE_SGLANG, .name = "sglang", .display = "SGLang",
-        .versions = "SGLang EAGLE, no static tree",
+        .versions = "SGLang EAGLE/EAGLE3, every version: envelopes, no static tree",
         .summary = ENVELOPE_SUMMARY,
         .format = SQ_EXPORT_SGLANG,
         .limits = {.max_rank0 = -1, .min_path = 1},
         .envelope = 1, .counts_root = 1,
         .write = sqe_write_sglang, .plan = sqe_plan_envelope, .requirements = need_sglang,
+        .envelope_rule = rule_sglang, .write_envelope = envelope_sglang,
+        .per_batch_note = SGLANG_PER_BATCH,
     },
     [SQ_ENGINE_TRTLLM_DYNAMIC] = {
         .id = SQ_ENGINE_TRTLLM_DYNAMIC, .name = "trtllm-dynamic", .display = "TensorRT-LLM",
-        .versions = "TensorRT-LLM use_dynamic_tree",
+        .versions = "TensorRT-LLM PyTorch backend, EagleDecodingConfig use_dynamic_tree: "
+                    "envelopes",
         .summary = ENVELOPE_SUMMARY,
         .format = SQ_EXPORT_TRTLLM_DYNAMIC,
         .limits = {.max_rank0 = -1, .min_path = 1},
         .envelope = 1,
         .write = sqe_write_trtllm_dynamic, .plan = sqe_plan_envelope,
         .requirements = need_trtllm_dynamic,
+        .envelope_rule = rule_trtllm_dynamic, .write_envelope = envelope_trtllm_dynamic,
+        .per_batch_note = TRTLLM_DYNAMIC_PER_BATCH,
     },
 };
 
@@ -444,9 +529,34 @@ int sq_envelope_of(const sq_tree *t, sq_engine e, sq_envelope *out, const char *
     free(kids);
     free(nl);
     const sq_engine_info *in = sq_engine_info_of(e);
-    out->steps = levels - 1;
+    int L = levels - 1;
+    /* TensorRT-LLM takes max_total_draft_tokens <= dynamic_tree_max_topK * max_draft_len only
+     * (rule_trtllm_dynamic): a wider topk still holds the tree */
+    if (e == SQ_ENGINE_TRTLLM_DYNAMIC && (long long)k * L < t->n - 1)
+        k = (t->n - 1 + L - 1) / L;
+    out->steps = L;
     out->topk = k;
     out->draft_tokens = in && in->counts_root ? t->n : t->n - 1;
+    SQ_ASSERT(!in || !in->envelope || sq_engine_envelope_check(e, L, k, t->n, file, NULL) == SQ_OK);
+    return SQ_OK;
+}
+
+int sq_engine_envelope_check(sq_engine e, int steps, int topk, int nodes, const char *file,
+                             sq_error *err)
+{
+    const sq_engine_info *in = sq_engine_info_of(e);
+    if (!in || !in->envelope)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s: not an envelope engine (envelopes: sglang, "
+                            "trtllm-dynamic)", file, sq_engine_name(e));
+    if (topk < 1 || steps < 1 || nodes < 2)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s: envelope %d,%d,%d (L,K,N): every envelope "
+                            "needs K >= 1, L >= 1 and N >= 2 (a draft step, a candidate per "
+                            "step, a draft token besides the root)", file, in->name, steps, topk,
+                            nodes);
+    char why[SQ_ERROR_MSG_MAX - 128];
+    if (in->envelope_rule(steps, topk, nodes, why, sizeof why))
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s: envelope %d,%d,%d (L,K,N): %s", file,
+                            in->name, steps, topk, nodes, why);
     return SQ_OK;
 }
 

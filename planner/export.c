@@ -151,11 +151,74 @@ int sqe_write_trtllm_dynamic(FILE *fp, const sq_plan *plan, const char *file, sq
 {
     sq_envelope env;
     int rc = sq_envelope_of(plan->tree, SQ_ENGINE_TRTLLM_DYNAMIC, &env, file, err);
-    if (!rc)
-        fprintf(fp, "{\"use_dynamic_tree\": true, \"dynamic_tree_max_topK\": %d, "
-                "\"max_draft_len\": %d, \"max_total_draft_tokens\": %d}\n", env.topk,
-                env.steps, env.draft_tokens);
+    if (!rc) {
+        /* the envelope's nodes count the root; TensorRT-LLM's draft tokens do not */
+        sq_engine_info_of(SQ_ENGINE_TRTLLM_DYNAMIC)->write_envelope(fp, env.steps, env.topk,
+                                                                     env.draft_tokens + 1);
+        fputc('\n', fp);
+    }
     return rc;
+}
+
+/* ---- envelopes (sq_export_envelope, sq_export_envelope_ladder) ------------------------------ */
+
+static int io_status(FILE *fp, const char *file, sq_error *err)
+{
+    return ferror(fp) ? sq_error_set(err, SQ_EIO, "%s: writing the export failed", file)
+                      : SQ_OK;
+}
+
+int sq_export_envelope(FILE *fp, sq_engine e, int steps, int topk, int nodes, const char *file,
+                       sq_error *err)
+{
+    int rc = sq_engine_envelope_check(e, steps, topk, nodes, file, err);
+    if (rc)
+        return rc;
+    sq_engine_info_of(e)->write_envelope(fp, steps, topk, nodes);
+    fputc('\n', fp);
+    return io_status(fp, file, err);
+}
+
+int sq_export_envelope_ladder(FILE *fp, sq_engine e, const int *batch, const int *steps,
+                              const int *topk, const int *nodes, const int *speculate, int n,
+                              const char *file, sq_error *err)
+{
+    const sq_engine_info *in = sq_engine_info_of(e);
+    if (!in || !in->envelope)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s: not an envelope engine (envelopes: sglang, "
+                            "trtllm-dynamic)", file, sq_engine_name(e));
+    if (n < 1)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s: an envelope ladder needs at least one batch "
+                            "size", file, in->name);
+    /* every row first: nothing is written when one is refused */
+    for (int i = 0; i < n; i++) {
+        if (batch[i] < 1 || (i > 0 && batch[i] <= batch[i - 1]))
+            return sq_error_set(err, SQ_EUSAGE, "%s: %s: row %d: batch size %d %s: a ladder's "
+                                "batch sizes must be >= 1 and strictly increasing", file,
+                                in->name, i, batch[i],
+                                batch[i] < 1 ? "is below 1" : "does not exceed the row before");
+        if (!speculate[i])
+            continue;
+        char where[256];
+        snprintf(where, sizeof where, "%s, batch size %d", file, batch[i]);
+        int rc = sq_engine_envelope_check(e, steps[i], topk[i], nodes[i], where, err);
+        if (rc)
+            return rc;
+    }
+    fprintf(fp, "{\"engine\": \"%s\",\n \"per_batch\": [", in->name);
+    for (int i = 0; i < n; i++) {
+        fprintf(fp, "%s\n  {\"batch\": %d, \"speculate\": %s", i ? "," : "", batch[i],
+                speculate[i] ? "true" : "false");
+        if (speculate[i]) {
+            fputs(", \"config\": ", fp);
+            in->write_envelope(fp, steps[i], topk[i], nodes[i]);
+        }
+        fputc('}', fp);
+    }
+    fputs("\n ],\n \"per_batch_size\": ", fp);
+    SQ_ASSERT(!strpbrk(in->per_batch_note, "\"\\\n"));   /* written as a JSON string as is */
+    fprintf(fp, "\"%s\"}\n", in->per_batch_note);
+    return io_status(fp, file, err);
 }
 
 static void int_row(FILE *fp, const int *v, int n)

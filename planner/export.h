@@ -9,7 +9,16 @@
  * growmap is the Sequoia layout (roots, branches, Successors, mask, depth, size) that the
  * official Sequoia code and UMbreLLa load; dot is Graphviz; svg a self-contained picture.
  * sglang and trtllm-dynamic are envelopes, not trees: the smallest engine flags under which
- * the engine's own per-step tree can take the plan's shape (sq_envelope_of).
+ * the engine's own per-step tree can take the plan's shape (sq_envelope_of), within the
+ * engine's rules on envelopes (sq_engine_envelope_check). sq_export_envelope and
+ * sq_export_envelope_ladder write an envelope, or one per batch size, as each engine takes it.
+ *
+ * Which engine versions take what (docs/engines.md, "Engines and versions"): static trees
+ * (vllm: vLLM from July 2025 until PR #42121 removed tree attention, merged 2026-05-08;
+ * trtllm: TensorRT-LLM <= 1.3's eagle_choices / medusa_choices, only on the deprecated
+ * two-model path, removed by PR #18210, 2026-08); envelopes (SGLang, TensorRT-LLM's PyTorch
+ * dynamic tree); chains only (vLLM after PR #42121: num_speculative_tokens and, per batch size,
+ * num_speculative_tokens_per_batch_size, PR #32374; planner/ladder.h's vllm-schedule).
  *
  * Engine limits (checked before anything is written; a refusal is SQ_EDATA and names the
  * first offending node or level, and why the engine needs it):
@@ -145,7 +154,9 @@ int sq_eagle_deep_first(const sq_tree *t, int *bad_early, int *bad_late);
  * --speculative-num-draft-tokens (root included: the verified token is tree node 0);
  * TensorRT-LLM max_draft_len / dynamic_tree_max_topK / max_total_draft_tokens (root not
  * counted). Each expands at most topk nodes per level by their topk best children, so the
- * smallest envelope holding `t` has topk = max(children of any node, non-leaves of any level). */
+ * smallest envelope holding `t` has topk = max(children of any node, non-leaves of any level);
+ * for TensorRT-LLM also topk >= ceil((n - 1) / steps), since it takes max_total_draft_tokens
+ * <= dynamic_tree_max_topK * max_draft_len only. The result keeps sq_engine_envelope_check. */
 typedef struct sq_envelope {
     int steps;         /* draft steps = speculated tokens on the longest path (levels - 1) */
     int topk;
@@ -156,6 +167,42 @@ typedef struct sq_envelope {
 SQ_API
 int sq_envelope_of(const sq_tree *t, sq_engine e, sq_envelope *out, const char *file,
                    sq_error *err);
+
+/* An envelope of `steps` draft steps L, `topk` K and `nodes` N (root included, N - 1 draft
+ * tokens; docs/engines.md, "Envelopes") against the rules of engine e (SQ_ENGINE_SGLANG or
+ * SQ_ENGINE_TRTLLM_DYNAMIC): K >= 1, L >= 1, N >= 2 for both; SGLang: N - 1 <= K + (L - 1) K^2
+ * (the tree keeps the N - 1 best of that many candidates) and, with K = 1, N = L + 1 (the
+ * server resets N to L + 1); TensorRT-LLM: L <= N - 1 <= K L (max_total_draft_tokens in
+ * [max_draft_len, dynamic_tree_max_topK * max_draft_len]). Errors: SQ_EUSAGE "FILE: ENGINE:
+ * the rule, where the engine states it, the numbers" (also for an engine without envelopes). */
+SQ_API
+int sq_engine_envelope_check(sq_engine e, int steps, int topk, int nodes, const char *file,
+                             sq_error *err);
+
+/* Writes one envelope as engine e's current version takes it, JSON with a newline:
+ *   SGLang          {"engine": "sglang", "server_args": {"speculative_num_steps": L,
+ *                    "speculative_eagle_topk": K, "speculative_num_draft_tokens": N},
+ *                    "flags": "--speculative-num-steps L --speculative-eagle-topk K
+ *                    --speculative-num-draft-tokens N"}
+ *   TensorRT-LLM    {"use_dynamic_tree": true, "dynamic_tree_max_topK": K, "max_draft_len": L,
+ *                    "max_total_draft_tokens": N - 1}   (EagleDecodingConfig's fields)
+ * Nothing is written when sq_engine_envelope_check refuses it (its error). */
+SQ_API
+int sq_export_envelope(FILE *fp, sq_engine e, int steps, int topk, int nodes, const char *file,
+                       sq_error *err);
+
+/* One envelope per batch size (n rows; batch strictly increasing, >= 1; a row with
+ * speculate[i] == 0 is plain decoding and its envelope is not read):
+ *   {"engine": NAME, "per_batch": [{"batch": b, "speculate": true, "config": <as
+ *    sq_export_envelope>}, {"batch": b, "speculate": false}, ...],
+ *    "per_batch_size": "what the engine takes per batch size and what a user does"}
+ * Neither engine changes its tree envelope with the batch size (docs/engines.md): the note says
+ * how to deploy the rows. Errors (SQ_EUSAGE, nothing written): n < 1, batch sizes not
+ * increasing, a speculating row outside the engine's rules (the row's batch size named). */
+SQ_API
+int sq_export_envelope_ladder(FILE *fp, sq_engine e, const int *batch, const int *steps,
+                              const int *topk, const int *nodes, const int *speculate, int n,
+                              const char *file, sq_error *err);
 
 /* What engine e needs alongside the export of t (max_draft_len, num_speculative_tokens, ...),
  * one line into buf. t must pass sq_engine_check. */

@@ -8,6 +8,7 @@
 #include "libsequoia/base/json.h"
 #include "libsequoia/base/svg.h"
 #include "planner/baseline.h"
+#include "planner/engine.h"
 #include "planner/export.h"
 #include "planner/hardware.h"
 
@@ -357,24 +358,117 @@ static int chain_len(const sq_ladder_rung *r)
     return r->chain.gain > 1.0 ? r->chain.size - 1 : 0;
 }
 
+static int io_status(FILE *fp, sq_error *err)
+{
+    return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the export failed") : SQ_OK;
+}
+
+/* The rungs' chain lengths into c (l->n entries) and their largest, after checking that the
+ * batch sizes are >= 1 and strictly increasing (both engines' schedules map batch sizes to
+ * lengths in that order). */
+static int chain_lengths(const sq_ladder *l, const char *engine, int *c, int *max, sq_error *err)
+{
+    if (l->n < 1 || l->n > SQ_LADDER_MAX_RUNGS)
+        return sq_error_set(err, SQ_EUSAGE, "ladder: %s: %d rungs (1 to %d)", engine, l->n,
+                            SQ_LADDER_MAX_RUNGS);
+    *max = 0;
+    for (int i = 0; i < l->n; i++) {
+        int b = l->rungs[i].batch;
+        if (b < 1 || (i > 0 && b <= l->rungs[i - 1].batch))
+            return sq_error_set(err, SQ_EUSAGE, "ladder: %s: rung %d: batch size %d %s: a "
+                                "schedule's batch sizes must be >= 1 and strictly increasing",
+                                engine, i, b, b < 1 ? "is below 1" : "does not exceed the rung "
+                                "before");
+        c[i] = chain_len(&l->rungs[i]);
+        if (c[i] > *max)
+            *max = c[i];
+    }
+    return SQ_OK;
+}
+
+/* TensorRT-LLM's draft_len_schedule (DecodingBaseConfig, tensorrt_llm/llmapi/llm_args.py;
+ * read by get_draft_len_for_batch_size in tensorrt_llm/_torch/speculative/utils.py): sorted
+ * keys are upper bounds, a batch size b takes the value of the smallest key >= b, and above the
+ * largest key the draft length is min_runtime_draft_len (0 on the linear EAGLE3 path:
+ * speculation off). Its validator wants keys >= 1, values >= 0, the smallest key's value equal
+ * to max_draft_len and no value above it; EagleDecodingConfig wants max_draft_len > 0.
+ *
+ * Rung i (batch b_i, chain c_i) is the key b_i unless rung i + 1 has the same length; the first
+ * of a run of zeros up to the last rung ends the schedule (the implicit tail is 0 too); "1" comes
+ * first (the first schedules, PR #8194, required it; it changes nothing). So every profiled
+ * batch size gets its rung's chain, and a batch size between two rungs the larger one's. */
+static int write_trtllm_schedule(const sq_ladder *l, FILE *fp, sq_error *err)
+{
+    int c[SQ_LADDER_MAX_RUNGS], max, rc;
+    if ((rc = chain_lengths(l, "trtllm-schedule", c, &max, err)))
+        return rc;
+    const sq_ladder_rung *r = l->rungs;
+    if (max == 0)
+        return sq_error_set(err, SQ_EDATA, "ladder: trtllm-schedule: no chain pays at any "
+                            "profiled batch size, and TensorRT-LLM needs max_draft_len > 0 "
+                            "(EagleDecodingConfig.validate_eagle_config, llm_args.py): serve "
+                            "without speculative_config");
+    if (c[0] != max) {
+        int j = 0;
+        while (c[j] != max)
+            j++;
+        return sq_error_set(err, SQ_EDATA, "ladder: trtllm-schedule: TensorRT-LLM's "
+                            "draft_len_schedule maps its smallest key to max_draft_len and no "
+                            "key above it (validate_draft_len_schedule_and_sort, llm_args.py), "
+                            "so the draft cannot grow with the batch size, but the ladder's best "
+                            "chain is %d tokens at batch size %d and %d at batch size %d: use "
+                            "vLLM's num_speculative_tokens_per_batch_size (ladder export "
+                            "vllm-schedule), or one max_draft_len per deployment", c[0],
+                            r[0].batch, c[j], r[j].batch);
+    }
+    fprintf(fp, "{\"max_draft_len\": %d, \"draft_len_schedule\": {", max);
+    fprintf(fp, "\"1\": %d", c[0]);
+    for (int i = 0; i < l->n; i++) {
+        int zeros_to_end = 1;
+        for (int j = i; j < l->n && zeros_to_end; j++)
+            zeros_to_end = c[j] == 0;
+        if ((zeros_to_end || i + 1 == l->n || c[i] != c[i + 1]) && r[i].batch > 1)
+            fprintf(fp, ", \"%d\": %d", r[i].batch, c[i]);
+        if (zeros_to_end)
+            break;
+    }
+    fprintf(fp, "}}\n");
+    return io_status(fp, err);
+}
+
+/* vLLM's num_speculative_tokens_per_batch_size (SpeculativeConfig, vllm/config/speculative.py,
+ * PR #32374; validated and expanded by vllm/v1/spec_decode/dynamic/utils.py): inclusive
+ * [start, end, K] ranges, sorted, disjoint, the first starting at 1; a gap takes the range
+ * before it, batch sizes above the last range take the last K, and every K is clamped to
+ * num_speculative_tokens (> 0). Ranges run from one rung past the previous one to the rung, runs
+ * of equal lengths merged: the same mapping as the TensorRT-LLM schedule up to the last rung. */
+static int write_vllm_schedule(const sq_ladder *l, FILE *fp, sq_error *err)
+{
+    int c[SQ_LADDER_MAX_RUNGS], max, rc;
+    if ((rc = chain_lengths(l, "vllm-schedule", c, &max, err)))
+        return rc;
+    if (max == 0)
+        return sq_error_set(err, SQ_EDATA, "ladder: vllm-schedule: no chain pays at any profiled "
+                            "batch size, and vLLM needs num_speculative_tokens > 0 "
+                            "(SpeculativeConfig, vllm/config/speculative.py): serve without "
+                            "speculative_config");
+    fprintf(fp, "{\"num_speculative_tokens\": %d, \"num_speculative_tokens_per_batch_size\": [",
+            max);
+    for (int i = 0, start = 1, k = 0; i < l->n; i++)
+        if (i + 1 == l->n || c[i] != c[i + 1]) {
+            fprintf(fp, "%s[%d, %d, %d]", k++ ? ", " : "", start, l->rungs[i].batch, c[i]);
+            start = l->rungs[i].batch + 1;
+        }
+    fprintf(fp, "]}\n");
+    return io_status(fp, err);
+}
+
 int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error *err)
 {
-    if (!strcmp(engine, "trtllm-schedule")) {
-        /* TensorRT-LLM DecodingBaseConfig.draft_len_schedule (tensorrt_llm/llmapi/llm_args.py,
-         * 2026): keys are batch-size thresholds (batch >= key uses the value), the value is
-         * the draft length in speculated tokens, 0 disables speculation, and the entry for
-         * batch 1 must equal max_draft_len. Our chain of `size` nodes speculates size - 1. */
-        int first = l->n > 0 ? chain_len(&l->rungs[0]) : 0, prev = first;
-        fprintf(fp, "{\"max_draft_len\": %d, \"draft_len_schedule\": {\"1\": %d", first, first);
-        for (int i = 1; i < l->n; i++) {
-            int len = chain_len(&l->rungs[i]);
-            if (len != prev)
-                fprintf(fp, ", \"%d\": %d", l->rungs[i].batch, len);
-            prev = len;
-        }
-        fprintf(fp, "}}\n");
-        return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the export failed") : SQ_OK;
-    }
+    if (!strcmp(engine, "trtllm-schedule"))
+        return write_trtllm_schedule(l, fp, err);
+    if (!strcmp(engine, "vllm-schedule"))
+        return write_vllm_schedule(l, fp, err);
     if (!strcmp(engine, "envelopes")) {
         /* Per batch size, the smallest flags under which SGLang's and TensorRT-LLM's dynamic
          * trees can take the rung's tree (sq_envelope_of, planner/export.h: SGLang counts the
@@ -401,11 +495,14 @@ int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error 
             }
             fputc('}', fp);
         }
-        fprintf(fp, "\n]}\n");
-        return ferror(fp) ? sq_error_set(err, SQ_EIO, "writing the export failed") : SQ_OK;
+        /* neither engine changes its envelope with the batch size: what a user does */
+        fprintf(fp, "\n],\n \"sglang_per_batch_size\": \"%s\",\n \"trtllm_dynamic_per_batch_size\": "
+                "\"%s\"}\n", sq_engine_info_of(SQ_ENGINE_SGLANG)->per_batch_note,
+                sq_engine_info_of(SQ_ENGINE_TRTLLM_DYNAMIC)->per_batch_note);
+        return io_status(fp, err);
     }
     return sq_error_set(err, SQ_EUSAGE, "ladder export \"%s\": unknown (known: trtllm-schedule, "
-                        "envelopes)", engine);
+                        "vllm-schedule, envelopes)", engine);
 }
 
 void sq_ladder_print(FILE *fp, const sq_ladder *l)

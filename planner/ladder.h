@@ -102,12 +102,23 @@ SQ_API
 int sq_ladder_save(const char *file, const sq_ladder *l, const sq_ladder_params *params,
                    sq_error *err);
 
-/* Engine exports of a ladder:
- *   trtllm-schedule  TensorRT-LLM's draft_len_schedule for chains ({batch: draft_len}, batch
- *                    thresholds, draft_len 0 where no chain pays; the first key is 1)
+/* Engine exports of a ladder (docs/engines.md, "Ladders"), from each rung's best chain (its
+ * speculated tokens; 0 where no chain pays) or best tree:
+ *   trtllm-schedule  TensorRT-LLM's {"max_draft_len": M, "draft_len_schedule": {"b": len}}:
+ *                    keys are upper bounds (a batch size takes the value of the smallest key
+ *                    >= it; above the largest key, 0), so each profiled batch size gets its
+ *                    rung's chain and one between two rungs the larger rung's; the first key is
+ *                    1. Refused (SQ_EDATA) where TensorRT-LLM's validator cannot take the ladder:
+ *                    no chain pays anywhere (max_draft_len must be > 0), or a later rung's chain
+ *                    is longer than the first's (the smallest key must map to max_draft_len).
+ *   vllm-schedule    vLLM's {"num_speculative_tokens": M, "num_speculative_tokens_per_batch_size":
+ *                    [[start, end, K], ...]} (inclusive ranges from 1, the same mapping; above the
+ *                    last rung vLLM keeps its K). Refused where no chain pays.
  *   envelopes        per batch size, the smallest SGLang and TensorRT-LLM dynamic-tree flags
- *                    holding the rung's best tree (speculation off where it does not pay)
- * Written as JSON to fp. */
+ *                    holding the rung's best tree (speculation off where it does not pay), and
+ *                    what each engine takes per batch size
+ * Written as JSON to fp. Rungs whose batch sizes are not >= 1 and strictly increasing are
+ * refused (SQ_EUSAGE). */
 SQ_API
 int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error *err);
 
