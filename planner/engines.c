@@ -146,16 +146,16 @@ static void envelope_trtllm_dynamic(FILE *fp, int L, int K, int N)
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
-#define ENVELOPE_SUMMARY "envelopes: the topk, steps and draft tokens with the best static tree; " \
-                         "with --target-profile, the fastest (every version: no static tree)"
+#define ENVELOPE_SUMMARY "envelopes, every version: the topk, steps and draft tokens with the best " \
+                         "static tree; with --target-profile, the fastest"
 
 static const sq_engine_info engine_table[SQ_ENGINE_COUNT] = {
     [SQ_ENGINE_VLLM] = {
         .id = SQ_ENGINE_VLLM, .name = "vllm", .display = "vLLM",
         .versions = "vLLM 0.11 until PR #42121 of 2026-05-08, speculative_token_tree; later "
                     "vLLM: chains only",
-        .summary = "best k_1 x k_2 x ... tree, exact (speculative_token_tree: vLLM before "
-                   "PR #42121; later vLLM takes chains only)",
+        .summary = "best k_1 x k_2 x ... tree, exact; speculative_token_tree of vLLM before "
+                   "PR #42121, later vLLM takes chains only",
         .format = SQ_EXPORT_VLLM,
         .limits = {.max_rank0 = -1, .level_uniform = 1},
         .uniform_note = "vLLM's EAGLE proposer drafts the same number of children for every node "
@@ -166,8 +166,8 @@ static const sq_engine_info engine_table[SQ_ENGINE_COUNT] = {
         .id = SQ_ENGINE_TRTLLM, .name = "trtllm", .display = "TensorRT-LLM",
         .versions = "TensorRT-LLM <= 1.3, eagle_choices/medusa_choices, two-model path; "
                     "eagle_choices removed by PR #18210 of 2026-08",
-        .summary = "static choices, <= 1.3 (eagle_choices removed by PR #18210): ranks <= 15, 8 "
-                   "speculated tokens per path, <= M non-leaves per level, not 32k+1 nodes",
+        .summary = "static choices of <= 1.3, eagle_choices removed by PR #18210: ranks <= 15, "
+                   "8 speculated tokens per path, <= M non-leaves per level, not 32k+1 nodes",
         .format = SQ_EXPORT_TRTLLM,
         .limits = {.max_path = SQ_TRTLLM_MAX_PATH, .max_rank0 = SQ_TRTLLM_MAX_RANK0,
                    .max_non_leaves = SQ_TRTLLM_MAX_NON_LEAVES, .no_32k_plus_1 = 1},
