@@ -83,10 +83,12 @@ static int rule_sglang(int L, int K, int N, char *why, size_t cap)
                  "(server_args.py), so %d would not run as given; use nodes %d", L + 1, N, L + 1);
         return 1;
     }
-    long long cands = K + (long long)(L - 1) * K * K;
+    /* in double: K and L come from the command line (exact below 2^53, and past that the
+     * count exceeds any int N anyway) */
+    double cands = K + (double)(L - 1) * K * K;
     if (N - 1 > cands) {
         snprintf(why, cap, "--speculative-num-draft-tokens %d keeps %d draft tokens, but the tree "
-                 "chooses them among K + (L - 1) K^2 = %lld candidates (the draft's topk %d at "
+                 "chooses them among K + (L - 1) K^2 = %.0f candidates (the draft's topk %d at "
                  "the first step, %d x %d at each of the %d others; eagle_utils.py "
                  "build_tree_kernel_efficient): N - 1 <= K + (L - 1) K^2", N, N - 1, cands, K, K,
                  K, L - 1);

@@ -594,6 +594,15 @@ Test(engine_exports, envelopes_are_exported_exactly_when_the_engine_takes_them)
     err = (sq_error){0};
     cr_assert_eq(sq_engine_envelope_check(SQ_ENGINE_SGLANG, 3, 0, 3, "f", &err), SQ_EUSAGE);
     cr_assert(strstr(err.msg, "K >= 1"), "%s", err.msg);
+    /* no overflow at the ends of int */
+    cr_assert_eq(sq_engine_envelope_check(SQ_ENGINE_SGLANG, 2147483647, 2147483647, 2147483647,
+                                          "f", NULL), SQ_OK);
+    cr_assert_eq(sq_engine_envelope_check(SQ_ENGINE_TRTLLM_DYNAMIC, 1000, 2147483647,
+                                          2147483647, "f", NULL), SQ_OK);
+    cr_assert_eq(sq_engine_envelope_check(SQ_ENGINE_TRTLLM_DYNAMIC, 2147483647, 2147483647,
+                                          2147483647, "f", NULL), SQ_EUSAGE, "N - 1 < L");
+    cr_assert_eq(sq_engine_envelope_check(SQ_ENGINE_TRTLLM_DYNAMIC, 2147483647, 1, 3, "f", NULL),
+                 SQ_EUSAGE);
     err = (sq_error){0};
     cr_assert_eq(sq_engine_envelope_check(SQ_ENGINE_VLLM, 3, 2, 3, "f", &err), SQ_EUSAGE);
     cr_assert(strstr(err.msg, "not an envelope engine"), "%s", err.msg);
