@@ -106,3 +106,96 @@ Test(messages, run_summary_says_when_the_output_cut_a_step)
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- token ids out of range, given as written --------------------------------------------- */
+
+/* dir/name: an HDF5 file whose /tokens is `n` values of type `type` (replacing any /tokens). */
+static void write_tokens_h5(const char *path, int create, hid_t type, const void *v, hsize_t n)
+{
+    hid_t f = create ? H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)
+                     : H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(f, 0, "%s", path);
+    if (!create)
+        cr_assert_geq(H5Ldelete(f, "tokens", H5P_DEFAULT), 0);
+    hid_t s = H5Screate_simple(1, &n, NULL);
+    hid_t d = H5Dcreate2(f, "tokens", type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    cr_assert_geq(d, 0);
+    cr_assert_geq(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v), 0);
+    H5Dclose(d);
+    H5Sclose(s);
+    H5Fclose(f);
+}
+
+Test(messages, token_ids_out_of_range_are_given_as_written)
+{
+    char *dir = tu_tmpdir();
+    char *draft = tu_source_path("data/models/draft"), *target = tu_source_path("data/models/target");
+    char *plan = tu_source_path("data/ladder/plans/plan-b1.json");
+    char *of = tu_path(dir, "out.txt");
+    /* prompts: text with 20 digits and with 2^40, HDF5 int64 2^40 and uint64 2^64 - 1 */
+    char *t20 = put(dir, "t20.txt", "1 12345678901234567890 3\n");
+    char *t40 = put(dir, "t40.txt", "1 1099511627776\n");
+    char *h40 = tu_path(dir, "h40.h5"), *h64 = tu_path(dir, "h64.h5");
+    int64_t v40[] = {1, 2, (int64_t)1 << 40};
+    uint64_t v64[] = {1, 2, UINT64_MAX};
+    write_tokens_h5(h40, 1, H5T_STD_I64LE, v40, 3);
+    write_tokens_h5(h64, 1, H5T_STD_U64LE, v64, 3);
+    const struct { const char *prompt, *expect; } cases[] = {
+        {t20, "line 1: token 1: id 12345678901234567890 is out of range (token ids are 0 to 2147483647)"},
+        {t40, "line 1: token 1: id 1099511627776 is out of range (token ids are 0 to 2147483647)"},
+        {h40, "/tokens[2]: id 1099511627776 is out of range"},
+        {h64, "/tokens[2]: id 18446744073709551615 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *argv[] = {bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
+                              plan, "--prompt", cases[i].prompt, "-n", "2", "-q", "-o", of, NULL};
+        char *err = NULL;
+        cr_assert_eq(run(argv, NULL, &err), 65, "%s: %s", cases[i].prompt, err);
+        cr_assert(strstr(err, cases[i].expect), "'%s' lacks '%s'", err, cases[i].expect);
+        free(err);
+    }
+    /* a corpus whose /tokens holds 2^40 (int64) or 2^64 - 1 (uint64): HDF5 read them as
+     * 2147483647 */
+    char *tf = put(dir, "t.txt", "1 2 3 4\n"), *corpus = tu_path(dir, "c.h5");
+    const char *dump[] = {bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                          "--tokens", tf, "-o", corpus, "-q", NULL};
+    char *err = NULL;
+    cr_assert_eq(run(dump, NULL, &err), 0, "%s", err);
+    free(err);
+    char *acc = tu_path(dir, "acc.json");
+    for (int k = 0; k < 2; k++) {
+        if (k == 0)
+            write_tokens_h5(corpus, 0, H5T_STD_I64LE, v40, 3);
+        else
+            write_tokens_h5(corpus, 0, H5T_STD_U64LE, v64, 3);
+        const char *argv[] = {bin("SQ_ACCEPT_BIN"), corpus, "-q", "-o", acc, NULL};
+        cr_assert_eq(run(argv, NULL, &err), 65, "%s", err);
+        const char *expect = k == 0 ? "/tokens: row 2: token id 1099511627776 is outside the "
+                                      "vocabulary [0, 256)"
+                                    : "/tokens: row 2: token id 18446744073709551615 is outside";
+        cr_assert(strstr(err, expect), "'%s' lacks '%s'", err, expect);
+        free(err);
+    }
+    /* sequoia-run tokenize --decode */
+    char *ids = put(dir, "ids.txt", "1 12345678901234567890\n");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s tokenize --model %s --decode < %s", bin("SQ_RUN_BIN"), target, ids);
+    const char *sh[] = {"/bin/sh", "-c", cmd, NULL};
+    cr_assert_eq(run(sh, NULL, &err), 65, "%s", err);
+    cr_assert(strstr(err, "id 12345678901234567890 is not a token id: it is out of range"), "%s", err);
+    free(err);
+    free(ids);
+    free(acc);
+    free(tf);
+    free(corpus);
+    free(t20);
+    free(t40);
+    free(h40);
+    free(h64);
+    free(of);
+    free(draft);
+    free(target);
+    free(plan);
+    tu_rmtree(dir);
+    free(dir);
+}
