@@ -199,3 +199,35 @@ Test(messages, token_ids_out_of_range_are_given_as_written)
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- a version 1 profile with batch fields ------------------------------------------------- */
+
+Test(messages, a_version_1_profile_with_batch_fields_is_refused_naming_version_2)
+{
+    char *dir = tu_tmpdir();
+    /* batch 4 read as batch 1 (silently planned with another batch's times), or an error
+     * about token order that did not say why */
+    const char *texts[] = {
+        "{\"format\":\"sequoia-profile\",\"version\":1,\"points\":[{\"batch\":4,\"tokens\":1,"
+        "\"median_ms\":1},{\"batch\":4,\"tokens\":64,\"median_ms\":2}]}",
+        "{\"format\":\"sequoia-profile\",\"version\":1,\"points\":[{\"tokens\":1,\"median_ms\":1},"
+        "{\"tokens\":64,\"median_ms\":2},{\"batch\":2,\"tokens\":1,\"median_ms\":1.5}]}",
+    };
+    const char *at[] = {"points[0].batch", "points[2].batch"};
+    char *pf = tu_path(dir, "plan.json");
+    for (int i = 0; i < 2; i++) {
+        char *prof = put(dir, "t.json", texts[i]);
+        const char *argv[] = {bin("SQ_PLAN_BIN"), "--target-profile", prof, "--draft-ms", "0.1",
+                              "-n", "8", "-d", "4", "-o", pf, NULL};
+        char *err = NULL;
+        cr_assert_eq(run(argv, NULL, &err), 65, "%s", err);
+        cr_assert(strstr(err, at[i]) && strstr(err, "a version 1 profile has no batch sizes") &&
+                  strstr(err, "version 2"), "%s", err);
+        cr_assert(!tu_exists(pf));
+        free(err);
+        free(prof);
+    }
+    free(pf);
+    tu_rmtree(dir);
+    free(dir);
+}

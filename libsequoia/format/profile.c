@@ -127,6 +127,14 @@ int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, 
             rc = sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
             goto fail;
         }
+        /* version 1 has no batch member: reading past it would take batch-4 points for batch 1
+         * (issue 27) */
+        if (version < 2 && cJSON_GetObjectItemCaseSensitive(e, "batch")) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: %s.batch: a version 1 profile has no batch "
+                              "sizes (every point is batch 1); a profile with batch sizes is "
+                              "version 2 (docs/formats.md)", file, ctx);
+            goto fail;
+        }
         if ((version >= 2 &&
              (rc = sq_json_get_int(e, "batch", 0, 1, SQ_PROFILE_MAX_BATCH, &batch, file, ctx, err))) ||
             (rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||

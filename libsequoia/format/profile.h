@@ -10,7 +10,7 @@
  * Version 2 adds a batch dimension: every point may carry "batch": b, the number of
  * independent sequences in the forward (each with n new tokens on its own prefix). Points are
  * ordered by batch, then strictly increasing `tokens` within a batch. A version 1 file is all
- * batch 1; the writer emits version 1 whenever every point is batch 1, so such profiles stay
+ * batch 1 (a "batch" member in it is refused, SQ_EDATA); the writer emits version 1 whenever every point is batch 1, so such profiles stay
  * readable by older builds.
  *
  * Within one batch size `points` is strictly increasing in `tokens`. Times between two measured token counts are
