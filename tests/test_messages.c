@@ -231,3 +231,172 @@ Test(messages, a_version_1_profile_with_batch_fields_is_refused_naming_version_2
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- --import CSV with a batch column ------------------------------------------------------ */
+
+Test(messages, csv_import_reads_a_batch_column_into_a_version_2_profile)
+{
+    char *dir = tu_tmpdir();
+    /* any column order; repeated (batch, tokens) rows combine into their median */
+    char *csv = put(dir, "engine.csv", "# measured in vLLM\ntokens, batch, us\n1,1,1000\n8,1,2000\n"
+                                       "1,4,2500\n8,4,5000\n8,4,6000\n8,4,7000\n");
+    sq_profile *p = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_profile_from_csv(csv, "vllm", &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(p->n, 4);
+    int batches[4], tokens[4] = {1, 8, 1, 8};
+    double ms[4] = {1, 2, 2.5, 6};
+    cr_assert_eq(sq_profile_batches(p, batches, 4), 2);
+    cr_assert(batches[0] == 1 && batches[1] == 4);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(p->points[i].batch, i < 2 ? 1 : 4);
+        cr_assert_eq(p->points[i].tokens, tokens[i]);
+        cr_assert_float_eq(p->points[i].median_ms, ms[i], 1e-9);
+    }
+    cr_assert_eq(p->points[3].samples, 3);
+    sq_profile_free(p);
+
+    /* the tool writes a version 2 profile that the ladder reads */
+    char *prof = tu_path(dir, "t.json"), *lad = tu_path(dir, "ladder.json");
+    const char *imp[] = {bin("SQ_PROFILE_BIN"), "--import", csv, "-o", prof, NULL};
+    char *err = NULL, *so = NULL;
+    cr_assert_eq(run(imp, NULL, &err), 0, "%s", err);
+    free(err);
+    char *text = tu_read(prof, NULL);
+    cr_assert(strstr(text, "\"version\": 2") && strstr(text, "\"batch\": 4"), "%s", text);
+    free(text);
+    const char *ladder[] = {bin("SQ_PLAN_BIN"), "--ladder", "--target-profile", prof, "--draft-ms",
+                            "0.1", "-n", "8", "-d", "4", "-o", lad, NULL};
+    cr_assert_eq(run(ladder, &so, &err), 0, "%s", err);
+    text = tu_read(lad, NULL);
+    cr_assert(strstr(text, "\"batch\": 4"), "%s", text);
+    free(text);
+    free(so);
+    free(err);
+
+    /* bad headers and rows name the line and the column */
+    const char *bad[][2] = {
+        {"tokens,ms,extra\n1,2,3\n", "engine.csv:1: column 3 is \"extra\""},
+        {"batch,tokens,tokens\n1,2,3\n", "column 3 is \"tokens\" again"},
+        {"batch,ms\n1,2\n", "a batch column comes with tokens and a time"},
+        {"batch,tokens,ms,x\n1,2,3,4\n", "4 columns"},
+        {"batch,tokens,ms\n0,1,1\n", "engine.csv:2: batch: \"0\" is not an integer in [1, 65536]"},
+        {"batch,tokens,ms\n1,1\n", "engine.csv:2: 2 columns where the header has 3"},
+        {"batch,tokens,ms\n1,1,1\n2,1,1\n1,2,2\n", NULL},   /* rows in any order */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tu_write(csv, bad[i][0]);
+        sq_error e2 = {0};
+        p = NULL;
+        int rc = sq_profile_from_csv(csv, "x", &p, &e2);
+        if (!bad[i][1]) {
+            cr_assert_eq(rc, 0, "%s", e2.msg);
+            cr_assert(p->n == 3 && p->points[2].batch == 2);
+            sq_profile_free(p);
+            continue;
+        }
+        cr_assert_eq(rc, SQ_EDATA, "%s", bad[i][0]);
+        cr_assert(strstr(e2.msg, bad[i][1]), "'%s' lacks '%s'", e2.msg, bad[i][1]);
+    }
+    free(csv);
+    free(prof);
+    free(lad);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* ---- a byte order mark at the start of a text input ----------------------------------------- */
+
+#define BOM "\xef\xbb\xbf"
+#define CURVE "{\"format\":\"sequoia-acceptance\",\"version\":1,\"curves\":[{\"name\":\"a\"," \
+              "\"p\":[0.6,0.2,0.1]}]}"
+
+/* Runs argv (its output file `out`); returns what it wrote, or NULL after a failure whose
+ * stderr is left in *err. */
+static char *output_of(const char *const *argv, const char *out, int want_rc, char **err)
+{
+    int rc = run(argv, NULL, err);
+    cr_assert_eq(rc, want_rc, "%s: exit %d: %s", argv[0], rc, *err);
+    return rc ? NULL : tu_read(out, NULL);
+}
+
+Test(messages, a_utf8_byte_order_mark_is_skipped_and_utf16_is_refused_naming_it)
+{
+    char *dir = tu_tmpdir();
+    char *draft = tu_source_path("data/models/draft"), *target = tu_source_path("data/models/target");
+    char *root = tu_source_path("data/ladder/plans/root.json");
+    char *o1 = tu_path(dir, "o1"), *o2 = tu_path(dir, "o2");
+    char *e = NULL;
+    /* each input with and without the mark gives the same output */
+    struct { const char *name, *text; } in[] = {
+        {"curve.json", CURVE},          /* JSON (sq_json_parse) */
+        {"engine.csv", "tokens,ms\n1,1\n8,2\n"},   /* --import CSV */
+        {"prompt.txt", "1 2 3\n"},      /* token ids */
+        {"prompt-text.txt", "Hello"},   /* --prompt-text */
+        {"choices.txt", "[[0], [1], [0, 0]]"},   /* sequoia-plan --import choices */
+    };
+    for (size_t i = 0; i < sizeof in / sizeof *in; i++) {
+        char *outs[2] = {NULL, NULL};
+        for (int b = 0; b < 2; b++) {
+            char text[256];
+            snprintf(text, sizeof text, "%s%s", b ? BOM : "", in[i].text);
+            char *f = put(dir, in[i].name, text), *o = b ? o2 : o1;
+            const char *plan[] = {bin("SQ_PLAN_BIN"), "-a", f, "-n", "8", "-d", "4", "-q", "-o", o, NULL};
+            const char *imp[] = {bin("SQ_PROFILE_BIN"), "--import", f, "-o", o, NULL};
+            const char *ids[] = {bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
+                                 root, "--prompt", f, "-n", "4", "--mode", "greedy",
+                                 "--no-baseline", "-q", "-o", o, NULL};
+            const char *txt[] = {bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
+                                 root, "--prompt-text", f, "-n", "4", "--mode", "greedy",
+                                 "--no-baseline", "-q", "-o", o, NULL};
+            const char *cho[] = {bin("SQ_PLAN_BIN"), "--import", "choices", f, "-q", "-o", o, NULL};
+            const char *const *argv[] = {plan, imp, ids, txt, cho};
+            outs[b] = output_of(argv[i], o, 0, &e);
+            free(e);
+            free(f);
+        }
+        cr_assert_str_eq(outs[0], outs[1], "%s: the mark changed the output", in[i].name);
+        free(outs[0]);
+        free(outs[1]);
+    }
+    /* UTF-16 and UTF-32 marks are refused naming them; a mark alone is an empty file */
+    const struct { const char *text; size_t len; const char *expect; } bad[] = {
+        {"\xff\xfe{\0}\0", 6, "starts with a UTF-16 (little-endian) byte order mark: expected UTF-8 text"},
+        {"\xfe\xff\0{\0}", 6, "UTF-16 (big-endian) byte order mark"},
+        {"\xff\xfe\0\0{\0\0\0", 8, "UTF-32 (little-endian) byte order mark"},
+        {BOM, 3, "empty file, expected JSON (after its UTF-8 byte order mark)"},
+    };
+    char *f = tu_path(dir, "bad.json");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        FILE *fp = fopen(f, "wb");
+        cr_assert_not_null(fp);
+        cr_assert_eq(fwrite(bad[i].text, 1, bad[i].len, fp), bad[i].len);
+        fclose(fp);
+        const char *plan[] = {bin("SQ_PLAN_BIN"), "-a", f, "-n", "8", "-d", "4", "-q", "-o", o1, NULL};
+        cr_assert_eq(run(plan, NULL, &e), 65, "%s", e);
+        cr_assert(strstr(e, "bad.json") && strstr(e, bad[i].expect), "'%s' lacks '%s'", e,
+                  bad[i].expect);
+        free(e);
+    }
+    /* the same for a token file and a CSV */
+    FILE *fp = fopen(f, "wb");
+    fwrite("\xff\xfe" "1\0", 1, 4, fp);
+    fclose(fp);
+    const char *ids[] = {bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan", root,
+                         "--prompt", f, "-n", "4", "-q", "-o", o1, NULL};
+    const char *imp[] = {bin("SQ_PROFILE_BIN"), "--import", f, "-o", o1, NULL};
+    const char *const *argv2[] = {ids, imp};
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(run(argv2[i], NULL, &e), 65, "%s", e);
+        cr_assert(strstr(e, "UTF-16 (little-endian) byte order mark"), "%s", e);
+        free(e);
+    }
+    free(f);
+    free(o1);
+    free(o2);
+    free(draft);
+    free(target);
+    free(root);
+    tu_rmtree(dir);
+    free(dir);
+}

@@ -81,8 +81,10 @@ SQ_API
 int sq_profile_save(const char *file, const sq_profile *p, sq_error *err);
 
 /* Reads an engine's measurements: a CSV file whose header names the columns `tokens` and `ms`
- * (also accepted: `tokens,median_ms`, `tokens,seconds` or `tokens,s`, `tokens,us`); other
- * columns are refused. Repeated token counts are combined into their median. */
+ * (also accepted: `tokens,median_ms`, `tokens,seconds` or `tokens,s`, `tokens,us`), or three
+ * columns in any order, `batch`, `tokens` and a time, for a batch profile (points of batch > 1
+ * make the writer emit version 2); other columns are refused. Repeated (batch, token count)
+ * rows are combined into their median, p10 and p90. */
 SQ_API
 int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, sq_error *err);
 
