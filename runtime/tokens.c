@@ -13,6 +13,7 @@
 #include <hdf5.h>
 
 #include "libsequoia/base/io.h"
+#include "libsequoia/base/utf8.h"
 
 #define TEXT_MAX_BYTES (4ull << 30)
 
@@ -78,6 +79,11 @@ static int load_text(const char *path, sq_tokens *t, sq_error *err)
     int rc = sq_file_read(path, TEXT_MAX_BYTES, &data, &len, err);
     if (rc)
         return rc;
+    size_t bom = 0;   /* a UTF-8 byte order mark is skipped: it is no token (issue 27) */
+    if ((rc = sq_text_bom(path, data, len, &bom, err))) {
+        free(data);
+        return rc;
+    }
     /* a NUL byte would end a token early and hide what follows it (issue 27 W11) */
     const char *nul = memchr(data, '\0', len);
     if (nul) {
@@ -99,7 +105,7 @@ static int load_text(const char *path, sq_tokens *t, sq_error *err)
     ocap = 16;
     t->offsets[0] = 0;
     t->sequences = 0;
-    size_t i = 0;
+    size_t i = bom;
     long line = 1;
     int line_has_token = 0;
     while (i < len && !rc) {
@@ -509,6 +515,12 @@ int sq_tokens_from_text(const sq_tokenizer *tok, const char *path, int docs, sq_
     int rc = sq_file_read(path, TEXT_MAX_BYTES, &data, &len, err);
     if (rc)
         return rc;
+    /* a UTF-8 byte order mark marks the encoding, it is no text: skipped (issue 27) */
+    size_t bom = 0;
+    if ((rc = sq_text_bom(path, data, len, &bom, err))) {
+        free(data);
+        return rc;
+    }
     sq_tokens *t = calloc(1, sizeof *t);
     int64_t cap = 0, ocap = 16;
     if (!t || !(t->offsets = malloc((size_t)ocap * sizeof *t->offsets))) {
@@ -518,11 +530,11 @@ int sq_tokens_from_text(const sq_tokenizer *tok, const char *path, int docs, sq_
     }
     t->offsets[0] = 0;
     if (!docs)
-        rc = push_document(tok, path, "", data, len, t, &cap, &ocap, err);
+        rc = push_document(tok, path, "", data + bom, len - bom, t, &cap, &ocap, err);
     else if (ends_with(path, ".jsonl"))
-        rc = jsonl_documents(tok, path, data, len, t, &cap, &ocap, err);
+        rc = jsonl_documents(tok, path, data + bom, len - bom, t, &cap, &ocap, err);
     else
-        rc = paragraph_documents(tok, path, data, len, t, &cap, &ocap, err);
+        rc = paragraph_documents(tok, path, data + bom, len - bom, t, &cap, &ocap, err);
     free(data);
     if (!rc && t->n == 0)
         rc = sq_error_set(err, SQ_EDATA, "%s: no text to make tokens of", path);
