@@ -72,6 +72,8 @@ int sq_token_id_parse(const char *word, int32_t *id)
     return SQ_TOKEN_ID_OK;
 }
 
+static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+
 static int load_text(const char *path, sq_tokens *t, sq_error *err)
 {
     char *data;
@@ -83,6 +85,12 @@ static int load_text(const char *path, sq_tokens *t, sq_error *err)
     if ((rc = sq_text_bom(path, data, len, &bom, err))) {
         free(data);
         return rc;
+    }
+    /* an HDF5 file arrives here only through "-" (a named one is recognised by its signature) */
+    if (len >= sizeof hdf5_sig && memcmp(data, hdf5_sig, sizeof hdf5_sig) == 0) {
+        free(data);
+        return sq_error_set(err, SQ_EUSAGE, "%s: holds an HDF5 file, which is read by seeking: an "
+                            "HDF5 token file must be named, not given as '-'", path);
     }
     /* a NUL byte would end a token early and hide what follows it (issue 27 W11) */
     const char *nul = memchr(data, '\0', len);
@@ -298,7 +306,6 @@ int sq_tokens_load(const char *path, sq_tokens **out, sq_error *err)
         got = r > 0 ? (size_t)r : 0;
         close(fd);
     }
-    static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     sq_tokens *t = calloc(1, sizeof *t);
     if (!t)
         return sq_error_oom(err, "tokens");

@@ -400,3 +400,72 @@ Test(messages, a_utf8_byte_order_mark_is_skipped_and_utf16_is_refused_naming_it)
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- '-' and pipes as inputs ---------------------------------------------------------------- */
+
+/* `cmd` run by /bin/sh in dir (under timeout 60): its exit status, stderr in *err. */
+static int sh(const char *cmd, char **err)
+{
+    const char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    return run(argv, NULL, err);
+}
+
+Test(messages, dash_and_pipes_as_inputs_say_what_the_input_needs)
+{
+    char *dir = tu_tmpdir();
+    char *draft = tu_source_path("data/models/draft"), *target = tu_source_path("data/models/target");
+    char *root = tu_source_path("data/ladder/plans/root.json");
+    char *tf = put(dir, "t.txt", "1 2 3 4\n"), *corpus = tu_path(dir, "c.h5");
+    char *o = tu_path(dir, "o.json");
+    const char *dump[] = {bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                          "--tokens", tf, "-o", corpus, "-q", NULL};
+    char *err = NULL;
+    cr_assert_eq(run(dump, NULL, &err), 0, "%s", err);
+    free(err);
+    char *prof = put(dir, "p.json", "{\"format\":\"sequoia-profile\",\"version\":1,\"points\":"
+                                    "[{\"tokens\":1,\"median_ms\":1},{\"tokens\":64,\"median_ms\":2}]}");
+    const char *A = bin("SQ_ACCEPT_BIN"), *R = bin("SQ_RUN_BIN"), *P = bin("SQ_PLAN_BIN");
+    char cmd[5][4096];
+    /* a corpus as '-' was "-: cannot open: No such file or directory" */
+    snprintf(cmd[0], sizeof cmd[0], "%s - -q -o %s < %s", A, o, corpus);
+    /* a pipe is named a pipe (a named FIFO stays "a FIFO", suite hostile) */
+    snprintf(cmd[1], sizeof cmd[1], "cat %s | %s /dev/stdin -q -o %s", corpus, A, o);
+    /* an HDF5 token file through '-' was "line 3: NUL byte ..." */
+    snprintf(cmd[2], sizeof cmd[2], "%s --draft %s --target %s --plan %s --prompt - -n 2 -q -o %s "
+             "< %s", R, draft, target, root, o, corpus);
+    /* a model directory as '-' was "-: model directory does not exist" */
+    snprintf(cmd[3], sizeof cmd[3], "%s --draft - --target %s --plan %s --prompt %s -n 2 -q -o %s",
+             R, target, root, tf, o);
+    /* the second '-' read an empty stream: "-: empty file, expected JSON" */
+    snprintf(cmd[4], sizeof cmd[4], "%s --target-profile - --draft-profile - -n 8 -d 4 -q -o %s < %s",
+             P, o, prof);
+    const struct { int rc; const char *expect; } cases[] = {
+        {64, "-: standard input cannot be a corpus file: this input is read by seeking or mapping"},
+        {65, "/dev/stdin: not a regular file (a pipe): save it to a file, or give '-'"},
+        {64, "-: holds an HDF5 file, which is read by seeking: an HDF5 token file must be named"},
+        {64, "-: standard input cannot be a model directory"},
+        {64, "-: standard input was already read by another input of this run; only one input can "
+             "be '-'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = sh(cmd[i], &err);
+        cr_expect_eq(rc, cases[i].rc, "%s: exit %d: %s", cmd[i], rc, err);
+        cr_expect(strstr(err, cases[i].expect), "%s: '%s' lacks '%s'", cmd[i], err, cases[i].expect);
+        cr_expect(!tu_exists(o), "%s wrote its output", cmd[i]);
+        free(err);
+    }
+    /* what '-' reads: one input read whole */
+    snprintf(cmd[0], sizeof cmd[0], "%s --target-profile - --draft-ms 0.1 -n 8 -d 4 -q -o %s < %s",
+             P, o, prof);
+    cr_assert_eq(sh(cmd[0], &err), 0, "%s", err);
+    free(err);
+    free(prof);
+    free(o);
+    free(tf);
+    free(corpus);
+    free(draft);
+    free(target);
+    free(root);
+    tu_rmtree(dir);
+    free(dir);
+}
