@@ -89,7 +89,9 @@ static void usage(FILE *fp)
         SQ_VALIDATE_ATTN_STEPS, SQ_VALIDATE_P_MIN, CUDA_OPTIONS_HELP);
     fprintf(fp,
         "      --batch B            decode B prompts together (the prompt file's sequences,\n"
-        "                           separated by empty lines, in turn) with the same plan: one\n"
+        "                           separated by empty lines) with the same plan; a file of more\n"
+        "                           than B decodes the first B and warns of the rest, one of fewer\n"
+        "                           (S) is used in turn: sequence k decodes prompt k mod S. One\n"
         "                           batched forward per draft level and for the targets' trees;\n"
         "                           -o gets one line per sequence, the summary and --report give\n"
         "                           tokens/s over the batch and per sequence against the batch\n"

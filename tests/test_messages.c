@@ -469,3 +469,49 @@ Test(messages, dash_and_pipes_as_inputs_say_what_the_input_needs)
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- --batch: what happens to prompts past B, and with fewer than B ------------------------- */
+
+Test(messages, batch_text_says_what_happens_to_extra_and_missing_prompts)
+{
+    /* the help and the man page name both rules (W6 made extra prompts a warning) */
+    const char *help[] = {bin("SQ_RUN_BIN"), "--help", NULL};
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(run(help, &out, &err), 0);
+    cr_assert(strstr(out, "than B decodes the first B and warns of the rest") &&
+              strstr(out, "sequence k decodes prompt k mod S"), "%s", out);
+    free(out);
+    free(err);
+    char *man = tu_source_path("man/sequoia-run.1");
+    char *text = tu_read(man, NULL);
+    cr_assert(strstr(text, "the batch decodes prompt k mod S") &&
+              strstr(text, "A file of more than B sequences decodes the first B"), "man page");
+    free(text);
+    free(man);
+    /* and the rule holds: 3 prompts, --batch 5, greedy: sequences 3 and 4 repeat 0 and 1 */
+    char *dir = tu_tmpdir();
+    char *draft = tu_source_path("data/models/draft"), *target = tu_source_path("data/models/target");
+    char *plan = tu_source_path("data/ladder/plans/plan-b4.json");
+    char *pf = put(dir, "p.txt", "1 2 3\n\n40 50 60 70\n\n7 8\n"), *of = tu_path(dir, "o.txt");
+    const char *argv[] = {bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan", plan,
+                          "--prompt", pf, "-n", "6", "--batch", "5", "--mode", "greedy",
+                          "--no-baseline", "-q", "-o", of, NULL};
+    cr_assert_eq(run(argv, NULL, &err), 0, "%s", err);
+    free(err);
+    char *o = tu_read(of, NULL), *line[6] = {0};
+    int n = 0;
+    for (char *s = strtok(o, "\n"); s && n < 6; s = strtok(NULL, "\n"))
+        line[n++] = s;
+    cr_assert_eq(n, 5, "%d lines", n);
+    cr_assert_str_eq(line[3], line[0]);
+    cr_assert_str_eq(line[4], line[1]);
+    cr_assert_str_neq(line[0], line[1]);
+    free(o);
+    free(pf);
+    free(of);
+    free(draft);
+    free(target);
+    free(plan);
+    tu_rmtree(dir);
+    free(dir);
+}
