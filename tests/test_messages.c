@@ -515,3 +515,18 @@ Test(messages, batch_text_says_what_happens_to_extra_and_missing_prompts)
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- sequoia-plan(1): profiles of both versions ---------------------------------------------- */
+
+Test(messages, plan_man_page_lists_profile_versions_1_and_2)
+{
+    char *man = tu_source_path("man/sequoia-plan.1");
+    char *text = tu_read(man, NULL);
+    /* it listed "format sequoia-profile v1 (read)" while --ladder needs version 2 */
+    cr_assert_null(strstr(text, "sequoia\\-profile\nv1 (read)."),
+                   "sequoia-plan(1) lists profiles as version 1 only");
+    cr_assert(strstr(text, "v1 or v2 (read; v2 adds batch sizes"), "sequoia-plan(1)");
+    cr_assert(strstr(text, "file, version 1, or version 2 with batch sizes"), "sequoia-plan(1)");
+    free(text);
+    free(man);
+}
