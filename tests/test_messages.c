@@ -530,3 +530,28 @@ Test(messages, plan_man_page_lists_profile_versions_1_and_2)
     free(text);
     free(man);
 }
+
+/* ---- the README's CPU figures name the CPU and its instruction-set path ---------------------- */
+
+Test(messages, readme_cpu_figures_name_the_cpu_and_its_isa_path)
+{
+    char *p = tu_source_path("README.md");
+    char *text = tu_read(p, NULL);
+    const char *cpu = strstr(text, "CPU figures:");
+    cr_assert_not_null(cpu);
+    const char *end = strstr(cpu, "GPU figures:");
+    cr_assert_not_null(end);
+    char para[512];
+    snprintf(para, sizeof para, "%.*s", (int)(end - cpu), cpu);
+    /* the figures hold on the host they were measured on: which CPU, which kernels */
+    cr_assert(strstr(para, "Intel Xeon") && strstr(para, "AVX-512 path") &&
+              strstr(para, "SkylakeX"), "%s", para);
+    /* the pipeline's figures, measured on another host */
+    cr_assert(strstr(text, "What it printed (2-core AMD EPYC with AVX-512"), "README");
+    int lines = 0;
+    for (const char *q = text; *q; q++)
+        lines += *q == '\n';
+    cr_assert_leq(lines, 250);
+    free(text);
+    free(p);
+}
