@@ -555,3 +555,48 @@ Test(messages, readme_cpu_figures_name_the_cpu_and_its_isa_path)
     free(text);
     free(p);
 }
+
+/* ---- the example scripts: progress lines, and what a CI over few prompts can test ------------ */
+
+Test(messages, example_scripts_print_progress_lines_and_test_a_prediction_only_with_enough_prompts)
+{
+    /* progress redrawn with a carriage return ran together in a log: one line each now, or a
+     * count redrawn only on a terminal */
+    char *sh_path = tu_source_path("examples/speedup.sh");
+    char *text = tu_read(sh_path, NULL);
+    cr_assert_null(strstr(text, "\\r'"), "examples/speedup.sh draws progress with \\r");
+    cr_assert(strstr(text, "prompt $((i + 1)) of $PROMPTS\" >&2"), "speedup.sh progress");
+    free(text);
+    free(sh_path);
+    char *py_path = tu_source_path("examples/dump_corpus.py");
+    text = tu_read(py_path, NULL);
+    cr_assert(strstr(text, "tty = sys.stderr.isatty()") && strstr(text, "and tty:"),
+              "dump_corpus.py redraws its count off a terminal");
+    free(text);
+    free(py_path);
+    /* "inside the 95% CI" from 2 prompts (one degree of freedom, t = 12.7) or 1 (no CI) */
+    char *ex = tu_source_path("examples");
+    char code[2048];
+    snprintf(code, sizeof code,
+             "import sys; sys.path.insert(0, '%s'); import speedup as s\n"
+             "nan = float('nan')\n"
+             "for n, m in ((1, (1.2, nan, nan)), (2, (1.2, 0.5, 2.0)), (16, (1.15, 1.10, 1.21))):\n"
+             "    t, w = s.verdict('speedup', 1.32, m, n)\n"
+             "    print(n, w, t)\n"
+             "print(s.fmt_x((1.2, nan, nan)))\n", ex);
+    const char *py = getenv("SQ_PYTHON") ? getenv("SQ_PYTHON") : "python3";
+    const char *argv[] = {py, "-B", "-c", code, NULL};
+    char *out = NULL, *err = NULL;
+    cr_assert_eq(run(argv, &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "1 None predicted speedup 1.320x, measured 1.200x (+10.0%) over 1 prompt: "
+                          "too few for a 95% CI test (a single run has no CI"), "%s", out);
+    cr_assert(strstr(out, "2 None predicted speedup 1.320x, measured 1.200x (+10.0%) over 2 "
+                          "prompts: too few for a 95% CI test (1 degree of freedom, t = 12.7"),
+              "%s", out);
+    cr_assert(strstr(out, "16 False predicted speedup 1.320x outside the measured 95% CI "
+                          "[1.100, 1.210] over 16 prompts"), "%s", out);
+    cr_assert(strstr(out, "1.20x (no CI)"), "%s", out);
+    free(out);
+    free(err);
+    free(ex);
+}
