@@ -600,3 +600,31 @@ Test(messages, example_scripts_print_progress_lines_and_test_a_prediction_only_w
     free(err);
     free(ex);
 }
+
+/* ---- sequoia-accept: the batches a one-sequence corpus is cut into ---------------------------- */
+
+Test(messages, accept_notice_counts_the_batches_a_short_corpus_has)
+{
+    char *dir = tu_tmpdir();
+    char *draft = tu_source_path("data/models/draft"), *target = tu_source_path("data/models/target");
+    char *tf = put(dir, "t.txt", "1 2 3 4\n"), *corpus = tu_path(dir, "c.h5");
+    char *acc = tu_path(dir, "acc.json");
+    const char *dump[] = {bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                          "--tokens", tf, "-o", corpus, "-q", NULL};
+    char *err = NULL;
+    cr_assert_eq(run(dump, NULL, &err), 0, "%s", err);
+    free(err);
+    /* 3 positions: 3 batches of one (it said 32) */
+    const char *argv[] = {bin("SQ_ACCEPT_BIN"), corpus, "-q", "-o", acc, NULL};
+    cr_assert_eq(run(argv, NULL, &err), 0, "%s", err);
+    cr_assert(strstr(err, "holds one sequence; its standard errors use 3 contiguous batches"),
+              "%s", err);
+    free(err);
+    free(acc);
+    free(tf);
+    free(corpus);
+    free(draft);
+    free(target);
+    tu_rmtree(dir);
+    free(dir);
+}
