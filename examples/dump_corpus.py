@@ -279,6 +279,8 @@ def _model_sequences(args):
         sys.exit(f"dump_corpus.py: the tokenizer has {len(tok)} tokens, more than the {vocab} "
                  "logits")
 
+    tty = sys.stderr.isatty()
+
     def gen():
         n = 0
         for ids in _text_chunks(args.text, tok, args.seq_len, args.chunk):
@@ -289,11 +291,15 @@ def _model_sequences(args):
                 lt = models[0](x).logits[0, :-1, :vocab].float().cpu().numpy()
                 ld = models[1](x).logits[0, :-1, :vocab].float().cpu().numpy()
             n += 1
-            if not args.quiet:
-                print(f"\rdump_corpus.py: {n} sequences", end="", file=sys.stderr)
+            # a count redrawn in place on a terminal; elsewhere (a log) a line every 100
+            if not args.quiet and tty:
+                print(f"\rdump_corpus.py: {n} sequences", end="", file=sys.stderr, flush=True)
+            elif not args.quiet and n % 100 == 0:
+                print(f"dump_corpus.py: {n} sequences", file=sys.stderr, flush=True)
             yield lt, ld, np.asarray(ids[1:], dtype=np.int32)
         if not args.quiet:
-            print(file=sys.stderr)
+            print("\n" if tty else f"dump_corpus.py: {n} sequences", end="" if tty else "\n",
+                  file=sys.stderr)
 
     return vocab, gen()
 

@@ -148,11 +148,21 @@ def measured(name):
             valid.append(r["validation"].get("pass"))
     n = len(steps)
     mean = sum(steps) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in steps) / (n - 1))
-    half = 1.96 * sd / math.sqrt(n)
-    return {"mean": mean, "lo": mean - half, "hi": mean + half, "steps": n,
+    # the steps taken as independent (every prompt's steps pooled; hundreds of them, so the
+    # normal quantile); too few steps give no interval, and a step outputs at least one token
+    # (issue 27: an interval below 1 token/step, a division by zero for one step)
+    if n >= 30:
+        sd = math.sqrt(sum((x - mean) ** 2 for x in steps) / (n - 1))
+        half = 1.96 * sd / math.sqrt(n)
+        lo, hi = max(mean - half, 1.0), mean + half
+    else:
+        lo = hi = float("nan")
+    return {"mean": mean, "lo": lo, "hi": hi, "steps": n,
             "ms_tok": spec_ms / tok, "ar_ms_tok": ar_ms / ar_tok if ar_tok else float("nan"),
             "valid": all(valid) if valid else None}
+
+def fci(m):
+    return f"[{m['lo']:.3f}, {m['hi']:.3f}]" if not math.isnan(m["lo"]) else f"(no CI: {m['steps']} steps)"
 
 rows = []
 print(f"{'setting':<16} {'tree':>9} {'tokens/step':>12} {'measured [95% CI]':>26} "
@@ -163,11 +173,11 @@ for curve in ("greedy@T0", "stochastic@T0.6", "stochastic@T1"):
     hw = plan["hardware"]
     pred_ms = hw["time_per_token_ms"]
     print(f"{curve:<16} {plan['size']:>4}/{plan['depth']:<4} {plan['expected_tokens']:>12.3f} "
-          f"{m['mean']:>9.3f} [{m['lo']:.3f}, {m['hi']:.3f}] {pred_ms:>9.3f} {m['ms_tok']:>9.3f} "
+          f"{m['mean']:>9.3f} {fci(m)} {pred_ms:>9.3f} {m['ms_tok']:>9.3f} "
           f"{m['ar_ms_tok']:>8.3f} {m['ar_ms_tok'] / m['ms_tok']:>7.2f}x {str(m['valid']):>6}")
     rows.append({"setting": curve, "size": plan["size"], "depth": plan["depth"],
                  "predicted_tokens_per_step": plan["expected_tokens"],
-                 "measured_tokens_per_step": m["mean"], "ci95": [m["lo"], m["hi"]],
+                 "measured_tokens_per_step": m["mean"], "ci95": None if math.isnan(m["lo"]) else [m["lo"], m["hi"]],
                  "steps": m["steps"], "predicted_ms_per_token": pred_ms,
                  "measured_ms_per_token": m["ms_tok"], "target_alone_ms_per_token": m["ar_ms_tok"],
                  "predicted_speedup": hw["predicted_speedup"],
@@ -179,9 +189,9 @@ for name, plan_file, label in (("sequoia33", "plan33_optimal.json", "Sequoia (wi
     plan = load(f"{out}/{plan_file}")
     m = measured(name)
     print(f"  {label:<30} predicted {plan['expected_tokens']:.3f}, measured {m['mean']:.3f} "
-          f"[{m['lo']:.3f}, {m['hi']:.3f}] tokens/step")
+          f"{fci(m)} tokens/step")
     rows.append({"setting": name, "size": plan["size"], "predicted_tokens_per_step": plan["expected_tokens"],
-                 "measured_tokens_per_step": m["mean"], "ci95": [m["lo"], m["hi"]], "steps": m["steps"]})
+                 "measured_tokens_per_step": m["mean"], "ci95": None if math.isnan(m["lo"]) else [m["lo"], m["hi"]], "steps": m["steps"]})
 
 print("\n33-node trees at T = 1.0 with Sequoia verification, by shape:")
 for name, plan_file, label in (("sequoia33", "plan33_optimal.json", "optimal (DP)"),
@@ -189,10 +199,10 @@ for name, plan_file, label in (("sequoia33", "plan33_optimal.json", "optimal (DP
     plan = load(f"{out}/{plan_file}")
     m = measured(name)
     print(f"  {label:<30} predicted {plan['expected_tokens']:.3f}, measured {m['mean']:.3f} "
-          f"[{m['lo']:.3f}, {m['hi']:.3f}] tokens/step")
+          f"{fci(m)} tokens/step")
     if name == "kxl33":
         rows.append({"setting": name, "size": plan["size"], "predicted_tokens_per_step": plan["expected_tokens"],
-                     "measured_tokens_per_step": m["mean"], "ci95": [m["lo"], m["hi"]], "steps": m["steps"]})
+                     "measured_tokens_per_step": m["mean"], "ci95": None if math.isnan(m["lo"]) else [m["lo"], m["hi"]], "steps": m["steps"]})
 json.dump({"format": "sequoia-pipeline-summary", "version": 1, "rows": rows},
           open(f"{out}/summary.json", "w"), indent=1)
 print(f"\nall outputs in {out}/ (summary.json, curves.svg, plan_*.svg, profile_*.svg, table.svg)")

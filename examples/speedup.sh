@@ -6,7 +6,8 @@
 #   target alone, back to back in one sequoia-run process; the same for the best chain and the
 #   best k x L tree of at most BUDGET nodes (each the fastest of its family under the same cost
 #   model); a sweep of optimal trees by size for the
-#   picture -> predicted against measured ms/token and speedup with 95% CIs over prompts.
+#   picture -> predicted against measured ms/token and speedup with 95% CIs over prompts (a
+#   prediction is tested against the CI from 5 prompts on; with fewer the means are compared).
 #
 #   examples/speedup.sh [OUT_DIR]                   (default: a fresh folder under $TMPDIR)
 #
@@ -143,7 +144,7 @@ say "6. runs: $PROMPTS prompts x $NEW_TOKENS tokens: the plan, then the target a
 then the best chain and the best k x L (their speedups divide by the same prompt's target-alone time)"
 for s in T0 T0.6; do
     for i in $(seq 0 $((PROMPTS - 1))); do
-        printf '%s prompt %d\r' "$s" "$i" >&2
+        echo "speedup.sh: T = ${s#T}, prompt $((i + 1)) of $PROMPTS" >&2
         run "${s}_optimal" "$OUT/plan_$s.json" "$s" "$i"
         run "${s}_chain" "$OUT/plan_${s}_chain.json" "$s" "$i" --no-baseline
         run "${s}_kxl" "$OUT/plan_${s}_kxl.json" "$s" "$i" --no-baseline
@@ -153,7 +154,7 @@ done
 say "7. the sweep: optimal trees of sizes $SIZES, $SWEEP_PROMPTS prompts (speculative decoding only)"
 for s in T0 T0.6; do
     for i in $(seq 0 $((SWEEP_PROMPTS - 1))); do
-        printf '%s prompt %d\r' "$s" "$i" >&2
+        echo "speedup.sh: sweep, T = ${s#T}, prompt $((i + 1)) of $SWEEP_PROMPTS" >&2
         for m in $SIZES; do
             run "${s}_n$m" "$OUT/sweep/plan_${s}_n$m.json" "$s" "$i" --no-baseline
         done

@@ -8,6 +8,7 @@
 
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/base/utf8.h"
 
 #define MAX_RANK0 (1 << 20)
 
@@ -587,11 +588,16 @@ int sq_import_tree(const char *file, sq_import_format fmt, sq_tree **out, sq_err
     int rc = sq_file_read(file, SQ_IMPORT_MAX_BYTES, &text, &len, err);
     if (rc)
         return rc;
+    size_t bom = 0;   /* a UTF-8 byte order mark is skipped (issue 27) */
+    if ((rc = sq_text_bom(file, text, len, &bom, err))) {
+        free(text);
+        return rc;
+    }
     if (strlen(text) != len) {
         free(text);
         return sq_error_set(err, SQ_EDATA, "%s: contains a NUL byte (not a text file)", file);
     }
-    rc = sq_import_choices_text(text, file, out, err);
+    rc = sq_import_choices_text(text + bom, file, out, err);
     free(text);
     return rc;
 }

@@ -213,6 +213,9 @@ int sq_model_load(const char *dir, sq_model **out, sq_error *err)
 {
     *out = NULL;
     struct stat st;
+    if (strcmp(dir, "-") == 0)
+        return sq_error_set(err, SQ_EUSAGE, "-: standard input cannot be a model directory (its "
+                            "checkpoint is mapped); name the directory");
     if (stat(dir, &st) != 0)
         return sq_error_set(err, SQ_ENOINPUT, "%s: model directory does not exist", dir);
     if (!S_ISDIR(st.st_mode))

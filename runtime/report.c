@@ -105,6 +105,13 @@ int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err
     for (int s = 0; s < r->steps; s++)
         stepv[s] = r->step_tokens[s];
     out->ci = sq_mean_ci_batch(stepv, r->steps);
+    /* A step outputs at least one token and at most one per tree level: a t interval from few
+     * batches reaches past both (issue 27: "95% CI -4.853 .. 7.853"), so it is cut to them. */
+    if (isfinite(out->ci.lo) && isfinite(out->ci.hi)) {
+        double top = r->depth > 1 ? (double)r->depth : 1.0;
+        out->ci.lo = out->ci.lo < 1.0 ? 1.0 : out->ci.lo;
+        out->ci.hi = out->ci.hi > top ? top : out->ci.hi;
+    }
     sq_run_acceptance_p(r->acc, phat);
     if ((rc = sq_tree_f_with(r->plan->tree, phat, r->acc->W, &out->f_measured_acc, err)))
         goto done;
@@ -138,6 +145,36 @@ done:
     return rc;
 }
 
+void sq_run_summary_line(const sq_run_record *r, const sq_run_prediction *pr, char *buf,
+                         size_t cap)
+{
+    long long made = 0;
+    for (int s = 0; s < r->steps; s++)
+        made += r->step_tokens[s];
+    double out = r->generated_tokens;
+    size_t len = (size_t)snprintf(buf, cap, "%.0f token%s in %d step%s", out,
+                                  out == 1 ? "" : "s", r->steps, r->steps == 1 ? "" : "s");
+    if ((double)made > out && len < cap) {
+        char at[64] = "an end-of-sequence token";
+        if (out >= r->max_new_tokens)
+            snprintf(at, sizeof at, "--max-new-tokens %d", r->max_new_tokens);
+        len += (size_t)snprintf(buf + len, cap - len, ", which made %lld (the last step was cut "
+                                "at %s; tokens/step counts all %lld)", made, at, made);
+    }
+    if (len < cap)
+        len += (size_t)snprintf(buf + len, cap - len, ": %.3f tokens/step ", pr->ci.mean);
+    if (len < cap && pr->have_ci)
+        len += (size_t)snprintf(buf + len, cap - len, "(95%% CI %.3f .. %.3f)", pr->ci.lo,
+                                pr->ci.hi);
+    else if (len < cap)
+        len += (size_t)snprintf(buf + len, cap - len, "(no 95%% CI: %d step%s, at least 4 "
+                                "needed)", r->steps, r->steps == 1 ? "" : "s");
+    if (len < cap)
+        snprintf(buf + len, cap - len, ", plan expects %.3f%s", r->plan->expected_tokens,
+                 pr->within || !pr->have_ci ? "" : " (outside the CI: see the report's "
+                 "prediction)");
+}
+
 static cJSON *ci_json(const sq_mean_ci *m)
 {
     cJSON *o = cJSON_CreateObject();
@@ -154,7 +191,8 @@ static cJSON *ci_json(const sq_mean_ci *m)
     sq_json_add(o, "batches", cJSON_CreateNumber(m->batches));
     sq_json_add(o, "ci_method", cJSON_CreateString(
         "t interval on batch means of consecutive steps (about sqrt(steps) batches), never "
-        "narrower than the independent-steps interval"));
+        "narrower than the independent-steps interval, cut to [1, depth] (a step outputs 1 to "
+        "depth tokens); null with fewer than 4 steps"));
     return o;
 }
 

@@ -109,6 +109,13 @@ typedef struct sq_run_prediction {
 
 int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err);
 
+/* The summary of a single run's tokens per step, without the tool's name: tokens out, steps,
+ * the mean with its 95% CI (or why there is none), the plan's expected_tokens; when the steps
+ * made more tokens than the output keeps (the last step cut at --max-new-tokens or at an
+ * end-of-sequence token), it says so: tokens/step counts every token the steps made. */
+void sq_run_summary_line(const sq_run_record *r, const sq_run_prediction *pr, char *buf,
+                         size_t cap);
+
 /* The report (format SQ_RUN_REPORT_FORMAT, version SQ_RUN_REPORT_VERSION); NULL when out of
  * memory. */
 cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pred);

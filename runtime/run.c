@@ -386,10 +386,9 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
             fprintf(stderr, "%s: batch %d: target alone %.1f tokens/s over the batch: speedup "
                     "%.2fx\n", prog, B, toks / (r->base_ms / 1e3), r->base_ms / r->spec_ms);
     } else {
-        fprintf(stderr, "%s: %.0f tokens in %d steps: %.3f tokens/step (95%% CI %.3f .. %.3f), "
-                "plan expects %.3f%s\n", prog, toks, r->steps, pr->ci.mean, pr->ci.lo, pr->ci.hi,
-                r->plan->expected_tokens, pr->within ? "" : pr->have_ci
-                ? " (outside the CI: see the report's prediction)" : " (too few steps for a CI)");
+        char line[512];
+        sq_run_summary_line(r, pr, line, sizeof line);
+        fprintf(stderr, "%s: %s\n", prog, line);
     }
     if (st->stopped)
         fprintf(stderr, "%s: %d of %d sequence%s stopped at an end-of-sequence token: %.0f "

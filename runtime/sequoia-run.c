@@ -17,6 +17,7 @@
 #include "runtime/cpu_matmul.h"
 #include "runtime/dump.h"
 #include "runtime/run.h"
+#include "runtime/tokens.h"
 #include "runtime/validate.h"
 
 #define PROG "sequoia-run"
@@ -88,7 +89,9 @@ static void usage(FILE *fp)
         SQ_VALIDATE_ATTN_STEPS, SQ_VALIDATE_P_MIN, CUDA_OPTIONS_HELP);
     fprintf(fp,
         "      --batch B            decode B prompts together (the prompt file's sequences,\n"
-        "                           separated by empty lines, in turn) with the same plan: one\n"
+        "                           separated by empty lines) with the same plan; a file of more\n"
+        "                           than B decodes the first B and warns of the rest, one of fewer\n"
+        "                           (S) is used in turn: sequence k decodes prompt k mod S. One\n"
         "                           batched forward per draft level and for the targets' trees;\n"
         "                           -o gets one line per sequence, the summary and --report give\n"
         "                           tokens/s over the batch and per sequence against the batch\n"
@@ -188,17 +191,23 @@ static int parse_ids(const char *model, char *text, size_t len, int vocab, int32
             j++;
         char save = text[j];
         text[j] = '\0';
-        char *end;
-        errno = 0;
-        long long v = strtoll(text + i, &end, 10);
-        int bad = errno || *end || end == text + i;
+        int32_t v = 0;
+        int how = sq_token_id_parse(text + i, &v);
         text[j] = save;
-        if (bad)
+        if (how == SQ_TOKEN_ID_NOT_INTEGER)
             return sq_error_set(err, SQ_EDATA, "standard input: token %zu: '%.*s' is not a token "
                                 "id", *n, (int)(j - i < 40 ? j - i : 40), text + i);
-        if (v < 0 || v >= vocab)
-            return sq_error_set(err, SQ_EDATA, "standard input: token %zu: id %lld is outside the "
-                                "vocabulary [0, %d) of %s", *n, v, vocab, model);
+        int w = (int)(j - i < 40 ? j - i : 40);
+        const char *more = j - i > 40 ? "..." : "";
+        if (how == SQ_TOKEN_ID_OUT_OF_RANGE && text[i] != '-')
+            return sq_error_set(err, SQ_EDATA, "standard input: token %zu: id %.*s%s is not a "
+                                "token id: it is out of range (token ids are 0 to %d; the "
+                                "vocabulary of %s is [0, %d))", *n, w, text + i, more, INT32_MAX,
+                                model, vocab);
+        if (how == SQ_TOKEN_ID_OUT_OF_RANGE || v >= vocab)
+            return sq_error_set(err, SQ_EDATA, "standard input: token %zu: id %.*s%s is outside "
+                                "the vocabulary [0, %d) of %s", *n, w, text + i, more, vocab,
+                                model);
         if (*n == cap) {
             int32_t *p = realloc(*ids, 2 * cap * sizeof *p);
             if (!p)

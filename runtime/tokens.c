@@ -13,6 +13,7 @@
 #include <hdf5.h>
 
 #include "libsequoia/base/io.h"
+#include "libsequoia/base/utf8.h"
 
 #define TEXT_MAX_BYTES (4ull << 30)
 
@@ -55,6 +56,24 @@ static int push_offset(sq_tokens *t, int64_t *cap, int64_t off, sq_error *err)
     return SQ_OK;
 }
 
+int sq_token_id_parse(const char *word, int32_t *id)
+{
+    const char *d = word + (*word == '-' || *word == '+');
+    if (!*d)
+        return SQ_TOKEN_ID_NOT_INTEGER;
+    for (const char *q = d; *q; q++)
+        if (*q < '0' || *q > '9')
+            return SQ_TOKEN_ID_NOT_INTEGER;
+    errno = 0;
+    long long v = strtoll(word, NULL, 10);
+    if (errno || v < 0 || v > INT32_MAX)
+        return SQ_TOKEN_ID_OUT_OF_RANGE;
+    *id = (int32_t)v;
+    return SQ_TOKEN_ID_OK;
+}
+
+static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+
 static int load_text(const char *path, sq_tokens *t, sq_error *err)
 {
     char *data;
@@ -62,6 +81,17 @@ static int load_text(const char *path, sq_tokens *t, sq_error *err)
     int rc = sq_file_read(path, TEXT_MAX_BYTES, &data, &len, err);
     if (rc)
         return rc;
+    size_t bom = 0;   /* a UTF-8 byte order mark is skipped: it is no token (issue 27) */
+    if ((rc = sq_text_bom(path, data, len, &bom, err))) {
+        free(data);
+        return rc;
+    }
+    /* an HDF5 file arrives here only through "-" (a named one is recognised by its signature) */
+    if (len >= sizeof hdf5_sig && memcmp(data, hdf5_sig, sizeof hdf5_sig) == 0) {
+        free(data);
+        return sq_error_set(err, SQ_EUSAGE, "%s: holds an HDF5 file, which is read by seeking: an "
+                            "HDF5 token file must be named, not given as '-'", path);
+    }
     /* a NUL byte would end a token early and hide what follows it (issue 27 W11) */
     const char *nul = memchr(data, '\0', len);
     if (nul) {
@@ -83,7 +113,7 @@ static int load_text(const char *path, sq_tokens *t, sq_error *err)
     ocap = 16;
     t->offsets[0] = 0;
     t->sequences = 0;
-    size_t i = 0;
+    size_t i = bom;
     long line = 1;
     int line_has_token = 0;
     while (i < len && !rc) {
@@ -105,20 +135,19 @@ static int load_text(const char *path, sq_tokens *t, sq_error *err)
             j++;
         char save = data[j];
         data[j] = '\0';
-        char *end;
-        errno = 0;
-        long long v = strtoll(data + i, &end, 10);
-        if (errno || *end || end == data + i) {
+        int32_t v = 0;
+        int how = sq_token_id_parse(data + i, &v);
+        if (how == SQ_TOKEN_ID_NOT_INTEGER) {
             rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: token %lld: '%.40s' is not an integer",
                               path, line, (long long)t->n, data + i);
-        } else if (v < 0 || v > INT32_MAX) {
-            rc = sq_error_set(err, SQ_EDATA,
-                              "%s: line %ld: token %lld: id %lld is not a valid token id", path,
-                              line, (long long)t->n, v);
+        } else if (how == SQ_TOKEN_ID_OUT_OF_RANGE) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: token %lld: id %.40s%s is out of range "
+                              "(token ids are 0 to %d)", path, line, (long long)t->n, data + i,
+                              j - i > 40 ? "..." : "", INT32_MAX);
         } else if (t->n >= SQ_TOKENS_MAX) {
             rc = sq_error_set(err, SQ_EDATA, "%s: more than %lld tokens", path, SQ_TOKENS_MAX);
         } else {
-            rc = push_id(t, &cap, (int32_t)v, err);
+            rc = push_id(t, &cap, v, err);
         }
         data[j] = save;
         line_has_token = 1;
@@ -147,6 +176,9 @@ static int load_hdf5(const char *path, sq_tokens *t, sq_error *err)
     }
     hid_t ty = H5Dget_type(d);
     H5T_class_t cls = H5Tget_class(ty);
+    /* read as the file stores them, so that an id out of range is given as written (a uint64
+     * read as int64 would be clamped to 2^63 - 1) */
+    int is_unsigned = cls == H5T_INTEGER && H5Tget_sign(ty) == H5T_SGN_NONE;
     H5Tclose(ty);
     s = H5Dget_space(d);
     int nd = H5Sget_simple_extent_ndims(s);
@@ -169,15 +201,22 @@ static int load_hdf5(const char *path, sq_tokens *t, sq_error *err)
         rc = sq_error_oom(err, "tokens");
         goto done;
     }
-    if (H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) < 0) {
+    if (H5Dread(d, is_unsigned ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, H5S_ALL, H5S_ALL,
+                H5P_DEFAULT, tmp) < 0) {
         free(tmp);
         rc = sq_error_set(err, SQ_EIO, "%s: /tokens: read error", path);
         goto done;
     }
     for (int64_t i = 0; i < t->n; i++) {
-        if (tmp[i] < 0 || tmp[i] > INT32_MAX) {
-            rc = sq_error_set(err, SQ_EDATA, "%s: /tokens[%lld]: id %lld is not a valid token id",
-                              path, (long long)i, (long long)tmp[i]);
+        uint64_t u = (uint64_t)tmp[i];
+        if (is_unsigned ? u > INT32_MAX : (tmp[i] < 0 || tmp[i] > INT32_MAX)) {
+            char as_written[24];
+            if (is_unsigned)
+                snprintf(as_written, sizeof as_written, "%llu", (unsigned long long)u);
+            else
+                snprintf(as_written, sizeof as_written, "%lld", (long long)tmp[i]);
+            rc = sq_error_set(err, SQ_EDATA, "%s: /tokens[%lld]: id %s is out of range (token "
+                              "ids are 0 to %d)", path, (long long)i, as_written, INT32_MAX);
             break;
         }
         t->ids[i] = (int32_t)tmp[i];
@@ -267,7 +306,6 @@ int sq_tokens_load(const char *path, sq_tokens **out, sq_error *err)
         got = r > 0 ? (size_t)r : 0;
         close(fd);
     }
-    static const unsigned char hdf5_sig[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
     sq_tokens *t = calloc(1, sizeof *t);
     if (!t)
         return sq_error_oom(err, "tokens");
@@ -484,6 +522,12 @@ int sq_tokens_from_text(const sq_tokenizer *tok, const char *path, int docs, sq_
     int rc = sq_file_read(path, TEXT_MAX_BYTES, &data, &len, err);
     if (rc)
         return rc;
+    /* a UTF-8 byte order mark marks the encoding, it is no text: skipped (issue 27) */
+    size_t bom = 0;
+    if ((rc = sq_text_bom(path, data, len, &bom, err))) {
+        free(data);
+        return rc;
+    }
     sq_tokens *t = calloc(1, sizeof *t);
     int64_t cap = 0, ocap = 16;
     if (!t || !(t->offsets = malloc((size_t)ocap * sizeof *t->offsets))) {
@@ -493,11 +537,11 @@ int sq_tokens_from_text(const sq_tokenizer *tok, const char *path, int docs, sq_
     }
     t->offsets[0] = 0;
     if (!docs)
-        rc = push_document(tok, path, "", data, len, t, &cap, &ocap, err);
+        rc = push_document(tok, path, "", data + bom, len - bom, t, &cap, &ocap, err);
     else if (ends_with(path, ".jsonl"))
-        rc = jsonl_documents(tok, path, data, len, t, &cap, &ocap, err);
+        rc = jsonl_documents(tok, path, data + bom, len - bom, t, &cap, &ocap, err);
     else
-        rc = paragraph_documents(tok, path, data, len, t, &cap, &ocap, err);
+        rc = paragraph_documents(tok, path, data + bom, len - bom, t, &cap, &ocap, err);
     free(data);
     if (!rc && t->n == 0)
         rc = sq_error_set(err, SQ_EDATA, "%s: no text to make tokens of", path);

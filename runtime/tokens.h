@@ -33,6 +33,13 @@ typedef struct sq_tokens {
  * are dropped; a file without any token is an error. */
 int sq_tokens_load(const char *path, sq_tokens **out, sq_error *err);
 
+/* One word of a text of token ids (no whitespace in it): SQ_TOKEN_ID_OK with *id set;
+ * SQ_TOKEN_ID_NOT_INTEGER when it is not a decimal integer; SQ_TOKEN_ID_OUT_OF_RANGE when it
+ * is one outside [0, INT32_MAX], however many digits (messages give the word as written:
+ * issue 27, a 20-digit id was reported as "not an integer" and 2^40 as 2147483647). */
+enum { SQ_TOKEN_ID_OK = 0, SQ_TOKEN_ID_NOT_INTEGER, SQ_TOKEN_ID_OUT_OF_RANGE };
+int sq_token_id_parse(const char *word, int32_t *id);
+
 /* SQ_EDATA naming the file and the first token whose id is not below vocab. */
 int sq_tokens_check_vocab(const sq_tokens *t, int vocab, const char *path, sq_error *err);
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -29,9 +30,26 @@ static const char *file_kind(mode_t m)
     return "not a file";
 }
 
+/* An anonymous pipe (`<(cmd)`, /dev/stdin on a pipe) is a FIFO to fstat, but no FIFO by name:
+ * the name is a link to it. */
+static const char *input_kind(const char *path, mode_t m)
+{
+    struct stat ls;
+    if (S_ISFIFO(m) && (lstat(path, &ls) != 0 || !S_ISFIFO(ls.st_mode)))
+        return "a pipe";
+    return file_kind(m);
+}
+
 int sq_input_open(const char *path, const char *what, struct stat *stp, int *fdp, sq_error *err)
 {
     *fdp = -1;
+    /* the callers that read standard input for "-" handle it first: here it is an input that
+     * is opened by name and read by seeking or mapping (issue 27: "-: cannot open: No such
+     * file or directory") */
+    if (strcmp(path, "-") == 0)
+        return sq_error_set(err, SQ_EUSAGE, "-: standard input cannot be %s: this input is read "
+                            "by seeking or mapping, not as a stream; save it to a file and name "
+                            "that", what ? what : "this input");
     /* O_NONBLOCK: open() of a FIFO with no writer returns at once instead of waiting. */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
@@ -48,8 +66,9 @@ int sq_input_open(const char *path, const char *what, struct stat *stp, int *fdp
         close(fd);
         if (S_ISDIR(st.st_mode) && what)
             return sq_error_set(err, SQ_EDATA, "%s: is a directory, expected %s", path, what);
-        return sq_error_set(err, SQ_EDATA, "%s: not a regular file (%s)", path,
-                            file_kind(st.st_mode));
+        return sq_error_set(err, SQ_EDATA, "%s: not a regular file (%s): save it to a file, or "
+                            "give '-' for standard input where the option reads one "
+                            "(docs/robustness.md)", path, input_kind(path, st.st_mode));
     }
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
@@ -131,8 +150,14 @@ int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, s
     *data = NULL;
     if (len)
         *len = 0;
-    if (strcmp(path, "-") == 0)
+    if (strcmp(path, "-") == 0) {
+        /* a second "-" would read an empty stream and report an empty file (issue 27) */
+        static atomic_int stdin_read;
+        if (atomic_exchange(&stdin_read, 1))
+            return sq_error_set(err, SQ_EUSAGE, "-: standard input was already read by another "
+                                "input of this run; only one input can be '-'");
         return read_all(STDIN_FILENO, "standard input", max_bytes, 0, data, len, err);
+    }
     struct stat st;
     int fd;
     int rc = sq_input_open(path, "a file", &st, &fd, err);

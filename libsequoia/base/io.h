@@ -21,9 +21,12 @@
  * O_NONBLOCK (a FIFO without a writer would otherwise wait forever in open()), then anything
  * but a regular file is refused and O_NONBLOCK is cleared. A directory is "PATH: is a
  * directory, expected WHAT" (`what`, e.g. "a file"; NULL: "PATH: not a regular file (a
- * directory)"); a FIFO, device or socket is "PATH: not a regular file (a FIFO)". On success
+ * directory)"); a FIFO, device or socket is "PATH: not a regular file (a FIFO): ..." (a pipe,
+ * "/dev/stdin" or "<(cmd)", is "(a pipe)"). "-" is SQ_EUSAGE: the callers that read standard
+ * input handle "-" before, so here it names an input read by seeking or mapping. On success
  * *fd is the descriptor (O_CLOEXEC) and `st` (may be NULL) the file's status.
- * Errors: SQ_ENOINPUT (missing, unreadable), SQ_EDATA (not a regular file), SQ_EIO. */
+ * Errors: SQ_EUSAGE ("-"), SQ_ENOINPUT (missing, unreadable), SQ_EDATA (not a regular file),
+ * SQ_EIO. */
 struct stat;
 int sq_input_open(const char *path, const char *what, struct stat *st, int *fd, sq_error *err);
 
@@ -32,8 +35,9 @@ int sq_input_check(const char *path, const char *what, sq_error *err);
 
 /* Reads a whole regular file into a NUL-terminated buffer (*data, to free()). Refuses
  * directories, FIFOs and devices (sq_input_open) and files larger than max_bytes. "-" reads
- * standard input (a pipe or a file) to its end, with the same limit. Errors: SQ_ENOINPUT,
- * SQ_EDATA (too large, not a regular file), SQ_EIO. */
+ * standard input (a pipe or a file) to its end, with the same limit, once per process: a
+ * second "-" is SQ_EUSAGE. Errors: SQ_EUSAGE, SQ_ENOINPUT, SQ_EDATA (too large, not a regular
+ * file), SQ_EIO. */
 int sq_file_read(const char *path, size_t max_bytes, char **data, size_t *len, sq_error *err);
 
 typedef struct sq_out sq_out;

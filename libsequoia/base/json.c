@@ -64,8 +64,15 @@ static const char *too_deep(const char *text, size_t len, int limit)
 int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, sq_error *err)
 {
     *out = NULL;
+    size_t bom = 0;
+    int rc = sq_text_bom(file, text, len, &bom, err);
+    if (rc)
+        return rc;
+    text += bom;   /* a UTF-8 byte order mark is skipped (RFC 8259 §8.1) */
+    len -= bom;
     if (len == 0)
-        return sq_error_set(err, SQ_EDATA, "%s: empty file, expected JSON", file);
+        return sq_error_set(err, SQ_EDATA, "%s: empty file, expected JSON%s", file,
+                            bom ? " (after its UTF-8 byte order mark)" : "");
     if (strlen(text) != len)
         return sq_error_set(err, SQ_EDATA, "%s: contains a NUL byte, not a JSON text", file);
     /* RFC 8259: JSON text is UTF-8. Names copied from it end up in other files. */
@@ -98,8 +105,8 @@ int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, s
     }
     const cJSON *dup = find_duplicate(root);
     if (dup) {
-        int rc = sq_error_set(err, SQ_EDATA, "%s: key \"%s\" appears twice in one object", file,
-                              dup->string);
+        rc = sq_error_set(err, SQ_EDATA, "%s: key \"%s\" appears twice in one object", file,
+                          dup->string);
         cJSON_Delete(root);
         return rc;
     }

@@ -32,3 +32,27 @@ size_t sq_utf8_len(const unsigned char *p, size_t n)
             return 0;
     return k;
 }
+
+int sq_text_bom(const char *file, const char *text, size_t len, size_t *skip, sq_error *err)
+{
+    const unsigned char *p = (const unsigned char *)text;
+    *skip = 0;
+    if (len >= 3 && p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) {
+        *skip = 3;
+        return SQ_OK;
+    }
+    const char *which = NULL;
+    if (len >= 4 && p[0] == 0xff && p[1] == 0xfe && p[2] == 0 && p[3] == 0)
+        which = "UTF-32 (little-endian)";
+    else if (len >= 4 && p[0] == 0 && p[1] == 0 && p[2] == 0xfe && p[3] == 0xff)
+        which = "UTF-32 (big-endian)";
+    else if (len >= 2 && p[0] == 0xff && p[1] == 0xfe)
+        which = "UTF-16 (little-endian)";
+    else if (len >= 2 && p[0] == 0xfe && p[1] == 0xff)
+        which = "UTF-16 (big-endian)";
+    if (!which)
+        return SQ_OK;
+    return sq_error_set(err, SQ_EDATA, "%s: starts with a %s byte order mark: expected UTF-8 "
+                        "text (convert it, e.g. iconv -f %s -t UTF-8)", file, which,
+                        which[4] == '1' ? "UTF-16" : "UTF-32");
+}

@@ -905,6 +905,32 @@ static int read_model(sq_corpus *c, int k, int64_t row0, int count, float *out, 
     return SQ_OK;
 }
 
+/* The error for /tokens row `row`, whose id read as int32 is `id`: HDF5 clamps a wider id to
+ * INT32_MAX or INT32_MIN, so such a row is read again at 64 bits and given as written (issue
+ * 27: 2^40 was reported as 2147483647). */
+static int bad_token(sq_corpus *c, int64_t row, int32_t id, sq_error *err)
+{
+    char as_written[24];
+    snprintf(as_written, sizeof as_written, "%d", (int)id);
+    if (id == INT32_MAX || id == INT32_MIN) {
+        hid_t ty = H5Dget_type(c->tokens);
+        int is_unsigned = ty >= 0 && H5Tget_sign(ty) == H5T_SGN_NONE;
+        if (ty >= 0)
+            H5Tclose(ty);
+        union { long long s; unsigned long long u; } v;
+        sq_error ignored = {0};
+        if (read_rows(c, c->tokens, "/tokens", is_unsigned ? H5T_NATIVE_ULLONG : H5T_NATIVE_LLONG,
+                      row, 1, 0, &v, &ignored) == SQ_OK) {
+            if (is_unsigned)
+                snprintf(as_written, sizeof as_written, "%llu", v.u);
+            else
+                snprintf(as_written, sizeof as_written, "%lld", v.s);
+        }
+    }
+    return sq_error_set(err, SQ_EDATA, "%s: /tokens: row %lld: token id %s is outside the "
+                        "vocabulary [0, %d)", c->path, (long long)row, as_written, c->info.vocab);
+}
+
 int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *draft,
                    int32_t *tokens, sq_error *err)
 {
@@ -941,10 +967,7 @@ int sq_corpus_read(sq_corpus *c, int64_t row0, int count, float *target, float *
             return rc;
         for (int i = 0; i < count; i++)
             if (tokens[i] < 0 || tokens[i] >= c->info.vocab)
-                return sq_error_set(err, SQ_EDATA,
-                                    "%s: /tokens: row %lld: token id %d is outside the vocabulary "
-                                    "[0, %d)", c->path, (long long)(row0 + i), (int)tokens[i],
-                                    c->info.vocab);
+                return bad_token(c, row0 + i, tokens[i], err);
     }
     return SQ_OK;
 }

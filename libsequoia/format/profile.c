@@ -7,6 +7,7 @@
 
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/base/utf8.h"
 
 int sq_extrapolate_parse(const char *s)
 {
@@ -127,6 +128,14 @@ int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, 
             rc = sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
             goto fail;
         }
+        /* version 1 has no batch member: reading past it would take batch-4 points for batch 1
+         * (issue 27) */
+        if (version < 2 && cJSON_GetObjectItemCaseSensitive(e, "batch")) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: %s.batch: a version 1 profile has no batch "
+                              "sizes (every point is batch 1); a profile with batch sizes is "
+                              "version 2 (docs/formats.md)", file, ctx);
+            goto fail;
+        }
         if ((version >= 2 &&
              (rc = sq_json_get_int(e, "batch", 0, 1, SQ_PROFILE_MAX_BATCH, &batch, file, ctx, err))) ||
             (rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||
@@ -221,10 +230,46 @@ static char *trim(char *s)
 static int cmp_point(const void *a, const void *b)
 {
     const sq_profile_point *x = a, *y = b;
+    if (x->batch != y->batch)
+        return (x->batch > y->batch) - (x->batch < y->batch);
     if (x->tokens != y->tokens)
         return (x->tokens > y->tokens) - (x->tokens < y->tokens);
     return (x->median_ms > y->median_ms) - (x->median_ms < y->median_ms);
 }
+
+/* The time column's unit: milliseconds per unit, or 0 for a name that is not a time. */
+static double time_scale(const char *name)
+{
+    if (!strcmp(name, "ms") || !strcmp(name, "median_ms"))
+        return 1.0;
+    if (!strcmp(name, "s") || !strcmp(name, "seconds"))
+        return 1e3;
+    if (!strcmp(name, "us"))
+        return 1e-3;
+    return 0.0;
+}
+
+/* Splits a line at its commas into at most `cap` trimmed fields; returns how many there are
+ * (more than cap when there are more). */
+static int split_csv(char *l, char **f, int cap)
+{
+    int n = 0;
+    for (char *c = l;; c++) {
+        char *comma = strchr(c, ',');
+        if (n < cap)
+            f[n] = c;
+        n++;
+        if (!comma)
+            break;
+        *comma = '\0';
+        c = comma;
+    }
+    for (int i = 0; i < n && i < cap; i++)
+        f[i] = trim(f[i]);
+    return n;
+}
+
+#define CSV_COLUMNS "expected two columns, tokens and a time, or three, with a batch column"
 
 int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, sq_error *err)
 {
@@ -234,48 +279,79 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
     int rc = sq_file_read(file, SQ_PROFILE_MAX_CSV_BYTES, &text, &len, err);
     if (rc)
         return rc;
+    size_t bom = 0;   /* a UTF-8 byte order mark (spreadsheets write one) is skipped */
+    if ((rc = sq_text_bom(file, text, len, &bom, err))) {
+        free(text);
+        return rc;
+    }
     sq_profile_point *raw = NULL;
     size_t nraw = 0, cap = 0;
     double scale = 1.0;
-    int line_no = 0, header = 0;
+    int line_no = 0, header = 0, ncol = 0, col_tok = 0, col_time = 1, col_batch = -1;
     char *save = NULL;
     rc = SQ_OK;
-    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *line = strtok_r(text + bom, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         line_no++;
         char *l = trim(line);
         if (!*l || *l == '#')
             continue;
-        char *comma = strchr(l, ',');
-        if (!comma || strchr(comma + 1, ',')) {
-            rc = sq_error_set(err, SQ_EDATA, "%s:%d: expected two columns, tokens and a time", file,
-                              line_no);
-            goto done;
-        }
-        *comma = '\0';
-        char *a = trim(l), *b = trim(comma + 1);
+        char *f[3];
+        int n = split_csv(l, f, 3);
         if (!header) {
+            /* tokens and a time (the first column tokens), or those two and batch in any order */
             header = 1;
-            if (strcmp(a, "tokens") != 0) {
-                rc = sq_error_set(err, SQ_EDATA, "%s:%d: first column is \"%s\", expected \"tokens\"",
-                                  file, line_no, a);
+            ncol = n;
+            if (n == 2) {
+                if (strcmp(f[0], "tokens") != 0) {
+                    rc = sq_error_set(err, SQ_EDATA, "%s:%d: first column is \"%s\", expected "
+                                      "\"tokens\"%s", file, line_no, f[0], !strcmp(f[0], "batch")
+                                      ? " (a batch column comes with tokens and a time: "
+                                        "batch,tokens,ms)" : "");
+                    goto done;
+                }
+                if (!(scale = time_scale(f[1]))) {
+                    rc = sq_error_set(err, SQ_EDATA, "%s:%d: unknown time column \"%s\" (expected "
+                                      "ms, median_ms, us, s or seconds)", file, line_no, f[1]);
+                    goto done;
+                }
+                continue;
+            }
+            if (n != 3) {
+                rc = sq_error_set(err, SQ_EDATA, "%s:%d: %d columns; " CSV_COLUMNS " (e.g. "
+                                  "\"tokens,ms\" or \"batch,tokens,ms\")", file, line_no, n);
                 goto done;
             }
-            if (!strcmp(b, "ms") || !strcmp(b, "median_ms"))
-                scale = 1.0;
-            else if (!strcmp(b, "s") || !strcmp(b, "seconds"))
-                scale = 1e3;
-            else if (!strcmp(b, "us"))
-                scale = 1e-3;
-            else {
-                rc = sq_error_set(err, SQ_EDATA, "%s:%d: unknown time column \"%s\" (expected ms, "
-                                  "median_ms, us, s or seconds)", file, line_no, b);
+            col_tok = col_time = col_batch = -1;
+            for (int i = 0; i < 3; i++) {
+                int *slot = !strcmp(f[i], "tokens") ? &col_tok : !strcmp(f[i], "batch")
+                            ? &col_batch : time_scale(f[i]) ? &col_time : NULL;
+                if (!slot || *slot >= 0) {
+                    rc = sq_error_set(err, SQ_EDATA, "%s:%d: column %d is \"%s\"%s; " CSV_COLUMNS
+                                      " (\"batch,tokens,ms\"; the time in ms, median_ms, us, s or "
+                                      "seconds)", file, line_no, i + 1, f[i], slot ? " again" : "");
+                    goto done;
+                }
+                *slot = i;
+                if (slot == &col_time)
+                    scale = time_scale(f[i]);
+            }
+            if (col_tok < 0 || col_time < 0 || col_batch < 0) {
+                rc = sq_error_set(err, SQ_EDATA, "%s:%d: three columns need batch, tokens and a "
+                                  "time; " CSV_COLUMNS, file, line_no);
                 goto done;
             }
             continue;
         }
-        char *end1, *end2;
+        if (n != ncol) {
+            rc = sq_error_set(err, SQ_EDATA, "%s:%d: %d columns where the header has %d; %s", file,
+                              line_no, n, ncol, ncol == 2 ? "expected two columns, tokens and a "
+                              "time" : "expected three, batch, tokens and a time");
+            goto done;
+        }
+        char *a = f[col_tok], *b = f[col_time], *end1, *end2, *end3;
         long tok = strtol(a, &end1, 10);
         double t = strtod(b, &end2);
+        long batch = 1;
         if (*end1 || end1 == a || tok < 1 || tok > SQ_PROFILE_MAX_TOKENS) {
             rc = sq_error_set(err, SQ_EDATA, "%s:%d: tokens: \"%s\" is not an integer in [1, %d]",
                               file, line_no, a, SQ_PROFILE_MAX_TOKENS);
@@ -285,6 +361,15 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
             rc = sq_error_set(err, SQ_EDATA, "%s:%d: time: \"%s\" is not a finite time > 0", file,
                               line_no, b);
             goto done;
+        }
+        if (col_batch >= 0) {
+            char *c = f[col_batch];
+            batch = strtol(c, &end3, 10);
+            if (*end3 || end3 == c || batch < 1 || batch > SQ_PROFILE_MAX_BATCH) {
+                rc = sq_error_set(err, SQ_EDATA, "%s:%d: batch: \"%s\" is not an integer in [1, "
+                                  "%d]", file, line_no, c, SQ_PROFILE_MAX_BATCH);
+                goto done;
+            }
         }
         if (nraw == cap) {
             if (cap >= SQ_PROFILE_MAX_POINTS * 16u) {
@@ -300,8 +385,9 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
             }
             raw = r;
         }
-        raw[nraw++] = (sq_profile_point){.batch = 1, .tokens = (int)tok, .median_ms = t * scale,
-                                         .p10_ms = NAN, .p90_ms = NAN, .samples = 1};
+        raw[nraw++] = (sq_profile_point){.batch = (int)batch, .tokens = (int)tok,
+                                         .median_ms = t * scale, .p10_ms = NAN, .p90_ms = NAN,
+                                         .samples = 1};
     }
     if (!header) {
         rc = sq_error_set(err, SQ_EDATA, "%s: empty, expected a header \"tokens,ms\" and rows", file);
@@ -311,7 +397,7 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
         rc = sq_error_set(err, SQ_EDATA, "%s: no measurement rows after the header", file);
         goto done;
     }
-    /* Combine repeated token counts: median, p10 and p90 of their rows. */
+    /* Combine repeated (batch, token count) rows: median, p10 and p90 of their times. */
     qsort(raw, nraw, sizeof *raw, cmp_point);
     sq_profile *p = calloc(1, sizeof *p);
     if (!p || !(p->points = calloc(nraw, sizeof *p->points))) {
@@ -325,11 +411,11 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
     p->prefix = -1;
     for (size_t i = 0; i < nraw;) {
         size_t j = i;
-        while (j < nraw && raw[j].tokens == raw[i].tokens)
+        while (j < nraw && raw[j].batch == raw[i].batch && raw[j].tokens == raw[i].tokens)
             j++;
         size_t k = j - i;
         sq_profile_point *q = &p->points[p->n++];
-        q->batch = 1;
+        q->batch = raw[i].batch;
         q->tokens = raw[i].tokens;
         q->median_ms = k % 2 ? raw[i + k / 2].median_ms
                              : 0.5 * (raw[i + k / 2 - 1].median_ms + raw[i + k / 2].median_ms);

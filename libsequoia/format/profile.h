@@ -10,7 +10,7 @@
  * Version 2 adds a batch dimension: every point may carry "batch": b, the number of
  * independent sequences in the forward (each with n new tokens on its own prefix). Points are
  * ordered by batch, then strictly increasing `tokens` within a batch. A version 1 file is all
- * batch 1; the writer emits version 1 whenever every point is batch 1, so such profiles stay
+ * batch 1 (a "batch" member in it is refused, SQ_EDATA); the writer emits version 1 whenever every point is batch 1, so such profiles stay
  * readable by older builds.
  *
  * Within one batch size `points` is strictly increasing in `tokens`. Times between two measured token counts are
@@ -81,8 +81,10 @@ SQ_API
 int sq_profile_save(const char *file, const sq_profile *p, sq_error *err);
 
 /* Reads an engine's measurements: a CSV file whose header names the columns `tokens` and `ms`
- * (also accepted: `tokens,median_ms`, `tokens,seconds` or `tokens,s`, `tokens,us`); other
- * columns are refused. Repeated token counts are combined into their median. */
+ * (also accepted: `tokens,median_ms`, `tokens,seconds` or `tokens,s`, `tokens,us`), or three
+ * columns in any order, `batch`, `tokens` and a time, for a batch profile (points of batch > 1
+ * make the writer emit version 2); other columns are refused. Repeated (batch, token count)
+ * rows are combined into their median, p10 and p90. */
 SQ_API
 int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, sq_error *err);
 

@@ -944,6 +944,15 @@ static int read_json(const char *file, cJSON **out, sq_error *err)
     int rc = sq_file_read(file, SQ_JSON_MAX_BYTES, &text, &len, err);
     if (rc)
         return rc;
+    size_t bom = 0;   /* a UTF-8 byte order mark is skipped, as sq_json_parse does (issue 27) */
+    if ((rc = sq_text_bom(file, text, len, &bom, err))) {
+        free(text);
+        return rc;
+    }
+    if (bom) {
+        memmove(text, text + bom, len - bom + 1);
+        len -= bom;
+    }
     if (len == 0) {
         free(text);
         return sq_error_set(err, SQ_EDATA, "%s: empty file, expected JSON", file);

@@ -326,6 +326,7 @@ static int estimate(char **files, int n_files, est_opts *o)
     /* Open and check every corpus before any work. */
     int sparse = 0, single = 0, multi = 0;
     const char *single_file = NULL;
+    int64_t single_rows = 0;
     for (int f = 0; f < n_files; f++) {
         if ((rc = sq_corpus_open(files[f], &corp[f], &err)))
             goto done;
@@ -352,8 +353,10 @@ static int estimate(char **files, int n_files, est_opts *o)
         }
         sparse |= in->sparse;
         if (in->sequences <= 1) {
-            if (!single)
+            if (!single) {
                 single_file = files[f];
+                single_rows = in->rows;
+            }
             single = 1;
         } else
             multi = 1;
@@ -373,9 +376,10 @@ static int estimate(char **files, int n_files, est_opts *o)
     if (sparse)
         fprintf(stderr, PROG ": notice: %s\n", sq_accept_sparse_note);
     if (single)
-        fprintf(stderr, PROG ": notice: %s%s holds one sequence; its standard errors use %d "
+        fprintf(stderr, PROG ": notice: %s%s holds one sequence; its standard errors use %lld "
                 "contiguous batches (batch means)\n", single_file,
-                n_files > 1 ? " (and maybe others)" : "", SQ_ACCEPT_BATCHES);
+                n_files > 1 ? " (and maybe others)" : "", (long long)(single_rows <
+                SQ_ACCEPT_BATCHES ? single_rows : SQ_ACCEPT_BATCHES));
 
     /* The output is opened first, so that an unwritable path fails before the work. */
     if ((rc = sq_out_open(&out, o->out_file ? o->out_file : "-", &err)))
