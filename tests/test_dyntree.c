@@ -445,6 +445,23 @@ ParameterizedTest(loss_case *c, dyntree, sampled_modes_are_lossless_on_the_first
                   r1.p_value);
     cr_assert_geq(r2.p_value, P_MIN, "first two tokens: X2=%.2f df=%d p=%g", r2.stat, r2.df,
                   r2.p_value);
+    /* and the test tells the draft's own distribution apart (its power) */
+    if (c->temperature == 1.0) {
+        sq_specdec_params prm = sq_specdec_default_params();
+        prm.threads = 1;
+        sq_plan *plan;
+        sq_specdec *ds;
+        cr_assert_eq(sq_dyntree_plan(1, 1, &plan, &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_specdec_new(draft, draft, plan, &prm, "envelope", &ds, &err), 0, "%s",
+                     err.msg);
+        double q0[V];
+        cr_assert_eq(sq_specdec_target_probs(ds, prompt, 3, q0, &err), 0, "%s", err.msg);
+        sq_chisq rq = sq_chisq_gof(cnt1, q0, V, 5.0);
+        cr_assert_lt(rq.p_value, P_MIN, "the test has power against the draft: p=%g",
+                     rq.p_value);
+        sq_specdec_free(ds);
+        sq_plan_free(plan);
+    }
     sq_specdec_free(sd);
     sq_dyntree_free(dt);
     sq_model_free(draft);
