@@ -4,7 +4,8 @@
 # 18M pair (data/models/target -> data/models/large), greedy and T = 1 (mode topk, the engines'
 # target-only sampling), NEW tokens from each of the 8 prompts of data/ladder-large/prompts.txt
 # decoded as one batch (a sequence decodes the same tokens alone and in a batch; greedy runs
-# also --validate it against target-only decoding). Writes OUT/measured.json and
+# also --validate it against target-only decoding; MODES="stochastic" measures Sequoia's
+# verifier on the same trees at T = 1). Writes OUT/measured.json and
 # OUT/measured.txt; see data/dynamic/README.md.
 #   usage: data/dynamic/measure.sh [BUILD [OUT]]   (from the source root)
 set -eu
@@ -13,6 +14,7 @@ OUT=${2:-data/dynamic}
 NEW=${NEW:-200}
 THREADS=${THREADS:-1}
 ENGINE=${ENGINE:-sglang}
+MODES=${MODES:-"greedy topk"}
 ENVELOPES=${ENVELOPES:-"4,1,5 2,2,4 3,4,8 5,4,8 7,2,12 5,4,16 3,8,16 6,4,24 4,8,32 8,4,32 8,8,64"}
 RUN="$BUILD/runtime/sequoia-run"
 PROMPTS=data/ladder-large/prompts.txt
@@ -23,11 +25,11 @@ first=1
 for pair in shipped large; do
     if [ $pair = shipped ]; then D=data/models/draft; T=data/models/target
     else D=data/models/target; T=data/models/large; fi
-    for mode in greedy topk; do
+    for mode in $MODES; do
         for env in $ENVELOPES; do
             extra="--no-baseline"
             [ $mode = greedy ] && extra="--validate"
-            [ $mode = topk ] && extra="$extra --temperature 1 --seed 1"
+            [ $mode != greedy ] && extra="$extra --temperature 1 --seed 1"
             "$RUN" --draft $D --target $T --engine "$ENGINE" --envelope "$env" \
                 --prompt $PROMPTS --batch 8 -n "$NEW" --mode $mode $extra \
                 --threads "$THREADS" -q --report "$TMP/r.json" -o "$TMP/o.txt" 2> "$TMP/err.txt" ||
