@@ -112,6 +112,16 @@ int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err
         out->ci.lo = out->ci.lo < 1.0 ? 1.0 : out->ci.lo;
         out->ci.hi = out->ci.hi > top ? top : out->ci.hi;
     }
+    if (r->dyn) {   /* no plan to compare with: the planner predicts envelopes (issue 26) */
+        out->have_ci = isfinite(out->ci.lo) && isfinite(out->ci.hi);
+        out->f_measured_acc = NAN;
+        snprintf(out->explanation, sizeof out->explanation,
+                 "%s's dynamic tree of envelope %d,%d,%d: the run predicts nothing (sequoia-plan "
+                 "--engine %s --envelope %d,%d,%d predicts its tokens/step)", r->dyn->engine,
+                 r->dyn->steps, r->dyn->topk, r->dyn->nodes, r->dyn->engine, r->dyn->steps,
+                 r->dyn->topk, r->dyn->nodes);
+        goto done;
+    }
     sq_run_acceptance_p(r->acc, phat);
     if ((rc = sq_tree_f_with(r->plan->tree, phat, r->acc->W, &out->f_measured_acc, err)))
         goto done;
@@ -169,7 +179,10 @@ void sq_run_summary_line(const sq_run_record *r, const sq_run_prediction *pr, ch
     else if (len < cap)
         len += (size_t)snprintf(buf + len, cap - len, "(no 95%% CI: %d step%s, at least 4 "
                                 "needed)", r->steps, r->steps == 1 ? "" : "s");
-    if (len < cap)
+    if (len < cap && r->dyn)
+        snprintf(buf + len, cap - len, ", %s envelope %d,%d,%d", r->dyn->engine, r->dyn->steps,
+                 r->dyn->topk, r->dyn->nodes);
+    else if (len < cap)
         snprintf(buf + len, cap - len, ", plan expects %.3f%s", r->plan->expected_tokens,
                  pr->within || !pr->have_ci ? "" : " (outside the CI: see the report's "
                  "prediction)");
@@ -350,6 +363,45 @@ static cJSON *batch_json(const sq_run_record *r)
     return j;
 }
 
+/* "dynamic": the engine, the envelope and every step's verified tree (docs/formats.md). */
+static cJSON *dynamic_json(const sq_run_dynamic *d)
+{
+    cJSON *j = cJSON_CreateObject();
+    sq_json_add(j, "engine", cJSON_CreateString(d->engine));
+    cJSON *ej = cJSON_CreateObject();
+    sq_json_add(ej, "steps", cJSON_CreateNumber(d->steps));
+    sq_json_add(ej, "topk", cJSON_CreateNumber(d->topk));
+    sq_json_add(ej, "nodes", cJSON_CreateNumber(d->nodes));
+    sq_json_add(j, "envelope", ej);
+    cJSON *trees = cJSON_CreateArray();
+    for (int k = 0; k < d->B && trees; k++)
+        for (int s = 0; s < d->seq_steps[k]; s++) {
+            const sq_step_info *in = &d->infos[(size_t)k * d->max_new + s];
+            if (in->tree_n < 1)
+                continue;
+            cJSON *t = cJSON_CreateObject();
+            sq_json_add(t, "sequence", cJSON_CreateNumber(k));
+            sq_json_add(t, "step", cJSON_CreateNumber(s));
+            sq_json_add(t, "parents", sq_json_int_array(in->tree_parent, (size_t)in->tree_n));
+            cJSON *tok = cJSON_CreateArray();
+            for (int u = 0; u < in->tree_n && tok; u++)
+                sq_json_append(tok, cJSON_CreateNumber(in->tree_token[u]));
+            sq_json_add(t, "tokens", tok);
+            sq_json_add(t, "scores", sq_json_number_array(in->tree_score, (size_t)in->tree_n));
+            sq_json_add(t, "accepted", sq_json_int_array(in->tree_path,
+                                                          (size_t)in->tree_accepted));
+            sq_json_add(t, "tokens_out", cJSON_CreateNumber(in->tokens));
+            sq_json_append(trees, t);
+        }
+    sq_json_add(j, "trees", trees);
+    sq_json_add(j, "note", cJSON_CreateString(
+        "per step the verified tree breadth-first (node 0 the root, the last accepted token): "
+        "parents (-1 for the root), tokens, scores (the product of the draft's temperature-1 "
+        "probabilities along the path; 0 for the root), accepted = the accepted nodes below "
+        "the root in order; tokens_out = accepted + 1 (the bonus token)"));
+    return j;
+}
+
 cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
 {
     int n = r->max_new_tokens;
@@ -368,11 +420,19 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     sq_json_add(rep, "version", cJSON_CreateNumber(SQ_RUN_REPORT_VERSION));
     sq_json_add(rep, "setup", setup_json(r));
     cJSON *pj = cJSON_CreateObject();
-    sq_json_add(pj, "size", cJSON_CreateNumber(r->plan->tree->n));
-    sq_json_add(pj, "depth", cJSON_CreateNumber(r->depth));
-    sq_json_add(pj, "expected_tokens", cJSON_CreateNumber(r->plan->expected_tokens));
-    sq_json_add(pj, "rank_semantics", cJSON_CreateString(r->plan->rank_semantics));
-    sq_json_add(pj, "curve", cJSON_CreateString(r->plan->acceptance.name));
+    if (r->dyn) {   /* the verified tree's size, not the room the decoder was made with */
+        sq_json_add(pj, "size", cJSON_CreateNumber(r->dyn->nodes));
+        sq_json_add(pj, "depth", cJSON_CreateNumber(r->depth));
+        sq_json_add(pj, "expected_tokens", cJSON_CreateNull());
+        sq_json_add(pj, "rank_semantics", cJSON_CreateString("dynamic"));
+        sq_json_add(pj, "curve", cJSON_CreateNull());
+    } else {
+        sq_json_add(pj, "size", cJSON_CreateNumber(r->plan->tree->n));
+        sq_json_add(pj, "depth", cJSON_CreateNumber(r->depth));
+        sq_json_add(pj, "expected_tokens", cJSON_CreateNumber(r->plan->expected_tokens));
+        sq_json_add(pj, "rank_semantics", cJSON_CreateString(r->plan->rank_semantics));
+        sq_json_add(pj, "curve", cJSON_CreateString(r->plan->acceptance.name));
+    }
     sq_json_add(rep, "plan", pj);
     sq_json_add(rep, "generated_tokens", cJSON_CreateNumber(generated(r)));
     sq_json_add(rep, "steps", cJSON_CreateNumber(r->steps));
@@ -382,11 +442,12 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     sq_json_add(rep, "step_accepted", sq_json_int_array(iv, (size_t)r->steps));
     sq_json_add(rep, "tokens_per_step", ci_json(&pr->ci));
     cJSON *pred = cJSON_CreateObject();
-    sq_json_add(pred, "expected_tokens", cJSON_CreateNumber(r->plan->expected_tokens));
+    sq_json_add(pred, "expected_tokens", r->dyn ? cJSON_CreateNull()
+                                                : cJSON_CreateNumber(r->plan->expected_tokens));
     sq_json_add(pred, "measured", cJSON_CreateNumber(pr->ci.mean));
     sq_json_add(pred, "within_ci95", cJSON_CreateBool(pr->within));
     sq_json_add(pred, "expected_tokens_with_measured_acceptance",
-                cJSON_CreateNumber(pr->f_measured_acc));
+                r->dyn ? cJSON_CreateNull() : cJSON_CreateNumber(pr->f_measured_acc));
     sq_json_add(pred, "explanation", cJSON_CreateString(pr->explanation));
     sq_json_add(rep, "prediction", pred);
     sq_json_add(rep, "acceptance_measured", acceptance_json(r, pc));
@@ -404,6 +465,8 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
         sq_json_add(rep, "validation", sq_validation_to_json(r->val));
     if (r->batch)
         sq_json_add(rep, "batch", batch_json(r));
+    if (r->dyn)
+        sq_json_add(rep, "dynamic", dynamic_json(r->dyn));
     cJSON_free(pc);
     cJSON_free(iv);
     return sq_json_build_end(b, rep);

@@ -68,6 +68,18 @@ typedef struct sq_run_batch {
     int                    greedy_equals_separate_runs;   /* -1: not checked        */
 } sq_run_batch;
 
+/* A dynamic run (runtime/dyntree.h): the engine, the envelope and every step's verified tree,
+ * from the step infos (B sequences, row k at infos + k * max_new, steps[k] of them, with
+ * sq_specdec_params.record_tree; a row without a recorded tree is left out). The report writes
+ * it under "dynamic" (docs/formats.md). */
+typedef struct sq_run_dynamic {
+    const char         *engine;           /* "sglang" | "trtllm-dynamic"            */
+    int                 steps, topk, nodes;   /* the envelope L,K,N                  */
+    int                 B, max_new;
+    const int          *seq_steps;        /* (B)                                    */
+    const sq_step_info *infos;            /* (B, max_new)                           */
+} sq_run_dynamic;
+
 /* Everything a run measured. The pooled fields (steps, step_tokens, acc) cover every sequence
  * of the batch; the timing sums are over batch steps; prompt_tokens, gen and base are the first
  * sequence's (the whole run for B = 1). */
@@ -97,6 +109,9 @@ typedef struct sq_run_record {
     double      generated_tokens;
     const sq_validation *val;              /* NULL: not validated                   */
     const sq_run_batch *batch;             /* NULL: no batch section (B = 1)        */
+    /* a dynamic tree's run, or NULL (a plan's): plan is then only the envelope's room, and
+     * the prediction and the "plan" section say so instead of comparing with it */
+    const sq_run_dynamic *dyn;
 } sq_run_record;
 
 /* The measured tokens per step against the plan's prediction. */

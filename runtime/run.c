@@ -13,6 +13,7 @@
 #include "libsequoia/base/progress.h"
 #include "libsequoia/base/stats.h"
 #include "libsequoia/format/plan.h"
+#include "runtime/dyntree.h"
 #include "runtime/model.h"
 #include "runtime/prefill.h"
 #include "runtime/report.h"
@@ -21,7 +22,10 @@
 
 /* What one run holds: B sequences, row k of every (B, n) array being sequence k's. */
 typedef struct run_state {
-    sq_plan          *plan;
+    sq_plan          *plan;          /* the plan, or a dynamic tree's room (sq_dyntree_plan)  */
+    sq_dyntree       *dyn;           /* the engine's hooks of a dynamic run, else NULL        */
+    sq_run_dynamic    dynrec;        /* its report section                                    */
+    char              plan_label[96];
     sq_model         *draft, *target;
     sq_tokens        *prompt;
     int               B, n;          /* sequences, new tokens per sequence                    */
@@ -80,6 +84,7 @@ static void state_free(run_state *st)
     sq_tokenizer_free(st->tok);
     sq_run_acceptance_free(&st->acc);
     sq_specdec_batch_free(st->bt);
+    sq_dyntree_free(st->dyn);
     sq_tokens_free(st->prompt);
     sq_model_free(st->draft);
     sq_model_free(st->target);
@@ -91,6 +96,20 @@ int sq_run_check(const sq_run_opts *o, sq_error *err)
     if (o->validate && o->prm.mode == SQ_MODE_GREEDY && !o->baseline)
         return sq_error_set(err, SQ_EUSAGE, "--validate in greedy mode compares with target-only "
                             "decoding: drop --no-baseline");
+    if (o->engine) {
+        sq_dyn_engine e;
+        int rc = sq_dyn_engine_parse(o->engine, &e, err);
+        if (rc)
+            return rc;
+        if (o->plan_file)
+            return sq_error_set(err, SQ_EUSAGE, "--plan and --engine: a run executes either a "
+                                "plan or an engine's dynamic tree, give one");
+        if ((rc = sq_dyntree_check(e, o->env_steps, o->env_topk, o->env_nodes, err)))
+            return rc;
+        if (o->prm.mode == SQ_MODE_SPECINFER)
+            return sq_error_set(err, SQ_EUSAGE, "--engine %s: the specinfer mode is not run on "
+                                "dynamic trees (use greedy, topk or stochastic)", o->engine);
+    }
     return SQ_OK;
 }
 
@@ -102,8 +121,17 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
     const char *pf = st->prompt_file = o->prompt_file ? o->prompt_file : o->prompt_text_file;
     /* the tokenizer: needed for text in or out, else only read for its end-of-sequence ids */
     const char *need = o->prompt_text_file ? "--prompt-text" : o->text_file ? "--text" : NULL;
-    if ((rc = sq_plan_load(o->plan_file, &st->plan, err)) ||
-        (rc = sq_model_load(o->draft_dir, &st->draft, err)) ||
+    sq_dyn_engine eng = SQ_DYN_SGLANG;
+    if (o->engine) {
+        if ((rc = sq_dyn_engine_parse(o->engine, &eng, err)) ||
+            (rc = sq_dyntree_plan(o->env_steps, o->env_topk, &st->plan, err)))
+            return rc;
+        snprintf(st->plan_label, sizeof st->plan_label, "%s envelope %d,%d,%d", o->engine,
+                 o->env_steps, o->env_topk, o->env_nodes);
+    } else if ((rc = sq_plan_load(o->plan_file, &st->plan, err))) {
+        return rc;
+    }
+    if ((rc = sq_model_load(o->draft_dir, &st->draft, err)) ||
         (rc = sq_model_load(o->target_dir, &st->target, err)) ||
         (rc = sq_tokens_tokenizer(o->prog, o->draft_dir, o->target_dir, need, &st->tok, err)) ||
         (rc = o->prompt_file ? sq_tokens_load(o->prompt_file, &st->prompt, err)
@@ -124,8 +152,10 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
     st->prm.tokenizer_len = tok_len;
     if (st->tok && !o->ignore_eos)
         st->prm.eos = sq_tokenizer_eos(st->tok, &st->prm.n_eos);
+    /* a dynamic run keeps each step's tree for the report */
+    st->prm.record_tree = o->engine && o->report_file;
     const char *want = sq_mode_rank_semantics(o->prm.mode);
-    if (strcmp(st->plan->rank_semantics, want) != 0)
+    if (!o->engine && strcmp(st->plan->rank_semantics, want) != 0)
         fprintf(stderr,
                 "%s: warning: %s: rank_semantics: the plan was made for '%s' ranks but --mode "
                 "%s uses '%s'; its expected_tokens does not describe this run\n", o->prog,
@@ -170,10 +200,17 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
         st->gen_rows[k] = st->gen + (size_t)k * n;
         st->base_rows[k] = st->base + (size_t)k * n;
     }
-    rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &st->prm, o->plan_file, B, &st->bt,
+    const char *plan_name = o->engine ? st->plan_label : o->plan_file;
+    rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &st->prm, plan_name, B, &st->bt,
                               err);
     if (rc)
         return rc;
+    if (o->engine) {
+        if ((rc = sq_dyntree_new(eng, o->env_steps, o->env_topk, o->env_nodes, st->shared_vocab,
+                                 &st->dyn, err)))
+            return rc;
+        sq_dyntree_attach_batch(st->bt, st->dyn);
+    }
     int D = sq_specdec_depth(member(st, 0)), ctxlen = sq_specdec_max_context(member(st, 0));
     for (int k = 0; k < B; k++) {
         int L = st->plen[k];
@@ -331,7 +368,12 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     const sq_model_config *tcfg = sq_model_get_config(st->target);
     r->draft = o->draft_dir;
     r->target = o->target_dir;
-    r->plan_file = o->plan_file;
+    r->plan_file = o->engine ? st->plan_label : o->plan_file;
+    if (o->engine) {
+        st->dynrec = (sq_run_dynamic){o->engine, o->env_steps, o->env_topk, o->env_nodes, B,
+                                      n, st->steps, st->infos};
+        r->dyn = &st->dynrec;
+    }
     r->prompt_file = st->prompt_file;
     r->mode = sq_mode_name(o->prm.mode);
     r->backend = o->prm.backend == SQ_BACKEND_CPU ? "cpu" : o->prm.offload ? "cuda-offload"
@@ -376,11 +418,15 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
     const double toks = (double)st->generated;   /* B * n, less what stops at EOS left out */
     /* --batch: the rates over the batch; otherwise tokens/step against the plan and ms/token */
     if (o->batch) {
+        char expects[128];
+        if (r->dyn)
+            snprintf(expects, sizeof expects, "%s", r->plan_file);
+        else
+            snprintf(expects, sizeof expects, "plan expects %.3f", r->plan->expected_tokens);
         fprintf(stderr, "%s: batch %d: %s%d tokens per sequence in %d batch steps, %.3f "
-                "tokens/step (plan expects %.3f); %.1f tokens/s over the batch, %.1f per "
+                "tokens/step (%s); %.1f tokens/s over the batch, %.1f per "
                 "sequence\n", prog, B, st->stopped ? "up to " : "", n, st->batch_steps,
-                toks / (double)r->steps,
-                r->plan->expected_tokens, toks / (r->spec_ms / 1e3),
+                toks / (double)r->steps, expects, toks / (r->spec_ms / 1e3),
                 toks / B / (r->spec_ms / 1e3));
         if (r->base)
             fprintf(stderr, "%s: batch %d: target alone %.1f tokens/s over the batch: speedup "

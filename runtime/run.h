@@ -35,11 +35,17 @@ typedef struct sq_run_opts {
     int               samples;       /* --validate-samples: seeds (draws) of the distribution test */
     int               quiet;         /* no progress line                                      */
     sq_specdec_params prm;           /* mode, sampling, seed, context, backend, threads, ...  */
+    /* instead of plan_file: an engine's dynamic tree (runtime/dyntree.h; docs/runtime.md,
+     * "Dynamic trees (SGLang, TensorRT-LLM)"): engine "sglang" or "trtllm-dynamic" and the
+     * envelope L,K,N (env_steps, env_topk, env_nodes); NULL: the plan's static tree */
+    const char       *engine;
+    int               env_steps, env_topk, env_nodes;
 } sq_run_opts;
 
 /* SQ_EUSAGE with the message when the options cannot run together: --validate in greedy mode
  * compares with the target-only decoding, so it needs the baseline (the sampled modes' test
- * does not use it, with or without a batch). */
+ * does not use it, with or without a batch); an engine's dynamic tree needs a known engine, an
+ * envelope within its rules (sq_dyntree_check) and a mode other than specinfer. */
 int sq_run_check(const sq_run_opts *o, sq_error *err);
 
 /* Runs it: opens every output first (an unwritable path fails before any work), loads the

@@ -16,6 +16,7 @@
 #include "libsequoia/text/tokenizer.h"
 #include "runtime/cpu_matmul.h"
 #include "runtime/dump.h"
+#include "runtime/dyntree.h"
 #include "runtime/run.h"
 #include "runtime/tokens.h"
 #include "runtime/validate.h"
@@ -31,7 +32,8 @@
 static void usage(FILE *fp)
 {
     fprintf(fp,
-        "Usage: " PROG " --draft DIR --target DIR --plan PLAN.json (--prompt | --prompt-text) FILE\n"
+        "Usage: " PROG " --draft DIR --target DIR (--plan PLAN.json | --engine E --envelope L,K,N)\n"
+        "                   (--prompt | --prompt-text) FILE\n"
         "                   [--max-new-tokens N] [--mode stochastic|specinfer|greedy|topk]\n"
         "                   [--temperature T] [--top-p P] [--seed S] [-o OUT.txt]\n"
         "                   [--report REPORT.json] [--validate] [--validate-samples N]\n"
@@ -53,7 +55,18 @@ static void usage(FILE *fp)
         "Options:\n"
         "      --draft DIR          draft model directory\n"
         "      --target DIR         target model directory\n"
-        "  -p, --plan FILE          tree plan (sequoia-plan v1)\n"
+        "  -p, --plan FILE          tree plan (sequoia-plan v1)\n");
+    fprintf(fp,
+        "      --engine NAME        instead of --plan: grow each step's tree as the engine does,\n"
+        "                           sglang or trtllm-dynamic (a dynamic tree: the draft's top-K\n"
+        "                           per kept node scored by the product of draft probabilities\n"
+        "                           along the path, K kept per level, the N - 1 best verified)\n"
+        "      --envelope L,K,N     with --engine: L draft steps, top-K, N verified nodes counting\n"
+        "                           the root; checked against the engine's rules (sglang:\n"
+        "                           N - 1 <= K + (L - 1) K^2, N = L + 1 when K = 1; trtllm-dynamic:\n"
+        "                           L <= N - 1 <= K L). Modes greedy, topk (the engines'\n"
+        "                           target-only sampling) and stochastic (Sequoia's verifier on\n"
+        "                           the same shape); --report adds every step's tree\n"
         "      --prompt FILE        token ids: whitespace-separated integers, or HDF5 /tokens\n"
         "      --prompt-text FILE   UTF-8 text instead, made into ids with the target's\n"
         "                           tokenizer.json, special tokens (BOS) added as Hugging Face's\n"
@@ -140,7 +153,7 @@ enum {
     OPT_DRAFT = 1000, OPT_BACKEND, OPT_DTYPE, OPT_OFFLOAD, OPT_TARGET, OPT_PROMPT, OPT_TOP_P, OPT_VALIDATE, OPT_SAMPLES,
     OPT_CONTEXT, OPT_THREADS, OPT_NO_BASELINE, OPT_VERSION, OPT_TOKENS, OPT_TOPK, OPT_HALF,
     OPT_RESUME, OPT_BATCH, OPT_COMPRESSION, OPT_PROMPT_TEXT, OPT_TEXT, OPT_IGNORE_EOS,
-    OPT_MODEL, OPT_NO_SPECIAL, OPT_DECODE, OPT_SKIP_SPECIAL,
+    OPT_MODEL, OPT_NO_SPECIAL, OPT_DECODE, OPT_SKIP_SPECIAL, OPT_ENGINE, OPT_ENVELOPE,
 };
 
 /* ---- tokenize ------------------------------------------------------------------------------- */
@@ -386,7 +399,7 @@ static int parse_dump(int argc, char **argv)
 /* The command line of a run: sq_run's options, and the names that settle its parameters. */
 typedef struct run_cli {
     sq_run_opts run;
-    const char *backend, *dtype;
+    const char *backend, *dtype, *envelope;
     int         offload, temp_given;
 } run_cli;
 
@@ -399,6 +412,8 @@ static int parse_run(int argc, char **argv, run_cli *o)
         {"draft", required_argument, NULL, OPT_DRAFT},
         {"target", required_argument, NULL, OPT_TARGET},
         {"plan", required_argument, NULL, 'p'},
+        {"engine", required_argument, NULL, OPT_ENGINE},
+        {"envelope", required_argument, NULL, OPT_ENVELOPE},
         {"prompt", required_argument, NULL, OPT_PROMPT},
         {"prompt-text", required_argument, NULL, OPT_PROMPT_TEXT},
         {"text", required_argument, NULL, OPT_TEXT},
@@ -433,6 +448,8 @@ static int parse_run(int argc, char **argv, run_cli *o)
         case OPT_DRAFT: o->run.draft_dir = optarg; break;
         case OPT_TARGET: o->run.target_dir = optarg; break;
         case 'p': o->run.plan_file = optarg; break;
+        case OPT_ENGINE: o->run.engine = optarg; break;
+        case OPT_ENVELOPE: o->envelope = optarg; break;
         case OPT_PROMPT: o->run.prompt_file = optarg; break;
         case OPT_PROMPT_TEXT: o->run.prompt_text_file = optarg; break;
         case OPT_TEXT: o->run.text_file = optarg; break;
@@ -502,10 +519,22 @@ static int parse_run(int argc, char **argv, run_cli *o)
 static const char *run_misfit(run_cli *o)
 {
     static char buf[SQ_ERROR_MSG_MAX + 64];
-    if (!o->run.draft_dir || !o->run.target_dir || !o->run.plan_file ||
+    if (!o->run.draft_dir || !o->run.target_dir || !(o->run.plan_file || o->run.engine) ||
         !(o->run.prompt_file || o->run.prompt_text_file))
-        return "--draft, --target, --plan and --prompt (or --prompt-text) are required (see "
-               "--help)";
+        return "--draft, --target, --plan (or --engine with --envelope) and --prompt (or "
+               "--prompt-text) are required (see --help)";
+    if (o->run.engine && !o->envelope)
+        return "--engine needs --envelope L,K,N (see --help)";
+    if (o->envelope && !o->run.engine)
+        return "--envelope goes with --engine sglang|trtllm-dynamic (see --help)";
+    if (o->envelope) {
+        sq_error perr = {0};
+        if (sq_dyntree_parse_envelope(o->envelope, &o->run.env_steps, &o->run.env_topk,
+                                      &o->run.env_nodes, &perr)) {
+            snprintf(buf, sizeof buf, "%s", perr.msg);
+            return buf;
+        }
+    }
     if (o->run.prompt_file && o->run.prompt_text_file)
         return "--prompt and --prompt-text are two prompts: give one";
     if (o->run.prm.mode == SQ_MODE_GREEDY) {
@@ -538,12 +567,12 @@ static const char *run_misfit(run_cli *o)
         return "--offload streams weights to a GPU: it needs --backend cuda";
     o->run.prm.offload = o->offload;
     /* an output that is an input, or both outputs on one file (issue 14) */
-    sq_path_use in[] = {{"--plan", o->run.plan_file},
-                        {o->run.prompt_file ? "--prompt" : "--prompt-text",
-                         o->run.prompt_file ? o->run.prompt_file : o->run.prompt_text_file}};
+    sq_path_use in[] = {{o->run.prompt_file ? "--prompt" : "--prompt-text",
+                         o->run.prompt_file ? o->run.prompt_file : o->run.prompt_text_file},
+                        {"--plan", o->run.plan_file}};
     sq_path_use out[] = {{"-o", o->run.out_file}, {"--report", o->run.report_file},
                          {"--text", o->run.text_file}};
-    if (sq_paths_check(in, 2, out, 3, &err)) {
+    if (sq_paths_check(in, o->run.plan_file ? 2 : 1, out, 3, &err)) {
         snprintf(buf, sizeof buf, "%s", err.msg);
         return buf;
     }

@@ -33,6 +33,10 @@ struct sq_specdec {
     int     *plan_kids;    /* (cap) children of the plan's node u                    */
     sq_grow_fn grow;       /* how the tree grows (grow_plan unless set)              */
     void    *grow_user;
+    sq_prune_fn prune;     /* the final choice of the verified nodes, or NULL        */
+    void    *prune_user;
+    uint8_t *pkeep;        /* (cap) the prune hook's choice                          */
+    int     *pmap;         /* (cap) old node index -> new, -1: dropped               */
     struct sq_tree_grow g;
     /* this step's tree, grown level by level: breadth-first, the children of a node
      * contiguous, the nodes of a level in their parents' order */
@@ -101,6 +105,8 @@ void sq_specdec_free(sq_specdec *sd)
     sq_context_free(sd->tctx);
     sq_verifier_free(sd->ver);
     free(sd->plan_kids);
+    free(sd->pkeep);
+    free(sd->pmap);
     free(sd->parent);
     free(sd->depth);
     free(sd->child_first);
@@ -209,6 +215,8 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     int mp = sd->tmaxp > sd->dmaxp ? sd->tmaxp : sd->dmaxp;
     size_t Vs = (size_t)V;
     sd->plan_kids = calloc((size_t)n, sizeof(int));
+    sd->pkeep = malloc((size_t)n);
+    sd->pmap = malloc((size_t)n * sizeof(int));
     sd->parent = malloc((size_t)n * sizeof(int));
     sd->depth = malloc((size_t)n * sizeof(int));
     sd->child_first = malloc((size_t)n * sizeof(int));
@@ -230,7 +238,7 @@ int sq_specdec_new(const sq_model *draft, const sq_model *target, const sq_plan 
     sd->fpos = malloc((size_t)mp * sizeof(int32_t));
     sd->keep = malloc((size_t)mp * sizeof(int32_t));
     sd->ver = sq_verifier_new(V, params->mode, params->seed);
-    if (!sd->plan_kids || !sd->parent || !sd->depth || !sd->child_first || !sd->child_count ||
+    if (!sd->plan_kids || !sd->pkeep || !sd->pmap || !sd->parent || !sd->depth || !sd->child_first || !sd->child_count ||
         !sd->level_start || !sd->score || !sd->expand || !sd->seq || !sd->tok || !sd->dslot ||
         !sd->path || !sd->dlog || !sd->tlog || !sd->dbuf || !sd->p || !sd->q || !sd->mask ||
         !sd->ftok || !sd->fpos || !sd->keep || !sd->ver) {
@@ -295,6 +303,12 @@ void sq_specdec_set_grow(sq_specdec *sd, sq_grow_fn fn, void *user)
     sd->grow_user = fn ? user : NULL;
 }
 
+void sq_specdec_set_prune(sq_specdec *sd, sq_prune_fn fn, void *user)
+{
+    sd->prune = fn;
+    sd->prune_user = fn ? user : NULL;
+}
+
 void sq_step_info_clear(sq_step_info *info)
 {
     if (!info)
@@ -302,6 +316,14 @@ void sq_step_info_clear(sq_step_info *info)
     free(info->visit_children);
     free(info->visit_rank);
     info->visit_children = info->visit_rank = NULL;
+    free(info->tree_parent);
+    free(info->tree_token);
+    free(info->tree_score);
+    free(info->tree_path);
+    info->tree_parent = info->tree_path = NULL;
+    info->tree_token = NULL;
+    info->tree_score = NULL;
+    info->tree_n = info->tree_accepted = 0;
 }
 
 static int check_prompt(const sq_specdec *sd, const int32_t *prompt, int n, sq_error *err)
@@ -541,6 +563,88 @@ static int tree_grow(sq_specdec *sd, int l, sq_error *err)
         if (sd->expand[v])
             sd->keep[sd->nfeed++] = v;
     }
+    return SQ_OK;
+}
+
+/* Step 2b (specdec.h, the final pruning): the prune hook chooses the verified nodes of the
+ * grown tree; the kept ones are renumbered breadth-first in their grown order (index map: old
+ * index -> new, never larger, so one pass in increasing order moves every node's fields and
+ * draft logits down in place) and the children and level tables are made again. */
+static int tree_prune(sq_specdec *sd, sq_error *err)
+{
+    const int n = sd->n;
+    sq_tree_grow *g = &sd->g;
+    g->level = sd->D - 1;   /* every level answers sq_tree_grow_level */
+    g->last = n;            /* no node takes children now */
+    memset(sd->pkeep, 0, (size_t)n);
+    int rc = sd->prune(g, sd->prune_user, sd->pkeep, err);
+    if (rc)
+        return rc;
+    sd->pkeep[0] = 1;
+    int m = 0;
+    for (int v = 0; v < n; v++) {
+        if (sd->pkeep[v] && v > 0 && !sd->pkeep[sd->parent[v]])
+            return sq_error_set(err, SQ_EUSAGE, "prune hook: node %d is kept without its parent "
+                                "%d (the kept nodes must be closed under ancestors)", v,
+                                sd->parent[v]);
+        sd->pmap[v] = sd->pkeep[v] ? m++ : -1;
+    }
+    const size_t Vs = (size_t)sd->V;
+    for (int v = 0; v < n; v++) {
+        int w = sd->pmap[v];
+        if (w < 0)
+            continue;
+        sd->parent[w] = v > 0 ? sd->pmap[sd->parent[v]] : -1;
+        sd->depth[w] = sd->depth[v];
+        sd->tok[w] = sd->tok[v];
+        sd->score[w] = sd->score[v];
+        sd->expand[w] = sd->expand[v];
+        sd->dslot[w] = sd->dslot[v];
+        if (w != v && sd->dslot[v] >= 0)
+            memcpy(sd->dlog + (size_t)w * Vs, sd->dlog + (size_t)v * Vs, Vs * sizeof(float));
+    }
+    for (int w = 0; w < m; w++) {
+        sd->child_first[w] = -1;
+        sd->child_count[w] = 0;
+    }
+    for (int w = 1; w < m; w++) {
+        int p = sd->parent[w];
+        if (sd->child_count[p]++ == 0)
+            sd->child_first[p] = w;
+    }
+    for (int l = 0, w = 0; l <= sd->D; l++) {
+        while (w < m && sd->depth[w] < l)
+            w++;
+        sd->level_start[l] = w;
+    }
+    sd->n = m;
+    return SQ_OK;
+}
+
+/* With params.record_tree: the verified tree and the accepted path into info. */
+static int record_tree(const sq_specdec *sd, sq_step_info *info, sq_error *err)
+{
+    const int n = sd->n, pl = sd->pl;
+    int *par = realloc(info->tree_parent, (size_t)n * sizeof *par);
+    if (par)
+        info->tree_parent = par;
+    int32_t *tok = realloc(info->tree_token, (size_t)n * sizeof *tok);
+    if (tok)
+        info->tree_token = tok;
+    double *sc = realloc(info->tree_score, (size_t)n * sizeof *sc);
+    if (sc)
+        info->tree_score = sc;
+    int *path = realloc(info->tree_path, (size_t)(pl > 0 ? pl : 1) * sizeof *path);
+    if (path)
+        info->tree_path = path;
+    if (!par || !tok || !sc || !path)
+        return sq_error_oom(err, "step tree record");
+    memcpy(par, sd->parent, (size_t)n * sizeof *par);
+    memcpy(tok, sd->tok, (size_t)n * sizeof *tok);
+    memcpy(sc, sd->score, (size_t)n * sizeof *sc);
+    memcpy(path, sd->path, (size_t)pl * sizeof *path);
+    info->tree_n = n;
+    info->tree_accepted = pl;
     return SQ_OK;
 }
 
@@ -791,6 +895,10 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
             sd->pd += sd->nfeed;
         }
     }
+    /* 2b. a prune hook chooses the nodes the target verifies */
+    for (int i = 0; i < m; i++)
+        if (sds[i]->prune && (rc = tree_prune(sds[i], err)))
+            return rc;
     double t1 = now_ms();
 
     /* 3. the targets read their whole trees in one forward */
@@ -826,8 +934,11 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
     double t2 = now_ms();
 
     /* 4. verification from the root, per sequence */
-    for (int i = 0; i < m && !rc; i++)
+    for (int i = 0; i < m && !rc; i++) {
         rc = verify_walk(sds[i], out[i], info[i], err);
+        if (!rc && info[i] && sds[i]->prm.record_tree)
+            rc = record_tree(sds[i], info[i], err);
+    }
     double t3 = now_ms();
 
     /* 5. every sequence keeps only its accepted path */
@@ -1256,6 +1367,12 @@ void sq_specdec_batch_set_grow(sq_specdec_batch *bt, sq_grow_fn fn, void *user)
 {
     for (int k = 0; k < bt->B; k++)
         sq_specdec_set_grow(bt->sd[k], fn, user);
+}
+
+void sq_specdec_batch_set_prune(sq_specdec_batch *bt, sq_prune_fn fn, void *user)
+{
+    for (int k = 0; k < bt->B; k++)
+        sq_specdec_set_prune(bt->sd[k], fn, user);
 }
 
 int sq_specdec_batch_start(sq_specdec_batch *bt, const int32_t *const *prompts, const int *n,

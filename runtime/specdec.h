@@ -11,6 +11,7 @@
  *      specinfer) and says which children the draft reads ("expanded"), then one draft
  *      forward over the expanded nodes of level l+1 (tree mask over the pending tokens)
  *      yields their Q; leaves are never fed to the draft;
+ *   2b. with a prune hook (below), only the nodes it keeps form the verified tree;
  *   3. the target reads all n tree nodes in one forward with the tree mask;
  *   4. the verifier walks from the root (libsequoia/verify/verify.h);
  *   5. both contexts commit only the accepted path (KV compaction); the bonus token becomes the
@@ -58,6 +59,11 @@ typedef struct sq_specdec_params {
      * decoding then runs over the shared range only (docs/runtime.md, "Vocabularies that
      * differ by padding") */
     int             tokenizer_len;
+    /* step infos keep each step's verified tree (sq_step_info's tree_* fields): the parents,
+     * tokens and grow-hook scores of its nodes and the accepted path; 0: not kept (the
+     * default). sequoia-run sets it for the report of a dynamic tree (docs/runtime.md,
+     * "Dynamic trees (SGLang, TensorRT-LLM)") */
+    int             record_tree;
 } sq_specdec_params;
 
 /* Fills what a sequence stopped at an end-of-sequence id did not generate. */
@@ -80,6 +86,16 @@ typedef struct sq_step_info {
     double draft_forward_ms, target_forward_ms, commit_ms, step_ms;
     double attn_max_diff;   /* with check_attention: max |tree - path| logit difference    */
     int    nodes;           /* nodes of this step's tree (the plan's unless a hook shapes it) */
+    /* with params.record_tree: the verified tree (after the prune hook, when one is set),
+     * breadth-first as the target read it: tree_n = nodes entries of parents (-1 for the
+     * root), tokens and scores (what the grow hook recorded), and the accepted path, the
+     * nodes below the root that were accepted in order (tree_accepted = tokens - 1 of them);
+     * NULL and 0 otherwise. sq_step_info_clear frees them. */
+    int      tree_n, tree_accepted;
+    int     *tree_parent;
+    int32_t *tree_token;
+    double  *tree_score;
+    int     *tree_path;
 } sq_step_info;
 
 typedef struct sq_specdec sq_specdec;
@@ -158,6 +174,25 @@ typedef struct sq_tree_children {
 
 /* Sets sd's hook (fn NULL: the plan's rule again). */
 void sq_specdec_set_grow(sq_specdec *sd, sq_grow_fn fn, void *user);
+
+/* ---- the final pruning: a tree grown wide, verified narrow -------------------------------
+ *
+ * The engines of dynamic trees (runtime/dyntree.h) choose the nodes the target verifies only
+ * after every level has grown: the draft reads a few nodes per level, and of all the nodes
+ * grown the best ones by score form the verified tree. A prune hook does that choice. When
+ * one is set, after the last level has grown (and before the target's forward) the decoder
+ * calls fn(g, user, keep, err) with the whole grown tree (sq_tree_grow_level answers for
+ * every level; keep: sq_tree_grow_nodes(g) bytes, all 0); the hook sets keep[u] = 1 for the
+ * nodes to verify (the root is always kept). The kept set must be closed under ancestors
+ * (SQ_EUSAGE naming the node otherwise). The step then renumbers the kept nodes breadth-first
+ * in their grown order (children still contiguous, in their parents' order, siblings in the
+ * order the grow hook added them) and the target reads, and the verifier walks, only those;
+ * nodes the draft read but the prune dropped are left out of both caches' commit like any node
+ * off the accepted path. Without a prune hook (the default) every grown node is verified. */
+typedef int (*sq_prune_fn)(sq_tree_grow *g, void *user, uint8_t *keep, sq_error *err);
+
+/* Sets sd's prune hook (fn NULL: none, every grown node is verified). */
+void sq_specdec_set_prune(sq_specdec *sd, sq_prune_fn fn, void *user);
 
 /* Node u (of the level being grown, expanded, above every node already given children in this
  * call) gets k >= 1 children. Errors (SQ_EUSAGE, naming the level and the node): any of those
@@ -240,6 +275,8 @@ uint64_t sq_specdec_batch_seed_of(uint64_t seed, int k);
 void sq_specdec_batch_seed(sq_specdec_batch *bt, uint64_t seed);
 /* Sets every member's grow hook (sq_specdec_set_grow). */
 void sq_specdec_batch_set_grow(sq_specdec_batch *bt, sq_grow_fn fn, void *user);
+/* Sets every member's prune hook (sq_specdec_set_prune). */
+void sq_specdec_batch_set_prune(sq_specdec_batch *bt, sq_prune_fn fn, void *user);
 
 /* Bytes of KV caches and scratch that B decoders of this plan and these models take (an
  * estimate that leaves out the mapped weights). */
