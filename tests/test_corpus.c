@@ -1077,6 +1077,62 @@ Test(corpus, raw_chunks_decode_to_what_sq_corpus_read_reads)
     free(dir);
 }
 
+/* Every finite float16 value (both zeros, the subnormals, the largest) decodes from a raw chunk
+ * to sq_f16_to_f32's float, with and without shuffle + deflate: the vector widening (F16C,
+ * issue 27) takes over from the scalar rule bit for bit, partial blocks included (V = 1000). */
+Test(corpus, raw_float16_chunks_widen_every_finite_half_exactly)
+{
+    const int V = 1000, N = 64;   /* 64000 >= the 63488 finite halves */
+    float *tl = malloc(sizeof(float) * (size_t)(N * V)), *dl = malloc(sizeof(float) * (size_t)(N * V));
+    cr_assert(tl && dl);
+    int k = 0;
+    for (int h = 0; h < 65536 && k < N * V; h++)
+        if (((h >> 10) & 0x1f) != 0x1f)
+            tl[k++] = sq_f16_to_f32((uint16_t)h);
+    for (; k < N * V; k++)
+        tl[k] = (float)(k % 77) / 8.0f;
+    for (int i = 0; i < N * V; i++)
+        dl[i] = tl[N * V - 1 - i];
+    char *dir = tu_tmpdir();
+    for (int kind = 0; kind < 2; kind++) {
+        char *path = tu_path(dir, kind ? "h-deflate.h5" : "h-plain.h5");
+        sq_corpus_writer_params p = sq_corpus_writer_default_params();
+        p.vocab = V;
+        p.chunk_rows = 8;
+        p.compression = kind;
+        p.half = 1;
+        int lens[1] = {N};
+        write_corpus(path, p, lens, 1, N, tl, dl, NULL);
+        sq_corpus *c = open_ok(path);
+        float *rows = malloc(sizeof(float) * (size_t)(8 * V));
+        sq_corpus_raw raw = {0};
+        unsigned char *work = NULL;
+        size_t work_cap = 0;
+        sq_error err = {0};
+        for (int model = 0; model < 2; model++)
+            for (int ch = 0; ch * 8 < N; ch++) {
+                cr_assert_eq(sq_corpus_read_raw(c, model, ch, rows, &raw, &err), 0, "%s", err.msg);
+                cr_assert_eq(sq_corpus_decode_raw(c, &raw, rows, &work, &work_cap, &err), 0,
+                             "%s", err.msg);
+                const float *want = (model ? dl : tl) + (size_t)(ch * 8) * (size_t)V;
+                for (int i = 0; i < 8 * V; i++)
+                    cr_assert_eq(memcmp(&rows[i], &want[i], sizeof(float)), 0,
+                                 "kind %d model %d chunk %d element %d: %a, not %a", kind, model,
+                                 ch, i, (double)rows[i], (double)want[i]);
+            }
+        sq_corpus_raw_clear(&raw);
+        free(work);
+        free(rows);
+        sq_corpus_close(c);
+        unlink(path);
+        free(path);
+    }
+    free(tl);
+    free(dl);
+    tu_rmtree(dir);
+    free(dir);
+}
+
 /* A mapped chunk whose file is cut short before it is decoded: the mapping faults (SIGBUS),
  * which the guard turns into an error naming the file, the dataset and the chunk; the next
  * chunk is refused before it is mapped; and the process's SIGBUS handling is what it was once

@@ -278,6 +278,10 @@ __attribute__((target("avx2"))) static __m256d exp_nonpos_avx2(__m256d x)
                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, hi)), _mm256_mul_pd(k, lo));
     __m256d p = _mm256_set1_pd(exp_c[13]);
+    /* unrolled (issue 27): as a loop, GCC -O2 kept the 13 steps a branchy, latency-bound loop
+     * per vector (160 us per V = 32000 softmax); straight-line code lets the vectors of one
+     * softmax step interleave. The same operations in the same order: the same bits. */
+#pragma GCC unroll 13
     for (int i = 12; i >= 0; i--)
         p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(exp_c[i]));
     /* 2^k: k + 1023 + 2^52 holds k + 1023 in its low mantissa bits */
@@ -293,10 +297,18 @@ __attribute__((target("avx2"))) static double softmax_avx2(const float *logits, 
     const __m256d low = _mm256_set1_pd(EXP_LOW);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     int i = 0;
-    for (; i + 8 <= V; i += 8) {
-        __m256d x0 = _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + i)), vmx), vt);
-        __m256d x1 =
-            _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + i + 4)), vmx), vt);
+    /* The exponents first, in their own pass (issue 27): a division's latency then no longer
+     * lengthens each value's chain of dependent operations in the exp pass below, which is
+     * bound by that chain's latency, not by the number of operations. */
+    const int V8 = V / 8 * 8;
+    for (; i < V8; i += 8) {
+        _mm256_storeu_pd(probs + i, _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(
+                                     _mm_loadu_ps(logits + i)), vmx), vt));
+        _mm256_storeu_pd(probs + i + 4, _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(
+                                         _mm_loadu_ps(logits + i + 4)), vmx), vt));
+    }
+    for (i = 0; i < V8; i += 8) {
+        __m256d x0 = _mm256_loadu_pd(probs + i), x1 = _mm256_loadu_pd(probs + i + 4);
         /* in range (x >= -708, false for NaN): the vector exp; otherwise the scalar path */
         __m256d in0 = _mm256_cmp_pd(x0, low, _CMP_GE_OQ), in1 = _mm256_cmp_pd(x1, low, _CMP_GE_OQ);
         __m256d e0 = _mm256_and_pd(exp_nonpos_avx2(x0), in0);
