@@ -917,6 +917,100 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* ---- acceptance by depth (docs/estimator.md, "Acceptance by depth") ------------------------------ *
+ * Along a sequence, the weight of depth d + 1 at position t is the probability that a chain of
+ * d accepted children led there: w_0(t) = 1, w_d(t) = w_{d-1}(t - 1) · A(t - 1) with A the
+ * position's acceptance 1 - reject = Σ_k a_k, and w_d = 0 where the sequence has fewer than d
+ * positions before t. Depth d + 1's statistics are those of the plain curve with n_u = Σ_t w_d(t)
+ * and Y_uk = Σ_t w_d(t) a_k(t) over the unit's positions: a weighted ratio estimator whose
+ * sequence-level variance the same sums give. Computed in row order by the reducing thread. */
+typedef struct depth_acc {
+    int n_cfg, D, W;
+    const int64_t *offsets;   /* sequence starts (NULL: one sequence)      */
+    int64_t sequences, next_seq;
+    double *w;                /* (n_cfg, D) this position's weights        */
+    double *n;                /* (n_cfg, D) the open unit's Σ w            */
+    double *y;                /* (n_cfg, D, W) the open unit's Σ w·a       */
+    sq_accept_stats **part;   /* (n_cfg·D)                                 */
+} depth_acc;
+
+static void depth_acc_free(depth_acc *d)
+{
+    if (d->part)
+        for (int q = 0; q < d->n_cfg * d->D; q++)
+            sq_accept_stats_free(d->part[q]);
+    free(d->part);
+    free(d->w);
+    free(d->n);
+    free(d->y);
+    *d = (depth_acc){0};
+}
+
+static int depth_acc_init(depth_acc *d, int n_cfg, int D, int W, const sq_corpus *corpus)
+{
+    *d = (depth_acc){.n_cfg = n_cfg, .D = D, .W = W};
+    if (D == 0)
+        return 0;
+    const sq_corpus_info *info = sq_corpus_get_info(corpus);
+    d->sequences = info->sequences;
+    d->offsets = info->sequences > 1 ? sq_corpus_seq_offsets(corpus) : NULL;
+    size_t m = (size_t)n_cfg * (size_t)D;
+    d->w = calloc(m, sizeof *d->w);
+    d->n = calloc(m, sizeof *d->n);
+    d->y = calloc(m * (size_t)W, sizeof *d->y);
+    d->part = calloc(m, sizeof *d->part);
+    if (!d->w || !d->n || !d->y || !d->part)
+        return -1;
+    for (size_t q = 0; q < m; q++)
+        if (!(d->part[q] = sq_accept_stats_new(W)))
+            return -1;
+    return 0;
+}
+
+/* Position `row` with its vectors ri (n_cfg, W), rows in order. */
+static void depth_acc_row(depth_acc *d, int64_t row, const double *ri)
+{
+    const int D = d->D, W = d->W;
+    int start = row == 0;
+    while (d->offsets && d->next_seq < d->sequences && d->offsets[d->next_seq] <= row) {
+        start |= d->offsets[d->next_seq] == row;
+        d->next_seq++;
+    }
+    for (int j = 0; j < d->n_cfg; j++) {
+        double *w = d->w + (size_t)j * (size_t)D;
+        const double *a = ri + (size_t)j * (size_t)W;
+        if (start) {
+            w[0] = 1.0;
+            for (int k = 1; k < D; k++)
+                w[k] = 0.0;
+        }
+        double A = 0;
+        for (int k = 0; k < W; k++)
+            A += a[k];
+        for (int k = 0; k < D; k++) {
+            if (w[k] == 0)
+                continue;
+            double *y = d->y + ((size_t)j * (size_t)D + (size_t)k) * (size_t)W;
+            d->n[(size_t)j * (size_t)D + (size_t)k] += w[k];
+            for (int r = 0; r < W; r++)
+                y[r] += w[k] * a[r];
+        }
+        /* the next position's weights */
+        for (int k = D - 1; k > 0; k--)
+            w[k] = w[k - 1] * A;
+        w[0] = 1.0;
+    }
+}
+
+static void depth_acc_close_unit(depth_acc *d)
+{
+    size_t m = (size_t)d->n_cfg * (size_t)d->D;
+    for (size_t q = 0; q < m; q++)
+        sq_accept_stats_add_unit(d->part[q], d->n[q], d->y + q * (size_t)d->W);
+    memset(d->n, 0, m * sizeof *d->n);
+    memset(d->y, 0, m * (size_t)d->W * sizeof *d->y);
+}
+
 /* The stored chunks of rows [row0, row0 + count) of both models, target first, and where each
  * row of the batch will be: in its chunk's mapping (unfiltered float32, mapped), else in
  * target/draft ((batch rows, V) each, whole chunks of room), where the workers decode it or
@@ -964,6 +1058,10 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     int64_t N = info->rows;
     SQ_ASSERT(n_cfg >= 1 && n_cfg <= SQ_ACCEPT_MAX_CONFIGS);
     SQ_ASSERT(W >= 1 && W <= SQ_ACCEPT_MAX_WIDTH && params->samples >= 1);
+    const int D = params->depths;
+    SQ_ASSERT(D >= 0 && D <= SQ_ACCEPT_MAX_DEPTHS && (D == 0 || params->depth_stats));
+    for (int q = 0; q < n_cfg * D; q++)
+        SQ_ASSERT(params->depth_stats[q] && params->depth_stats[q]->width == W);
     for (int j = 0; j < n_cfg; j++) {
         int rc = sq_accept_config_check(&cfg[j], err);
         if (rc)
@@ -1018,13 +1116,14 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     double *acc = calloc((size_t)n_cfg * (size_t)W, sizeof *acc);
     worker *ws = calloc((size_t)threads, sizeof *ws);
     sq_accept_stats **part = calloc((size_t)n_cfg, sizeof *part);
+    depth_acc dep = {0};
     sq_corpus_raw *raw[2] = {NULL, NULL};
     int n_items[2] = {0, 0}, n_raw = 0, sync_made = 0;
     int tok_rc[2] = {SQ_OK, SQ_OK};
     sq_error tok_err[2] = {{0}, {0}};
     int rc = SQ_OK;
     if (units < 0 || !cfg_keys || !buf[0] || !buf[1] || !rowp[0] || !rowp[1] || !res || !acc ||
-        !ws || !part) {
+        !ws || !part || depth_acc_init(&dep, n_cfg, D, W, corpus)) {
         rc = sq_error_oom(err, "estimation buffers");
         goto done;
     }
@@ -1158,7 +1257,11 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
             for (size_t q = 0; q < (size_t)n_cfg * (size_t)W; q++)
                 acc[q] += ri[q];
             unit_n += 1;
+            if (D)
+                depth_acc_row(&dep, row + i, ri);
             while (unit < units && row + i + 1 == bounds[unit + 1]) {
+                if (D)
+                    depth_acc_close_unit(&dep);
                 for (int j = 0; j < n_cfg; j++)
                     sq_accept_stats_add_unit(part[j], unit_n, acc + (size_t)j * (size_t)W);
                 memset(acc, 0, (size_t)n_cfg * (size_t)W * sizeof *acc);
@@ -1176,6 +1279,10 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     for (int j = 0; j < n_cfg; j++) {
         part[j]->sequences = info->sequences;
         sq_accept_stats_merge(stats[j], part[j]);
+    }
+    for (int q = 0; q < n_cfg * D; q++) {
+        dep.part[q]->sequences = info->sequences;
+        sq_accept_stats_merge(params->depth_stats[q], dep.part[q]);
     }
 
 done:
@@ -1201,6 +1308,7 @@ done:
         for (int j = 0; j < n_cfg; j++)
             sq_accept_stats_free(part[j]);
     free(part);
+    depth_acc_free(&dep);
     free(ws);
     free(acc);
     free(res);
