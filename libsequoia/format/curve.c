@@ -370,6 +370,11 @@ int sq_curve_from_json(const cJSON *obj, const char *file, const char *ctx, sq_c
     if ((rc = depth_matrix(obj, "stderr_by_depth", file, ctx, w, &out->stderr_by_depth, &se_rows,
                            err)))
         goto fail;
+    if (out->stderr_by_depth && rows == 0) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: %s%sstderr_by_depth: given without p_by_depth",
+                          file, ctx, sep);
+        goto fail;
+    }
     if (out->stderr_by_depth && se_rows != rows) {
         rc = sq_error_set(err, SQ_EDATA, "%s: %s%sstderr_by_depth: has %d rows but p_by_depth "
                           "has %d", file, ctx, sep, se_rows, rows);
