@@ -164,7 +164,9 @@ typedef struct sq_accept_params {
      * plain curve. 0: none (depth_stats is not used). */
     int      depths;       /* 0 .. SQ_ACCEPT_MAX_DEPTHS                                */
     sq_accept_stats **depth_stats;
-    /* Called by the calling thread after each batch; may be NULL. */
+    /* Called by the calling thread after each batch, once all its rows are handed to the
+     * workers and before the next batch is (its last rows may still be computing); may be
+     * NULL. */
     void   (*progress)(void *user, int64_t done, int64_t total);
     void    *user;
 } sq_accept_params;
@@ -175,7 +177,10 @@ sq_accept_params sq_accept_default_params(void);
 /* Streams the whole corpus and adds it to stats[i] (width params->width) for cfg[i] (and to
  * params->depth_stats, see above).
  * `key` identifies the corpus in the random streams (e.g. the first bytes of its SHA-256);
- * `file` names it in messages. Memory: 2·batch_bytes + threads·O(V) + O(n_cfg·W²). */
+ * `file` names it in messages. Memory: 2·batch_bytes + threads·O(V) + O(n_cfg·W²).
+ * The worker threads live for the whole run: the calling thread reads the next batch while they
+ * compute, and hands it to them as soon as every row of the current one is taken, so that a
+ * worker never waits for another's last row (docs/estimator.md, "Speed"). */
 int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
                   const sq_accept_config *cfg, int n_cfg, const sq_accept_params *params,
                   sq_accept_stats **stats, sq_error *err);
