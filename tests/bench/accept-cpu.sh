@@ -63,13 +63,21 @@ EOF
     echo "corpus $c: $(du -m "$tmp/$c.h5" | cut -f1) MB ($dtype, $([ "$comp" = 1 ] && echo 'shuffle + deflate 1' || echo 'no filter'))"
 done
 
-# one run: prints "wall cpu" in seconds; the curves go to $tmp/out-<tag>.json
+# one run: prints "wall cpu" in seconds (CPU: user + sys of the process from wait4, in
+# microseconds); the curves go to $tmp/out-<tag>.json
 one() { # bin corpus threads tag
-    out=$tmp/out-$4.json
-    s=$(date +%s.%N)
-    /usr/bin/time -f '%U %S' -o "$tmp/time" "$1" "$2" -m stochastic -T 0.6 -w 16 -k 1 -j "$3" -q -o "$out"
-    e=$(date +%s.%N)
-    awk -v s="$s" -v e="$e" '{ printf "%.4f %.4f\n", e - s, $1 + $2 }' "$tmp/time"
+    "$PY" -c '
+import os, sys, time
+t0 = time.monotonic()
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+_, status, ru = os.wait4(pid, 0)
+wall = time.monotonic() - t0
+if status != 0:
+    sys.exit("accept-cpu.sh: %s failed (status %d)" % (sys.argv[1], status))
+print("%.4f %.4f" % (wall, ru.ru_utime + ru.ru_stime))
+' "$1" "$2" -m stochastic -T 0.6 -w 16 -k 1 -j "$3" -q -o "$tmp/out-$4.json"
 }
 
 printf '%-5s %-4s %3s %5s | %8s %8s | %s\n' corpus bin thr round wall_s cpu_s "load before -> after"
