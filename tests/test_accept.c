@@ -1176,3 +1176,224 @@ Test(accept, a_corrupt_chunk_is_a_clean_error, .timeout = 120)
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- acceptance by depth (issue 27; docs/estimator.md, "Acceptance by depth") ------------------ */
+
+/* Target logits on a grid of 1/8 in [-4, 4), the draft's with noise up to ±2: the target's
+ * best token is often outside the draft's top 3, so greedy chains break. */
+static void depth_logits(int N, int V, float **t, float **d)
+{
+    *t = malloc(sizeof(float) * (size_t)N * (size_t)V);
+    *d = malloc(sizeof(float) * (size_t)N * (size_t)V);
+    cr_assert(*t && *d);
+    uint64_t x = 777;
+    for (size_t i = 0; i < (size_t)N * (size_t)V; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        (*t)[i] = (float)((int)(x >> 40) % 64) / 8.0f - 4.0f;
+        (*d)[i] = (*t)[i] + (float)((int)(x >> 20) % 33 - 16) / 8.0f;
+    }
+}
+
+/* A corpus of `nseq` sequences of lens[] rows, float32, chunks of 4 rows. */
+static char *write_depth_corpus(const char *dir, const char *name, const int *lens, int nseq,
+                                const float *t, const float *d, int V)
+{
+    char *path = tu_path(dir, name);
+    sq_error err = {0};
+    sq_corpus_writer_params wp = sq_corpus_writer_default_params();
+    wp.vocab = V;
+    wp.chunk_rows = 4;
+    sq_corpus_writer *w;
+    cr_assert_eq(sq_corpus_writer_open(path, &wp, &w, &err), SQ_OK, "%s", err.msg);
+    int row = 0;
+    for (int s = 0; s < nseq; s++) {
+        cr_assert_eq(sq_corpus_writer_append(w, t + (size_t)row * V, d + (size_t)row * V, NULL,
+                                             lens[s], &err), SQ_OK, "%s", err.msg);
+        cr_assert_eq(sq_corpus_writer_end_sequence(w, &err), SQ_OK, "%s", err.msg);
+        row += lens[s];
+    }
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), SQ_OK, "%s", err.msg);
+    return path;
+}
+
+/* Runs cfg[0..n) with `depths` rows; flat (n) and depth (n·depths) statistics, to free. */
+static void run_depths(const char *path, const sq_accept_config *cfg, int n, int W, int depths,
+                       int threads, size_t batch_bytes, sq_accept_stats **flat,
+                       sq_accept_stats **dep)
+{
+    sq_error err = {0};
+    sq_corpus *c;
+    cr_assert_eq(sq_corpus_open(path, &c, &err), SQ_OK, "%s", err.msg);
+    sq_accept_params prm = sq_accept_default_params();
+    prm.width = W;
+    prm.seed = 9;
+    prm.threads = threads;
+    prm.batch_bytes = batch_bytes;
+    prm.depths = depths;
+    prm.depth_stats = dep;
+    for (int j = 0; j < n; j++)
+        flat[j] = sq_accept_stats_new(W);
+    for (int q = 0; q < n * depths; q++)
+        dep[q] = sq_accept_stats_new(W);
+    cr_assert_eq(sq_accept_run(c, path, 3, cfg, n, &prm, flat, &err), SQ_OK, "%s", err.msg);
+    sq_corpus_close(c);
+}
+
+static int stats_equal(const sq_accept_stats *a, const sq_accept_stats *b)
+{
+    size_t W = (size_t)a->width;
+    return a->width == b->width && a->units == b->units && a->sum_n == b->sum_n &&
+           a->sum_n2 == b->sum_n2 && !memcmp(a->sum_y, b->sum_y, W * sizeof(double)) &&
+           !memcmp(a->sum_ny, b->sum_ny, W * sizeof(double)) &&
+           !memcmp(a->sum_yy, b->sum_yy, W * W * sizeof(double));
+}
+
+/* The exact modes (greedy, top-k) against the definition computed by brute force: per position
+ * the vector a(t) from the per-position functions, the depth-d weight as the product, over the
+ * d - 1 positions before t in its sequence, of their 1 - reject (0 when the sequence has fewer),
+ * and the weighted ratio estimate and its cluster standard error summed directly. Several
+ * sequences (units = sequences) and one sequence (units = batches, the chains crossing them);
+ * small batches, two threads. For greedy the weight is also counted the plain way: the d - 1
+ * positions before t all accepted a child. */
+Test(accept, depth_rows_match_a_brute_force_oracle, .timeout = 120)
+{
+    enum { V = 10, W = 3, D = 5, N = 61 };
+    float *t, *d;
+    depth_logits(N, V, &t, &d);
+    char *dir = tu_tmpdir();
+    const int lens_multi[5] = {13, 1, 20, 2, 25}, lens_one[1] = {N};
+    for (int layout = 0; layout < 2; layout++) {
+        const int *lens = layout ? lens_one : lens_multi;
+        int nseq = layout ? 1 : 5;
+        char *path = write_depth_corpus(dir, layout ? "one.h5" : "multi.h5", lens, nseq, t, d, V);
+        const sq_accept_config cfg[2] = {{SQ_MODE_GREEDY, 0, 1.0}, {SQ_MODE_TOPK, 0.8, 0.9}};
+        sq_accept_stats *flat[2], *dep[2 * D];
+        run_depths(path, cfg, 2, W, D, 2, (size_t)V * 2 * sizeof(float) * 5, flat, dep);
+        /* the oracle's units: as the estimator cuts them */
+        int64_t off[6] = {0};
+        for (int s = 0; s < nseq; s++)
+            off[s + 1] = off[s] + lens[s];
+        int64_t *bounds;
+        int64_t units = sq_accept_units(off, nseq, N, &bounds);
+        sq_accept_ws *ws = sq_accept_ws_new(V, W);
+        double P[V], a[N][W], A[N];
+        int seq_start[N];
+        for (int j = 0; j < 2; j++) {
+            for (int s = 0; s < nseq; s++)
+                for (int64_t r = off[s]; r < off[s + 1]; r++)
+                    seq_start[r] = (int)off[s];
+            for (int r = 0; r < N; r++) {
+                const float *tr = t + (size_t)r * V, *dr = d + (size_t)r * V;
+                if (cfg[j].mode == SQ_MODE_GREEDY) {
+                    sq_accept_greedy(tr, dr, V, W, a[r], ws);
+                } else {
+                    sq_accept_probs(tr, V, cfg[j].temperature, cfg[j].top_p, P, ws);
+                    sq_accept_topk(P, dr, V, W, a[r], ws);
+                }
+                A[r] = 0;
+                for (int k = 0; k < W; k++)
+                    A[r] += a[r][k];
+            }
+            for (int dd = 1; dd <= D; dd++) {
+                double w[N], Nw = 0, Y[W] = {0};
+                int counted = 0;
+                for (int r = 0; r < N; r++) {
+                    w[r] = r - seq_start[r] >= dd - 1 ? 1.0 : 0.0;
+                    int all = r - seq_start[r] >= dd - 1;
+                    for (int q = 1; q <= dd - 1 && w[r] > 0; q++) {
+                        w[r] *= A[r - q];
+                        all &= A[r - q] == 1.0;
+                    }
+                    counted += all;
+                    Nw += w[r];
+                    for (int k = 0; k < W; k++)
+                        Y[k] += w[r] * a[r][k];
+                }
+                const sq_accept_stats *st = dep[j * D + dd - 1];
+                cr_assert_eq(st->units, units, "layout %d cfg %d depth %d", layout, j, dd);
+                cr_assert(fabs(st->sum_n - Nw) <= 1e-12 * (1 + Nw), "layout %d cfg %d depth %d: "
+                          "weight %.17g, oracle %.17g", layout, j, dd, st->sum_n, Nw);
+                if (cfg[j].mode == SQ_MODE_GREEDY)
+                    cr_assert_eq(st->sum_n, (double)counted, "depth %d", dd);
+                if (!(Nw > 0))
+                    continue;
+                double p[W], se[W];
+                int have = sq_accept_stats_estimate(st, p, se);
+                cr_assert(have);
+                for (int k = 0; k < W; k++) {
+                    double pk = Y[k] / Nw, v = 0;
+                    for (int64_t u = 0; u < units; u++) {
+                        double nu = 0, yu = 0;
+                        for (int64_t r = bounds[u]; r < bounds[u + 1]; r++) {
+                            nu += w[r];
+                            yu += w[r] * a[r][k];
+                        }
+                        v += (yu - pk * nu) * (yu - pk * nu);
+                    }
+                    double sek = sqrt((double)units / (double)(units - 1) * v / (Nw * Nw));
+                    cr_assert(fabs(p[k] - pk) <= 1e-12, "layout %d cfg %d depth %d rank %d: "
+                              "%.17g vs %.17g", layout, j, dd, k + 1, p[k], pk);
+                    cr_assert(fabs(se[k] - sek) <= 1e-9 * (1 + sek), "layout %d cfg %d depth %d "
+                              "rank %d: se %.17g vs %.17g", layout, j, dd, k + 1, se[k], sek);
+                }
+            }
+            /* depth 1 is the plain curve, bit for bit; the chains reach depth 3 at least */
+            cr_assert(stats_equal(dep[j * D], flat[j]), "layout %d cfg %d", layout, j);
+            cr_assert(dep[j * D + 2]->sum_n > 0 && dep[j * D + 2]->sum_n < N - 2 * nseq,
+                      "layout %d cfg %d: depth 3 weight %g", layout, j, dep[j * D + 2]->sum_n);
+        }
+        sq_accept_ws_free(ws);
+        free(bounds);
+        for (int q = 0; q < 2; q++)
+            sq_accept_stats_free(flat[q]);
+        for (int q = 0; q < 2 * D; q++)
+            sq_accept_stats_free(dep[q]);
+        unlink(path);
+        free(path);
+    }
+    free(t);
+    free(d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* Sampled modes: depth 1 is the plain curve bit for bit, every depth's statistics are the same
+ * bits on 1 and 3 threads and with other batch sizes, and the depth weights fall with depth
+ * (a chain of d accepted children is rarer than one of d - 1). */
+Test(accept, depth_rows_of_sampled_modes_do_not_depend_on_threads_or_batches, .timeout = 120)
+{
+    enum { V = 10, W = 4, D = 6, N = 45 };
+    float *t, *d;
+    depth_logits(N, V, &t, &d);
+    char *dir = tu_tmpdir();
+    const int lens[3] = {20, 5, 20};
+    char *path = write_depth_corpus(dir, "s.h5", lens, 3, t, d, V);
+    const sq_accept_config cfg[2] = {{SQ_MODE_STOCHASTIC, 0.7, 1.0},
+                                     {SQ_MODE_SPECINFER, 1.0, 1.0}};
+    sq_accept_stats *f1[2], *d1[2 * D], *f3[2], *d3[2 * D];
+    run_depths(path, cfg, 2, W, D, 1, 16u << 20, f1, d1);
+    run_depths(path, cfg, 2, W, D, 3, (size_t)V * 2 * sizeof(float) * 4, f3, d3);
+    for (int j = 0; j < 2; j++) {
+        cr_assert(stats_equal(d1[j * D], f1[j]));
+        cr_assert(stats_equal(f1[j], f3[j]));
+        for (int dd = 0; dd < D; dd++) {
+            cr_assert(stats_equal(d1[j * D + dd], d3[j * D + dd]), "cfg %d depth %d", j, dd + 1);
+            if (dd > 0)
+                cr_assert(d1[j * D + dd]->sum_n < d1[j * D + dd - 1]->sum_n);
+        }
+    }
+    for (int q = 0; q < 2; q++) {
+        sq_accept_stats_free(f1[q]);
+        sq_accept_stats_free(f3[q]);
+    }
+    for (int q = 0; q < 2 * D; q++) {
+        sq_accept_stats_free(d1[q]);
+        sq_accept_stats_free(d3[q]);
+    }
+    unlink(path);
+    free(path);
+    free(t);
+    free(d);
+    tu_rmtree(dir);
+    free(dir);
+}

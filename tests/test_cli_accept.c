@@ -776,3 +776,78 @@ Test(cli_accept, compare_is_a_ci_gate)
     sq_curve_set_free(bs);
     sq_curve_set_free(ns);
 }
+
+/* Issue 27: --by-depth D writes p_by_depth (row 1 = p), stderr_by_depth and stats_by_depth; the
+ * rows of shards merge exactly (merge = one run over both); sequoia-plan plans with them; and
+ * the option is an estimation option (range checked, refused with --merge and --compare). */
+Test(cli_accept, by_depth_rows_merge_exactly_and_feed_the_planner)
+{
+    char *a = P("da.h5"), *b = P("db.h5"), *ja = P("da.json"), *jb = P("db.json"),
+         *jab = P("dab.json"), *jm = P("dm.json"), *plan = P("dplan.json");
+    corpus_spec ca = {.seqs = 5, .len = 4, .worse_draft = 1},
+                cb = {.seqs = 3, .len = 9, .kind0 = 1, .worse_draft = 1};
+    write_corpus(a, &ca);
+    write_corpus(b, &cb);
+    const char *common[] = {"-m", "stochastic,greedy,topk", "-T", "0.8", "-w", "2", "-s", "5",
+                            "--by-depth", "3", "-q"};
+    const char *args[20];
+    int n;
+    ARGS(a, NULL, ja);
+    cr_assert_eq(run(NULL, NULL, args), 0);
+    ARGS(b, NULL, jb);
+    cr_assert_eq(run(NULL, NULL, args), 0);
+    ARGS(a, b, jab);
+    cr_assert_eq(run(NULL, NULL, args), 0);
+    char *err;
+    cr_assert_eq(run(NULL, &err, (const char *[]){"--merge", ja, jb, "-o", jm, NULL}), 0, "%s", err);
+    free(err);
+    char *x = tu_read(jab, NULL), *y = tu_read(jm, NULL);
+    cr_assert_str_eq(x, y, "merge differs from the single run over both shards");
+    free(x);
+    free(y);
+    sq_curve_set *set = load(jab);
+    cr_assert_eq(set->n, 3);
+    for (int i = 0; i < set->n; i++) {
+        const sq_curve *c = &set->curves[i];
+        cr_assert_eq(c->depth_rows, 3, "%s", c->name);
+        cr_assert_not_null(c->stderr_by_depth, "%s", c->name);
+        cr_assert_eq(memcmp(c->p_by_depth, c->p, 2 * sizeof(double)), 0, "%s: row 1 is p",
+                     c->name);
+        cr_assert_eq(memcmp(c->stderr_by_depth, c->stderr_p, 2 * sizeof(double)), 0, "%s",
+                     c->name);
+        const cJSON *sbd = cJSON_GetObjectItem(c->extra, "stats_by_depth");
+        cr_assert_eq(cJSON_GetArraySize(sbd), 3, "%s", c->name);
+        /* depth 2 weighs fewer positions than depth 1 (a rejection or a sequence start cuts
+         * every chain) */
+        double n1 = cJSON_GetObjectItem(cJSON_GetArrayItem(sbd, 0), "sum_n")->valuedouble;
+        double n2 = cJSON_GetObjectItem(cJSON_GetArrayItem(sbd, 1), "sum_n")->valuedouble;
+        cr_assert(n1 == 20 + 27 && n2 < n1 - 8 + 1e-9, "%s: %g %g", c->name, n1, n2);
+    }
+    sq_curve_set_free(set);
+    /* the planner reads the rows: its plan carries them */
+    char *pargv[] = {getenv("SQ_PLAN_BIN"), "-q", "-a", jab, "-c", "stochastic@T0.8", "-n", "8",
+                     "-d", "4", "-o", plan, NULL};
+    cr_assert_not_null(pargv[0], "SQ_PLAN_BIN is not set");
+    cr_assert_eq(tu_run(pargv, NULL, NULL), 0);
+    char *ptext = tu_read(plan, NULL);
+    cr_assert(strstr(ptext, "\"p_by_depth\"") && strstr(ptext, "\"stderr_by_depth\""), "%s",
+              ptext);
+    free(ptext);
+    /* --compare of a file with itself: every depth compared, no drop */
+    char *out;
+    cr_assert_eq(run(&out, NULL, (const char *[]){"--compare", jab, jab, NULL}), 0);
+    cr_assert(strstr(out, "by depth (rows: 3"), "%s", out);
+    free(out);
+    free(a);
+    free(b);
+    free(ja);
+    free(jb);
+    free(jab);
+    free(jm);
+    free(plan);
+    char *c = good_corpus();
+    expect_failure(c, 64, (const char *[]){"--by-depth", "0", NULL}, "--by-depth", NULL);
+    expect_failure(c, 64, (const char *[]){"--by-depth", "65", NULL}, "--by-depth", NULL);
+    free(c);
+}
+#undef ARGS

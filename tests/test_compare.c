@@ -196,3 +196,166 @@ Test(compare, errors_leave_no_document_and_widths_warn)
     free(z);
     free(none);
 }
+
+/* ---- depth-dependent curves (issue 27) ------------------------------------------------------ */
+
+#include "planner/accept/stats.h"
+
+/* Statistics of U = 40 units of 10 positions whose per-rank means scatter around p (±0.02). */
+static sq_accept_stats *fake_stats(const double *p, int W, unsigned seed)
+{
+    sq_accept_stats *s = sq_accept_stats_new(W);
+    cr_assert_not_null(s);
+    uint64_t x = seed * 2654435761u + 1;
+    for (int u = 0; u < 40; u++) {
+        double y[8];
+        for (int k = 0; k < W; k++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            double e = ((double)(x >> 11) / 9007199254740992.0 - 0.5) * 0.04;
+            y[k] = 10 * (p[k] + (p[k] > 0.03 ? e : 0));
+        }
+        sq_accept_stats_add_unit(s, 10, y);
+    }
+    s->sequences = 40;
+    return s;
+}
+
+/* A file with one curve "c" (width 4, base p = (0.5, 0.2, 0.1, 0.05)) and `rows` depth rows,
+ * row d scaled by scale[d]; rows 0 gives a flat curve. */
+static char *write_depth_set(const char *file, int rows, const double *scale)
+{
+    const double base[4] = {0.5, 0.2, 0.1, 0.05};
+    sq_accept_stats *st[8];
+    for (int d = 0; d < (rows ? rows : 1); d++) {
+        double p[4];
+        for (int k = 0; k < 4; k++)
+            p[k] = base[k] * (rows ? scale[d] : 1.0);
+        st[d] = fake_stats(p, 4, 11u + (unsigned)d);
+    }
+    sq_curve_set set = {.n = 1, .curves = calloc(1, sizeof(sq_curve))};
+    cr_assert_not_null(set.curves);
+    sq_accept_config cfg = {SQ_MODE_STOCHASTIC, 1.0, 1.0};
+    sq_error err = {0};
+    cJSON *seed = cJSON_CreateNumber(0);
+    cr_assert_eq(sq_accept_curve_from_stats(&set.curves[0], "c", &cfg, st[0], 1, seed, "sequence",
+                                            &err), SQ_OK, "%s", err.msg);
+    cJSON_Delete(seed);
+    int kept = -1;
+    if (rows)
+        cr_assert_eq(sq_accept_curve_add_depths(&set.curves[0], st, rows, &kept, &err), SQ_OK,
+                     "%s", err.msg);
+    cr_assert_eq(set.curves[0].depth_rows, rows);
+    char *path = tu_path(dir, file);
+    cr_assert_eq(sq_curve_set_save(path, &set, &err), 0, "%s", err.msg);
+    sq_curve_clear(&set.curves[0]);
+    free(set.curves);
+    for (int d = 0; d < (rows ? rows : 1); d++)
+        sq_accept_stats_free(st[d]);
+    return path;
+}
+
+static const cJSON *depth_row(const cJSON *doc, int d)
+{
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "curves"), 0);
+    const cJSON *by = cJSON_GetObjectItem(c, "by_depth");
+    cr_assert(cJSON_IsArray(by), "no by_depth");
+    const cJSON *r = cJSON_GetArrayItem(by, d);
+    cr_assert_not_null(r);
+    cr_assert_eq(cJSON_GetObjectItem(r, "depth")->valueint, d + 1);
+    return r;
+}
+
+/* The same p, the same rows but the third 30% lower: a significant drop at depth 3 alone fails
+ * the comparison; 0.2% lower (well inside the error bars) passes. */
+Test(compare, depth_curves_fail_on_a_drop_at_any_depth)
+{
+    const double sb[3] = {1.0, 0.95, 0.9}, sn[3] = {1.0, 0.95, 0.63}, ss[3] = {1.0, 0.95, 0.898};
+    char *base = write_depth_set("db.json", 3, sb);
+    char *newf = write_depth_set("dn.json", 3, sn);
+    char *same = write_depth_set("ds.json", 3, ss);
+    FILE *rep = tmpfile();
+    sq_accept_compare_opts o = opts(rep, NULL);
+    cJSON *doc = NULL;
+    sq_error err = {0};
+    cr_assert_eq(sq_accept_compare(base, newf, &o, &doc, &err), SQ_EFAIL, "%s", err.msg);
+    cr_assert_str_eq(str(doc, "result"), SQ_COMPARE_RESULT_DROP);
+    const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "curves"), 0);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(c, "significant_drop")));
+    /* p is unchanged: the flat part sees nothing */
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "optimal_F"), "change")->valuedouble,
+                 0.0);
+    for (int d = 0; d < 3; d++) {
+        const cJSON *r = depth_row(doc, d);
+        cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(r, "significant_drop")), d == 2, "depth %d",
+                     d + 1);
+        const cJSON *F = cJSON_GetObjectItem(r, "optimal_F");
+        cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(F, "stderr")), "depth %d: no error bar",
+                  d + 1);
+        cr_assert_str_eq(str(F, "error_from"), "full covariance");
+        cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r, "ranks")), 4);
+    }
+    char *text = slurp(rep);
+    cr_assert(strstr(text, "by depth") && strstr(text, "SIGNIFICANT DROP"), "%s", text);
+    free(text);
+    fclose(rep);
+    cJSON_Delete(doc);
+    o.report = NULL;
+    cr_assert_eq(sq_accept_compare(base, same, &o, &doc, &err), SQ_OK, "%s", err.msg);
+    cr_assert_str_eq(str(doc, "result"), SQ_COMPARE_RESULT_OK);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(depth_row(doc, 2), "significant_drop")));
+    cJSON_Delete(doc);
+    free(base);
+    free(newf);
+    free(same);
+}
+
+/* A flat baseline against a new file with depth rows: the flat curve is p at every depth, so
+ * depths 1..3 are compared, and a deeper row that drops fails. Rows of different counts: the
+ * shorter reuses its last row. */
+Test(compare, flat_and_depth_curves_compare_depth_by_depth)
+{
+    const double flat[1] = {1.0}, rows[3] = {1.0, 1.0, 0.6}, two[2] = {1.0, 1.0};
+    char *base = write_depth_set("flat.json", 0, flat);
+    char *newf = write_depth_set("rows.json", 3, rows);
+    char *shorter = write_depth_set("two.json", 2, two);
+    sq_accept_compare_opts o = opts(NULL, NULL);
+    cJSON *doc = NULL;
+    sq_error err = {0};
+    cr_assert_eq(sq_accept_compare(base, newf, &o, &doc, &err), SQ_EFAIL, "%s", err.msg);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(depth_row(doc, 0), "significant_drop")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(depth_row(doc, 2), "significant_drop")));
+    cJSON_Delete(doc);
+    /* two rows against three: depth 3 of the shorter one is its row 2 (= 1.0): no drop the
+     * other way round */
+    cr_assert_eq(sq_accept_compare(newf, shorter, &o, &doc, &err), SQ_OK, "%s", err.msg);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(
+                     cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "curves"), 0), "by_depth")), 3);
+    cJSON_Delete(doc);
+    cr_assert_eq(sq_accept_compare(shorter, newf, &o, &doc, &err), SQ_EFAIL, "%s", err.msg);
+    cJSON_Delete(doc);
+    free(base);
+    free(newf);
+    free(shorter);
+}
+
+/* Depth rows whose statistics were edited (or rows edited under them) are refused, as p is. */
+Test(compare, edited_depth_statistics_are_refused)
+{
+    const double sb[2] = {1.0, 0.9};
+    char *base = write_depth_set("eb.json", 2, sb);
+    sq_error err = {0};
+    sq_curve_set *set = NULL;
+    cr_assert_eq(sq_curve_set_load(base, &set, &err), 0, "%s", err.msg);
+    set->curves[0].p_by_depth[4 + 1] += 0.01;   /* row 2, rank 2 */
+    char *edited = tu_path(dir, "edited.json");
+    cr_assert_eq(sq_curve_set_save(edited, set, &err), 0, "%s", err.msg);
+    sq_curve_set_free(set);
+    sq_accept_compare_opts o = opts(NULL, NULL);
+    cJSON *doc = NULL;
+    cr_assert_eq(sq_accept_compare(base, edited, &o, &doc, &err), SQ_EDATA);
+    cr_assert_null(doc);
+    cr_assert(strstr(err.msg, edited) && strstr(err.msg, "curves[0].stats_by_depth[1]") &&
+              strstr(err.msg, "p_by_depth[1][1]"), "%s", err.msg);
+    free(base);
+    free(edited);
+}

@@ -70,6 +70,8 @@ Test(curve, round_trips_through_json)
     cr_assert_eq(sq_curve_p(b, 7, 1), 0.4, "deeper levels reuse the last row");
     cr_assert_eq(sq_curve_p(b, 1, 3), 0.0, "ranks past the width have p = 0");
     cr_assert_not_null(cJSON_GetObjectItem(b->extra, "stats"));
+    cr_assert_null(b->stderr_by_depth);
+    cr_assert_null(strstr(out, "stderr_by_depth"), "written only when the curve has it");
     free(out);
     sq_curve_set_free(set);
     sq_curve_set_free(again);
@@ -138,6 +140,10 @@ ParameterizedTestParameters(curve, rejects_bad_input_naming_file_and_field)
         {HEAD "[{\"name\":\"a\",\"p\":[0.5],\"stderr\":[0.1,0.2]}]}", {"acc.json", "curves[0].stderr", "2 entries"}},
         {HEAD "[{\"name\":\"a\",\"p\":[0.5,0.1],\"p_by_depth\":[[0.5]]}]}", {"acc.json", "curves[0].p_by_depth[0]", "1 entries"}},
         {HEAD "[{\"name\":\"a\",\"p\":[0.5],\"p_by_depth\":[[0.9],[1.2]]}]}", {"acc.json", "curves[0].p_by_depth[1][0]", "not a probability"}},
+        {HEAD "[{\"name\":\"a\",\"p\":[0.5],\"stderr_by_depth\":[[0.1]]}]}", {"acc.json", "curves[0].stderr_by_depth", "without p_by_depth"}},
+        {HEAD "[{\"name\":\"a\",\"p\":[0.5],\"p_by_depth\":[[0.5],[0.4]],\"stderr_by_depth\":[[0.1]]}]}", {"acc.json", "curves[0].stderr_by_depth", "1 rows but p_by_depth has 2"}},
+        {HEAD "[{\"name\":\"a\",\"p\":[0.5],\"p_by_depth\":[[0.5]],\"stderr_by_depth\":[[-0.1]]}]}", {"acc.json", "curves[0].stderr_by_depth[0][0]", ">= 0"}},
+        {HEAD "[{\"name\":\"a\",\"p\":[0.5,0.1],\"p_by_depth\":[[0.5,0.1]],\"stderr_by_depth\":[[0.1]]}]}", {"acc.json", "curves[0].stderr_by_depth[0]", "1 entries"}},
         {HEAD "[{\"name\":\"a\",\"p\":[0.5]},{\"name\":\"a\",\"p\":[0.5]}]}", {"acc.json", "curves[1].name", "also the name"}},
         {HEAD "[{\"name\":\"a\",\"p\":[0.5],\"positions\":-3}]}", {"acc.json", "curves[0].positions", "integer"}},
     };
@@ -155,6 +161,32 @@ ParameterizedTest(bad_case *bc, curve, rejects_bad_input_naming_file_and_field)
         if (bc->expect[i][0])
             cr_assert(strstr(err.msg, bc->expect[i]), "message '%s' lacks '%s'", err.msg,
                       bc->expect[i]);
+}
+
+/* Issue 27: the standard errors of the depth rows round trip and are copied. */
+Test(curve, stderr_by_depth_round_trips_and_copies)
+{
+    const char *text = HEAD "[{\"name\":\"a\",\"p\":[0.5,0.25],\"p_by_depth\":[[0.5,0.25],"
+                       "[0.4,0.1]],\"stderr_by_depth\":[[0.01,0.02],[0.03,0.04]]}]}";
+    sq_curve_set *set, *again;
+    sq_error err = {0};
+    cr_assert_eq(load_text(text, &set, &err), 0, "%s", err.msg);
+    cJSON *j = sq_curve_set_to_json(set);
+    char *out = sq_json_to_string(j, NULL);
+    cJSON_Delete(j);
+    cr_assert_eq(load_text(out, &again, &err), 0, "%s", err.msg);
+    const sq_curve *b = &again->curves[0];
+    cr_assert_not_null(b->stderr_by_depth);
+    cr_assert_eq(b->stderr_by_depth[3], 0.04);
+    cr_assert_null(cJSON_GetObjectItem(b->extra, "stderr_by_depth"), "a field, not an extra");
+    sq_curve c;
+    cr_assert_eq(sq_curve_copy(&c, b, &err), 0, "%s", err.msg);
+    cr_assert(c.stderr_by_depth && c.stderr_by_depth != b->stderr_by_depth);
+    cr_assert_eq(memcmp(c.stderr_by_depth, b->stderr_by_depth, 4 * sizeof(double)), 0);
+    sq_curve_clear(&c);
+    free(out);
+    sq_curve_set_free(set);
+    sq_curve_set_free(again);
 }
 
 Test(curve, missing_file_and_directory_are_reported)

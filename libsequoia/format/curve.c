@@ -123,6 +123,7 @@ void sq_curve_clear(sq_curve *c)
     free(c->p);
     free(c->stderr_p);
     free(c->p_by_depth);
+    free(c->stderr_by_depth);
     cJSON_Delete(c->extra);
     memset(c, 0, sizeof *c);
 }
@@ -146,9 +147,12 @@ int sq_curve_copy(sq_curve *dst, const sq_curve *src, sq_error *err)
     dst->p = dup_doubles(src->p, (size_t)src->width);
     dst->stderr_p = dup_doubles(src->stderr_p, (size_t)src->width);
     dst->p_by_depth = dup_doubles(src->p_by_depth, (size_t)src->depth_rows * (size_t)src->width);
+    dst->stderr_by_depth =
+        dup_doubles(src->stderr_by_depth, (size_t)src->depth_rows * (size_t)src->width);
     dst->extra = src->extra ? cJSON_Duplicate(src->extra, 1) : NULL;
     if ((src->name && !dst->name) || (src->mode && !dst->mode) || !dst->p ||
         (src->stderr_p && !dst->stderr_p) || (src->p_by_depth && !dst->p_by_depth) ||
+        (src->stderr_by_depth && !dst->stderr_by_depth) ||
         (src->extra && !dst->extra)) {
         sq_curve_clear(dst);
         return sq_error_oom(err, "acceptance curve");
@@ -226,13 +230,24 @@ int sq_curve_validate(const sq_curve *c, const char *file, const char *ctx, sq_e
                 return sq_error_set(err, SQ_EDATA, "%s: %s%sstderr[%d]: must be a finite value >= 0",
                                     file, ctx, sep, i);
     }
+    if (c->stderr_by_depth && c->depth_rows < 1)
+        return sq_error_set(err, SQ_EDATA, "%s: %s%sstderr_by_depth: given without p_by_depth",
+                            file, ctx, sep);
+    for (int r = 0; c->stderr_by_depth && r < c->depth_rows; r++)
+        for (int i = 0; i < c->width; i++) {
+            double v = c->stderr_by_depth[(size_t)r * (size_t)c->width + (size_t)i];
+            if (!isfinite(v) || v < 0)
+                return sq_error_set(err, SQ_EDATA, "%s: %s%sstderr_by_depth[%d][%d]: must be a "
+                                    "finite value >= 0", file, ctx, sep, r, i);
+        }
     return SQ_OK;
 }
 
 /* ---- JSON --------------------------------------------------------------------------------- */
 
 static const char *const known_keys[] = {"name", "mode", "temperature", "top_p", "p", "stderr",
-                                         "reject", "p_by_depth", "positions", "sequences"};
+                                         "reject", "p_by_depth", "stderr_by_depth",
+                                         "positions", "sequences"};
 
 static int is_known_key(const char *k)
 {
@@ -240,6 +255,55 @@ static int is_known_key(const char *k)
         if (strcmp(k, known_keys[i]) == 0)
             return 1;
     return 0;
+}
+
+/* The optional matrix member `key` of a curve object (p_by_depth, stderr_by_depth): rows of
+ * w numbers; absent or null: *m = NULL, *rows = 0. */
+static int depth_matrix(const cJSON *obj, const char *key, const char *file, const char *ctx,
+                        size_t w, double **m, int *rows_out, sq_error *err)
+{
+    char where[256];
+    const char *sep = ctx[0] ? "." : "";
+    *m = NULL;
+    *rows_out = 0;
+    const cJSON *pd = sq_json_field(obj, key);
+    if (!pd)
+        return SQ_OK;
+    snprintf(where, sizeof where, "%s%s%s", ctx, sep, key);
+    if (!cJSON_IsArray(pd) || cJSON_GetArraySize(pd) == 0)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: expected a non-empty array of rows (or null)",
+                            file, where);
+    int rows = cJSON_GetArraySize(pd);
+    if (rows > SQ_CURVE_MAX_ROWS)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: %d rows, more than the limit of %d", file,
+                            where, rows, SQ_CURVE_MAX_ROWS);
+    double *out = malloc((size_t)rows * w * sizeof(double));
+    if (!out)
+        return sq_error_oom(err, where);
+    int r = 0;
+    for (const cJSON *row = pd->child; row; row = row->next, r++) {
+        char rw[300];
+        snprintf(rw, sizeof rw, "%s[%d]", where, r);
+        double *v;
+        size_t n;
+        int rc = sq_json_get_numbers(row, -INFINITY, INFINITY, SQ_CURVE_MAX_WIDTH, &v, &n, file,
+                                     rw, err);
+        if (rc) {
+            free(out);
+            return rc;
+        }
+        if (n != w) {
+            free(v);
+            free(out);
+            return sq_error_set(err, SQ_EDATA, "%s: %s: has %zu entries but p has %zu", file, rw,
+                                n, w);
+        }
+        memcpy(out + (size_t)r * w, v, w * sizeof *v);
+        free(v);
+    }
+    *m = out;
+    *rows_out = rows;
+    return SQ_OK;
 }
 
 int sq_curve_from_json(const cJSON *obj, const char *file, const char *ctx, sq_curve *out,
@@ -298,44 +362,23 @@ int sq_curve_from_json(const cJSON *obj, const char *file, const char *ctx, sq_c
         }
     }
 
-    const cJSON *pd = sq_json_field(obj, "p_by_depth");
-    if (pd) {
-        snprintf(where, sizeof where, "%s%sp_by_depth", ctx, sep);
-        if (!cJSON_IsArray(pd) || cJSON_GetArraySize(pd) == 0) {
-            rc = sq_error_set(err, SQ_EDATA, "%s: %s: expected a non-empty array of rows (or null)",
-                              file, where);
-            goto fail;
-        }
-        int rows = cJSON_GetArraySize(pd);
-        if (rows > SQ_CURVE_MAX_ROWS) {
-            rc = sq_error_set(err, SQ_EDATA, "%s: %s: %d rows, more than the limit of %d", file,
-                              where, rows, SQ_CURVE_MAX_ROWS);
-            goto fail;
-        }
-        out->p_by_depth = malloc((size_t)rows * w * sizeof(double));
-        if (!out->p_by_depth) {
-            rc = sq_error_oom(err, where);
-            goto fail;
-        }
-        int r = 0;
-        for (const cJSON *row = pd->child; row; row = row->next, r++) {
-            char rw[300];
-            snprintf(rw, sizeof rw, "%s[%d]", where, r);
-            double *v;
-            size_t n;
-            if ((rc = sq_json_get_numbers(row, -INFINITY, INFINITY, SQ_CURVE_MAX_WIDTH, &v, &n, file,
-                                          rw, err)))
-                goto fail;
-            if (n != w) {
-                free(v);
-                rc = sq_error_set(err, SQ_EDATA, "%s: %s: has %zu entries but p has %zu", file, rw,
-                                  n, w);
-                goto fail;
-            }
-            memcpy(out->p_by_depth + (size_t)r * w, v, w * sizeof *v);
-            free(v);
-        }
-        out->depth_rows = rows;
+    int rows = 0;
+    if ((rc = depth_matrix(obj, "p_by_depth", file, ctx, w, &out->p_by_depth, &rows, err)))
+        goto fail;
+    out->depth_rows = rows;
+    int se_rows = 0;
+    if ((rc = depth_matrix(obj, "stderr_by_depth", file, ctx, w, &out->stderr_by_depth, &se_rows,
+                           err)))
+        goto fail;
+    if (out->stderr_by_depth && rows == 0) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: %s%sstderr_by_depth: given without p_by_depth",
+                          file, ctx, sep);
+        goto fail;
+    }
+    if (out->stderr_by_depth && se_rows != rows) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: %s%sstderr_by_depth: has %d rows but p_by_depth "
+                          "has %d", file, ctx, sep, se_rows, rows);
+        goto fail;
     }
 
     if ((rc = sq_curve_validate(out, file, ctx, err)))
@@ -397,6 +440,14 @@ cJSON *sq_curve_to_json(const sq_curve *c)
             sq_json_append(rows, sq_json_number_array(c->p_by_depth + (size_t)r * (size_t)c->width,
                                                       (size_t)c->width));
         sq_json_add(o, "p_by_depth", rows);
+        if (c->stderr_by_depth) {
+            cJSON *se = cJSON_CreateArray();
+            for (int r = 0; r < c->depth_rows && se; r++)
+                sq_json_append(se, sq_json_number_array(c->stderr_by_depth +
+                                                        (size_t)r * (size_t)c->width,
+                                                        (size_t)c->width));
+            sq_json_add(o, "stderr_by_depth", se);
+        }
     } else {
         sq_json_add(o, "p_by_depth", cJSON_CreateNull());
     }

@@ -3,7 +3,8 @@
  * A curve is the acceptance vector p = (p_1 .. p_W): p_k is the probability that the k-th
  * child (in the verifier's order) of an accepted node is the accepted one. A curve may also
  * carry a depth-dependent matrix (docs/design.md §3.4) whose row r holds the vector for
- * children at depth r+1; deeper levels reuse the last row. */
+ * children at depth r+1; deeper levels reuse the last row, and optionally its standard errors
+ * (stderr_by_depth, same shape; sequoia-accept --by-depth writes both, docs/estimator.md). */
 #ifndef SQ_FORMAT_CURVE_H
 #define SQ_FORMAT_CURVE_H
 
@@ -32,6 +33,7 @@ typedef struct sq_curve {
     double    reject;      /* 1 - Σp                                                    */
     int       depth_rows;  /* rows of p_by_depth; 0 when the curve has none             */
     double   *p_by_depth;  /* (depth_rows, W) row r: children at depth r+1, or NULL     */
+    double   *stderr_by_depth; /* (depth_rows, W) their standard errors, or NULL        */
     long long positions;   /* corpus positions behind the estimate; -1 when unknown     */
     long long sequences;   /* corpus sequences behind the estimate; -1 when unknown     */
     cJSON    *extra;       /* other members of the curve object (e.g. "stats"), kept

@@ -271,17 +271,59 @@ static double softmax_scalar(const float *logits, int V, float mx, double temper
 }
 
 #ifdef SQ_RULE_AVX2
-__attribute__((target("avx2"))) static __m256d exp_nonpos_avx2(__m256d x)
+/* exp_nonpos in three stages over a block of values (issue 27). Each value's exp is a chain of
+ * about 30 dependent operations (reduction, 13 Horner steps, scaling) whose latency, not the
+ * number of operations, bounded the softmax: the processor cannot hold enough values in
+ * flight to hide a chain that long. Cut into three passes over a block that stays in L1, each
+ * pass's chains are short and the passes run at the operations' throughput. The same IEEE
+ * operations in the same order on every value (intermediates stored as doubles): the same bits
+ * as one pass, and as the scalar exp_nonpos. */
+#define SOFTMAX_BLOCK 256   /* values per block: four arrays of 2 KiB */
+#define HORNER_SPLIT 7      /* stage 2 runs the Horner steps c12 .. c7, stage 3 c6 .. c0 */
+
+/* Stage 1: x = (logit - max) / T, k = round(x / ln2), r = x - k·ln2 (hi, then lo). */
+__attribute__((target("avx2"))) static void exp_stage1(const float *logits, int n, __m256d vmx,
+                                                      __m256d vt, double *xs, double *ks,
+                                                      double *rs)
 {
     const __m256d hi = _mm256_set1_pd(exp_ln2_hi), lo = _mm256_set1_pd(exp_ln2_lo);
-    __m256d k = _mm256_round_pd(_mm256_mul_pd(x, _mm256_set1_pd(exp_inv_ln2)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, hi)), _mm256_mul_pd(k, lo));
-    __m256d p = _mm256_set1_pd(exp_c[13]);
-    for (int i = 12; i >= 0; i--)
+    const __m256d inv = _mm256_set1_pd(exp_inv_ln2);
+    for (int j = 0; j < n; j += 4) {
+        __m256d x = _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + j)), vmx),
+                                  vt);
+        __m256d k = _mm256_round_pd(_mm256_mul_pd(x, inv),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, hi)), _mm256_mul_pd(k, lo));
+        _mm256_storeu_pd(xs + j, x);
+        _mm256_storeu_pd(ks + j, k);
+        _mm256_storeu_pd(rs + j, r);
+    }
+}
+
+/* Stage 2: the first Horner steps, p = c13, then p = p·r + c_i for i = 12 .. HORNER_SPLIT. */
+__attribute__((target("avx2"))) static void exp_stage2(int n, const double *rs, double *ps)
+{
+    for (int j = 0; j < n; j += 4) {
+        __m256d r = _mm256_loadu_pd(rs + j), p = _mm256_set1_pd(exp_c[13]);
+#pragma GCC unroll 13
+        for (int i = 12; i >= HORNER_SPLIT; i--)
+            p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(exp_c[i]));
+        _mm256_storeu_pd(ps + j, p);
+    }
+}
+
+/* Stage 3 for four values: the remaining Horner steps and the scaling by 2^k. */
+__attribute__((target("avx2"))) static inline __m256d exp_stage3(const double *ps,
+                                                                const double *rs,
+                                                                const double *ks)
+{
+    __m256d r = _mm256_loadu_pd(rs), p = _mm256_loadu_pd(ps);
+#pragma GCC unroll 13
+    for (int i = HORNER_SPLIT - 1; i >= 0; i--)
         p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(exp_c[i]));
     /* 2^k: k + 1023 + 2^52 holds k + 1023 in its low mantissa bits */
-    __m256d biased = _mm256_add_pd(k, _mm256_set1_pd(1023.0 + 4503599627370496.0));
+    __m256d biased =
+        _mm256_add_pd(_mm256_loadu_pd(ks), _mm256_set1_pd(1023.0 + 4503599627370496.0));
     __m256i e = _mm256_slli_epi64(_mm256_castpd_si256(biased), 52);
     return _mm256_mul_pd(p, _mm256_castsi256_pd(e));
 }
@@ -292,38 +334,42 @@ __attribute__((target("avx2"))) static double softmax_avx2(const float *logits, 
     const __m256d vmx = _mm256_set1_pd((double)mx), vt = _mm256_set1_pd(temperature);
     const __m256d low = _mm256_set1_pd(EXP_LOW);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    double xs[SOFTMAX_BLOCK], ks[SOFTMAX_BLOCK], rs[SOFTMAX_BLOCK], ps[SOFTMAX_BLOCK];
+    const int V8 = V / 8 * 8;
     int i = 0;
-    for (; i + 8 <= V; i += 8) {
-        __m256d x0 = _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + i)), vmx), vt);
-        __m256d x1 =
-            _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + i + 4)), vmx), vt);
-        /* in range (x >= -708, false for NaN): the vector exp; otherwise the scalar path */
-        __m256d in0 = _mm256_cmp_pd(x0, low, _CMP_GE_OQ), in1 = _mm256_cmp_pd(x1, low, _CMP_GE_OQ);
-        __m256d e0 = _mm256_and_pd(exp_nonpos_avx2(x0), in0);
-        __m256d e1 = _mm256_and_pd(exp_nonpos_avx2(x1), in1);
-        if ((_mm256_movemask_pd(in0) & _mm256_movemask_pd(in1)) != 0xF) {
-            double t0[4], t1[4], y0[4], y1[4];
-            _mm256_storeu_pd(t0, e0);
-            _mm256_storeu_pd(t1, e1);
-            _mm256_storeu_pd(y0, x0);
-            _mm256_storeu_pd(y1, x1);
-            for (int k = 0; k < 4; k++) {
-                if (!(y0[k] >= EXP_LOW)) {
-                    double e = exp_nonpos(y0[k]);
-                    t0[k] = e == e ? e : 0.0;
+    for (int b0 = 0; b0 < V8; b0 += SOFTMAX_BLOCK) {
+        const int n = V8 - b0 < SOFTMAX_BLOCK ? V8 - b0 : SOFTMAX_BLOCK;   /* a multiple of 8 */
+        exp_stage1(logits + b0, n, vmx, vt, xs, ks, rs);
+        exp_stage2(n, rs, ps);
+        for (int j = 0; j < n; j += 8) {
+            __m256d x0 = _mm256_loadu_pd(xs + j), x1 = _mm256_loadu_pd(xs + j + 4);
+            /* in range (x >= -708, false for NaN): the vector exp; otherwise the scalar path */
+            __m256d in0 = _mm256_cmp_pd(x0, low, _CMP_GE_OQ), in1 = _mm256_cmp_pd(x1, low, _CMP_GE_OQ);
+            __m256d e0 = _mm256_and_pd(exp_stage3(ps + j, rs + j, ks + j), in0);
+            __m256d e1 = _mm256_and_pd(exp_stage3(ps + j + 4, rs + j + 4, ks + j + 4), in1);
+            if ((_mm256_movemask_pd(in0) & _mm256_movemask_pd(in1)) != 0xF) {
+                double t0[4], t1[4];
+                _mm256_storeu_pd(t0, e0);
+                _mm256_storeu_pd(t1, e1);
+                for (int k = 0; k < 4; k++) {
+                    if (!(xs[j + k] >= EXP_LOW)) {
+                        double e = exp_nonpos(xs[j + k]);
+                        t0[k] = e == e ? e : 0.0;
+                    }
+                    if (!(xs[j + 4 + k] >= EXP_LOW)) {
+                        double e = exp_nonpos(xs[j + 4 + k]);
+                        t1[k] = e == e ? e : 0.0;
+                    }
                 }
-                if (!(y1[k] >= EXP_LOW)) {
-                    double e = exp_nonpos(y1[k]);
-                    t1[k] = e == e ? e : 0.0;
-                }
+                e0 = _mm256_loadu_pd(t0);
+                e1 = _mm256_loadu_pd(t1);
             }
-            e0 = _mm256_loadu_pd(t0);
-            e1 = _mm256_loadu_pd(t1);
+            _mm256_storeu_pd(probs + b0 + j, e0);
+            _mm256_storeu_pd(probs + b0 + j + 4, e1);
+            s0 = _mm256_add_pd(s0, e0);
+            s1 = _mm256_add_pd(s1, e1);
         }
-        _mm256_storeu_pd(probs + i, e0);
-        _mm256_storeu_pd(probs + i + 4, e1);
-        s0 = _mm256_add_pd(s0, e0);
-        s1 = _mm256_add_pd(s1, e1);
+        i = b0 + n;
     }
     double l[4];
     _mm256_storeu_pd(l, _mm256_add_pd(s0, s1));

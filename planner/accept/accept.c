@@ -2,7 +2,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -772,33 +771,45 @@ static uint64_t config_key(const sq_accept_config *c)
                  double_bits(c->top_p));
 }
 
-typedef struct run_ctx {
-    const sq_accept_config *cfg;
-    int n_cfg, V, W, samples;
-    uint64_t seed, key;
-    const uint64_t *cfg_keys;   /* (n_cfg)                                    */
+/* One batch of rows in one of the two buffers (slots). The reading thread fills a slot and
+ * publishes it; the workers take its work (decode a stored chunk, compute a row) under the
+ * lock, the oldest batch first, and go on to the next published batch instead of waiting for
+ * the others (issue 27: a per-batch barrier made two threads wait for a third that was not
+ * scheduled, on shared cores). */
+typedef struct slot {
     const float *const *trow;   /* (rows) the batch's target rows: in the read
                                    buffer, or where a mapped chunk lies         */
     const float *const *drow;   /* (rows) the draft's                         */
     float *target;              /* (rows, V) the read buffer: decoded chunks  */
     float *draft;               /* (rows, V)                                  */
-    int64_t row0;
+    int64_t row0, seq;          /* first row; the batch's number              */
     int rows;
     double *res;                /* (rows, n_cfg, W)                           */
-    atomic_int next;
-    /* raw mode: the workers first decode the batch's chunks into target/draft */
-    const sq_corpus *corpus;
-    const sq_corpus_raw *items; /* (n_items) the batch's stored chunks        */
-    int n_items, chunk_rows;
-    atomic_int next_item;
-    pthread_mutex_t mu;         /* the gate, and the first decoding error     */
-    pthread_cond_t cv;
+    const sq_corpus_raw *items; /* (n_items) the batch's stored chunks, or
+                                   NULL (rows read whole)                     */
+    int n_items;
     int guard;                  /* rows of this batch lie in mappings         */
-    const char *file;
-    int parties, arrived, open;
+    /* under the lock */
+    int published;
+    int next_item, items_done, next_row, rows_done, busy;
     int failed;
     int64_t fail_key;
     sq_error fail;
+} slot;
+
+typedef struct run_ctx {
+    const sq_accept_config *cfg;
+    int n_cfg, V, W, samples;
+    uint64_t seed, key;
+    const uint64_t *cfg_keys;   /* (n_cfg)                                    */
+    const sq_corpus *corpus;
+    int chunk_rows;
+    const char *file;
+    slot slots[2];
+    pthread_mutex_t mu;
+    pthread_cond_t work;        /* workers: work may be available, or stop     */
+    pthread_cond_t done;        /* the reading thread: a batch may be finished */
+    int stop;                   /* workers return                              */
 } run_ctx;
 
 typedef struct worker {
@@ -811,17 +822,17 @@ typedef struct worker {
     pthread_t thread;
 } worker;
 
-static void compute_row(worker *w, int i)
+static void compute_row(worker *w, const slot *sl, int i)
 {
     run_ctx *c = w->ctx;
     int V = c->V, W = c->W;
-    const float *t = c->trow[i];
-    const float *d = c->drow[i];
+    const float *t = sl->trow[i];
+    const float *d = sl->drow[i];
     double pt = NAN, pp = NAN, qt = NAN, qp = NAN;   /* settings P and Q were computed for */
-    uint64_t row_key = mix64(mix64(c->seed) ^ mix64(c->key ^ mix64((uint64_t)(c->row0 + i))));
+    uint64_t row_key = mix64(mix64(c->seed) ^ mix64(c->key ^ mix64((uint64_t)(sl->row0 + i))));
     for (int j = 0; j < c->n_cfg; j++) {
         const sq_accept_config *cfg = &c->cfg[j];
-        double *a = c->res + ((size_t)i * (size_t)c->n_cfg + (size_t)j) * (size_t)W;
+        double *a = sl->res + ((size_t)i * (size_t)c->n_cfg + (size_t)j) * (size_t)W;
         if (cfg->mode != SQ_MODE_GREEDY &&
             !(pt == cfg->temperature && pp == cfg->top_p)) {
             sq_accept_probs(t, V, cfg->temperature, cfg->top_p, w->P, w->ws);
@@ -840,81 +851,247 @@ static void compute_row(worker *w, int i)
     }
 }
 
-/* Raw mode, before the rows: decode chunks until none is left, then wait for every worker
- * (the rows need every chunk). The error of the earliest chunk (target before draft, as
- * sq_corpus_read checks them) is kept. */
-static void decode_chunks(worker *w)
+/* A slot is finished when nothing of it runs any more and either it failed or every row is
+ * computed. Under the lock. */
+static int slot_finished(const slot *sl)
 {
-    run_ctx *c = w->ctx;
-    pthread_mutex_lock(&c->mu);
-    while (!c->open)
-        pthread_cond_wait(&c->cv, &c->mu);
-    pthread_mutex_unlock(&c->mu);
-    for (;;) {
-        int i = atomic_fetch_add(&c->next_item, 1);
-        if (i >= c->n_items)
-            break;
-        const sq_corpus_raw *r = &c->items[i];
-        int64_t first = r->chunk * (int64_t)c->chunk_rows - c->row0;
-        float *dst = (r->model ? c->draft : c->target) + (size_t)first * (size_t)c->V;
-        sq_error e = {0};
-        if (sq_corpus_decode_raw(c->corpus, r, dst, &w->work, &w->work_cap, &e)) {
-            int64_t key = ((int64_t)r->model << 40) + r->chunk;
-            pthread_mutex_lock(&c->mu);
-            if (!c->failed || key < c->fail_key) {
-                c->failed = 1;
-                c->fail_key = key;
-                c->fail = e;
-            }
-            pthread_mutex_unlock(&c->mu);
+    return sl->busy == 0 && (sl->failed || sl->rows_done == sl->rows);
+}
+
+/* Every piece of work of the slot is handed out (or it failed): the next batch may start.
+ * Under the lock. */
+static int slot_claimed(const slot *sl)
+{
+    return sl->failed || (sl->items_done == sl->n_items && sl->next_row == sl->rows);
+}
+
+/* Records a failure of the slot (the earliest by key wins: chunks target before draft, as
+ * sq_corpus_read checks them, then rows in order), stops handing out its work. Under the
+ * lock. */
+static void slot_fail(slot *sl, int64_t key, const sq_error *e)
+{
+    if (!sl->failed || key < sl->fail_key) {
+        sl->fail_key = key;
+        sl->fail = *e;
+    }
+    sl->failed = 1;
+}
+
+enum { WORK_NONE, WORK_DECODE, WORK_ROW };
+
+/* Takes the next piece of work of the oldest published slot that has one (only `only` when
+ * not NULL): a chunk to decode, else a row once every chunk of its batch is decoded. Under
+ * the lock. */
+static int take_work(run_ctx *c, slot *only, slot **out, int *idx)
+{
+    slot *order[2] = {&c->slots[0], &c->slots[1]};
+    if (order[1]->published && (!order[0]->published || order[1]->seq < order[0]->seq)) {
+        order[0] = &c->slots[1];
+        order[1] = &c->slots[0];
+    }
+    for (int k = 0; k < 2; k++) {
+        slot *sl = order[k];
+        if (!sl->published || sl->failed || (only && sl != only))
+            continue;
+        if (sl->next_item < sl->n_items) {
+            *out = sl;
+            *idx = sl->next_item++;
+            sl->busy++;
+            return WORK_DECODE;
+        }
+        if (sl->items_done == sl->n_items && sl->next_row < sl->rows) {
+            *out = sl;
+            *idx = sl->next_row++;
+            sl->busy++;
+            if (sl->next_row == sl->rows)
+                pthread_cond_broadcast(&c->done);   /* the next batch may be handed out */
+            return WORK_ROW;
         }
     }
+    return WORK_NONE;
+}
+
+/* Decodes stored chunk i of the slot into its rows (raw mode). */
+static void decode_item(worker *w, slot *sl, int i)
+{
+    run_ctx *c = w->ctx;
+    const sq_corpus_raw *r = &sl->items[i];
+    int64_t first = r->chunk * (int64_t)c->chunk_rows - sl->row0;
+    float *dst = (r->model ? sl->draft : sl->target) + (size_t)first * (size_t)c->V;
+    sq_error e = {0};
+    int rc = sq_corpus_decode_raw(c->corpus, r, dst, &w->work, &w->work_cap, &e);
     pthread_mutex_lock(&c->mu);
-    if (++c->arrived == c->parties)
-        pthread_cond_broadcast(&c->cv);
-    while (c->arrived < c->parties)
-        pthread_cond_wait(&c->cv, &c->mu);
+    if (rc)
+        slot_fail(sl, ((int64_t)r->model << 40) + r->chunk, &e);
+    if (++sl->items_done == sl->n_items)
+        pthread_cond_broadcast(&c->work);   /* its rows can start */
+    sl->busy--;
+    if (slot_finished(sl))
+        pthread_cond_broadcast(&c->done);
     pthread_mutex_unlock(&c->mu);
 }
 
-static void *worker_main(void *arg)
+/* Row i of the slot is done, or failed with *e. */
+static void finish_row(run_ctx *c, slot *sl, int i, const sq_error *e)
 {
-    worker *w = arg;
+    pthread_mutex_lock(&c->mu);
+    if (e)
+        slot_fail(sl, (3LL << 40) + i, e);
+    sl->rows_done++;
+    sl->busy--;
+    if (slot_finished(sl))
+        pthread_cond_broadcast(&c->done);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Computes row i of the slot; a row in a mapping is guarded (a file cut short faults there,
+ * busguard.h). */
+static void row_item(worker *w, slot *sl, int i)
+{
     run_ctx *c = w->ctx;
-    if (c->items) {
-        decode_chunks(w);
-        if (c->failed)
-            return NULL;
-    }
-    for (;;) {
-        int i = atomic_fetch_add(&c->next, 1);
-        if (i >= c->rows)
-            break;
-        if (!c->guard) {
-            compute_row(w, i);
-            continue;
-        }
-        /* rows in a mapping: a file cut short since faults there (busguard.h) */
+    if (sl->guard) {
         sigjmp_buf jb;
         if (sigsetjmp(jb, 0)) {
             sq_bus_leave();
             sq_error e = {0};
             sq_error_set(&e, SQ_EDATA, "%s: row %lld: the file was cut short while being read "
-                         "(its mapping faulted)", c->file, (long long)(c->row0 + i));
-            pthread_mutex_lock(&c->mu);
-            if (!c->failed || (3LL << 40) + i < c->fail_key) {
-                c->failed = 1;
-                c->fail_key = (3LL << 40) + i;
-                c->fail = e;
-            }
-            pthread_mutex_unlock(&c->mu);
-            break;
+                         "(its mapping faulted)", c->file, (long long)(sl->row0 + i));
+            finish_row(c, sl, i, &e);
+            return;
         }
         sq_bus_enter(&jb);
-        compute_row(w, i);
+        compute_row(w, sl, i);
         sq_bus_leave();
+    } else {
+        compute_row(w, sl, i);
     }
+    finish_row(c, sl, i, NULL);
+}
+
+/* Does work until `only` (not NULL: the calling thread when no worker could start) is
+ * finished, or (NULL) until the run stops. */
+static void work_loop(worker *w, slot *only)
+{
+    run_ctx *c = w->ctx;
+    for (;;) {
+        slot *sl = NULL;
+        int idx = 0, kind;
+        pthread_mutex_lock(&c->mu);
+        for (;;) {
+            if (only ? slot_finished(only) : c->stop) {
+                pthread_mutex_unlock(&c->mu);
+                return;
+            }
+            if ((kind = take_work(c, only, &sl, &idx)) != WORK_NONE)
+                break;
+            pthread_cond_wait(&c->work, &c->mu);
+        }
+        pthread_mutex_unlock(&c->mu);
+        if (kind == WORK_DECODE)
+            decode_item(w, sl, idx);
+        else
+            row_item(w, sl, idx);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    work_loop(arg, NULL);
     return NULL;
+}
+
+/* ---- acceptance by depth (docs/estimator.md, "Acceptance by depth") ------------------------------ *
+ * Along a sequence, the weight of depth d + 1 at position t is the probability that a chain of
+ * d accepted children led there: w_0(t) = 1, w_d(t) = w_{d-1}(t - 1) · A(t - 1) with A the
+ * position's acceptance 1 - reject = Σ_k a_k, and w_d = 0 where the sequence has fewer than d
+ * positions before t. Depth d + 1's statistics are those of the plain curve with n_u = Σ_t w_d(t)
+ * and Y_uk = Σ_t w_d(t) a_k(t) over the unit's positions: a weighted ratio estimator whose
+ * sequence-level variance the same sums give. Computed in row order by the reducing thread. */
+typedef struct depth_acc {
+    int n_cfg, D, W;
+    const int64_t *offsets;   /* sequence starts (NULL: one sequence)      */
+    int64_t sequences, next_seq;
+    double *w;                /* (n_cfg, D) this position's weights        */
+    double *n;                /* (n_cfg, D) the open unit's Σ w            */
+    double *y;                /* (n_cfg, D, W) the open unit's Σ w·a       */
+    sq_accept_stats **part;   /* (n_cfg·D)                                 */
+} depth_acc;
+
+static void depth_acc_free(depth_acc *d)
+{
+    if (d->part)
+        for (int q = 0; q < d->n_cfg * d->D; q++)
+            sq_accept_stats_free(d->part[q]);
+    free(d->part);
+    free(d->w);
+    free(d->n);
+    free(d->y);
+    *d = (depth_acc){0};
+}
+
+static int depth_acc_init(depth_acc *d, int n_cfg, int D, int W, const sq_corpus *corpus)
+{
+    *d = (depth_acc){.n_cfg = n_cfg, .D = D, .W = W};
+    if (D == 0)
+        return 0;
+    const sq_corpus_info *info = sq_corpus_get_info(corpus);
+    d->sequences = info->sequences;
+    d->offsets = info->sequences > 1 ? sq_corpus_seq_offsets(corpus) : NULL;
+    size_t m = (size_t)n_cfg * (size_t)D;
+    d->w = calloc(m, sizeof *d->w);
+    d->n = calloc(m, sizeof *d->n);
+    d->y = calloc(m * (size_t)W, sizeof *d->y);
+    d->part = calloc(m, sizeof *d->part);
+    if (!d->w || !d->n || !d->y || !d->part)
+        return -1;
+    for (size_t q = 0; q < m; q++)
+        if (!(d->part[q] = sq_accept_stats_new(W)))
+            return -1;
+    return 0;
+}
+
+/* Position `row` with its vectors ri (n_cfg, W), rows in order. */
+static void depth_acc_row(depth_acc *d, int64_t row, const double *ri)
+{
+    const int D = d->D, W = d->W;
+    int start = row == 0;
+    while (d->offsets && d->next_seq < d->sequences && d->offsets[d->next_seq] <= row) {
+        start |= d->offsets[d->next_seq] == row;
+        d->next_seq++;
+    }
+    for (int j = 0; j < d->n_cfg; j++) {
+        double *w = d->w + (size_t)j * (size_t)D;
+        const double *a = ri + (size_t)j * (size_t)W;
+        if (start) {
+            w[0] = 1.0;
+            for (int k = 1; k < D; k++)
+                w[k] = 0.0;
+        }
+        double A = 0;
+        for (int k = 0; k < W; k++)
+            A += a[k];
+        for (int k = 0; k < D; k++) {
+            if (w[k] == 0)
+                continue;
+            double *y = d->y + ((size_t)j * (size_t)D + (size_t)k) * (size_t)W;
+            d->n[(size_t)j * (size_t)D + (size_t)k] += w[k];
+            for (int r = 0; r < W; r++)
+                y[r] += w[k] * a[r];
+        }
+        /* the next position's weights */
+        for (int k = D - 1; k > 0; k--)
+            w[k] = w[k - 1] * A;
+        w[0] = 1.0;
+    }
+}
+
+static void depth_acc_close_unit(depth_acc *d)
+{
+    size_t m = (size_t)d->n_cfg * (size_t)d->D;
+    for (size_t q = 0; q < m; q++)
+        sq_accept_stats_add_unit(d->part[q], d->n[q], d->y + q * (size_t)d->W);
+    memset(d->n, 0, m * sizeof *d->n);
+    memset(d->y, 0, m * (size_t)d->W * sizeof *d->y);
 }
 
 /* The stored chunks of rows [row0, row0 + count) of both models, target first, and where each
@@ -955,6 +1132,43 @@ static int read_rows_batch(sq_corpus *corpus, int64_t row0, int count, float *ta
     return sq_corpus_read(corpus, row0, count, target, draft, NULL, err);
 }
 
+/* Reads rows [row0, row0 + count) (batch number seq) into slot b's buffers and publishes the
+ * slot to the workers (seq < 0: not yet; the caller sets seq and publishes it); /tokens is read after the logits in raw mode, its error kept in
+ * *tok_rc and *tok_err for when the batch is reduced. A reading error is returned and the
+ * slot is left unpublished. */
+static int read_batch(sq_corpus *corpus, run_ctx *c, int b, int64_t seq, int64_t row0,
+                      int count, int raw_rows, float *buf, size_t half, const float **rowp,
+                      int64_t batch, sq_corpus_raw *raw, double *res, int *tok_rc,
+                      sq_error *tok_err, sq_error *err)
+{
+    int rc, n_items = 0, guard = 0;
+    *tok_rc = SQ_OK;
+    *tok_err = (sq_error){0};
+    if (raw_rows > 0) {
+        rc = read_raw_batch(corpus, row0, count, raw_rows, buf, buf + half, c->V, raw, &n_items,
+                            rowp, rowp + batch, err);
+        if (rc == SQ_OK)
+            *tok_rc = sq_corpus_read(corpus, row0, count, NULL, NULL, NULL, tok_err);
+        for (int i = 0; i < n_items; i++)
+            guard |= raw[i].map != NULL;
+    } else {
+        rc = read_rows_batch(corpus, row0, count, buf, buf + half, c->V, rowp, rowp + batch,
+                             err);
+    }
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&c->mu);
+    c->slots[b] = (slot){
+        .trow = rowp, .drow = rowp + batch, .target = buf, .draft = buf + half, .row0 = row0,
+        .seq = seq, .rows = count, .res = res, .items = raw_rows > 0 ? raw : NULL,
+        .n_items = n_items, .guard = guard, .published = seq >= 0,
+    };
+    if (seq >= 0)
+        pthread_cond_broadcast(&c->work);
+    pthread_mutex_unlock(&c->mu);
+    return SQ_OK;
+}
+
 int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
                   const sq_accept_config *cfg, int n_cfg, const sq_accept_params *params,
                   sq_accept_stats **stats, sq_error *err)
@@ -964,6 +1178,10 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     int64_t N = info->rows;
     SQ_ASSERT(n_cfg >= 1 && n_cfg <= SQ_ACCEPT_MAX_CONFIGS);
     SQ_ASSERT(W >= 1 && W <= SQ_ACCEPT_MAX_WIDTH && params->samples >= 1);
+    const int D = params->depths;
+    SQ_ASSERT(D >= 0 && D <= SQ_ACCEPT_MAX_DEPTHS && (D == 0 || params->depth_stats));
+    for (int q = 0; q < n_cfg * D; q++)
+        SQ_ASSERT(params->depth_stats[q] && params->depth_stats[q]->width == W);
     for (int j = 0; j < n_cfg; j++) {
         int rc = sq_accept_config_check(&cfg[j], err);
         if (rc)
@@ -1014,17 +1232,20 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     float *buf[2] = {malloc((size_t)room * row_bytes), malloc((size_t)room * row_bytes)};
     const float **rowp[2] = {malloc((size_t)batch * 2 * sizeof(float *)),
                              malloc((size_t)batch * 2 * sizeof(float *))};
-    double *res = malloc((size_t)batch * (size_t)n_cfg * (size_t)W * sizeof *res);
+    double *res[2] = {malloc((size_t)batch * (size_t)n_cfg * (size_t)W * sizeof(double)),
+                      malloc((size_t)batch * (size_t)n_cfg * (size_t)W * sizeof(double))};
     double *acc = calloc((size_t)n_cfg * (size_t)W, sizeof *acc);
     worker *ws = calloc((size_t)threads, sizeof *ws);
     sq_accept_stats **part = calloc((size_t)n_cfg, sizeof *part);
+    depth_acc dep = {0};
     sq_corpus_raw *raw[2] = {NULL, NULL};
-    int n_items[2] = {0, 0}, n_raw = 0, sync_made = 0;
+    int n_raw = 0, sync_made = 0, started = 0;
     int tok_rc[2] = {SQ_OK, SQ_OK};
     sq_error tok_err[2] = {{0}, {0}};
     int rc = SQ_OK;
-    if (units < 0 || !cfg_keys || !buf[0] || !buf[1] || !rowp[0] || !rowp[1] || !res || !acc ||
-        !ws || !part) {
+    if (units < 0 || !cfg_keys || !buf[0] || !buf[1] || !rowp[0] || !rowp[1] || !res[0] ||
+        !res[1] || !acc ||
+        !ws || !part || depth_acc_init(&dep, n_cfg, D, W, corpus)) {
         rc = sq_error_oom(err, "estimation buffers");
         goto done;
     }
@@ -1037,7 +1258,8 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     }
     run_ctx ctx = {
         .cfg = cfg, .n_cfg = n_cfg, .V = V, .W = W, .samples = params->samples,
-        .seed = params->seed, .key = key, .cfg_keys = cfg_keys, .res = res, .file = file,
+        .seed = params->seed, .key = key, .cfg_keys = cfg_keys, .file = file,
+        .corpus = corpus, .chunk_rows = raw_rows,
     };
     for (int t = 0; t < threads; t++) {
         ws[t].ctx = &ctx;
@@ -1051,9 +1273,6 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         }
     }
 
-    int cur = 0;
-    int64_t row = 0;
-    int count = (int)batch;
     size_t half = (size_t)room * (size_t)V;
     const int per_model = raw_rows > 0 ? (int)((batch + raw_rows - 1) / raw_rows) + 1 : 0;
     if (raw_rows > 0) {
@@ -1063,83 +1282,74 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
                 goto done;
             }
         n_raw = 2 * per_model;
-        ctx.corpus = corpus;
-        ctx.chunk_rows = raw_rows;
-        if (pthread_mutex_init(&ctx.mu, NULL) || pthread_cond_init(&ctx.cv, NULL)) {
-            rc = sq_error_set(err, SQ_ESOFTWARE, "cannot create a mutex");
-            goto done;
-        }
-        sync_made = 1;
-        rc = read_raw_batch(corpus, 0, count, raw_rows, buf[0], buf[0] + half, V, raw[0],
-                            &n_items[0], rowp[0], rowp[0] + batch, err);
-        if (rc == SQ_OK)
-            tok_rc[0] = sq_corpus_read(corpus, 0, count, NULL, NULL, NULL, &tok_err[0]);
-    } else {
-        rc = read_rows_batch(corpus, 0, count, buf[0], buf[0] + half, V, rowp[0],
-                             rowp[0] + batch, err);
     }
-    if (rc)
+    if (pthread_mutex_init(&ctx.mu, NULL)) {
+        rc = sq_error_set(err, SQ_ESOFTWARE, "cannot create a mutex");
         goto done;
+    }
+    if (pthread_cond_init(&ctx.work, NULL)) {
+        pthread_mutex_destroy(&ctx.mu);
+        rc = sq_error_set(err, SQ_ESOFTWARE, "cannot create a condition variable");
+        goto done;
+    }
+    if (pthread_cond_init(&ctx.done, NULL)) {
+        pthread_cond_destroy(&ctx.work);
+        pthread_mutex_destroy(&ctx.mu);
+        rc = sq_error_set(err, SQ_ESOFTWARE, "cannot create a condition variable");
+        goto done;
+    }
+    sync_made = 1;
+    /* Reads batch number `seq` (count rows from row0) into slot b and publishes it. */
+#define READ_BATCH(b, seq_, row0_, count_, e_)                                                 \
+    read_batch(corpus, &ctx, (b), (seq_), (row0_), (count_), raw_rows, buf[b], half, rowp[b],   \
+               batch, raw[b], res[b], &tok_rc[b], &tok_err[b], (e_))
+    int cur = 0;
+    int64_t seq = 0, row = 0;
+    int count = (int)batch;
+    if ((rc = READ_BATCH(0, 0, 0, count, err)))
+        goto done;
+    /* The workers run for the whole corpus; the next batch is read while they compute. */
+    for (int t = 0; t < threads; t++) {
+        if (pthread_create(&ws[t].thread, NULL, worker_main, &ws[t]) != 0)
+            break;
+        started++;
+    }
+    int64_t next_row = row + count;
+    int next_count = (int)(N - next_row < batch ? N - next_row : batch);
+    int pend_rc = SQ_OK;        /* reading the batch after the current one failed */
+    sq_error pend_err = {0};
+    if (next_count > 0)
+        pend_rc = READ_BATCH(1, -1, next_row, next_count, &pend_err);
     int64_t unit = 0;
     double unit_n = 0;
     while (row < N) {
-        ctx.target = buf[cur];
-        ctx.draft = ctx.target + half;
-        ctx.trow = rowp[cur];
-        ctx.drow = rowp[cur] + batch;
-        ctx.row0 = row;
-        ctx.rows = count;
-        atomic_store(&ctx.next, 0);
-        if (raw_rows > 0) {
-            ctx.items = raw[cur];
-            ctx.n_items = n_items[cur];
-            ctx.guard = 0;
-            for (int i = 0; i < n_items[cur]; i++)
-                ctx.guard |= raw[cur][i].map != NULL;
-            atomic_store(&ctx.next_item, 0);
-            ctx.arrived = ctx.open = ctx.failed = 0;
-        }
-        int started = 0;
-        for (int t = 0; t < threads; t++) {
-            if (pthread_create(&ws[t].thread, NULL, worker_main, &ws[t]) != 0)
-                break;
-            started++;
-        }
-        if (raw_rows > 0) {
-            /* the workers decode, then wait for each other: now that it is known how many */
-            pthread_mutex_lock(&ctx.mu);
-            ctx.parties = started > 0 ? started : 1;
-            ctx.open = 1;
-            pthread_cond_broadcast(&ctx.cv);
-            pthread_mutex_unlock(&ctx.mu);
-        }
+        slot *sl = &ctx.slots[cur], *next = &ctx.slots[1 - cur];
         if (started == 0)
-            worker_main(&ws[0]); /* no thread could start: compute here */
-        /* Read the next batch while the workers compute. */
-        int64_t next_row = row + count;
-        int next_count = (int)(N - next_row < batch ? N - next_row : batch);
-        int rrc = SQ_OK;
-        if (next_count > 0 && raw_rows > 0) {
-            rrc = read_raw_batch(corpus, next_row, next_count, raw_rows, buf[1 - cur],
-                                 buf[1 - cur] + half, V, raw[1 - cur], &n_items[1 - cur],
-                                 rowp[1 - cur], rowp[1 - cur] + batch, err);
-            /* /tokens (read and checked as sq_corpus_read does, after the logits) */
-            tok_err[1 - cur] = (sq_error){0};
-            if (rrc == SQ_OK)
-                tok_rc[1 - cur] = sq_corpus_read(corpus, next_row, next_count, NULL, NULL, NULL,
-                                                 &tok_err[1 - cur]);
+            work_loop(&ws[0], sl); /* no thread could start: compute here */
+        /* Once every row of this batch is handed out, the progress callback, then the next
+         * batch (read while this one ran) goes to the workers: a worker with nothing left here
+         * starts on it instead of waiting for the others' last rows. */
+        pthread_mutex_lock(&ctx.mu);
+        while (!slot_claimed(sl))
+            pthread_cond_wait(&ctx.done, &ctx.mu);
+        pthread_mutex_unlock(&ctx.mu);
+        if (params->progress)
+            params->progress(params->user, row + count, N);
+        pthread_mutex_lock(&ctx.mu);
+        if (next_count > 0 && !pend_rc) {
+            next->seq = seq + 1;
+            next->published = 1;
+            pthread_cond_broadcast(&ctx.work);
         }
-        else if (next_count > 0)
-            rrc = read_rows_batch(corpus, next_row, next_count, buf[1 - cur],
-                                  buf[1 - cur] + half, V, rowp[1 - cur], rowp[1 - cur] + batch,
-                                  err);
-        for (int t = 0; t < started; t++)
-            pthread_join(ws[t].thread, NULL);
-        if (raw_rows > 0 && ctx.failed) {
+        while (!slot_finished(sl))
+            pthread_cond_wait(&ctx.done, &ctx.mu);
+        sl->published = 0;
+        pthread_mutex_unlock(&ctx.mu);
+        if (sl->failed) {
             /* a bad chunk of this batch comes before anything of the next */
             if (err)
-                *err = ctx.fail;
-            rc = ctx.fail.status;
+                *err = sl->fail;
+            rc = sl->fail.status;
             goto done;
         }
         if (raw_rows > 0 && tok_rc[cur]) {
@@ -1148,17 +1358,23 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
             rc = tok_rc[cur];
             goto done;
         }
-        if (rrc) {
-            rc = rrc;
+        if (pend_rc) {
+            if (err)
+                *err = pend_err;
+            rc = pend_rc;
             goto done;
         }
         /* Reduce in row order, closing units at their boundaries. */
         for (int i = 0; i < count; i++) {
-            const double *ri = res + (size_t)i * (size_t)n_cfg * (size_t)W;
+            const double *ri = sl->res + (size_t)i * (size_t)n_cfg * (size_t)W;
             for (size_t q = 0; q < (size_t)n_cfg * (size_t)W; q++)
                 acc[q] += ri[q];
             unit_n += 1;
+            if (D)
+                depth_acc_row(&dep, row + i, ri);
             while (unit < units && row + i + 1 == bounds[unit + 1]) {
+                if (D)
+                    depth_acc_close_unit(&dep);
                 for (int j = 0; j < n_cfg; j++)
                     sq_accept_stats_add_unit(part[j], unit_n, acc + (size_t)j * (size_t)W);
                 memset(acc, 0, (size_t)n_cfg * (size_t)W * sizeof *acc);
@@ -1168,17 +1384,35 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         }
         row = next_row;
         count = next_count;
+        /* this slot is free: the batch after the next is read into it, published later */
+        next_row = row + count;
+        next_count = (int)(N - next_row < batch ? N - next_row : batch);
+        if (count > 0 && next_count > 0)
+            pend_rc = READ_BATCH(cur, -1, next_row, next_count, &pend_err);
         cur = 1 - cur;
-        if (params->progress)
-            params->progress(params->user, row, N);
+        seq++;
     }
+#undef READ_BATCH
     SQ_ASSERT(unit == units && unit_n == 0);
     for (int j = 0; j < n_cfg; j++) {
         part[j]->sequences = info->sequences;
         sq_accept_stats_merge(stats[j], part[j]);
     }
+    for (int q = 0; q < n_cfg * D; q++) {
+        dep.part[q]->sequences = info->sequences;
+        sq_accept_stats_merge(params->depth_stats[q], dep.part[q]);
+    }
 
 done:
+    if (started > 0) {
+        /* the workers finish what they hold (maybe in the next batch) and return */
+        pthread_mutex_lock(&ctx.mu);
+        ctx.stop = 1;
+        pthread_cond_broadcast(&ctx.work);
+        pthread_mutex_unlock(&ctx.mu);
+        for (int t = 0; t < started; t++)
+            pthread_join(ws[t].thread, NULL);
+    }
     for (int b = 0; b < 2; b++) {
         for (int i = 0; raw[b] && i < n_raw; i++)
             sq_corpus_raw_clear(&raw[b][i]);
@@ -1186,7 +1420,8 @@ done:
     }
     if (sync_made) {
         pthread_mutex_destroy(&ctx.mu);
-        pthread_cond_destroy(&ctx.cv);
+        pthread_cond_destroy(&ctx.work);
+        pthread_cond_destroy(&ctx.done);
     }
     if (ws)
         for (int t = 0; t < threads; t++) {
@@ -1201,9 +1436,11 @@ done:
         for (int j = 0; j < n_cfg; j++)
             sq_accept_stats_free(part[j]);
     free(part);
+    depth_acc_free(&dep);
     free(ws);
     free(acc);
-    free(res);
+    free(res[0]);
+    free(res[1]);
     free(buf[0]);
     free(buf[1]);
     free(rowp[0]);

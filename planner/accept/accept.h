@@ -45,6 +45,7 @@
 #define SQ_ACCEPT_MAX_SAMPLES 1000000  /* draws per position                            */
 #define SQ_ACCEPT_MAX_CONFIGS 256      /* (mode, temperature, top-p) triples in one run  */
 #define SQ_ACCEPT_BATCHES 32           /* batch-means units of a single-sequence corpus  */
+#define SQ_ACCEPT_MAX_DEPTHS 64        /* rows of p_by_depth the estimator writes        */
 
 /* One curve to estimate. The modes, their names and which are sampled (average random draws per
  * position) are libsequoia/format/mode.h's. */
@@ -156,17 +157,30 @@ typedef struct sq_accept_params {
      * and benchmarks compare them): CHUNKS fetches chunks with H5Dread_chunk, ROWS reads rows
      * with sq_corpus_read. */
     int      read;         /* SQ_ACCEPT_READ_*                                         */
-    /* Called by the calling thread after each batch; may be NULL. */
+    /* Acceptance by depth (docs/estimator.md, "Acceptance by depth"): with depths D >= 1,
+     * depth_stats[j·D + d] (width W) also receive the statistics of depth d + 1 for cfg[j]:
+     * each position weighted by the probability that the d positions before it in its
+     * sequence each accepted a child (the product of their 1 - reject), so depth 1 is the
+     * plain curve. 0: none (depth_stats is not used). */
+    int      depths;       /* 0 .. SQ_ACCEPT_MAX_DEPTHS                                */
+    sq_accept_stats **depth_stats;
+    /* Called by the calling thread after each batch, once all its rows are handed to the
+     * workers and before the next batch is (its last rows may still be computing); may be
+     * NULL. */
     void   (*progress)(void *user, int64_t done, int64_t total);
     void    *user;
 } sq_accept_params;
 
-/* width 16, samples 1, seed 0, threads 0, batch_bytes 16 MiB, read AUTO. */
+/* width 16, samples 1, seed 0, threads 0, batch_bytes 16 MiB, read AUTO, depths 0. */
 sq_accept_params sq_accept_default_params(void);
 
-/* Streams the whole corpus and adds it to stats[i] (width params->width) for cfg[i].
+/* Streams the whole corpus and adds it to stats[i] (width params->width) for cfg[i] (and to
+ * params->depth_stats, see above).
  * `key` identifies the corpus in the random streams (e.g. the first bytes of its SHA-256);
- * `file` names it in messages. Memory: 2·batch_bytes + threads·O(V) + O(n_cfg·W²). */
+ * `file` names it in messages. Memory: 2·batch_bytes + threads·O(V) + O(n_cfg·W²).
+ * The worker threads live for the whole run: the calling thread reads the next batch while they
+ * compute, and hands it to them as soon as every row of the current one is taken, so that a
+ * worker never waits for another's last row (docs/estimator.md, "Speed"). */
 int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
                   const sq_accept_config *cfg, int n_cfg, const sq_accept_params *params,
                   sq_accept_stats **stats, sq_error *err);

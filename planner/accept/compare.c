@@ -16,6 +16,99 @@ static cJSON *jnum(double v)
     return cJSON_CreateNumber(isfinite(v) ? v : 0.0);
 }
 
+/* The depth-dependent part (issue 27): depths 1 .. max(rows) of both curves, each depth's
+ * vector as a flat curve (a curve without p_by_depth is p at every depth; one with fewer rows
+ * reuses its last), compared like a whole curve: ranks with z-scores, and the optimal tree's F
+ * built from that depth's vector alone with its standard error from that row's statistics.
+ * *drop: some depth's F dropped by more than sigma standard errors. Adds "by_depth" to jc. */
+static int compare_depths(const sq_curve *cb, const char *base_file, int i, const sq_curve *cn,
+                          const char *new_file, int j, const sq_accept_compare_opts *o,
+                          cJSON *jc, int *drop, sq_error *err)
+{
+    int D = cb->depth_rows > cn->depth_rows ? cb->depth_rows : cn->depth_rows;
+    int W = cb->width > cn->width ? cb->width : cn->width;
+    cJSON *jd = cJSON_CreateArray();
+    sq_json_add(jc, "by_depth", jd);
+    REPORT("  by depth (rows: %d in %s, %d in %s; a curve reuses its last row deeper):\n",
+           cb->depth_rows, base_file, cn->depth_rows, new_file);
+    REPORT("  depth      p1 base -> new         z    worst rank z   F base -> new     change"
+           "       z\n");
+    double *gb = malloc((size_t)W * sizeof *gb), *gn = malloc((size_t)W * sizeof *gn);
+    int rc = gb && gn ? SQ_OK : sq_error_oom(err, "gradient");
+    *drop = 0;
+    for (int d = 0; d < D && !rc; d++) {
+        sq_curve rb = {0}, rn = {0};
+        if ((rc = sq_accept_curve_depth_row(cb, base_file, i, d, &rb, err)) ||
+            (rc = sq_accept_curve_depth_row(cn, new_file, j, d, &rn, err))) {
+            sq_curve_clear(&rb);
+            break;
+        }
+        cJSON *row = cJSON_CreateObject(), *jr = cJSON_CreateArray();
+        sq_json_append(jd, row);
+        sq_json_add(row, "depth", cJSON_CreateNumber(d + 1));
+        sq_json_add(row, "ranks", jr);
+        double worst = NAN;
+        int worst_k = 0;
+        for (int k = 0; k < W; k++) {
+            sq_accept_rank_change r = sq_accept_rank_compare(&rb, &rn, k);
+            cJSON *jk = cJSON_CreateObject();
+            sq_json_append(jr, jk);
+            sq_json_add(jk, "rank", cJSON_CreateNumber(k + 1));
+            sq_json_add(jk, "baseline", jnum(r.base));
+            sq_json_add(jk, "new", jnum(r.now));
+            sq_json_add(jk, "change", jnum(r.change));
+            sq_json_add(jk, "z", !isnan(r.z) ? jnum(r.z) : cJSON_CreateNull());
+            if (!isnan(r.z) && (isnan(worst) || r.z < worst)) {
+                worst = r.z;
+                worst_k = k + 1;
+            }
+        }
+        double Fb, Fn, vb = 0, vn = 0;
+        int size_b, size_n;
+        const char *how_b, *how_n;
+        if (!(rc = o->optimal_F(&rb, o->budget, o->depth, &Fb, gb, &size_b, err)) &&
+            !(rc = o->optimal_F(&rn, o->budget, o->depth, &Fn, gn, &size_n, err)) &&
+            !(rc = sq_accept_F_variance(&rb, base_file, i, gb, &vb, &how_b, err)))
+            rc = sq_accept_F_variance(&rn, new_file, j, gn, &vn, &how_n, err);
+        if (!rc) {
+            double dF = Fn - Fb, sF = sqrt(vb + vn);
+            int dd = sq_accept_significant_drop(dF, sF, o->sigma);
+            sq_accept_rank_change r1 = sq_accept_rank_compare(&rb, &rn, 0);
+            REPORT("  %5d  %9.5f -> %9.5f  ", d + 1, r1.base, r1.now);
+            if (!isnan(r1.z))
+                REPORT("%+7.2f", r1.z);
+            else
+                REPORT("      -");
+            if (!isnan(worst))
+                REPORT("  %4d %+7.2f", worst_k, worst);
+            else
+                REPORT("          -");
+            REPORT("  %7.4f -> %7.4f  %+8.4f", Fb, Fn, dF);
+            if (sF > 0)
+                REPORT("  %+6.2f", dF / sF);
+            else
+                REPORT("       -");
+            REPORT("%s\n", dd ? "  SIGNIFICANT DROP" : "");
+            cJSON *jf = cJSON_CreateObject();
+            sq_json_add(row, "optimal_F", jf);
+            sq_json_add(jf, "baseline", jnum(Fb));
+            sq_json_add(jf, "new", jnum(Fn));
+            sq_json_add(jf, "change", jnum(dF));
+            sq_json_add(jf, "stderr", sF > 0 ? jnum(sF) : cJSON_CreateNull());
+            sq_json_add(jf, "z", sF > 0 ? jnum(dF / sF) : cJSON_CreateNull());
+            sq_json_add(jf, "error_from",
+                        cJSON_CreateString(strcmp(how_b, how_n) ? how_n : how_b));
+            sq_json_add(row, "significant_drop", cJSON_CreateBool(dd));
+            *drop |= dd;
+        }
+        sq_curve_clear(&rb);
+        sq_curve_clear(&rn);
+    }
+    free(gb);
+    free(gn);
+    return rc;
+}
+
 int sq_accept_compare(const char *base_file, const char *new_file,
                       const sq_accept_compare_opts *o, cJSON **out, sq_error *err)
 {
@@ -72,14 +165,10 @@ int sq_accept_compare(const char *base_file, const char *new_file,
             goto done;
         }
         if ((rc = sq_accept_curve_stats_check(cb, base_file, i, err)) ||
-            (rc = sq_accept_curve_stats_check(cn, new_file, j, err)))
+            (rc = sq_accept_curve_stats_check(cn, new_file, j, err)) ||
+            (rc = sq_accept_curve_depth_stats_check(cb, base_file, i, err)) ||
+            (rc = sq_accept_curve_depth_stats_check(cn, new_file, j, err)))
             goto done;
-        if (cb->depth_rows || cn->depth_rows) {
-            rc = sq_error_set(err, SQ_EDATA, "%s: curve \"%s\": depth-dependent curves "
-                              "(p_by_depth) are not supported by --compare",
-                              cb->depth_rows ? base_file : new_file, cb->name);
-            goto done;
-        }
         compared++;
         if (cb->width != cn->width && o->warn)
             fprintf(o->warn, "%s: warning: curve %s: width %d in %s but %d in %s; ranks past %d "
@@ -125,8 +214,12 @@ int sq_accept_compare(const char *base_file, const char *new_file,
         }
         int size_b, size_n;
         const char *how_b, *how_n;
-        if ((rc = o->optimal_F(cb, o->budget, o->depth, &Fb, gb, &size_b, err)) ||
-            (rc = o->optimal_F(cn, o->budget, o->depth, &Fn, gn, &size_n, err))) {
+        /* p itself (the depth rows, if any, are compared below): the tree and its F from p */
+        sq_curve fb = *cb, fn = *cn;
+        fb.depth_rows = fn.depth_rows = 0;
+        fb.p_by_depth = fn.p_by_depth = fb.stderr_by_depth = fn.stderr_by_depth = NULL;
+        if ((rc = o->optimal_F(&fb, o->budget, o->depth, &Fb, gb, &size_b, err)) ||
+            (rc = o->optimal_F(&fn, o->budget, o->depth, &Fn, gn, &size_n, err))) {
             free(gb);
             free(gn);
             goto done;
@@ -157,6 +250,12 @@ int sq_accept_compare(const char *base_file, const char *new_file,
         sq_json_add(jf, "stderr", sF > 0 ? jnum(sF) : cJSON_CreateNull());
         sq_json_add(jf, "z", sF > 0 ? jnum(dF / sF) : cJSON_CreateNull());
         sq_json_add(jf, "error_from", cJSON_CreateString(strcmp(how_b, how_n) ? how_n : how_b));
+        if (cb->depth_rows || cn->depth_rows) {
+            int ddrop = 0;
+            if ((rc = compare_depths(cb, base_file, i, cn, new_file, j, o, jc, &ddrop, err)))
+                goto done;
+            drop |= ddrop;
+        }
         sq_json_add(jc, "significant_drop", cJSON_CreateBool(drop));
         if (drop)
             worst = SQ_EFAIL;

@@ -1,7 +1,9 @@
 /* The regression check of acceptance curves (sequoia-accept --compare): a baseline curve file
  * against a new one, per curve the change of each rank's p with its z-score and the change of
  * the optimal tree's expected tokens per step F with its standard error, and whether F dropped
- * significantly. The result is a "sequoia-compare" document (docs/formats.md, "Curve
+ * significantly. Depth-dependent curves (p_by_depth) are also compared depth by depth, each
+ * depth's vector like a whole curve (its F from that vector alone, its error from that row's
+ * statistics), and a significant drop at any depth fails the comparison (issue 27). The result is a "sequoia-compare" document (docs/formats.md, "Curve
  * comparisons"), and optionally a text report.
  *
  * The optimal tree needs the tree DP, which belongs to the planner; the estimator library does
@@ -49,8 +51,8 @@ typedef struct sq_accept_compare_opts {
  *             unless o->only limits the comparison to one curve): the document's "result" and
  *             "missing_in_new" say which; err is not set;
  * with *out the sequoia-compare document (to cJSON_Delete) in both cases; or another status
- * with err set and *out NULL: SQ_ENOINPUT, SQ_EDATA (a file's errors, a depth-dependent curve,
- * which is not supported, no curve name in common), SQ_EUSAGE (o->only names no curve of both
+ * with err set and *out NULL: SQ_ENOINPUT, SQ_EDATA (a file's errors, statistics that do not
+ * reproduce the curve or its depth rows, no curve name in common), SQ_EUSAGE (o->only names no curve of both
  * files), SQ_ESOFTWARE (out of memory). */
 int sq_accept_compare(const char *base_file, const char *new_file,
                       const sq_accept_compare_opts *o, cJSON **out, sq_error *err);

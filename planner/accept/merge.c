@@ -109,6 +109,11 @@ static int merge_curve(sq_curve_set *const *sets, char *const *files, int n_file
     sq_accept_curve_stats first = {0};
     int seed_same = 1, rc = SQ_OK;
     const char *unit = NULL;
+    /* the shards' curves, for the depth rows (issue 27) */
+    const sq_curve **shard = calloc((size_t)n_files, sizeof *shard);
+    int *shard_idx = calloc((size_t)n_files, sizeof *shard_idx);
+    if (!shard || !shard_idx)
+        rc = sq_error_oom(err, "curves");
     for (int f = 0; f < n_files && !rc; f++) {
         int idx = -1;
         for (int j = 0; j < sets[f]->n; j++)
@@ -120,6 +125,8 @@ static int merge_curve(sq_curve_set *const *sets, char *const *files, int n_file
             break;
         }
         const sq_curve *c = &sets[f]->curves[idx];
+        shard[f] = c;
+        shard_idx[f] = idx;
         if (strcmp(c->mode, c0->mode) || !(c->temperature == c0->temperature) ||
             !(c->top_p == c0->top_p || (isnan(c->top_p) && isnan(c0->top_p))) ||
             c->width != c0->width) {
@@ -161,7 +168,11 @@ static int merge_curve(sq_curve_set *const *sets, char *const *files, int n_file
             rc = sq_accept_curve_from_stats(out, c0->name, &cfg, total, first.samples,
                                             seed_same ? first.seed : null, unit, err);
         cJSON_Delete(null);
+        if (!rc)
+            rc = sq_accept_curve_merge_depths(out, shard, files, shard_idx, n_files, err);
     }
+    free(shard);
+    free(shard_idx);
     sq_accept_stats_free(total);
     return rc;
 }

@@ -36,7 +36,7 @@ static void usage(FILE *fp)
     fprintf(fp,
         "Usage: " PROG " CORPUS.h5 [CORPUS.h5 ...] [--mode M[,M...]] [--temperature T[,T...]]\n"
         "                      [--top-p P[,P...]] [--width W] [--samples K] [--seed S]\n"
-        "                      [--threads N] [-o CURVES.json] [--quiet]\n"
+        "                      [--threads N] [--by-depth D] [-o CURVES.json] [--quiet]\n"
         "       " PROG " --merge A.json B.json [...] -o ALL.json\n"
         "       " PROG " --compare BASELINE.json NEW.json [--budget N] [--depth D] [--sigma Z]\n"
         "                      [--curve NAME] [--json FILE] [--quiet]\n"
@@ -63,6 +63,9 @@ static void usage(FILE *fp)
         "  -s, --seed S            random seed (default 0); results depend only on the seed and\n"
         "                          the corpora, not on --threads\n"
         "  -j, --threads N         worker threads (default: all online CPUs)\n"
+        "      --by-depth D        also estimate p_by_depth for depths 1..D (1..%d): depth d\n"
+        "                          weighs each position by the chance that the d-1 positions\n"
+        "                          before it each accepted a child (docs/estimator.md)\n"
         "  -o, --output FILE       write the curves there (atomically); default standard output\n"
         "  -q, --quiet             no progress line and no summary\n"
         "      --merge             combine curve files computed on disjoint shards, exactly\n"
@@ -80,7 +83,8 @@ static void usage(FILE *fp)
         "      --plot              draw curve files (with --svg) without estimating anything\n"
         "  -h, --help              this text\n"
         "      --version           the version\n"
-        "\n"
+        "\n", SQ_ACCEPT_MAX_WIDTH, SQ_ACCEPT_MAX_DEPTHS);
+    fprintf(fp,
         "Examples:\n"
         "  " PROG " c4.h5 --mode stochastic --temperature 0.6,1.0 --width 16 -o curves.json\n"
         "  " PROG " c4.h5 --mode specinfer --temperature 1 --top-p 0.9 --samples 4 -o si.json\n"
@@ -94,8 +98,7 @@ static void usage(FILE *fp)
         "Exit status: 0 success (--compare: no significant drop), 1 significant drop or a curve\n"
         "of BASELINE missing in NEW (--compare),\n"
         "64 usage error, 65 invalid input data, 66 input file missing, 70 internal error,\n"
-        "73 cannot create output, 74 I/O error. No output file is left behind on failure.\n",
-        SQ_ACCEPT_MAX_WIDTH);
+        "73 cannot create output, 74 I/O error. No output file is left behind on failure.\n");
 }
 
 /* ---- option parsing ----------------------------------------------------------------------- */
@@ -315,10 +318,12 @@ static int estimate(char **files, int n_files, est_opts *o)
     const char **names = calloc((size_t)n_files, sizeof *names);
     const char **hexp = calloc((size_t)n_files, sizeof *hexp);
     sq_accept_stats **stats = calloc((size_t)n_cfg, sizeof *stats);
+    const int D = o->params.depths;
+    sq_accept_stats **dstats = calloc((size_t)n_cfg * (size_t)D + 1, sizeof *dstats);
     sq_curve_set set = {0};
     sq_out *out = NULL;
     cJSON *root = NULL;
-    if (!corp || !hex || !names || !hexp || !stats) {
+    if (!corp || !hex || !names || !hexp || !stats || !dstats) {
         rc = sq_error_oom(&err, "corpus list");
         goto done;
     }
@@ -390,6 +395,11 @@ static int estimate(char **files, int n_files, est_opts *o)
             rc = sq_error_oom(&err, "statistics");
             goto done;
         }
+    for (int q = 0; q < n_cfg * D; q++)
+        if (!(dstats[q] = sq_accept_stats_new(o->params.width))) {
+            rc = sq_error_oom(&err, "statistics");
+            goto done;
+        }
     double t0 = now_s();
     int64_t total_rows = 0;
     for (int f = 0; f < n_files; f++) {
@@ -400,6 +410,7 @@ static int estimate(char **files, int n_files, est_opts *o)
         sq_accept_params pr = o->params;
         pr.progress = sq_progress_callback;
         pr.user = &ps;
+        pr.depth_stats = dstats;
         uint64_t key = 0;
         for (int b = 0; b < 16; b++) {
             unsigned v;
@@ -436,6 +447,17 @@ static int estimate(char **files, int n_files, est_opts *o)
             goto done;
         }
         set.n = j + 1;
+        int kept = 0;
+        if (D && (rc = sq_accept_curve_add_depths(&set.curves[j], dstats + (size_t)j * (size_t)D,
+                                                  D, &kept, &err))) {
+            cJSON_Delete(seed);
+            goto done;
+        }
+        if (kept < D)
+            fprintf(stderr, PROG ": notice: curve %s: no position reached depth %d (every chain "
+                    "of %d accepted children was cut by a rejection or a sequence start), so "
+                    "p_by_depth has %d row%s; deeper levels use the last\n", name, kept + 1, kept,
+                    kept, kept == 1 ? "" : "s");
     }
     cJSON_Delete(seed);
     const sq_corpus_info *i0 = sq_corpus_get_info(corp[0]);
@@ -483,6 +505,10 @@ done:
         for (int j = 0; j < n_cfg; j++)
             sq_accept_stats_free(stats[j]);
     free(stats);
+    if (dstats)
+        for (int q = 0; q < n_cfg * D; q++)
+            sq_accept_stats_free(dstats[q]);
+    free(dstats);
     if (corp)
         for (int f = 0; f < n_files; f++)
             sq_corpus_close(corp[f]);
@@ -572,7 +598,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
-enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT, OPT_JSON };
+enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT, OPT_JSON, OPT_BY_DEPTH };
 
 typedef struct accept_opts {
     est_opts est;
@@ -625,6 +651,11 @@ static int parse_estimation(int c, const char *arg, est_opts *o)
             return SQ_EUSAGE;
         o->params.seed = seed;
         return SQ_OK;
+    case OPT_BY_DEPTH:
+        if (sq_cli_int(PROG, "--by-depth", arg, 1, SQ_ACCEPT_MAX_DEPTHS, &v))
+            return SQ_EUSAGE;
+        o->params.depths = v;
+        return SQ_OK;
     default: /* 'j' */
         if (sq_cli_int(PROG, "--threads", arg, 1, 256, &v))
             return SQ_EUSAGE;
@@ -647,6 +678,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
         {"budget", required_argument, NULL, 'n'},   {"depth", required_argument, NULL, 'd'},
         {"sigma", required_argument, NULL, 'z'},    {"curve", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, OPT_VERSION},
+        {"by-depth", required_argument, NULL, OPT_BY_DEPTH},
         {NULL, 0, NULL, 0},
     };
     *a = (accept_opts){.est = {.n_modes = 1, .modes = {SQ_MODE_STOCHASTIC}, .n_temps = 1,
@@ -657,7 +689,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:T:p:w:k:s:j:o:qn:d:z:c:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': case 'T': case 'p': case 'w': case 'k': case 's': case 'j':
+        case 'm': case 'T': case 'p': case 'w': case 'k': case 's': case 'j': case OPT_BY_DEPTH:
             if (parse_estimation(c, optarg, &a->est))
                 return SQ_EUSAGE;
             a->est_opt = 1;
@@ -700,9 +732,9 @@ static const char *misfit(const accept_opts *a, int n_files)
         return "--merge and --compare cannot be combined";
     if ((a->do_merge || a->do_compare) && a->est_opt)
         return a->do_merge ? "estimation options (--mode, --temperature, --top-p, --width, "
-                             "--samples, --seed, --threads) do not apply to --merge"
+                             "--samples, --seed, --threads, --by-depth) do not apply to --merge"
                            : "estimation options (--mode, --temperature, --top-p, --width, "
-                             "--samples, --seed, --threads) do not apply to --compare";
+                             "--samples, --seed, --threads, --by-depth) do not apply to --compare";
     if (!a->do_compare && a->cmp_opt)
         return "--budget, --depth, --sigma, --curve and --json apply to --compare only";
     if (a->do_plot && (!svg_path || n_files < 1 || a->do_merge || a->do_compare || a->est.out_file))
