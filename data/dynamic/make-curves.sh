@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Curves with the dynamic-tree statistics (issue 26) for one draft/target pair, from the target's
+# own continuations of 32 held-out prompts (as examples/ladder.sh's step 1b): the greedy corpus is
+# the target's greedy decoding (what greedy runs decode), the T = 1 corpus its sampled decoding at
+# T = 1 (what topk and stochastic runs at T = 1 decode).
+#
+#   data/dynamic/make-curves.sh NAME DRAFT TARGET      (writes data/dynamic/curves-NAME-*.json)
+#
+# Environment: BUILD (default build), THREADS (default 1), NEW_TOKENS (default 128).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+NAME=$1 DRAFT=$2 TARGET=$3
+BUILD=${BUILD:-build}
+THREADS=${THREADS:-1}
+NEW_TOKENS=${NEW_TOKENS:-128}
+PLAN=$BUILD/planner/sequoia-plan
+ACCEPT=$BUILD/planner/sequoia-accept
+RUN=$BUILD/runtime/sequoia-run
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dyncurves.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+bytes_to_ids() { od -An -v -tu1 | tr -s ' \n' '\n' | sed '/^$/d'; }
+"$PLAN" -a data/pipeline/curves.json -c greedy@T0 -n 1 -d 1 -o "$TMP/root.json" 2>/dev/null
+: > "$TMP/prompts.txt"
+for i in $(seq 0 31); do
+    head -c $((i * 1024 + 64)) data/heldout.txt | tail -c 64 | bytes_to_ids | tr '\n' ' ' >> "$TMP/prompts.txt"
+    printf '\n\n' >> "$TMP/prompts.txt"
+done
+for m in greedy T1; do
+    if [ $m = greedy ]; then opts=(--mode greedy); accept=(--mode greedy);
+    else opts=(--mode topk --temperature 1 --seed 7); accept=(--mode topk,stochastic --temperature 1); fi
+    "$RUN" --draft "$DRAFT" --target "$TARGET" --plan "$TMP/root.json" --prompt "$TMP/prompts.txt" \
+        --batch 32 -n "$NEW_TOKENS" "${opts[@]}" --threads "$THREADS" --no-baseline \
+        -o "$TMP/generated.txt" 2>/dev/null
+    paste -d ' ' <(sed '/^$/d' "$TMP/prompts.txt") "$TMP/generated.txt" | sed 's/$/\n/' > "$TMP/tokens.txt"
+    "$RUN" dump --draft "$DRAFT" --target "$TARGET" --tokens "$TMP/tokens.txt" -o "$TMP/corpus.h5" \
+        --context $((64 + NEW_TOKENS)) --threads "$THREADS" --compression 0 2>/dev/null
+    "$ACCEPT" "$TMP/corpus.h5" "${accept[@]}" --width 16 --seed 1 -q \
+        -o "data/dynamic/curves-$NAME-$m.json"
+    rm -f "$TMP/corpus.h5"
+done

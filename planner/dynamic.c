@@ -1,0 +1,590 @@
+/* Dynamic trees: envelope rules, prediction, cost per round, search (planner/dynamic.h;
+ * docs/planning.md, "Dynamic trees"). */
+#include "planner/dynamic.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/dynplan.h"
+
+/* ---- rules ------------------------------------------------------------------------------------ */
+
+int sq_dyn_envelope_check(sq_engine e, int L, int K, int N, const char *what, sq_error *err)
+{
+    /* the rules live with the dynamic plan format, where the runtime reads them too */
+    return sq_dynplan_envelope_check(sq_engine_name(e), L, K, N, what, err);
+}
+
+/* ---- samples ------------------------------------------------------------------------------------ */
+
+void sq_dyn_samples_free(sq_dyn_samples *s)
+{
+    if (!s)
+        return;
+    free(s->q);
+    free(s->a);
+    free(s->next);
+    free(s->remain);
+    free(s);
+}
+
+static int samples_alloc(int n, int K, sq_dyn_samples **out, sq_error *err)
+{
+    sq_dyn_samples *s = calloc(1, sizeof *s);
+    if (s) {
+        s->n = n;
+        s->K = K;
+        s->q = calloc((size_t)n * K, sizeof *s->q);
+        s->a = calloc((size_t)n * K, sizeof *s->a);
+        s->next = calloc((size_t)n, sizeof *s->next);
+        s->remain = calloc((size_t)n, sizeof *s->remain);
+    }
+    if (!s || !s->q || !s->a || !s->next || !s->remain) {
+        sq_dyn_samples_free(s);
+        return sq_error_oom(err, "dynamic-tree samples");
+    }
+    *out = s;
+    return SQ_OK;
+}
+
+static void link_segments(sq_dyn_samples *s, const int *len, int n_segs)
+{
+    int at = 0;
+    for (int g = 0; g < n_segs; g++) {
+        for (int i = 0; i < len[g]; i++) {
+            s->next[at + i] = i + 1 < len[g] ? at + i + 1 : -1;
+            s->remain[at + i] = len[g] - 1 - i;
+        }
+        at += len[g];
+    }
+}
+
+int sq_dyn_samples_new(int n, int K, const double *q, const double *a, const int *seg_len,
+                       int n_segs, sq_dyn_samples **out, sq_error *err)
+{
+    int total = 0;
+    for (int g = 0; g < n_segs; g++)
+        total += seg_len[g] > 0 ? seg_len[g] : 0;
+    if (n < 1 || K < 1 || K > SQ_DYN_MAX_TOPK || total != n)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic-tree samples: n %d, K %d, segments summing "
+                            "to %d", n, K, total);
+    int rc = samples_alloc(n, K, out, err);
+    if (rc)
+        return rc;
+    memcpy((*out)->q, q, (size_t)n * K * sizeof *q);
+    memcpy((*out)->a, a, (size_t)n * K * sizeof *a);
+    link_segments(*out, seg_len, n_segs);
+    return SQ_OK;
+}
+
+/* rows x K numbers in [0, 1] from arr into v; sums of a row at most 1 (+ rounding). */
+static int read_rows(const cJSON *arr, int n, int K, const char *file, const char *ctx, double *v,
+                     sq_error *err)
+{
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an array of %d rows (one per "
+                            "sample)", file, ctx, n);
+    int i = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, arr) {
+        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != K)
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: expected %d numbers", file, ctx, i, K);
+        int k = 0;
+        double sum = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, row) {
+            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 1))
+                return sq_error_set(err, SQ_EDATA, "%s: %s[%d][%d]: expected a probability in "
+                                    "[0, 1]", file, ctx, i, k);
+            v[(size_t)i * K + k++] = x->valuedouble;
+            sum += x->valuedouble;
+        }
+        if (sum > 1.001)
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: the probabilities sum to %.6g > 1",
+                                file, ctx, i, sum);
+        i++;
+    }
+    return SQ_OK;
+}
+
+int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *config,
+                             sq_dyn_samples **out, sq_error *err)
+{
+    *out = NULL;
+    const cJSON *d = sq_json_field(curves, "dynamic");
+    if (!cJSON_IsObject(d))
+        return sq_error_set(err, SQ_EDATA, "%s: no key \"dynamic\": the curves hold no "
+                            "statistics for a dynamic-tree prediction (estimate them again "
+                            "with sequoia-accept, which writes them by default)", file);
+    const char *fmt = NULL;
+    long long K = 0, ver = 0;
+    int rc;
+    if ((rc = sq_json_get_string(d, "format", 1, &fmt, file, "dynamic", err)) ||
+        (rc = sq_json_get_int(d, "version", 1, 1, 1, &ver, file, "dynamic", err)) ||
+        (rc = sq_json_get_int(d, "topk", 1, 1, SQ_DYN_MAX_TOPK, &K, file, "dynamic", err)))
+        return rc;
+    if (strcmp(fmt, "sequoia-dynamic-stats") != 0)
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.format: \"%s\", expected "
+                            "\"sequoia-dynamic-stats\"", file, fmt);
+    const cJSON *segs = sq_json_field(d, "segments"), *q = sq_json_field(d, "draft_topk");
+    const cJSON *acc = sq_json_field(d, "accept");
+    if (!cJSON_IsArray(segs) || cJSON_GetArraySize(segs) < 1)
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments: expected a non-empty array",
+                            file);
+    if (!cJSON_IsObject(acc))
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: expected an object", file);
+    const cJSON *a = sq_json_field(acc, config);
+    if (!a) {
+        char list[512] = "";
+        size_t len = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, acc)
+            if (len < sizeof list)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s\"%s\"",
+                                        len ? ", " : "", c->string);
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: no configuration \"%s\" (it has "
+                            "%s)", file, config, len ? list : "none");
+    }
+    int n_segs = cJSON_GetArraySize(segs);
+    int *len = malloc((size_t)n_segs * sizeof *len);
+    if (!len)
+        return sq_error_oom(err, "segments");
+    int n = 0, g = 0;
+    const cJSON *sg;
+    cJSON_ArrayForEach(sg, segs) {
+        const cJSON *l = cJSON_GetArrayItem(sg, 1);
+        if (!cJSON_IsArray(sg) || !cJSON_IsNumber(l) || l->valuedouble < 1 ||
+            l->valuedouble > 1e7 || l->valuedouble != floor(l->valuedouble)) {
+            free(len);
+            return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments[%d]: expected [row0, "
+                                "length >= 1, corpus]", file, g);
+        }
+        len[g++] = l->valueint;
+        n += l->valueint;
+        if (n > 10000000) {
+            free(len);
+            return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments: more than 10^7 samples",
+                                file);
+        }
+    }
+    sq_dyn_samples *s = NULL;
+    if ((rc = samples_alloc(n, (int)K, &s, err))) {
+        free(len);
+        return rc;
+    }
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "dynamic.accept.%s", config);
+    if ((rc = read_rows(q, n, (int)K, file, "dynamic.draft_topk", s->q, err)) ||
+        (rc = read_rows(a, n, (int)K, file, ctx, s->a, err))) {
+        free(len);
+        sq_dyn_samples_free(s);
+        return rc;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 1; k < K; k++)
+            if (s->q[(size_t)i * K + k] > s->q[(size_t)i * K + k - 1]) {
+                free(len);
+                sq_dyn_samples_free(s);
+                return sq_error_set(err, SQ_EDATA, "%s: dynamic.draft_topk[%d]: not sorted in "
+                                    "decreasing order", file, i);
+            }
+    link_segments(s, len, n_segs);
+    free(len);
+    snprintf(s->config, sizeof s->config, "%s", config);
+    *out = s;
+    return SQ_OK;
+}
+
+/* ---- prediction ---------------------------------------------------------------------------------- */
+
+sq_dyn_predict_params sq_dyn_predict_default_params(void)
+{
+    return (sq_dyn_predict_params){.trials = 20000, .seed = 1};
+}
+
+/* splitmix64: one stream per trial, so a result depends only on the seed and the trial. */
+typedef struct rng64 {
+    uint64_t s;
+} rng64;
+
+static uint64_t rng_next(rng64 *r)
+{
+    uint64_t x = (r->s += 0x9e3779b97f4a7c15ULL);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static double rng_unit(rng64 *r)
+{
+    return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int rng_below(rng64 *r, int n)
+{
+    return (int)(rng_unit(r) * n);
+}
+
+/* The accepted rank at sample i (0-based), or -1: drawn from its acceptance vector. */
+static int draw_rank(const sq_dyn_samples *s, int i, rng64 *r)
+{
+    double u = rng_unit(r), c = 0;
+    const double *a = s->a + (size_t)i * s->K;
+    for (int k = 0; k < s->K; k++) {
+        c += a[k];
+        if (u < c)
+            return k;
+    }
+    return -1;
+}
+
+typedef struct cand {
+    double score;
+    int sample;      /* the position whose draft probabilities its children get      */
+    int on_path;
+} cand;
+
+/* One trial: the candidates of every level (engine order), the on-path node of each level and
+ * the count, per level, of candidates that outrank it. Fills rank_by[d][l]: candidates of
+ * level l that come before the on-path node of level d in the engine's order (score, then
+ * index); path_len: levels with an on-path node whose node could be reached. */
+typedef struct trial_ws {
+    cand *level[SQ_DYN_MAX_STEPS + 1];
+    int   kept[SQ_DYN_MAX_TOPK];
+    int   path_at[SQ_DYN_MAX_STEPS + 1];   /* index of the on-path node in its level, -1 */
+} trial_ws;
+
+static int roots_of(const sq_dyn_samples *s, int L, int **roots)
+{
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        n += s->remain[i] >= L - 1;
+    int all = n == 0;
+    if (all)
+        n = s->n;
+    *roots = malloc((size_t)n * sizeof **roots);
+    if (!*roots)
+        return -1;
+    int j = 0;
+    for (int i = 0; i < s->n; i++)
+        if (all || s->remain[i] >= L - 1)
+            (*roots)[j++] = i;
+    return n;
+}
+
+/* The K best of m candidates c[0..m) by score (ties: the lower index), in order. */
+static void top_k(const cand *c, int m, int K, int *out)
+{
+    int n = 0;
+    for (int i = 0; i < m; i++) {
+        if (n == K && !(c[i].score > c[out[n - 1]].score))
+            continue;
+        int j = n < K ? n++ : K - 1;
+        while (j > 0 && c[i].score > c[out[j - 1]].score) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = i;
+    }
+}
+
+int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
+                        const sq_dyn_predict_params *p, double *E, double *se, double *p_len,
+                        sq_error *err)
+{
+    if (K < 1 || K > s->K || L < 1 || L > SQ_DYN_MAX_STEPS || max_nodes < 2 ||
+        max_nodes > SQ_DYN_MAX_NODES)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: L %d (1..%d), K %d (1..%d, the "
+                            "statistics keep %d ranks), N %d (2..%d)", L, SQ_DYN_MAX_STEPS, K,
+                            SQ_DYN_MAX_TOPK, s->K, max_nodes, SQ_DYN_MAX_NODES);
+    int trials = p && p->trials > 0 ? p->trials : 20000;
+    uint64_t seed = p ? p->seed : 1;
+    int W = max_nodes + 1;
+    size_t cells = (size_t)L * W;
+    double *sum = calloc(cells, sizeof *sum), *sum2 = calloc(cells, sizeof *sum2);
+    double *lens = calloc((size_t)W, sizeof *lens);
+    long long *reach = calloc((size_t)L + 1, sizeof *reach);
+    int *roots = NULL;
+    int n_roots = roots_of(s, L, &roots);
+    trial_ws ws = {0};
+    int ok = sum && sum2 && lens && reach && n_roots > 0;
+    for (int l = 1; l <= L && ok; l++)
+        ok = (ws.level[l] = malloc((size_t)(l == 1 ? K : K * K) * sizeof(cand))) != NULL;
+    if (!ok) {
+        free(sum); free(sum2); free(lens); free(reach); free(roots);
+        for (int l = 1; l <= L; l++)
+            free(ws.level[l]);
+        return sq_error_oom(err, "dynamic prediction");
+    }
+    /* rank_by[d][l]: candidates of level l before the on-path node of level d */
+    int rank_by[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
+    for (int t = 0; t < trials; t++) {
+        rng64 r = {seed * 0x100000001b3ULL ^ ((uint64_t)t * 0x9e3779b97f4a7c15ULL)};
+        rng_next(&r);
+        int root = roots[t % n_roots];
+        /* level 1: the root's top-K; the path goes on at rank tr */
+        int tr = draw_rank(s, root, &r), nxt = s->next[root];
+        const double *qr = s->q + (size_t)root * s->K;
+        for (int l = 1; l <= L; l++)
+            ws.path_at[l] = -1;
+        for (int k = 0; k < K; k++) {
+            int on = k == tr;
+            ws.level[1][k] = (cand){qr[k], on ? (nxt >= 0 ? nxt : rng_below(&r, s->n))
+                                              : rng_below(&r, s->n), on};
+            if (on)
+                ws.path_at[1] = k;
+        }
+        int n_kept = K;
+        for (int k = 0; k < K; k++)
+            ws.kept[k] = k;
+        for (int l = 2; l <= L; l++) {
+            cand *prev = ws.level[l - 1], *cur = ws.level[l];
+            for (int i = 0; i < n_kept; i++) {
+                const cand *par = &prev[ws.kept[i]];
+                const double *qp = s->q + (size_t)par->sample * s->K;
+                int ptr = par->on_path ? draw_rank(s, par->sample, &r) : -1;
+                int pn = par->on_path ? s->next[par->sample] : -1;
+                for (int k = 0; k < K; k++) {
+                    int on = par->on_path && k == ptr;
+                    cur[i * K + k] = (cand){par->score * qp[k],
+                                            on && pn >= 0 ? pn : rng_below(&r, s->n), on};
+                    if (on)
+                        ws.path_at[l] = i * K + k;
+                }
+            }
+            top_k(cur, n_kept * K, K, ws.kept);
+        }
+        /* ranks of the on-path nodes, level by level */
+        int depth = 0;
+        for (int d = 1; d <= L && ws.path_at[d] >= 0; d++)
+            depth = d;
+        for (int d = 1; d <= depth; d++) {
+            int at = ws.path_at[d];
+            double sc = ws.level[d][at].score;
+            for (int l = 1; l <= L; l++) {
+                int m = l == 1 ? K : K * K, c = 0;
+                const cand *cl = ws.level[l];
+                for (int i = 0; i < m; i++)
+                    c += cl[i].score > sc || (cl[i].score == sc && (l < d || (l == d && i < at)));
+                rank_by[d][l] = c;
+            }
+        }
+        /* for each l: the path's ranks among the candidates of levels <= l */
+        for (int l = 1; l <= L; l++) {
+            for (int N = 0; N < W; N++)
+                lens[N] = 0;
+            int m = 0;   /* the largest rank so far along the path */
+            for (int d = 1; d <= (depth < l ? depth : l); d++) {
+                int rk = 0;
+                for (int j = 1; j <= l; j++)
+                    rk += rank_by[d][j];
+                m = rk > m ? rk : m;
+                /* the path reaches depth d in trees of N - 1 > m draft tokens */
+                if (m + 2 <= max_nodes)
+                    lens[m + 2] += 1;
+            }
+            double len = 0;
+            double *row = sum + (size_t)(l - 1) * W, *row2 = sum2 + (size_t)(l - 1) * W;
+            for (int N = 2; N < W; N++) {
+                len += lens[N];
+                row[N] += len;
+                row2[N] += len * len;
+            }
+            if (l == L) {
+                len = 0;
+                for (int N = 2; N < W; N++)
+                    len += lens[N];
+                for (int d = 0; d <= (int)len; d++)
+                    reach[d]++;
+            }
+        }
+    }
+    for (int l = 1; l <= L; l++)
+        for (int N = 0; N < W; N++) {
+            size_t i = (size_t)(l - 1) * W + N;
+            if (N < 2) {
+                E[i] = 0;
+                if (se)
+                    se[i] = 0;
+                continue;
+            }
+            double m = sum[i] / trials, v = sum2[i] / trials - m * m;
+            E[i] = 1.0 + m;
+            if (se)
+                se[i] = trials > 1 && v > 0 ? sqrt(v / (trials - 1)) : 0.0;
+        }
+    if (p_len)
+        for (int d = 0; d <= L; d++)
+            p_len[d] = (double)reach[d] / trials;
+    free(sum); free(sum2); free(lens); free(reach); free(roots);
+    for (int l = 1; l <= L; l++)
+        free(ws.level[l]);
+    return SQ_OK;
+}
+
+int sq_dyn_predict(const sq_dyn_samples *s, int L, int K, int N, const sq_dyn_predict_params *p,
+                   double *expected, double *se, double *p_len, sq_error *err)
+{
+    if (N < 2 || N > SQ_DYN_MAX_NODES || L < 1 || L > SQ_DYN_MAX_STEPS)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: L %d, N %d out of range", L, N);
+    size_t cells = (size_t)L * (N + 1);
+    double *E = malloc(cells * sizeof *E), *S = malloc(cells * sizeof *S);
+    if (!E || !S) {
+        free(E);
+        free(S);
+        return sq_error_oom(err, "dynamic prediction");
+    }
+    int rc = sq_dyn_predict_grid(s, L, K, N, p, E, S, p_len, err);
+    if (!rc) {
+        *expected = E[(size_t)(L - 1) * (N + 1) + N];
+        if (se)
+            *se = S[(size_t)(L - 1) * (N + 1) + N];
+    }
+    free(E);
+    free(S);
+    return rc;
+}
+
+/* ---- cost ------------------------------------------------------------------------------------------ */
+
+int sq_dyn_round_ms(sq_engine e, const sq_profile *target, const sq_profile *draft,
+                    double draft_ms, int b, int L, int K, int N, sq_extrapolate x,
+                    sq_dyn_cost *out, sq_error *err)
+{
+    double t, d = 0, v;
+    int rc = sq_profile_ms_batch(target, b, N, x, &t, err);
+    if (rc)
+        return rc;
+    if (!draft) {
+        d = L * draft_ms;
+    } else if (e == SQ_ENGINE_SGLANG) {
+        if (L > 1) {
+            if ((rc = sq_profile_ms_batch(draft, b, K, x, &v, err)))
+                return rc;
+            d += (L - 1) * v;
+        }
+        if ((rc = sq_profile_ms_batch(draft, b, N, x, &v, err)))
+            return rc;
+        d += v;
+    } else {
+        if ((rc = sq_profile_ms_batch(draft, b, L + 1, x, &v, err)))
+            return rc;
+        d += v;
+        for (int i = 1; i < L; i++) {
+            if ((rc = sq_profile_ms_batch(draft, b, i * K, x, &v, err)))
+                return rc;
+            d += v;
+        }
+    }
+    out->target_ms = t;
+    out->draft_ms = d;
+    out->round_ms = t + d;
+    return SQ_OK;
+}
+
+/* ---- search ------------------------------------------------------------------------------------------ */
+
+static int better(const sq_dyn_choice *a, const sq_dyn_choice *b)
+{
+    if (a->tokens_per_second != b->tokens_per_second)
+        return a->tokens_per_second > b->tokens_per_second;
+    if (a->nodes != b->nodes)
+        return a->nodes < b->nodes;
+    if (a->steps != b->steps)
+        return a->steps < b->steps;
+    return a->topk < b->topk;
+}
+
+void sq_dyn_grid_free(sq_dyn_grid *g)
+{
+    if (!g)
+        return;
+    free(g->E);
+    free(g->se);
+    free(g);
+}
+
+int sq_dyn_grid_new(const sq_dyn_samples *s, int Lm, int Km, int Nm,
+                    const sq_dyn_predict_params *p, sq_dyn_grid **out, sq_error *err)
+{
+    *out = NULL;
+    if (Lm < 1 || Km < 1 || Km > s->K || Nm < 2 || Lm > SQ_DYN_MAX_STEPS || Nm > SQ_DYN_MAX_NODES)
+        return sq_error_set(err, SQ_EUSAGE, "envelope search: bounds L <= %d, K <= %d, N <= %d "
+                            "leave nothing to search (L 1..%d, K 1..%d, N 2..%d)", Lm, Km, Nm,
+                            SQ_DYN_MAX_STEPS, s->K, SQ_DYN_MAX_NODES);
+    sq_dyn_grid *g = calloc(1, sizeof *g);
+    size_t per = (size_t)Lm * (Nm + 1), cells = per * Km;
+    if (g) {
+        g->E = calloc(cells, sizeof *g->E);
+        g->se = calloc(cells, sizeof *g->se);
+    }
+    if (!g || !g->E || !g->se) {
+        sq_dyn_grid_free(g);
+        return sq_error_oom(err, "envelope search");
+    }
+    g->max_steps = Lm;
+    g->max_topk = Km;
+    g->max_nodes = Nm;
+    g->trials = p && p->trials > 0 ? p->trials : sq_dyn_predict_default_params().trials;
+    for (int K = 1; K <= Km; K++) {
+        int rc = sq_dyn_predict_grid(s, Lm, K, Nm, p, g->E + per * (K - 1), g->se + per * (K - 1),
+                                     NULL, err);
+        if (rc) {
+            sq_dyn_grid_free(g);
+            return rc;
+        }
+    }
+    *out = g;
+    return SQ_OK;
+}
+
+double sq_dyn_grid_at(const sq_dyn_grid *g, int L, int K, int N, double *se)
+{
+    size_t i = ((size_t)(K - 1) * g->max_steps + (L - 1)) * (g->max_nodes + 1) + N;
+    if (se)
+        *se = g->se[i];
+    return g->E[i];
+}
+
+int sq_dyn_search(const sq_dyn_grid *g, const sq_dyn_search_params *p, sq_dyn_choice *best,
+                  int cap, int *n_best, double *plain_tps, sq_error *err)
+{
+    *n_best = 0;
+    double t1;
+    int rc = sq_profile_ms_batch(p->target, p->batch, 1, p->extrapolate, &t1, err);
+    if (rc)
+        return rc;
+    *plain_tps = p->batch / t1 * 1000.0;
+    int found = 0;
+    for (int K = 1; K <= g->max_topk && !rc; K++)
+        for (int L = 1; L <= g->max_steps && !rc; L++)
+            for (int N = 2; N <= g->max_nodes && !rc; N++) {
+                if (sq_dyn_envelope_check(p->engine, L, K, N, NULL, NULL) != SQ_OK)
+                    continue;
+                sq_dyn_cost c;
+                if ((rc = sq_dyn_round_ms(p->engine, p->target, p->draft, p->draft_ms, p->batch,
+                                          L, K, N, p->extrapolate, &c, err)))
+                    break;
+                found = 1;
+                double se, E = sq_dyn_grid_at(g, L, K, N, &se);
+                sq_dyn_choice ch = {L, K, N, E, se, c.round_ms, c.target_ms, c.draft_ms,
+                                    p->batch * E / c.round_ms * 1000.0};
+                /* into the sorted list of the cap best */
+                if (cap <= 0 || (*n_best == cap && !better(&ch, &best[cap - 1])))
+                    continue;
+                int j = *n_best < cap ? (*n_best)++ : cap - 1;
+                while (j > 0 && better(&ch, &best[j - 1])) {
+                    best[j] = best[j - 1];
+                    j--;
+                }
+                best[j] = ch;
+            }
+    if (!rc && !found)
+        rc = sq_error_set(err, SQ_EUSAGE, "envelope search: no envelope within L <= %d, K <= %d, "
+                          "N <= %d keeps %s's rules", g->max_steps, g->max_topk, g->max_nodes,
+                          sq_engine_name(p->engine));
+    return rc;
+}
