@@ -591,11 +591,13 @@ static void state_free(plan_state *st)
 }
 
 /* The curve (a file, an embedded one, or the default), the plan of --plan, the profiles. */
-static int load_inputs(plan_opts *o, plan_state *st, sq_error *err)
+static int load_inputs(plan_opts *o, plan_state *st, int dyn, sq_error *err)
 {
     int rc;
     if (o->plan_file)
         return sq_plan_load(o->plan_file, &st->plan, err);
+    if (dyn)   /* a dynamic plan reads its curves file itself (run_dynamic) */
+        goto profiles;
     const char *builtin_note = NULL;
     const sq_curve *builtin = NULL;
     if (o->acc_file && access(o->acc_file, F_OK) != 0)
@@ -619,6 +621,7 @@ static int load_inputs(plan_opts *o, plan_state *st, sq_error *err)
     if (o->import_file)
         return sq_import_plan(o->import_file, (sq_import_format)o->import_fmt, o->params.curve,
                               &st->plan, err);
+profiles:
     if (o->target_profile) {
         if ((rc = sq_profile_load(o->target_profile, &st->tprof, err)) ||
             (o->draft_profile && (rc = sq_profile_load(o->draft_profile, &st->dprof, err))))
@@ -1079,6 +1082,9 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
     char config[128];
     uint8_t digest[SQ_SHA256_BYTES];
     if ((rc = sq_json_load(o->acc_file, &root, err)) ||
+        /* without the statistics: the loader's message, naming the file and the key */
+        (!sq_json_field(root, "dynamic") &&
+         (rc = sq_dyn_samples_from_json(root, o->acc_file, "", &smp, err))) ||
         (rc = dyn_config(o, root, config, sizeof config, err)) ||
         (rc = sq_dyn_samples_from_json(root, o->acc_file, config, &smp, err)) ||
         (rc = sq_sha256_file(o->acc_file, digest, err)))
@@ -1267,8 +1273,8 @@ int main(int argc, char **argv)
     sq_error err = {0};
     plan_state st = {0};
     int dyn = 0;
-    if (!(rc = load_inputs(&o, &st, &err)))
-        rc = wants_dynamic(&o, &dyn, &err);
+    if (!(rc = wants_dynamic(&o, &dyn, &err)))
+        rc = load_inputs(&o, &st, dyn, &err);
     if (!rc && dyn)
         rc = run_dynamic(&o, &st, &err);
     else if (!rc && o.ladder)

@@ -6,7 +6,9 @@
 #
 #   data/dynamic/make-curves.sh NAME DRAFT TARGET      (writes data/dynamic/curves-NAME-*.json)
 #
-# Environment: BUILD (default build), THREADS (default 1), NEW_TOKENS (default 128).
+# The dynamic-tree statistics leave out each sequence's first 63 positions (the prompt: decoding
+# starts from the prompt's last position, 63). Environment: BUILD (default build), THREADS
+# (default 1), NEW_TOKENS (default 128).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=$1 DRAFT=$2 TARGET=$3
@@ -34,7 +36,7 @@ for m in greedy T1; do
     paste -d ' ' <(sed '/^$/d' "$TMP/prompts.txt") "$TMP/generated.txt" | sed 's/$/\n/' > "$TMP/tokens.txt"
     "$RUN" dump --draft "$DRAFT" --target "$TARGET" --tokens "$TMP/tokens.txt" -o "$TMP/corpus.h5" \
         --context $((64 + NEW_TOKENS)) --threads "$THREADS" --compression 0 2>/dev/null
-    "$ACCEPT" "$TMP/corpus.h5" "${accept[@]}" --width 16 --seed 1 -q \
+    "$ACCEPT" "$TMP/corpus.h5" "${accept[@]}" --width 16 --seed 1 -q --dynamic-skip 63 \
         -o "data/dynamic/curves-$NAME-$m.json"
     rm -f "$TMP/corpus.h5"
 done

@@ -13,8 +13,8 @@
 
 sq_dynstats_params sq_dynstats_default_params(void)
 {
-    return (sq_dynstats_params){.topk = 8, .segment = 24, .max_samples = 4096, .samples = 1,
-                                .seed = 0};
+    return (sq_dynstats_params){.topk = 8, .segment = 24, .max_samples = 4096, .skip = 0,
+                                .samples = 1, .seed = 0};
 }
 
 /* 5 significant digits, so that the file stays small and byte-stable. */
@@ -59,23 +59,33 @@ typedef struct seg {
     int len;
 } seg;
 
-/* Segments of one corpus: evenly spread starts (stride), clipped at sequence ends. */
-static int plan_segments(const int64_t *off, int64_t n_seq, int64_t rows, int S, int budget,
-                         int file, seg **segs, int *n_segs, int *cap, sq_error *err)
+/* Segments of one corpus: starts spread evenly (stride) over the usable positions (each
+ * sequence's, past its first `skip`), clipped at sequence ends. */
+static int plan_segments(const int64_t *off, int64_t n_seq, int S, int skip, int budget, int file,
+                         seg **segs, int *n_segs, int *cap, sq_error *err)
 {
-    if (budget <= 0 || rows <= 0)
+    int64_t usable = 0;
+    for (int64_t s = 0; s < n_seq; s++)
+        usable += off[s + 1] - off[s] > skip ? off[s + 1] - off[s] - skip : 0;
+    if (budget <= 0 || usable <= 0)
         return SQ_OK;
     int64_t want = (budget + S - 1) / S;
-    int64_t stride = rows / (want > 0 ? want : 1);
+    int64_t stride = usable / (want > 0 ? want : 1);
     if (stride < S)
         stride = S;
     int taken = 0;
-    int64_t s = 0;
-    for (int64_t start = 0; start < rows && taken < budget; start += stride) {
-        while (s + 1 < n_seq + 1 && off[s + 1] <= start)
+    int64_t s = 0, vbase = 0;   /* sequence s's usable rows start at virtual position vbase */
+    /* stride S (the budget covers every usable position): one segment after the other */
+    for (int64_t v = 0, len = 0; v < usable && taken < budget; v += stride == S ? len : stride) {
+        for (;;) {
+            int64_t u = off[s + 1] - off[s] > skip ? off[s + 1] - off[s] - skip : 0;
+            if (v < vbase + u)
+                break;
+            vbase += u;
             s++;
-        int64_t end = off[s + 1];
-        int64_t len = end - start;
+        }
+        int64_t row = off[s] + skip + (v - vbase), end = off[s + 1];
+        len = end - row;
         if (len > S)
             len = S;
         if (len > budget - taken)
@@ -90,7 +100,7 @@ static int plan_segments(const int64_t *off, int64_t n_seq, int64_t rows, int S,
             *segs = g;
             *cap = nc;
         }
-        (*segs)[(*n_segs)++] = (seg){file, start, (int)len};
+        (*segs)[(*n_segs)++] = (seg){file, row, (int)len};
         taken += (int)len;
     }
     return SQ_OK;
@@ -183,8 +193,8 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
     for (int f = 0; f < n_files && !rc; f++) {
         const sq_corpus_info *in = sq_corpus_get_info(corpora[f]);
         int budget = prm->max_samples;   /* per corpus: a merge of shards is then exact */
-        rc = plan_segments(sq_corpus_seq_offsets(corpora[f]), in->sequences, in->rows,
-                           prm->segment, budget, f, &segs, &n_segs, &cap, err);
+        rc = plan_segments(sq_corpus_seq_offsets(corpora[f]), in->sequences, prm->segment,
+                           prm->skip, budget, f, &segs, &n_segs, &cap, err);
     }
     int n = 0;
     for (int i = 0; i < n_segs; i++)

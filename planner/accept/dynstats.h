@@ -15,7 +15,8 @@
  * the text (position t, t+1, ...) the way decoding does.
  *
  * The samples are segments of `segment` consecutive positions spread evenly over the corpus
- * (never across a sequence boundary), at most `max_samples` positions per corpus file. A calibration
+ * (never across a sequence boundary, past the first `skip` positions of each sequence), at most
+ * `max_samples` positions per corpus file. A calibration
  * table summarises them: per configuration, per bin of q and per rank, the number of samples and
  * their mean acceptance (a diagnostic: how well the draft's probability predicts acceptance).
  *
@@ -47,7 +48,9 @@
 typedef struct sq_dynstats_params {
     int      topk;         /* K: ranks kept per position, 1..SQ_DYNSTATS_MAX_TOPK (default 8) */
     int      segment;      /* consecutive positions per segment (default 24)                  */
-    int      max_samples;  /* positions in all (default 4096); 0 turns the statistics off     */
+    int      max_samples;  /* positions per corpus (default 4096); 0 turns the statistics off */
+    int      skip;         /* positions left out at the start of every sequence (default 0):
+                              a prompt, when the rest is what decoding produced             */
     int      samples;      /* draws per position for the stochastic mode (default 1)          */
     uint64_t seed;
 } sq_dynstats_params;

@@ -70,8 +70,10 @@ static void usage(FILE *fp)
         "                          file's key \"dynamic\": the draft's sorted top-K probabilities\n"
         "                          and each rank's acceptance, in runs of consecutive positions;\n"
         "                          sequoia-plan --engine sglang|trtllm-dynamic reads them);\n"
-        "                          default 4096, 0: none. Specinfer curves get none\n"
+        "                          default 4096 per corpus, 0: none. Specinfer curves get none\n"
         "      --dynamic-topk K    ranks per sampled position, 1..16 (default 8)\n"
+        "      --dynamic-skip N    leave the first N positions of every sequence out of those\n"
+        "                          samples (a prompt before the decoded text; default 0)\n"
         , SQ_ACCEPT_MAX_WIDTH);
     fputs(
         "      --merge             combine curve files computed on disjoint shards, exactly\n"
@@ -642,7 +644,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
 enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT, OPT_JSON, OPT_DYN_SAMPLES,
-       OPT_DYN_TOPK };
+       OPT_DYN_TOPK, OPT_DYN_SKIP };
 
 typedef struct accept_opts {
     est_opts est;
@@ -698,6 +700,9 @@ static int parse_estimation(int c, const char *arg, est_opts *o)
     case OPT_DYN_SAMPLES:
         return sq_cli_int(PROG, "--dynamic-samples", arg, 0, 1 << 20, &o->dyn.max_samples)
                ? SQ_EUSAGE : SQ_OK;
+    case OPT_DYN_SKIP:
+        return sq_cli_int(PROG, "--dynamic-skip", arg, 0, INT_MAX, &o->dyn.skip) ? SQ_EUSAGE
+                                                                                   : SQ_OK;
     case OPT_DYN_TOPK:
         return sq_cli_int(PROG, "--dynamic-topk", arg, 1, SQ_DYNSTATS_MAX_TOPK, &o->dyn.topk)
                ? SQ_EUSAGE : SQ_OK;
@@ -725,6 +730,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, OPT_VERSION},
         {"dynamic-samples", required_argument, NULL, OPT_DYN_SAMPLES},
         {"dynamic-topk", required_argument, NULL, OPT_DYN_TOPK},
+        {"dynamic-skip", required_argument, NULL, OPT_DYN_SKIP},
         {NULL, 0, NULL, 0},
     };
     *a = (accept_opts){.est = {.n_modes = 1, .modes = {SQ_MODE_STOCHASTIC}, .n_temps = 1,
@@ -737,7 +743,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
     while ((c = getopt_long(argc, argv, ":m:T:p:w:k:s:j:o:qn:d:z:c:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': case 'T': case 'p': case 'w': case 'k': case 's': case 'j':
-        case OPT_DYN_SAMPLES: case OPT_DYN_TOPK:
+        case OPT_DYN_SAMPLES: case OPT_DYN_TOPK: case OPT_DYN_SKIP:
             if (parse_estimation(c, optarg, &a->est))
                 return SQ_EUSAGE;
             a->est_opt = 1;
