@@ -137,6 +137,20 @@ static void usage(FILE *fp)
     print_option(fp, "      --engine E", "plan under the limits of engine E and report what they cost "
                  "(docs/engines.md):", names, notes, n, " and ", "", 90);
     fprintf(fp,
+        "Dynamic trees (--engine sglang or trtllm-dynamic, with curves whose key \"dynamic\"\n"
+        "sequoia-accept wrote; docs/planning.md, \"Dynamic trees\"): -o gets a dynamic plan\n"
+        "(sequoia-dynamic-plan JSON) whose expected_tokens is the predicted tokens/step of the\n"
+        "engine's own tree. Curves without that key keep the static envelope of the best fixed tree.\n"
+        "      --envelope L,K,N   predict this envelope: L draft steps, top-K, N nodes with the root\n"
+        "                         (SGLang: N - 1 <= K + (L-1) K^2; TensorRT-LLM: L <= N - 1 <= K L)\n"
+        "                         Without it, --target-profile and --draft-profile (or --draft-ms)\n"
+        "                         search L <= min(8, D - 1), K <= 8 (and --width), N <= --budget\n"
+        "                         for the most tokens/s at the profile's first batch size, with\n"
+        "                         --ladder one envelope per profiled batch size\n"
+        "      --mode M           the statistics' verifier: greedy, topk or stochastic\n"
+        "      --temperature T    with --mode (default 1; greedy is 0); or --curve NAME\n"
+        "      --trials N         Monte-Carlo steps per prediction (default 20000)\n");
+    fprintf(fp,
         "      --max-non-leaves M TensorRT-LLM's max_non_leaves_per_layer (checked by --export\n"
         "                         trtllm and kept by --engine trtllm); default %d, as\n"
         "                         convert_checkpoint.py\n", SQ_TRTLLM_MAX_NON_LEAVES);
@@ -173,6 +187,9 @@ static void usage(FILE *fp)
         "  " PROG " -n 128 -d 10 -o plan.json --svg tree.svg --svg-table table.svg\n"
         "  " PROG " -a curves.json -n 1024 -d 16 --target-profile gpu.json --draft-profile draft.json \\\n"
         "               -o plan.json                                # fastest tree for this machine\n"
+        "  " PROG " -a curves.json --engine sglang --envelope 5,4,16 --mode greedy -o dyn.json\n"
+        "  " PROG " -a curves.json --engine trtllm-dynamic --mode topk --target-profile t.json \\\n"
+        "               --draft-profile d.json -n 64 --ladder -o dyn.json  # envelopes by batch size\n"
         "\n"
         "Limits: (N+1)(D+1)(B+1) <= %lld cells and N^2*D*B/2 <= %lld steps (D and B clamped to N).\n"
         "Exit status: 0 success, 64 usage error or request past a limit, 65 invalid input data\n"
