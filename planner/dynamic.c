@@ -28,6 +28,7 @@ void sq_dyn_samples_free(sq_dyn_samples *s)
     free(s->a);
     free(s->next);
     free(s->remain);
+    free(s->text_rank);
     free(s);
 }
 
@@ -191,6 +192,28 @@ int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *
                 return sq_error_set(err, SQ_EDATA, "%s: dynamic.draft_topk[%d]: not sorted in "
                                     "decreasing order", file, i);
             }
+    const cJSON *nr = sq_json_field(d, "next_rank");
+    if (nr) {
+        int i = 0;
+        const cJSON *x;
+        if (!cJSON_IsArray(nr) || cJSON_GetArraySize(nr) != n ||
+            !(s->text_rank = malloc((size_t)n * sizeof *s->text_rank))) {
+            free(len);
+            sq_dyn_samples_free(s);
+            return sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank: expected %d ranks", file,
+                                n);
+        }
+        cJSON_ArrayForEach(x, nr) {
+            if (!cJSON_IsNumber(x) || x->valuedouble < -1 || x->valuedouble >= K ||
+                x->valuedouble != floor(x->valuedouble)) {
+                free(len);
+                sq_dyn_samples_free(s);
+                return sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank[%d]: expected an "
+                                    "integer in [-1, %lld]", file, i, K - 1);
+            }
+            s->text_rank[i++] = x->valueint;
+        }
+    }
     link_segments(s, len, n_segs);
     free(len);
     snprintf(s->config, sizeof s->config, "%s", config);
@@ -202,7 +225,7 @@ int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *
 
 sq_dyn_predict_params sq_dyn_predict_default_params(void)
 {
-    return (sq_dyn_predict_params){.trials = 20000, .seed = 1};
+    return (sq_dyn_predict_params){.trials = 20000, .seed = 1, .path = SQ_DYN_PATH_DRAW};
 }
 
 /* splitmix64: one stream per trial, so a result depends only on the seed and the trial. */
@@ -228,10 +251,14 @@ static int rng_below(rng64 *r, int n)
     return (int)(rng_unit(r) * n);
 }
 
-/* The accepted rank at sample i (0-based), or -1: drawn from its acceptance vector. */
-static int draw_rank(const sq_dyn_samples *s, int i, rng64 *r)
+/* The accepted rank at sample i (0-based), or -1: drawn from its acceptance vector, or the
+ * text's (SQ_DYN_PATH_TEXT: s->text_rank set). The draw is made either way, so that both
+ * paths consume the same random numbers. */
+static int draw_rank(const sq_dyn_samples *s, int i, rng64 *r, int text)
 {
     double u = rng_unit(r), c = 0;
+    if (text)
+        return s->text_rank[i];
     const double *a = s->a + (size_t)i * s->K;
     for (int k = 0; k < s->K; k++) {
         c += a[k];
@@ -302,6 +329,10 @@ int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
                             SQ_DYN_MAX_TOPK, s->K, max_nodes, SQ_DYN_MAX_NODES);
     int trials = p && p->trials > 0 ? p->trials : 20000;
     uint64_t seed = p ? p->seed : 1;
+    int text = p && p->path == SQ_DYN_PATH_TEXT;
+    if (text && !s->text_rank)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: the path along the text needs "
+                            "the statistics' \"next_rank\" (a corpus with its tokens)");
     int W = max_nodes + 1;
     size_t cells = (size_t)L * W;
     double *sum = calloc(cells, sizeof *sum), *sum2 = calloc(cells, sizeof *sum2);
@@ -326,7 +357,7 @@ int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
         rng_next(&r);
         int root = roots[t % n_roots];
         /* level 1: the root's top-K; the path goes on at rank tr */
-        int tr = draw_rank(s, root, &r), nxt = s->next[root];
+        int tr = draw_rank(s, root, &r, text), nxt = s->next[root];
         const double *qr = s->q + (size_t)root * s->K;
         for (int l = 1; l <= L; l++)
             ws.path_at[l] = -1;
@@ -345,7 +376,7 @@ int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
             for (int i = 0; i < n_kept; i++) {
                 const cand *par = &prev[ws.kept[i]];
                 const double *qp = s->q + (size_t)par->sample * s->K;
-                int ptr = par->on_path ? draw_rank(s, par->sample, &r) : -1;
+                int ptr = par->on_path ? draw_rank(s, par->sample, &r, text) : -1;
                 int pn = par->on_path ? s->next[par->sample] : -1;
                 for (int k = 0; k < K; k++) {
                     int on = par->on_path && k == ptr;

@@ -51,6 +51,8 @@ typedef struct sq_dyn_samples {
     double *a;         /* (n, K) acceptance of each rank under the chosen configuration   */
     int    *next;      /* (n) the sample of the next corpus position; -1 at a segment end  */
     int    *remain;    /* (n) how many successors follow in the segment                   */
+    int    *text_rank; /* (n) rank of the text's next token among the K, -1 outside; NULL
+                          when the corpus had no tokens ("next_rank")                     */
     char    config[128];
 } sq_dyn_samples;
 
@@ -82,9 +84,19 @@ void sq_dyn_samples_free(sq_dyn_samples *s);
  * engine's algorithm then builds the tree, and the accepted length is how far the path stays
  * inside it. Tokens per step = 1 + E[accepted length]. */
 
+/* Where the verified path goes at each of its nodes:
+ *   DRAW: a rank drawn from the position's acceptance vector (any verifier, any corpus);
+ *   TEXT: the rank of the text's next token (-1: none of the K). For topk at temperature T on
+ *     a corpus of the target's own samples at T, and for greedy on its greedy text, this is a
+ *     draw from the same distribution that also keeps its correlation with the contexts that
+ *     follow; it needs the statistics' "next_rank". Not for stochastic (its accepted child is
+ *     a draw index, not a token). */
+enum { SQ_DYN_PATH_DRAW = 0, SQ_DYN_PATH_TEXT = 1 };
+
 typedef struct sq_dyn_predict_params {
     int      trials;   /* simulated steps (default 20000)                           */
     uint64_t seed;     /* default 1                                                  */
+    int      path;     /* SQ_DYN_PATH_* (default DRAW)                               */
 } sq_dyn_predict_params;
 
 SQ_API

@@ -149,7 +149,10 @@ static void usage(FILE *fp)
         "                         --ladder one envelope per profiled batch size\n"
         "      --mode M           the statistics' verifier: greedy, topk or stochastic\n"
         "      --temperature T    with --mode (default 1; greedy is 0); or --curve NAME\n"
-        "      --trials N         Monte-Carlo steps per prediction (default 20000)\n");
+        "      --trials N         Monte-Carlo steps per prediction (default 20000)\n"
+        "      --path P           the verified path: draw (its rank drawn from the acceptance,\n"
+        "                         the default) or text (the rank of the corpus's next token: for\n"
+        "                         a corpus of the target's own decoding in the same mode)\n");
     fprintf(fp,
         "      --max-non-leaves M TensorRT-LLM's max_non_leaves_per_layer (checked by --export\n"
         "                         trtllm and kept by --engine trtllm); default %d, as\n"
@@ -292,7 +295,7 @@ typedef struct plan_opts {
     int draft_ms_given, ladder, objective;
     const char *schedule_file, *envelopes_file, *ladder_plans;
     /* dynamic plans (--engine sglang|trtllm-dynamic with dynamic statistics) */
-    int env_given, env_L, env_K, env_N, trials, dyn_mode;
+    int env_given, env_L, env_K, env_N, trials, dyn_mode, dyn_path;
     double dyn_temperature;
     const char *envelope_arg;
     sq_hw_params hwp;
@@ -302,7 +305,7 @@ typedef struct plan_opts {
 enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
        OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
        OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS,
-       OPT_ENVELOPE, OPT_MODE, OPT_TEMPERATURE, OPT_TRIALS };
+       OPT_ENVELOPE, OPT_MODE, OPT_TEMPERATURE, OPT_TRIALS, OPT_PATH };
 
 #define PARSE_RUN (-1)   /* parse_options: go on and run */
 
@@ -381,6 +384,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         {"mode", required_argument, NULL, OPT_MODE},
         {"temperature", required_argument, NULL, OPT_TEMPERATURE},
         {"trials", required_argument, NULL, OPT_TRIALS},
+        {"path", required_argument, NULL, OPT_PATH},
         {NULL, 0, NULL, 0},
     };
     *o = (plan_opts){.export_fmt = -1, .import_fmt = -1, .engine = SQ_ENGINE_NONE,
@@ -474,6 +478,13 @@ static int parse_options(int argc, char **argv, plan_opts *o)
             if (sq_cli_int(PROG, "--trials", optarg, 100, 10000000, &o->trials))
                 return SQ_EUSAGE;
             break;
+        case OPT_PATH:
+            if (!strcmp(optarg, "draw") || !strcmp(optarg, "text")) {
+                o->dyn_path = !strcmp(optarg, "text") ? SQ_DYN_PATH_TEXT : SQ_DYN_PATH_DRAW;
+                break;
+            }
+            fprintf(stderr, PROG ": --path: '%s' is neither draw nor text\n", optarg);
+            return SQ_EUSAGE;
         default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
@@ -1126,6 +1137,12 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
     plan.curves_file = (char *)o->acc_file;   /* not freed: plan lives on the stack */
     sq_dyn_predict_params pp = sq_dyn_predict_default_params();
     pp.trials = o->trials;
+    pp.path = o->dyn_path;
+    if (pp.path == SQ_DYN_PATH_TEXT && plan.mode == SQ_MODE_STOCHASTIC) {
+        rc = sq_error_set(err, SQ_EUSAGE, "--path text: the stochastic verifier accepts a draw, "
+                          "not the text's token; use --path draw");
+        goto done;
+    }
     double se = 0, p_len[SQ_DYN_MAX_STEPS + 1];
     sq_dyn_choice best[DYN_RUNNER_UPS];
     int n_best = 0, batch = 1;
@@ -1213,6 +1230,7 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
         cJSON_AddStringToObject(pr, "method", "monte-carlo over corpus positions "
                                 "(docs/planning.md, \"Dynamic trees\")");
         cJSON_AddStringToObject(pr, "configuration", config);
+        cJSON_AddStringToObject(pr, "path", pp.path == SQ_DYN_PATH_TEXT ? "text" : "draw");
         cJSON_AddNumberToObject(pr, "trials", pp.trials);
         cJSON_AddNumberToObject(pr, "seed", (double)pp.seed);
         cJSON_AddNumberToObject(pr, "samples", smp->n);

@@ -273,6 +273,45 @@ Test(dynamic, predictor_matches_an_exact_enumeration_over_positions)
     sq_dyn_samples_free(s);
 }
 
+Test(dynamic, the_text_path_is_the_drawn_path_on_greedy_text)
+{
+    /* greedy acceptance vectors whose argmax rank is the text's next token: both paths agree
+     * trial by trial (they consume the same random numbers) */
+    enum { n = 40, K = 3 };
+    double q[n * K], a[n * K];
+    unsigned x = 5;
+    sq_dyn_samples *s = NULL;
+    for (int i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        double top = 0.4 + (x >> 16) % 50 / 100.0;
+        q[i * K] = top, q[i * K + 1] = (1 - top) * 0.6, q[i * K + 2] = (1 - top) * 0.3;
+        for (int k = 0; k < K; k++)
+            a[i * K + k] = k == (int)((x >> 8) % 4) ? 1 : 0;   /* rank 3 of 4: none */
+    }
+    int seg[2] = {25, 15};
+    cr_assert_eq(sq_dyn_samples_new(n, K, q, a, seg, 2, &s, NULL), 0);
+    s->text_rank = malloc(n * sizeof *s->text_rank);
+    for (int i = 0; i < n; i++) {
+        s->text_rank[i] = -1;
+        for (int k = 0; k < K; k++)
+            if (a[i * K + k] == 1)
+                s->text_rank[i] = k;
+    }
+    sq_dyn_predict_params d = {.trials = 3000, .seed = 9, .path = SQ_DYN_PATH_DRAW};
+    sq_dyn_predict_params t = d;
+    t.path = SQ_DYN_PATH_TEXT;
+    double Ed, Et;
+    cr_assert_eq(sq_dyn_predict(s, 4, 3, 12, &d, &Ed, NULL, NULL, NULL), 0);
+    cr_assert_eq(sq_dyn_predict(s, 4, 3, 12, &t, &Et, NULL, NULL, NULL), 0);
+    cr_expect_float_eq(Ed, Et, 1e-12);
+    free(s->text_rank);
+    s->text_rank = NULL;
+    sq_error e = {0};
+    cr_expect_eq(sq_dyn_predict(s, 4, 3, 12, &t, &Et, NULL, NULL, &e), SQ_EUSAGE);
+    cr_expect(strstr(e.msg, "next_rank"), "%s", e.msg);
+    sq_dyn_samples_free(s);
+}
+
 Test(dynamic, predictions_grow_with_the_envelope_and_the_grid_agrees_with_single_calls)
 {
     const double q[4] = {0.5, 0.3, 0.1, 0.05};
@@ -523,7 +562,10 @@ static void write_corpus(const char *path)
             x = x * 1103515245u + 12345u;
             d[i] = t[i] + (float)((x >> 16) % 1000) / 1000.0f;
         }
-        cr_assert_eq(sq_corpus_writer_append(w, t, d, NULL, 40, &e), 0, "%s", e.msg);
+        int32_t tok[40];
+        for (int i = 0; i < 40; i++)
+            tok[i] = (int32_t)((i * 7 + s) % 12);
+        cr_assert_eq(sq_corpus_writer_append(w, t, d, tok, 40, &e), 0, "%s", e.msg);
         cr_assert_eq(sq_corpus_writer_end_sequence(w, &e), 0, "%s", e.msg);
     }
     cr_assert_eq(sq_corpus_writer_commit(w, &e), 0, "%s", e.msg);
@@ -559,6 +601,7 @@ Test(dynamic, accept_writes_the_statistics_and_plan_reads_them, .timeout = 120)
     const cJSON *acc = sq_json_field(dyn, "accept");
     cr_expect(sq_json_field(acc, "greedy@T0") && sq_json_field(acc, "topk@T1"));
     cr_expect_null(sq_json_field(acc, "specinfer@T1"));
+    cr_expect_eq(cJSON_GetArraySize(sq_json_field(dyn, "next_rank")), 3 * 36);
     sq_dyn_samples *s = NULL;
     sq_error e = {0};
     cr_assert_eq(sq_dyn_samples_from_json(root, j, "topk@T1", &s, &e), 0, "%s", e.msg);

@@ -34,8 +34,8 @@ static uint64_t mix64(uint64_t x)
 }
 
 /* The K largest of p[0..V) in decreasing order (ties: the lower index first, as the draft's
- * top-K order of libsequoia/verify/rule.h). */
-static void top_values(const double *p, int V, int K, double *out)
+ * top-K order of libsequoia/verify/rule.h), their values into out and their ids into ids. */
+static void top_values(const double *p, int V, int K, double *out, int *ids)
 {
     int idx[SQ_DYNSTATS_MAX_TOPK];
     int n = 0;
@@ -49,8 +49,10 @@ static void top_values(const double *p, int V, int K, double *out)
         }
         idx[j] = v;
     }
-    for (int k = 0; k < K; k++)
+    for (int k = 0; k < K; k++) {
         out[k] = k < n ? p[idx[k]] : 0.0;
+        ids[k] = k < n ? idx[k] : -1;
+    }
 }
 
 typedef struct seg {
@@ -109,8 +111,8 @@ static int plan_segments(const int64_t *off, int64_t n_seq, int S, int skip, int
 /* The "dynamic" object. segs: (n_segs, 3) row0, length, corpus index; q (n, K); a (n_cfg, n, K),
  * all rounded already. */
 static cJSON *build_json(int K, uint64_t seed, int n_files, const int *segs, int n_segs,
-                         const double *q, int n, const char *const *names, int n_cfg,
-                         const double *a)
+                         const double *q, const int *nrank, int n, const char *const *names,
+                         int n_cfg, const double *a)
 {
     sq_json_build b = sq_json_build_begin();
     cJSON *root = cJSON_CreateObject();
@@ -128,6 +130,8 @@ static cJSON *build_json(int K, uint64_t seed, int n_files, const int *segs, int
     for (int s = 0; s < n; s++)
         sq_json_append(jq, sq_json_number_array(q + (size_t)s * K, (size_t)K));
     sq_json_add(root, "draft_topk", jq);
+    if (nrank)
+        sq_json_add(root, "next_rank", sq_json_int_array(nrank, (size_t)n));
     cJSON *ja = cJSON_CreateObject(), *jc = cJSON_CreateObject();
     double bins[SQ_DYNSTATS_BINS + 1];
     for (int i = 0; i <= SQ_DYNSTATS_BINS; i++)
@@ -199,24 +203,32 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
         n += segs[i].len;
 
     float *tl = malloc((size_t)prm->segment * (size_t)V * sizeof *tl);
+    int32_t *tok = malloc((size_t)prm->segment * sizeof *tok);
+    int *nrank = malloc(((size_t)n + 1) * sizeof *nrank), has_tokens = 1;
     float *dl = malloc((size_t)prm->segment * (size_t)V * sizeof *dl);
     double *P = malloc((size_t)V * sizeof *P), *Q = malloc((size_t)V * sizeof *Q);
     double *q = calloc((size_t)n * (size_t)K + 1, sizeof *q);
     double *a = calloc((size_t)n * (size_t)K * (size_t)n_cfg + 1, sizeof *a);
     sq_accept_ws *ws = sq_accept_ws_new(V, K);
     gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
-    if (!rc && (!tl || !dl || !P || !Q || !q || !a || !ws || !rng))
+    if (!rc && (!tl || !tok || !nrank || !dl || !P || !Q || !q || !a || !ws || !rng))
         rc = sq_error_oom(err, "dynamic statistics");
 
     int at = 0;
     for (int i = 0; i < n_segs && !rc; i++) {
         const seg *g = &segs[i];
-        if ((rc = sq_corpus_read(corpora[g->file], g->row0, g->len, tl, dl, NULL, err)))
+        if ((rc = sq_corpus_read(corpora[g->file], g->row0, g->len, tl, dl, tok, err)))
             break;
+        has_tokens &= sq_corpus_get_info(corpora[g->file])->has_tokens;
         for (int r = 0; r < g->len && !rc; r++, at++) {
             const float *t = tl + (size_t)r * V, *d = dl + (size_t)r * V;
             sq_accept_probs(d, V, 1.0, 1.0, Q, ws);   /* returns the support's size */
-            top_values(Q, V, K, q + (size_t)at * K);
+            int ids[SQ_DYNSTATS_MAX_TOPK];
+            top_values(Q, V, K, q + (size_t)at * K, ids);
+            nrank[at] = -1;   /* the rank of the text's next token among them */
+            for (int k = 0; k < K; k++)
+                if (ids[k] >= 0 && ids[k] == tok[r])
+                    nrank[at] = k;
             for (int j = 0; j < n_cfg && !rc; j++) {
                 const sq_accept_config *c = &cfg[j];
                 if (c->mode != SQ_MODE_GREEDY) {
@@ -254,12 +266,15 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
                 rows[3 * i + 1] = segs[i].len;
                 rows[3 * i + 2] = segs[i].file;
             }
-            if (!(root = build_json(K, prm->seed, n_files, rows, n_segs, q, n, names, n_cfg, a)))
+            if (!(root = build_json(K, prm->seed, n_files, rows, n_segs, q, has_tokens ? nrank
+                                    : NULL, n, names, n_cfg, a)))
                 rc = sq_error_oom(err, "dynamic statistics' JSON");
             free(rows);
         }
     }
     free(segs);
+    free(tok);
+    free(nrank);
     free(tl);
     free(dl);
     free(P);
@@ -318,7 +333,7 @@ int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n_
     const char *names[SQ_ACCEPT_MAX_CONFIGS];
     double *q = NULL, *acc[SQ_ACCEPT_MAX_CONFIGS] = {0};
     int nacc[SQ_ACCEPT_MAX_CONFIGS] = {0};
-    int *segs = NULL;
+    int *segs = NULL, *nrank = NULL, all_ranks = 1;
     for (int f = 0; f < n_in && !rc; f++) {
         const cJSON *o = objs[f];
         const char *fmt = NULL;
@@ -361,6 +376,33 @@ int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n_
         if ((rc = take_rows(sq_json_field(o, "draft_topk"), K, files[f], "dynamic.draft_topk",
                             &q, &n, err)))
             break;
+        const cJSON *nr = sq_json_field(o, "next_rank");
+        all_ranks &= nr != NULL;
+        if (all_ranks) {
+            int m = cJSON_GetArraySize(nr), i = 0;
+            int *g = realloc(nrank, ((size_t)n + 1) * sizeof *g);
+            if (!g) {
+                rc = sq_error_oom(err, "next_rank");
+                break;
+            }
+            nrank = g;
+            const cJSON *x;
+            if (!cJSON_IsArray(nr) || m != n - before)
+                rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank: expected %d ranks",
+                                  files[f], n - before);
+            cJSON_ArrayForEach(x, nr) {
+                if (rc)
+                    break;
+                if (!cJSON_IsNumber(x) || x->valuedouble < -1 || x->valuedouble >= K ||
+                    x->valuedouble != floor(x->valuedouble))
+                    rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank[%d]: expected an "
+                                      "integer in [-1, %d]", files[f], i, K - 1);
+                else
+                    nrank[before + i++] = x->valueint;
+            }
+            if (rc)
+                break;
+        }
         for (int j = 0; j < n_cfg && !rc; j++) {
             char ctx[200];
             snprintf(ctx, sizeof ctx, "dynamic.accept.%s", names[j]);
@@ -406,13 +448,14 @@ int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n_
             rc = sq_error_oom(err, "dynamic statistics");
         for (int j = 0; a && j < n_cfg; j++)
             memcpy(a + (size_t)j * n * K, acc[j], (size_t)n * K * sizeof *a);
-        if (a && !(*out = build_json(K, (uint64_t)seed, corpora, segs, n_segs, q, n, names, n_cfg,
-                                     a)))
+        if (a && !(*out = build_json(K, (uint64_t)seed, corpora, segs, n_segs, q,
+                                     all_ranks ? nrank : NULL, n, names, n_cfg, a)))
             rc = sq_error_oom(err, "dynamic statistics' JSON");
         free(a);
     }
     free(q);
     free(segs);
+    free(nrank);
     for (int j = 0; j < SQ_ACCEPT_MAX_CONFIGS; j++)
         free(acc[j]);
     return rc;
