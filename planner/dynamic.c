@@ -32,13 +32,14 @@ void sq_dyn_samples_free(sq_dyn_samples *s)
     free(s);
 }
 
-static int samples_alloc(int n, int K, sq_dyn_samples **out, sq_error *err)
+static int samples_alloc(int n, int n_off, int K, sq_dyn_samples **out, sq_error *err)
 {
     sq_dyn_samples *s = calloc(1, sizeof *s);
     if (s) {
         s->n = n;
+        s->n_off = n_off;
         s->K = K;
-        s->q = calloc((size_t)n * K, sizeof *s->q);
+        s->q = calloc((size_t)(n + n_off) * K, sizeof *s->q);
         s->a = calloc((size_t)n * K, sizeof *s->a);
         s->next = calloc((size_t)n, sizeof *s->next);
         s->remain = calloc((size_t)n, sizeof *s->remain);
@@ -72,7 +73,7 @@ int sq_dyn_samples_new(int n, int K, const double *q, const double *a, const int
     if (n < 1 || K < 1 || K > SQ_DYN_MAX_TOPK || total != n)
         return sq_error_set(err, SQ_EUSAGE, "dynamic-tree samples: n %d, K %d, segments summing "
                             "to %d", n, K, total);
-    int rc = samples_alloc(n, K, out, err);
+    int rc = samples_alloc(n, 0, K, out, err);
     if (rc)
         return rc;
     memcpy((*out)->q, q, (size_t)n * K * sizeof *q);
@@ -171,26 +172,36 @@ int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *
                                 file);
         }
     }
+    const cJSON *offq = sq_json_field(d, "offpath_topk");
+    int n_off = cJSON_GetArraySize(offq);
+    if (offq && (!cJSON_IsArray(offq) || n_off < 1 || n_off > 10000000)) {
+        free(len);
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.offpath_topk: expected a non-empty array "
+                            "of rows", file);
+    }
     sq_dyn_samples *s = NULL;
-    if ((rc = samples_alloc(n, (int)K, &s, err))) {
+    if ((rc = samples_alloc(n, n_off, (int)K, &s, err))) {
         free(len);
         return rc;
     }
     char ctx[200];
     snprintf(ctx, sizeof ctx, "dynamic.accept.%s", config);
     if ((rc = read_rows(q, n, (int)K, file, "dynamic.draft_topk", s->q, err)) ||
-        (rc = read_rows(a, n, (int)K, file, ctx, s->a, err))) {
+        (rc = read_rows(a, n, (int)K, file, ctx, s->a, err)) ||
+        (n_off && (rc = read_rows(offq, n_off, (int)K, file, "dynamic.offpath_topk",
+                                  s->q + (size_t)n * K, err)))) {
         free(len);
         sq_dyn_samples_free(s);
         return rc;
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n + n_off; i++)
         for (int k = 1; k < K; k++)
             if (s->q[(size_t)i * K + k] > s->q[(size_t)i * K + k - 1]) {
                 free(len);
                 sq_dyn_samples_free(s);
-                return sq_error_set(err, SQ_EDATA, "%s: dynamic.draft_topk[%d]: not sorted in "
-                                    "decreasing order", file, i);
+                return sq_error_set(err, SQ_EDATA, "%s: dynamic.%s[%d]: not sorted in "
+                                    "decreasing order", file, i < n ? "draft_topk"
+                                    : "offpath_topk", i < n ? i : i - n);
             }
     const cJSON *nr = sq_json_field(d, "next_rank");
     if (nr) {
@@ -249,6 +260,13 @@ static double rng_unit(rng64 *r)
 static int rng_below(rng64 *r, int n)
 {
     return (int)(rng_unit(r) * n);
+}
+
+/* The draft probabilities of an off-path node: an off-path context when there are some, else
+ * a sample. */
+static int off_path(const sq_dyn_samples *s, rng64 *r)
+{
+    return s->n_off > 0 ? s->n + rng_below(r, s->n_off) : rng_below(r, s->n);
 }
 
 /* The accepted rank at sample i (0-based), or -1: drawn from its acceptance vector, or the
@@ -364,7 +382,7 @@ int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
         for (int k = 0; k < K; k++) {
             int on = k == tr;
             ws.level[1][k] = (cand){qr[k], on ? (nxt >= 0 ? nxt : rng_below(&r, s->n))
-                                              : rng_below(&r, s->n), on};
+                                              : off_path(s, &r), on};
             if (on)
                 ws.path_at[1] = k;
         }
@@ -381,7 +399,8 @@ int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
                 for (int k = 0; k < K; k++) {
                     int on = par->on_path && k == ptr;
                     cur[i * K + k] = (cand){par->score * qp[k],
-                                            on && pn >= 0 ? pn : rng_below(&r, s->n), on};
+                                            !on ? off_path(s, &r) : pn >= 0 ? pn
+                                            : rng_below(&r, s->n), on};
                     if (on)
                         ws.path_at[l] = i * K + k;
                 }

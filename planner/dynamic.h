@@ -47,7 +47,9 @@ int sq_dyn_envelope_check(sq_engine e, int steps, int topk, int nodes, const cha
 typedef struct sq_dyn_samples {
     int     K;         /* ranks per sample                                                */
     int     n;         /* samples (corpus positions)                                      */
-    double *q;         /* (n, K) the draft's sorted top-K probabilities                   */
+    int     n_off;     /* off-path contexts ("offpath_topk"), 0 when none                 */
+    double *q;         /* (n + n_off, K) the draft's sorted top-K probabilities: the
+                          samples', then the off-path contexts'                           */
     double *a;         /* (n, K) acceptance of each rank under the chosen configuration   */
     int    *next;      /* (n) the sample of the next corpus position; -1 at a segment end  */
     int    *remain;    /* (n) how many successors follow in the segment                   */
@@ -80,7 +82,9 @@ void sq_dyn_samples_free(sq_dyn_samples *s);
  * rank; topk: rank r with probability p_target(r-th draft token); none with the rest), and the
  * node's children carry that position's draft probabilities. Nodes off the path (siblings and
  * their subtrees, which are never accepted but compete for the K kept slots and the N - 1
- * places) take the draft probabilities of positions drawn uniformly from the samples. The
+ * places) take the draft probabilities of an off-path context drawn uniformly from the
+ * statistics' "offpath_topk" (the draft after a token the text did not take), or, when the
+ * statistics have none, of a sample drawn uniformly. The
  * engine's algorithm then builds the tree, and the accepted length is how far the path stays
  * inside it. Tokens per step = 1 + E[accepted length]. */
 

@@ -1234,6 +1234,7 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
         cJSON_AddNumberToObject(pr, "trials", pp.trials);
         cJSON_AddNumberToObject(pr, "seed", (double)pp.seed);
         cJSON_AddNumberToObject(pr, "samples", smp->n);
+        cJSON_AddNumberToObject(pr, "offpath_contexts", smp->n_off);
         cJSON_AddNumberToObject(pr, "stderr", se);
         sq_json_add(pr, "p_accepted_at_least", sq_json_number_array(p_len + 1,
                                                                      (size_t)plan.steps));
@@ -1258,8 +1259,11 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
                 plan.steps, plan.topk, plan.nodes);
         fprintf(fp, "flags:          %s\n", flags);
         fprintf(fp, "prediction:     %.4f ± %.4f tokens/step (%s, Monte-Carlo: %d trials over %d "
-                "corpus positions of %s)\n", plan.expected_tokens, se, config, pp.trials, smp->n,
-                o->acc_file);
+                "corpus positions", plan.expected_tokens, se, config, pp.trials, smp->n);
+        if (smp->n_off)
+            fprintf(fp, " and %d off-path contexts", smp->n_off);
+        fprintf(fp, " of %s, path %s)\n", o->acc_file,
+                pp.path == SQ_DYN_PATH_TEXT ? "text" : "draw");
         fprintf(fp, "accepted >= d:  ");
         for (int d = 1; d <= plan.steps; d++)
             fprintf(fp, " %.3f", p_len[d]);

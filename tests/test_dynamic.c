@@ -312,6 +312,71 @@ Test(dynamic, the_text_path_is_the_drawn_path_on_greedy_text)
     sq_dyn_samples_free(s);
 }
 
+/* Greedy with the argmax always rank 1: the path is rank 1 at every level, its nodes carry q,
+ * every other node the off-path context's q_off; the tree is then fixed and the accepted length
+ * is how deep the rank-1 chain stays in it. */
+typedef struct off_ctx {
+    const double *q, *q_off;
+} off_ctx;
+
+static const double *off_q(void *user, int node, const onode *nodes)
+{
+    off_ctx *c = user;
+    for (int v = node; v >= 0; v = nodes[v].parent)
+        if (nodes[v].rank != 0)
+            return c->q_off;
+    return c->q;
+}
+
+Test(dynamic, off_path_nodes_take_the_off_path_contexts)
+{
+    const double q[3] = {0.5, 0.3, 0.15}, q_off[3] = {0.9, 0.05, 0.03};
+    /* the statistics as sequoia-accept writes them: 6 positions in one segment, one off-path
+     * context */
+    char json[4096];
+    int len = snprintf(json, sizeof json, "{\"dynamic\": {\"format\": \"sequoia-dynamic-stats\", "
+                       "\"version\": 1, \"topk\": 3, \"segments\": [[0, 6, 0]], "
+                       "\"draft_topk\": [");
+    for (int i = 0; i < 6; i++)
+        len += snprintf(json + len, sizeof json - len, "%s[0.5, 0.3, 0.15]", i ? ", " : "");
+    len += snprintf(json + len, sizeof json - len, "], \"accept\": {\"greedy@T0\": [");
+    for (int i = 0; i < 6; i++)
+        len += snprintf(json + len, sizeof json - len, "%s[1, 0, 0]", i ? ", " : "");
+    snprintf(json + len, sizeof json - len, "]}, \"offpath_topk\": [[0.9, 0.05, 0.03]]}}");
+    cJSON *root = cJSON_Parse(json);
+    cr_assert_not_null(root);
+    sq_dyn_samples *s = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dyn_samples_from_json(root, "s.json", "greedy@T0", &s, &e), 0, "%s", e.msg);
+    cr_assert_eq(s->n_off, 1);
+    off_ctx c = {q, q_off};
+    int env[][3] = {{2, 2, 4}, {3, 3, 8}, {4, 3, 12}, {5, 2, 9}, {4, 3, 30}};
+    for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
+        int L = env[i][0], K = env[i][1], N = env[i][2];
+        onode nodes[OMAX];
+        int in[OMAX];
+        int n = oracle_tree(L, K, N, q, off_q, &c, nodes, in), depth = 0;
+        for (int d = 1, at = 0; d <= L; d++) {   /* the rank-1 chain */
+            int found = -1;
+            for (int j = 0; j < n; j++)
+                if (nodes[j].level == d && nodes[j].rank == 0 &&
+                    (d == 1 ? nodes[j].parent < 0 : nodes[j].parent == at))
+                    found = j;
+            if (found < 0 || !in[found])
+                break;
+            at = found;
+            depth = d;
+        }
+        double E, se;
+        sq_dyn_predict_params p = {.trials = 500, .seed = 4};
+        cr_assert_eq(sq_dyn_predict(s, L, K, N, &p, &E, &se, NULL, &e), 0, "%s", e.msg);
+        cr_expect_float_eq(E, 1.0 + depth, 1e-12, "L %d K %d N %d: %g against %d", L, K, N, E,
+                           1 + depth);
+    }
+    sq_dyn_samples_free(s);
+    cJSON_Delete(root);
+}
+
 Test(dynamic, predictions_grow_with_the_envelope_and_the_grid_agrees_with_single_calls)
 {
     const double q[4] = {0.5, 0.3, 0.1, 0.05};
@@ -602,6 +667,7 @@ Test(dynamic, accept_writes_the_statistics_and_plan_reads_them, .timeout = 120)
     cr_expect(sq_json_field(acc, "greedy@T0") && sq_json_field(acc, "topk@T1"));
     cr_expect_null(sq_json_field(acc, "specinfer@T1"));
     cr_expect_eq(cJSON_GetArraySize(sq_json_field(dyn, "next_rank")), 3 * 36);
+    cr_expect_null(sq_json_field(dyn, "offpath_topk"));
     sq_dyn_samples *s = NULL;
     sq_error e = {0};
     cr_assert_eq(sq_dyn_samples_from_json(root, j, "topk@T1", &s, &e), 0, "%s", e.msg);
@@ -611,6 +677,31 @@ Test(dynamic, accept_writes_the_statistics_and_plan_reads_them, .timeout = 120)
     cr_expect_eq(sq_dyn_samples_from_json(root, j, "stochastic@T1", &s, &e), SQ_EDATA);
     cr_expect(strstr(e.msg, "greedy@T0") && strstr(e.msg, "stochastic@T1"), "%s", e.msg);
     cJSON_Delete(root);
+
+    /* off-path contexts: where they start, then a corpus of them (here any 3 sequences) */
+    char *br = tu_path(dir, "branches.txt"), *j2 = tu_path(dir, "c2.json");
+    rc = run_tool(env_bin("SQ_ACCEPT_BIN"), (const char *[]){c, "-m", "greedy", "-w", "4", "-q",
+                  "--dynamic-skip", "4", "--dynamic-branches", br, "--dynamic-offpath", c, "-o",
+                  j2, NULL}, NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    char *bt = tu_read(br, NULL);
+    int lines = 0, cols = 0;
+    for (char *l = bt; l && *l; lines++) {
+        int c0, s0, p0, w0;
+        cols += sscanf(l, "%d %d %d %d", &c0, &s0, &p0, &w0) == 4 && c0 == 0 && s0 >= 0 &&
+                s0 < 3 && p0 >= 4 && p0 < 40 && w0 >= 0 && w0 < 12;
+        l = strchr(l, '\n');
+        l = l ? l + 1 : NULL;
+    }
+    cr_expect(lines == (3 * 36 + 3) / 4 && cols == lines, "%d lines, %d good: %s", lines, cols,
+              bt);
+    free(bt);
+    cJSON *r2 = NULL;
+    cr_assert_eq(sq_json_load(j2, &r2, NULL), 0);
+    cr_expect_eq(cJSON_GetArraySize(sq_json_field(sq_json_field(r2, "dynamic"), "offpath_topk")),
+                 3);
+    cJSON_Delete(r2);
 
     /* a prediction of one envelope */
     rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",

@@ -7,7 +7,8 @@
 #   data/dynamic/make-curves.sh NAME DRAFT TARGET      (writes data/dynamic/curves-NAME-*.json)
 #
 # The dynamic-tree statistics leave out each sequence's first 63 positions (the prompt: decoding
-# starts from the prompt's last position, 63). Environment: BUILD (default build), THREADS
+# starts from the prompt's last position, 63), and get their off-path contexts from a second
+# corpus: the text up to a sampled position, then the best draft token the text did not take. Environment: BUILD (default build), THREADS
 # (default 1), NEW_TOKENS (default 128).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +37,18 @@ for m in greedy T1; do
     paste -d ' ' <(sed '/^$/d' "$TMP/prompts.txt") "$TMP/generated.txt" | sed 's/$/\n/' > "$TMP/tokens.txt"
     "$RUN" dump --draft "$DRAFT" --target "$TARGET" --tokens "$TMP/tokens.txt" -o "$TMP/corpus.h5" \
         --context $((64 + NEW_TOKENS)) --threads "$THREADS" --compression 0 2>/dev/null
+    # off-path contexts: where the engine's rejected siblings start (the best draft token the
+    # text did not take, at every 4th sampled position), dumped as branches of the text
     "$ACCEPT" "$TMP/corpus.h5" "${accept[@]}" --width 16 --seed 1 -q --dynamic-skip 63 \
-        -o "data/dynamic/curves-$NAME-$m.json"
-    rm -f "$TMP/corpus.h5"
+        --dynamic-branches "$TMP/branches.txt" -o "$TMP/first.json"
+    awk 'NR == FNR { if (NF) seq[n++] = $0; next }
+         { split(seq[$2], t, " "); line = ""
+           for (i = 1; i <= $3 + 1; i++) line = line t[i] " "
+           print line $4 " 0"; print "" }' "$TMP/tokens.txt" "$TMP/branches.txt" > "$TMP/branches-tokens.txt"
+    "$RUN" dump --draft "$DRAFT" --target "$TARGET" --tokens "$TMP/branches-tokens.txt" \
+        -o "$TMP/branches.h5" --context $((64 + NEW_TOKENS + 2)) --threads "$THREADS" \
+        --compression 0 2>/dev/null
+    "$ACCEPT" "$TMP/corpus.h5" "${accept[@]}" --width 16 --seed 1 -q --dynamic-skip 63 \
+        --dynamic-offpath "$TMP/branches.h5" -o "data/dynamic/curves-$NAME-$m.json"
+    rm -f "$TMP/corpus.h5" "$TMP/branches.h5"
 done

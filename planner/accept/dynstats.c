@@ -9,12 +9,13 @@
 
 #include <gsl/gsl_rng.h>
 
+#include "libsequoia/base/io.h"
 #include "libsequoia/base/json.h"
 
 sq_dynstats_params sq_dynstats_default_params(void)
 {
     return (sq_dynstats_params){.topk = 8, .segment = 24, .max_samples = 4096, .skip = 0,
-                                .samples = 1, .seed = 0};
+                                .samples = 1, .seed = 0, .branch_every = 4};
 }
 
 /* 5 significant digits, so that the file stays small and byte-stable. */
@@ -214,6 +215,10 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
     if (!rc && (!tl || !tok || !nrank || !dl || !P || !Q || !q || !a || !ws || !rng))
         rc = sq_error_oom(err, "dynamic statistics");
 
+    /* --dynamic-branches: for every branch_every-th sample, where an off-path context starts */
+    sq_out *bout = NULL;
+    if (!rc && prm->branches && (rc = sq_out_open(&bout, prm->branches, err)))
+        bout = NULL;
     int at = 0;
     for (int i = 0; i < n_segs && !rc; i++) {
         const seg *g = &segs[i];
@@ -229,6 +234,22 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
             for (int k = 0; k < K; k++)
                 if (ids[k] >= 0 && ids[k] == tok[r])
                     nrank[at] = k;
+            if (bout && tok[r] >= 0 && at % (prm->branch_every > 0 ? prm->branch_every : 1) == 0) {
+                /* the best draft token that is not the text's: the strongest rejected sibling */
+                int w = ids[0] == tok[r] ? (K > 1 ? ids[1] : -1) : ids[0];
+                const int64_t *off = sq_corpus_seq_offsets(corpora[g->file]);
+                int64_t row = g->row0 + r, lo = 0, hi = sq_corpus_get_info(corpora[g->file])->sequences;
+                while (hi - lo > 1) {   /* the sequence holding row */
+                    int64_t mid = (lo + hi) / 2;
+                    if (off[mid] <= row)
+                        lo = mid;
+                    else
+                        hi = mid;
+                }
+                if (w >= 0)
+                    fprintf(sq_out_stream(bout), "%d %lld %lld %d\n", g->file, (long long)lo,
+                            (long long)(row - off[lo]), w);
+            }
             for (int j = 0; j < n_cfg && !rc; j++) {
                 const sq_accept_config *c = &cfg[j];
                 if (c->mode != SQ_MODE_GREEDY) {
@@ -240,6 +261,37 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
                 sq_accept_position(c, t, d, P, Q, V, K, prm->samples, rng,
                                    a + ((size_t)j * n + at) * K, ws);
             }
+        }
+    }
+
+    if (bout) {
+        if (!rc)
+            rc = sq_out_commit(bout, err);
+        else
+            sq_out_abort(bout);
+    }
+    /* --dynamic-offpath: the draft's sorted top-K at the last row of every sequence */
+    double *offq = NULL;
+    int n_off = 0;
+    if (!rc && prm->offpath) {
+        const sq_corpus_info *oi = sq_corpus_get_info(prm->offpath);
+        const int64_t *off = sq_corpus_seq_offsets(prm->offpath);
+        if (oi->vocab != V)
+            rc = sq_error_set(err, SQ_EDATA, "%s: vocabulary %d, the corpus has %d",
+                              prm->offpath_file, oi->vocab, V);
+        else if (!(offq = malloc(((size_t)oi->sequences + 1) * K * sizeof *offq)))
+            rc = sq_error_oom(err, "off-path statistics");
+        for (int64_t sq = 0; !rc && sq < oi->sequences; sq++) {
+            if (off[sq + 1] <= off[sq])
+                continue;
+            if ((rc = sq_corpus_read(prm->offpath, off[sq + 1] - 1, 1, tl, dl, NULL, err)))
+                break;
+            int ids[SQ_DYNSTATS_MAX_TOPK];
+            sq_accept_probs(dl, V, 1.0, 1.0, Q, ws);
+            top_values(Q, V, K, offq + (size_t)n_off * K, ids);
+            for (int k = 0; k < K; k++)
+                offq[(size_t)n_off * K + k] = round5(offq[(size_t)n_off * K + k]);
+            n_off++;
         }
     }
 
@@ -269,10 +321,22 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
             if (!(root = build_json(K, prm->seed, n_files, rows, n_segs, q, has_tokens ? nrank
                                     : NULL, n, names, n_cfg, a)))
                 rc = sq_error_oom(err, "dynamic statistics' JSON");
+            if (!rc && n_off > 0) {
+                sq_json_build b = sq_json_build_begin();
+                cJSON *jo = cJSON_CreateArray();
+                for (int i = 0; i < n_off; i++)
+                    sq_json_append(jo, sq_json_number_array(offq + (size_t)i * K, (size_t)K));
+                if (!(jo = sq_json_build_end(b, jo)) || !cJSON_AddItemToObject(root, "offpath_topk",
+                                                                              jo)) {
+                    cJSON_Delete(jo);
+                    rc = sq_error_oom(err, "off-path statistics");
+                }
+            }
             free(rows);
         }
     }
     free(segs);
+    free(offq);
     free(tok);
     free(nrank);
     free(tl);

@@ -54,6 +54,18 @@ typedef struct sq_dynstats_params {
                               a prompt, when the rest is what decoding produced             */
     int      samples;      /* draws per position for the stochastic mode (default 1)          */
     uint64_t seed;
+    /* Off-path contexts (docs/planning.md, "Dynamic trees"): the engine's tree holds rejected
+     * siblings whose children get the draft's probabilities after a token the text did not
+     * take. `branches` (a file name, or NULL): for every branch_every-th sample (default 4), a
+     * line "CORPUS SEQUENCE POSITION TOKEN": the best draft token at that position that is not
+     * the text's next token; a corpus of those branches (the sequence's tokens 0..POSITION,
+     * TOKEN, and any one token more, dumped by sequoia-run dump) given back as `offpath`
+     * (offpath_file names it) adds the draft's sorted top-K at each of its sequences' last row
+     * as "offpath_topk", the pool the predictor draws off-path nodes from. */
+    const char *branches;
+    int         branch_every;
+    sq_corpus  *offpath;
+    const char *offpath_file;
 } sq_dynstats_params;
 
 sq_dynstats_params sq_dynstats_default_params(void);

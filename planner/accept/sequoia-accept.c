@@ -74,6 +74,10 @@ static void usage(FILE *fp)
         "      --dynamic-topk K    ranks per sampled position, 1..16 (default 8)\n"
         "      --dynamic-skip N    leave the first N positions of every sequence out of those\n"
         "                          samples (a prompt before the decoded text; default 0)\n"
+        "      --dynamic-branches F write where off-path contexts start (every 4th sample: corpus,\n"
+        "                          sequence, position, the best draft token the text did not take)\n"
+        "      --dynamic-offpath C a corpus of those branches (sequoia-run dump): the draft's\n"
+        "                          top-K at each sequence's last row become the off-path pool\n"
         , SQ_ACCEPT_MAX_WIDTH);
     fputs(
         "      --merge             combine curve files computed on disjoint shards, exactly\n"
@@ -288,8 +292,13 @@ static int add_dynamic(sq_corpus **corp, char **files, char (*hex)[SQ_SHA256_HEX
     dp.seed = o->params.seed;
     dp.samples = o->params.samples;
     cJSON *dyn = NULL;
-    int rc = sq_dynstats_run(corp, (const char *const *)files, keys, n_files, cfg, n_cfg, &dp,
+    int rc = SQ_OK;
+    if (dp.offpath_file)
+        rc = sq_corpus_open(dp.offpath_file, &dp.offpath, err);
+    if (!rc)
+        rc = sq_dynstats_run(corp, (const char *const *)files, keys, n_files, cfg, n_cfg, &dp,
                              &dyn, err);
+    sq_corpus_close(dp.offpath);
     free(keys);
     if (!rc && dyn && !cJSON_AddItemToObject(root, SQ_DYNSTATS_KEY, dyn)) {
         cJSON_Delete(dyn);
@@ -644,7 +653,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
 enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT, OPT_JSON, OPT_DYN_SAMPLES,
-       OPT_DYN_TOPK, OPT_DYN_SKIP };
+       OPT_DYN_TOPK, OPT_DYN_SKIP, OPT_DYN_BRANCHES, OPT_DYN_OFFPATH };
 
 typedef struct accept_opts {
     est_opts est;
@@ -700,6 +709,12 @@ static int parse_estimation(int c, const char *arg, est_opts *o)
     case OPT_DYN_SAMPLES:
         return sq_cli_int(PROG, "--dynamic-samples", arg, 0, 1 << 20, &o->dyn.max_samples)
                ? SQ_EUSAGE : SQ_OK;
+    case OPT_DYN_BRANCHES:
+        o->dyn.branches = arg;
+        return SQ_OK;
+    case OPT_DYN_OFFPATH:
+        o->dyn.offpath_file = arg;
+        return SQ_OK;
     case OPT_DYN_SKIP:
         return sq_cli_int(PROG, "--dynamic-skip", arg, 0, INT_MAX, &o->dyn.skip) ? SQ_EUSAGE
                                                                                    : SQ_OK;
@@ -731,6 +746,8 @@ static int parse_options(int argc, char **argv, accept_opts *a)
         {"dynamic-samples", required_argument, NULL, OPT_DYN_SAMPLES},
         {"dynamic-topk", required_argument, NULL, OPT_DYN_TOPK},
         {"dynamic-skip", required_argument, NULL, OPT_DYN_SKIP},
+        {"dynamic-branches", required_argument, NULL, OPT_DYN_BRANCHES},
+        {"dynamic-offpath", required_argument, NULL, OPT_DYN_OFFPATH},
         {NULL, 0, NULL, 0},
     };
     *a = (accept_opts){.est = {.n_modes = 1, .modes = {SQ_MODE_STOCHASTIC}, .n_temps = 1,
@@ -743,7 +760,8 @@ static int parse_options(int argc, char **argv, accept_opts *a)
     while ((c = getopt_long(argc, argv, ":m:T:p:w:k:s:j:o:qn:d:z:c:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': case 'T': case 'p': case 'w': case 'k': case 's': case 'j':
-        case OPT_DYN_SAMPLES: case OPT_DYN_TOPK: case OPT_DYN_SKIP:
+        case OPT_DYN_SAMPLES: case OPT_DYN_TOPK: case OPT_DYN_SKIP: case OPT_DYN_BRANCHES:
+        case OPT_DYN_OFFPATH:
             if (parse_estimation(c, optarg, &a->est))
                 return SQ_EUSAGE;
             a->est_opt = 1;
@@ -830,9 +848,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_files; i++)
         in[i] = (sq_path_use){a.do_compare ? (i ? "NEW" : "BASELINE")
                               : a.do_merge || a.do_plot ? "curve file" : "corpus", files[i]};
-    sq_path_use outs[] = {{"-o", a.est.out_file}, {"--svg", svg_path}, {"--json", a.json_file}};
+    sq_path_use outs[] = {{"-o", a.est.out_file}, {"--svg", svg_path}, {"--json", a.json_file},
+                          {"--dynamic-branches", a.est.dyn.branches}};
     sq_error perr = {0};
-    rc = sq_paths_check(in, n_files, outs, 3, &perr);
+    rc = sq_paths_check(in, n_files, outs, 4, &perr);
     free(in);
     if (rc) {
         fprintf(stderr, PROG ": %s\n", perr.msg);
