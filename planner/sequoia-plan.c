@@ -137,23 +137,6 @@ static void usage(FILE *fp)
     print_option(fp, "      --engine E", "plan under the limits of engine E and report what they cost "
                  "(docs/engines.md):", names, notes, n, " and ", "", 90);
     fprintf(fp,
-        "Dynamic trees (--engine sglang or trtllm-dynamic, with curves whose key \"dynamic\"\n"
-        "sequoia-accept wrote; docs/planning.md, \"Dynamic trees\"): -o gets a dynamic plan\n"
-        "(sequoia-dynamic-plan JSON) whose expected_tokens is the predicted tokens/step of the\n"
-        "engine's own tree. Curves without that key keep the static envelope of the best fixed tree.\n"
-        "      --envelope L,K,N   predict this envelope: L draft steps, top-K, N nodes with the root\n"
-        "                         (SGLang: N - 1 <= K + (L-1) K^2; TensorRT-LLM: L <= N - 1 <= K L)\n"
-        "                         Without it, --target-profile and --draft-profile (or --draft-ms)\n"
-        "                         search L <= min(8, D - 1), K <= 8 (and --width), N <= --budget\n"
-        "                         for the most tokens/s at the profile's first batch size, with\n"
-        "                         --ladder one envelope per profiled batch size\n"
-        "      --mode M           the statistics' verifier: greedy, topk or stochastic\n"
-        "      --temperature T    with --mode (default 1; greedy is 0); or --curve NAME\n"
-        "      --trials N         Monte-Carlo steps per prediction (default 20000)\n"
-        "      --path P           the verified path: draw (its rank drawn from the acceptance,\n"
-        "                         the default) or text (the rank of the corpus's next token: for\n"
-        "                         a corpus of the target's own decoding in the same mode)\n");
-    fprintf(fp,
         "      --max-non-leaves M TensorRT-LLM's max_non_leaves_per_layer (checked by --export\n"
         "                         trtllm and kept by --engine trtllm); default %d, as\n"
         "                         convert_checkpoint.py\n", SQ_TRTLLM_MAX_NON_LEAVES);
@@ -175,6 +158,24 @@ static void usage(FILE *fp)
         "      --svg FILE         a picture of the plan's tree (SVG)\n"
         "      --svg-table FILE   a picture of the table: F against size for several depths, with\n"
         "                         the chain and k x L baselines (SVG)\n"
+        "\n");
+    fprintf(fp,
+        "Dynamic trees (--engine sglang or trtllm-dynamic, with curves whose key \"dynamic\"\n"
+        "sequoia-accept wrote; docs/planning.md, \"Dynamic trees\"): -o gets a dynamic plan\n"
+        "(sequoia-dynamic-plan JSON) whose expected_tokens is the predicted tokens/step of the\n"
+        "engine's own tree. Curves without that key keep the static envelope of the best fixed tree.\n"
+        "      --envelope L,K,N   predict this envelope: L draft steps, top-K, N nodes with the root\n"
+        "                         (SGLang: N - 1 <= K + (L-1) K^2; TensorRT-LLM: L <= N - 1 <= K L)\n"
+        "                         Without it, --target-profile and --draft-profile (or --draft-ms)\n"
+        "                         search L <= min(8, D - 1), K <= 8 (and --width), N <= --budget\n"
+        "                         for the most tokens/s at the profile's first batch size, with\n"
+        "                         --ladder one envelope per profiled batch size\n"
+        "      --mode M           the statistics' verifier: greedy, topk or stochastic\n"
+        "      --temperature T    with --mode (default 1; greedy is 0); or --curve NAME\n"
+        "      --trials N         Monte-Carlo steps per prediction (default 20000)\n"
+        "      --path P           the verified path: draw (its rank drawn from the acceptance,\n"
+        "                         the default) or text (the rank of the corpus's next token: for\n"
+        "                         a corpus of the target's own decoding in the same mode)\n"
         "\n");
     fprintf(fp,
         "  -h, --help             this text\n"
@@ -297,7 +298,6 @@ typedef struct plan_opts {
     /* dynamic plans (--engine sglang|trtllm-dynamic with dynamic statistics) */
     int env_given, env_L, env_K, env_N, trials, dyn_mode, dyn_path;
     double dyn_temperature;
-    const char *envelope_arg;
     sq_hw_params hwp;
     sq_dp_params params;
 } plan_opts;
@@ -447,7 +447,6 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
         case OPT_ENVELOPE: {
             char tail;
-            o->envelope_arg = optarg;
             if (sscanf(optarg, "%d,%d,%d%c", &o->env_L, &o->env_K, &o->env_N, &tail) != 3) {
                 fprintf(stderr, PROG ": --envelope: '%s' is not L,K,N (draft steps, top-K, nodes "
                         "including the root), e.g. 5,4,16\n", optarg);
