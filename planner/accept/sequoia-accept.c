@@ -72,6 +72,7 @@ static void usage(FILE *fp)
         "                          sequoia-plan --engine sglang|trtllm-dynamic reads them);\n"
         "                          default 4096 per corpus, 0: none. Specinfer curves get none\n"
         "      --dynamic-topk K    ranks per sampled position, 1..16 (default 8)\n"
+        "      --dynamic-segment N consecutive positions per run of samples (default 24)\n"
         "      --dynamic-skip N    leave the first N positions of every sequence out of those\n"
         "                          samples (a prompt before the decoded text; default 0)\n"
         "      --dynamic-branches F write where off-path contexts start (every 4th sample: corpus,\n"
@@ -653,7 +654,7 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
 enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT, OPT_JSON, OPT_DYN_SAMPLES,
-       OPT_DYN_TOPK, OPT_DYN_SKIP, OPT_DYN_BRANCHES, OPT_DYN_OFFPATH };
+       OPT_DYN_TOPK, OPT_DYN_SKIP, OPT_DYN_BRANCHES, OPT_DYN_OFFPATH, OPT_DYN_SEGMENT };
 
 typedef struct accept_opts {
     est_opts est;
@@ -712,6 +713,9 @@ static int parse_estimation(int c, const char *arg, est_opts *o)
     case OPT_DYN_BRANCHES:
         o->dyn.branches = arg;
         return SQ_OK;
+    case OPT_DYN_SEGMENT:
+        return sq_cli_int(PROG, "--dynamic-segment", arg, 1, 1 << 20, &o->dyn.segment)
+               ? SQ_EUSAGE : SQ_OK;
     case OPT_DYN_OFFPATH:
         o->dyn.offpath_file = arg;
         return SQ_OK;
@@ -748,6 +752,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
         {"dynamic-skip", required_argument, NULL, OPT_DYN_SKIP},
         {"dynamic-branches", required_argument, NULL, OPT_DYN_BRANCHES},
         {"dynamic-offpath", required_argument, NULL, OPT_DYN_OFFPATH},
+        {"dynamic-segment", required_argument, NULL, OPT_DYN_SEGMENT},
         {NULL, 0, NULL, 0},
     };
     *a = (accept_opts){.est = {.n_modes = 1, .modes = {SQ_MODE_STOCHASTIC}, .n_temps = 1,
@@ -761,7 +766,7 @@ static int parse_options(int argc, char **argv, accept_opts *a)
         switch (c) {
         case 'm': case 'T': case 'p': case 'w': case 'k': case 's': case 'j':
         case OPT_DYN_SAMPLES: case OPT_DYN_TOPK: case OPT_DYN_SKIP: case OPT_DYN_BRANCHES:
-        case OPT_DYN_OFFPATH:
+        case OPT_DYN_OFFPATH: case OPT_DYN_SEGMENT:
             if (parse_estimation(c, optarg, &a->est))
                 return SQ_EUSAGE;
             a->est_opt = 1;
