@@ -236,7 +236,8 @@ int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *
 
 sq_dyn_predict_params sq_dyn_predict_default_params(void)
 {
-    return (sq_dyn_predict_params){.trials = 20000, .seed = 1, .path = SQ_DYN_PATH_DRAW};
+    return (sq_dyn_predict_params){.trials = 20000, .seed = 1, .path = SQ_DYN_PATH_DRAW,
+                                   .method = SQ_DYN_METHOD_REPLAY};
 }
 
 /* splitmix64: one stream per trial, so a result depends only on the seed and the trial. */
@@ -336,6 +337,240 @@ static void top_k(const cand *c, int m, int K, int *out)
     }
 }
 
+/* One simulated step from root `root`: the engine's tree over levels 1..L with top-K, the
+ * verified path through it, and mx[l][d] (d = 1..min(depth, l)): the largest rank, among the
+ * candidates of levels <= l in the engine's order, of the path's nodes of depths 1..d, so that
+ * the path reaches depth d in a tree of levels <= l with N - 1 > mx[l][d] draft tokens.
+ * Returns the path's depth (levels with an on-path node). */
+static int simulate(const sq_dyn_samples *s, int root, int L, int K, rng64 *r, int text,
+                    trial_ws *ws, int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1])
+{
+    /* level 1: the root's top-K; the path goes on at rank tr */
+    int tr = draw_rank(s, root, r, text), nxt = s->next[root];
+    const double *qr = s->q + (size_t)root * s->K;
+    for (int l = 1; l <= L; l++)
+        ws->path_at[l] = -1;
+    for (int k = 0; k < K; k++) {
+        int on = k == tr;
+        ws->level[1][k] = (cand){qr[k], on ? (nxt >= 0 ? nxt : rng_below(r, s->n))
+                                           : off_path(s, r), on};
+        if (on)
+            ws->path_at[1] = k;
+    }
+    int n_kept = K;
+    for (int k = 0; k < K; k++)
+        ws->kept[k] = k;
+    for (int l = 2; l <= L; l++) {
+        cand *prev = ws->level[l - 1], *cur = ws->level[l];
+        for (int i = 0; i < n_kept; i++) {
+            const cand *par = &prev[ws->kept[i]];
+            const double *qp = s->q + (size_t)par->sample * s->K;
+            int ptr = par->on_path ? draw_rank(s, par->sample, r, text) : -1;
+            int pn = par->on_path ? s->next[par->sample] : -1;
+            for (int k = 0; k < K; k++) {
+                int on = par->on_path && k == ptr;
+                cur[i * K + k] = (cand){par->score * qp[k],
+                                        !on ? off_path(s, r) : pn >= 0 ? pn
+                                        : rng_below(r, s->n), on};
+                if (on)
+                    ws->path_at[l] = i * K + k;
+            }
+        }
+        top_k(cur, n_kept * K, K, ws->kept);
+    }
+    int depth = 0;
+    for (int d = 1; d <= L && ws->path_at[d] >= 0; d++)
+        depth = d;
+    /* rank_by[d][l]: candidates of level l before the on-path node of level d */
+    int rank_by[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
+    for (int d = 1; d <= depth; d++) {
+        int at = ws->path_at[d];
+        double sc = ws->level[d][at].score;
+        for (int l = 1; l <= L; l++) {
+            int m = l == 1 ? K : K * K, c = 0;
+            const cand *cl = ws->level[l];
+            for (int i = 0; i < m; i++)
+                c += cl[i].score > sc || (cl[i].score == sc && (l < d || (l == d && i < at)));
+            rank_by[d][l] = c;
+        }
+    }
+    for (int l = 1; l <= L; l++) {
+        int m = 0, rk = 0;
+        for (int d = 1; d <= (depth < l ? depth : l); d++) {
+            rk = 0;
+            for (int j = 1; j <= l; j++)
+                rk += rank_by[d][j];
+            m = rk > m ? rk : m;
+            mx[l][d] = m;
+        }
+    }
+    return depth;
+}
+
+/* Accepted length of a step in the tree of levels <= l and N nodes. */
+static int accepted(int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1], int depth, int l, int N)
+{
+    int a = 0;
+    while (a < depth && a < l && mx[l][a + 1] < N - 1)
+        a++;
+    return a;
+}
+
+static int trial_ws_new(trial_ws *ws, int L, int K)
+{
+    *ws = (trial_ws){0};
+    for (int l = 1; l <= L; l++)
+        if (!(ws->level[l] = malloc((size_t)(l == 1 ? K : K * K) * sizeof(cand))))
+            return -1;
+    return 0;
+}
+
+static void trial_ws_free(trial_ws *ws, int L)
+{
+    for (int l = 1; l <= L; l++)
+        free(ws->level[l]);
+}
+
+static rng64 trial_rng(uint64_t seed, uint64_t t)
+{
+    rng64 r = {seed * 0x100000001b3ULL ^ (t * 0x9e3779b97f4a7c15ULL)};
+    rng_next(&r);
+    return r;
+}
+
+/* SQ_DYN_METHOD_ROOTS: trial t starts at root roots[t % n_roots], E = 1 + mean length. */
+static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int trials,
+                      uint64_t seed, int text, double *E, double *se, double *p_len,
+                      sq_error *err)
+{
+    int W = max_nodes + 1;
+    size_t cells = (size_t)L * W;
+    double *sum = calloc(cells, sizeof *sum), *sum2 = calloc(cells, sizeof *sum2);
+    long long *reach = calloc((size_t)L + 1, sizeof *reach);
+    int *roots = NULL;
+    int n_roots = roots_of(s, L, &roots);
+    trial_ws ws;
+    int ok = sum && sum2 && reach && n_roots > 0 && trial_ws_new(&ws, L, K) == 0;
+    int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
+    for (int t = 0; ok && t < trials; t++) {
+        rng64 r = trial_rng(seed, (uint64_t)t);
+        int depth = simulate(s, roots[t % n_roots], L, K, &r, text, &ws, mx);
+        for (int l = 1; l <= L; l++) {
+            double *row = sum + (size_t)(l - 1) * W, *row2 = sum2 + (size_t)(l - 1) * W;
+            for (int N = 2; N < W; N++) {
+                double len = accepted(mx, depth, l, N);
+                row[N] += len;
+                row2[N] += len * len;
+            }
+        }
+        int len = accepted(mx, depth, L, max_nodes);
+        for (int d = 0; d <= len; d++)
+            reach[d]++;
+    }
+    if (ok) {
+        for (int l = 1; l <= L; l++)
+            for (int N = 0; N < W; N++) {
+                size_t i = (size_t)(l - 1) * W + N;
+                double m = sum[i] / trials, v = sum2[i] / trials - m * m;
+                E[i] = N < 2 ? 0 : 1.0 + m;
+                if (se)
+                    se[i] = N < 2 || trials < 2 || !(v > 0) ? 0.0 : sqrt(v / (trials - 1));
+            }
+        if (p_len)
+            for (int d = 0; d <= L; d++)
+                p_len[d] = (double)reach[d] / trials;
+    }
+    free(sum); free(sum2); free(reach); free(roots);
+    trial_ws_free(&ws, L);
+    return ok ? SQ_OK : sq_error_oom(err, "dynamic prediction");
+}
+
+/* SQ_DYN_METHOD_REPLAY: every position is simulated as a root `passes` times; then decoding is
+ * replayed along every run of positions: from its first position, a step at root x emits
+ * min(accepted + 1, tokens left in the run) tokens and the next root is x plus that. E is
+ * tokens over steps, as a decoder counts it; the standard error treats each (run, pass) as a
+ * unit (ratio estimator). */
+static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int trials,
+                       uint64_t seed, int text, double *E, double *se, double *p_len,
+                       sq_error *err)
+{
+    int W = max_nodes + 1, n = s->n;
+    int passes = (int)(((long long)trials + n - 1) / n);
+    if (passes < 1)
+        passes = 1;
+    size_t per = (size_t)L * L;
+    short *mxs = malloc((size_t)passes * n * per * sizeof *mxs + 1);
+    unsigned char *dep = malloc((size_t)passes * n + 1);
+    trial_ws ws;
+    int ok = mxs && dep && trial_ws_new(&ws, L, K) == 0;
+    int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
+    for (int pass = 0; ok && pass < passes; pass++)
+        for (int x = 0; x < n; x++) {
+            rng64 r = trial_rng(seed, (uint64_t)pass * (uint64_t)n + (uint64_t)x);
+            size_t at = (size_t)pass * n + x;
+            int depth = simulate(s, x, L, K, &r, text, &ws, mx);
+            dep[at] = (unsigned char)depth;
+            for (int l = 1; l <= L; l++)
+                for (int d = 1; d <= (depth < l ? depth : l); d++)
+                    mxs[at * per + (size_t)(l - 1) * L + (d - 1)] =
+                        (short)(mx[l][d] < 32767 ? mx[l][d] : 32767);
+        }
+    long long steps_all = 0;
+    long long *reach = calloc((size_t)L + 1, sizeof *reach);
+    ok = ok && reach;
+    for (int l = 1; ok && l <= L; l++)
+        for (int N = 2; N < W; N++) {
+            double T = 0, S = 0, TT = 0, SS = 0, TS = 0;
+            long long units = 0;
+            for (int pass = 0; pass < passes; pass++)
+                for (int x0 = 0; x0 < n; x0 = x0 + s->remain[x0] + 1) {
+                    int end = x0 + s->remain[x0] + 1;
+                    double tu = 0, su = 0;
+                    for (int x = x0; x < end;) {
+                        size_t at = (size_t)pass * n + x;
+                        int depth = dep[at], a = 0;
+                        const short *m = mxs + at * per + (size_t)(l - 1) * L;
+                        while (a < depth && a < l && m[a] < N - 1)
+                            a++;
+                        if (l == L && N == max_nodes) {
+                            for (int d = 0; d <= a; d++)
+                                reach[d]++;
+                            steps_all++;
+                        }
+                        int t = a + 1 < end - x ? a + 1 : end - x;
+                        tu += t;
+                        su += 1;
+                        x += t;
+                    }
+                    T += tu, S += su, TT += tu * tu, SS += su * su, TS += tu * su;
+                    units++;
+                }
+            size_t i = (size_t)(l - 1) * W + N;
+            double R = T / S;
+            E[i] = R;
+            if (se) {
+                double v = TT - 2 * R * TS + R * R * SS;   /* sum of (T_u - R S_u)^2 */
+                se[i] = units > 1 && v > 0 ? sqrt((double)units / (units - 1) * v) / S : 0.0;
+            }
+        }
+    if (ok) {
+        for (int l = 1; l <= L; l++)
+            for (int N = 0; N < 2; N++) {
+                E[(size_t)(l - 1) * W + N] = 0;
+                if (se)
+                    se[(size_t)(l - 1) * W + N] = 0;
+            }
+        if (p_len)
+            for (int d = 0; d <= L; d++)
+                p_len[d] = steps_all ? (double)reach[d] / steps_all : 0.0;
+    }
+    free(mxs);
+    free(dep);
+    free(reach);
+    trial_ws_free(&ws, L);
+    return ok ? SQ_OK : sq_error_oom(err, "dynamic prediction");
+}
+
 int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
                         const sq_dyn_predict_params *p, double *E, double *se, double *p_len,
                         sq_error *err)
@@ -351,128 +586,9 @@ int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
     if (text && !s->text_rank)
         return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: the path along the text needs "
                             "the statistics' \"next_rank\" (a corpus with its tokens)");
-    int W = max_nodes + 1;
-    size_t cells = (size_t)L * W;
-    double *sum = calloc(cells, sizeof *sum), *sum2 = calloc(cells, sizeof *sum2);
-    double *lens = calloc((size_t)W, sizeof *lens);
-    long long *reach = calloc((size_t)L + 1, sizeof *reach);
-    int *roots = NULL;
-    int n_roots = roots_of(s, L, &roots);
-    trial_ws ws = {0};
-    int ok = sum && sum2 && lens && reach && n_roots > 0;
-    for (int l = 1; l <= L && ok; l++)
-        ok = (ws.level[l] = malloc((size_t)(l == 1 ? K : K * K) * sizeof(cand))) != NULL;
-    if (!ok) {
-        free(sum); free(sum2); free(lens); free(reach); free(roots);
-        for (int l = 1; l <= L; l++)
-            free(ws.level[l]);
-        return sq_error_oom(err, "dynamic prediction");
-    }
-    /* rank_by[d][l]: candidates of level l before the on-path node of level d */
-    int rank_by[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
-    for (int t = 0; t < trials; t++) {
-        rng64 r = {seed * 0x100000001b3ULL ^ ((uint64_t)t * 0x9e3779b97f4a7c15ULL)};
-        rng_next(&r);
-        int root = roots[t % n_roots];
-        /* level 1: the root's top-K; the path goes on at rank tr */
-        int tr = draw_rank(s, root, &r, text), nxt = s->next[root];
-        const double *qr = s->q + (size_t)root * s->K;
-        for (int l = 1; l <= L; l++)
-            ws.path_at[l] = -1;
-        for (int k = 0; k < K; k++) {
-            int on = k == tr;
-            ws.level[1][k] = (cand){qr[k], on ? (nxt >= 0 ? nxt : rng_below(&r, s->n))
-                                              : off_path(s, &r), on};
-            if (on)
-                ws.path_at[1] = k;
-        }
-        int n_kept = K;
-        for (int k = 0; k < K; k++)
-            ws.kept[k] = k;
-        for (int l = 2; l <= L; l++) {
-            cand *prev = ws.level[l - 1], *cur = ws.level[l];
-            for (int i = 0; i < n_kept; i++) {
-                const cand *par = &prev[ws.kept[i]];
-                const double *qp = s->q + (size_t)par->sample * s->K;
-                int ptr = par->on_path ? draw_rank(s, par->sample, &r, text) : -1;
-                int pn = par->on_path ? s->next[par->sample] : -1;
-                for (int k = 0; k < K; k++) {
-                    int on = par->on_path && k == ptr;
-                    cur[i * K + k] = (cand){par->score * qp[k],
-                                            !on ? off_path(s, &r) : pn >= 0 ? pn
-                                            : rng_below(&r, s->n), on};
-                    if (on)
-                        ws.path_at[l] = i * K + k;
-                }
-            }
-            top_k(cur, n_kept * K, K, ws.kept);
-        }
-        /* ranks of the on-path nodes, level by level */
-        int depth = 0;
-        for (int d = 1; d <= L && ws.path_at[d] >= 0; d++)
-            depth = d;
-        for (int d = 1; d <= depth; d++) {
-            int at = ws.path_at[d];
-            double sc = ws.level[d][at].score;
-            for (int l = 1; l <= L; l++) {
-                int m = l == 1 ? K : K * K, c = 0;
-                const cand *cl = ws.level[l];
-                for (int i = 0; i < m; i++)
-                    c += cl[i].score > sc || (cl[i].score == sc && (l < d || (l == d && i < at)));
-                rank_by[d][l] = c;
-            }
-        }
-        /* for each l: the path's ranks among the candidates of levels <= l */
-        for (int l = 1; l <= L; l++) {
-            for (int N = 0; N < W; N++)
-                lens[N] = 0;
-            int m = 0;   /* the largest rank so far along the path */
-            for (int d = 1; d <= (depth < l ? depth : l); d++) {
-                int rk = 0;
-                for (int j = 1; j <= l; j++)
-                    rk += rank_by[d][j];
-                m = rk > m ? rk : m;
-                /* the path reaches depth d in trees of N - 1 > m draft tokens */
-                if (m + 2 <= max_nodes)
-                    lens[m + 2] += 1;
-            }
-            double len = 0;
-            double *row = sum + (size_t)(l - 1) * W, *row2 = sum2 + (size_t)(l - 1) * W;
-            for (int N = 2; N < W; N++) {
-                len += lens[N];
-                row[N] += len;
-                row2[N] += len * len;
-            }
-            if (l == L) {
-                len = 0;
-                for (int N = 2; N < W; N++)
-                    len += lens[N];
-                for (int d = 0; d <= (int)len; d++)
-                    reach[d]++;
-            }
-        }
-    }
-    for (int l = 1; l <= L; l++)
-        for (int N = 0; N < W; N++) {
-            size_t i = (size_t)(l - 1) * W + N;
-            if (N < 2) {
-                E[i] = 0;
-                if (se)
-                    se[i] = 0;
-                continue;
-            }
-            double m = sum[i] / trials, v = sum2[i] / trials - m * m;
-            E[i] = 1.0 + m;
-            if (se)
-                se[i] = trials > 1 && v > 0 ? sqrt(v / (trials - 1)) : 0.0;
-        }
-    if (p_len)
-        for (int d = 0; d <= L; d++)
-            p_len[d] = (double)reach[d] / trials;
-    free(sum); free(sum2); free(lens); free(reach); free(roots);
-    for (int l = 1; l <= L; l++)
-        free(ws.level[l]);
-    return SQ_OK;
+    if (p && p->method == SQ_DYN_METHOD_ROOTS)
+        return grid_roots(s, L, K, max_nodes, trials, seed, text, E, se, p_len, err);
+    return grid_replay(s, L, K, max_nodes, trials, seed, text, E, se, p_len, err);
 }
 
 int sq_dyn_predict(const sq_dyn_samples *s, int L, int K, int N, const sq_dyn_predict_params *p,

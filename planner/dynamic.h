@@ -97,10 +97,23 @@ void sq_dyn_samples_free(sq_dyn_samples *s);
  *     a draw index, not a token). */
 enum { SQ_DYN_PATH_DRAW = 0, SQ_DYN_PATH_TEXT = 1 };
 
+/* How steps are averaged:
+ *   REPLAY (default): every position is simulated as a root (trials / positions times, at
+ *     least once); then decoding is replayed along each run of consecutive positions: from the
+ *     run's first position, a step at root x emits min(accepted + 1, tokens left) tokens and the
+ *     next root is x plus that; tokens/step = tokens over steps, as a decoder of that text counts
+ *     it. Decoding's roots are not uniform over the text (a long accepted run skips the
+ *     positions inside it), which moves tokens/step by a few percent either way; the runs should
+ *     be as long as the decoded sequences (sequoia-accept --dynamic-segment).
+ *   ROOTS: trial t starts at the t-th of the positions with L - 1 successors, in turn;
+ *     tokens/step = 1 + the mean accepted length (the expectation at a uniform root). */
+enum { SQ_DYN_METHOD_REPLAY = 0, SQ_DYN_METHOD_ROOTS = 1 };
+
 typedef struct sq_dyn_predict_params {
     int      trials;   /* simulated steps (default 20000)                           */
     uint64_t seed;     /* default 1                                                  */
     int      path;     /* SQ_DYN_PATH_* (default DRAW)                               */
+    int      method;   /* SQ_DYN_METHOD_* (default REPLAY)                           */
 } sq_dyn_predict_params;
 
 SQ_API

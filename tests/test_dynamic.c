@@ -160,7 +160,7 @@ Test(dynamic, predictor_matches_the_exact_value_of_a_context_free_draft)
     const double a[4] = {0.45, 0.2, 0.1, 0.05};   /* target-only sampling */
     sq_dyn_samples *s = uniform_samples(64, 4, q, a);
     int env[][3] = {{1, 2, 3}, {2, 2, 5}, {3, 3, 10}, {4, 2, 9}, {3, 4, 20}, {5, 3, 16}};
-    sq_dyn_predict_params p = {.trials = 40000, .seed = 3};
+    sq_dyn_predict_params p = {.trials = 40000, .seed = 3, .method = SQ_DYN_METHOD_ROOTS};
     for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
         int L = env[i][0], K = env[i][1], N = env[i][2];
         double E, se, exact = context_free_exact(L, K, N, q, a);
@@ -263,7 +263,7 @@ Test(dynamic, predictor_matches_an_exact_enumeration_over_positions)
     int seg[1] = {3};
     sq_dyn_samples *s = NULL;
     cr_assert_eq(sq_dyn_samples_new(3, K, q, a, seg, 1, &s, NULL), 0);
-    sq_dyn_predict_params p = {.trials = 200000, .seed = 11};
+    sq_dyn_predict_params p = {.trials = 200000, .seed = 11, .method = SQ_DYN_METHOD_ROOTS};
     for (int N = 2; N <= 1 + K + K * K; N++) {
         double E, se, exact = enumerate_L2(q, a, K, N);
         cr_assert_eq(sq_dyn_predict(s, 2, K, N, &p, &E, &se, NULL, NULL), 0);
@@ -368,13 +368,54 @@ Test(dynamic, off_path_nodes_take_the_off_path_contexts)
             depth = d;
         }
         double E, se;
-        sq_dyn_predict_params p = {.trials = 500, .seed = 4};
+        sq_dyn_predict_params p = {.trials = 500, .seed = 4, .method = SQ_DYN_METHOD_ROOTS};
         cr_assert_eq(sq_dyn_predict(s, L, K, N, &p, &E, &se, NULL, &e), 0, "%s", e.msg);
         cr_expect_float_eq(E, 1.0 + depth, 1e-12, "L %d K %d N %d: %g against %d", L, K, N, E,
                            1 + depth);
     }
     sq_dyn_samples_free(s);
     cJSON_Delete(root);
+}
+
+/* The replay: greedy along a text whose argmax ranks are known, with K = 1 (the chain of the
+ * draft's top-1 tokens, all of whose L nodes are in the tree when N = L + 1). A step at x
+ * accepts the run of rank-1 positions from x, at most L, emits one more token, capped by what is
+ * left of the sequence; tokens/step is tokens over steps. */
+Test(dynamic, replay_counts_tokens_over_steps_as_a_decoder)
+{
+    enum { n = 90, K = 2 };
+    double q[n * K], a[n * K];
+    int rank[n];
+    unsigned x = 17;
+    for (int i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        rank[i] = (x >> 16) % 5 == 0 ? 1 : 0;   /* 80% of positions accept rank 1 */
+        q[i * K] = 0.7, q[i * K + 1] = 0.2;
+        a[i * K] = rank[i] == 0, a[i * K + 1] = rank[i] == 1;
+    }
+    int seg[3] = {40, 35, 15};
+    sq_dyn_samples *s = NULL;
+    cr_assert_eq(sq_dyn_samples_new(n, K, q, a, seg, 3, &s, NULL), 0);
+    for (int L = 1; L <= 6; L++) {
+        double tokens = 0, steps = 0;
+        for (int g = 0, x0 = 0; g < 3; x0 += seg[g++])
+            for (int at = x0; at < x0 + seg[g];) {
+                int acc = 0;
+                while (acc < L && at + acc < x0 + seg[g] && rank[at + acc] == 0)
+                    acc++;
+                /* a path whose next position lies past the run borrows a random one: keep the
+                 * count within the run, as the cap below does anyway */
+                int t = acc + 1 < x0 + seg[g] - at ? acc + 1 : x0 + seg[g] - at;
+                tokens += t;
+                steps += 1;
+                at += t;
+            }
+        sq_dyn_predict_params p = {.trials = 1, .seed = 2, .method = SQ_DYN_METHOD_REPLAY};
+        double E, se;
+        cr_assert_eq(sq_dyn_predict(s, L, 1, L + 1, &p, &E, &se, NULL, NULL), 0);
+        cr_expect_float_eq(E, tokens / steps, 1e-12, "L %d: %g against %g", L, E, tokens / steps);
+    }
+    sq_dyn_samples_free(s);
 }
 
 Test(dynamic, predictions_grow_with_the_envelope_and_the_grid_agrees_with_single_calls)

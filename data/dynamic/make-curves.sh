@@ -40,7 +40,7 @@ for m in greedy T1; do
     # off-path contexts: where the engine's rejected siblings start (the best draft token the
     # text did not take, at every 4th sampled position), dumped as branches of the text
     "$ACCEPT" "$TMP/corpus.h5" "${accept[@]}" --width 16 --seed 1 -q --dynamic-skip 63 \
-        --dynamic-branches "$TMP/branches.txt" -o "$TMP/first.json"
+        --dynamic-segment 256 --dynamic-branches "$TMP/branches.txt" -o "$TMP/first.json"
     awk 'NR == FNR { if (NF) seq[n++] = $0; next }
          { split(seq[$2], t, " "); line = ""
            for (i = 1; i <= $3 + 1; i++) line = line t[i] " "
@@ -49,6 +49,6 @@ for m in greedy T1; do
         -o "$TMP/branches.h5" --context $((64 + NEW_TOKENS + 2)) --threads "$THREADS" \
         --compression 0 2>/dev/null
     "$ACCEPT" "$TMP/corpus.h5" "${accept[@]}" --width 16 --seed 1 -q --dynamic-skip 63 \
-        --dynamic-offpath "$TMP/branches.h5" -o "data/dynamic/curves-$NAME-$m.json"
+        --dynamic-segment 256 --dynamic-offpath "$TMP/branches.h5" -o "data/dynamic/curves-$NAME-$m.json"
     rm -f "$TMP/corpus.h5" "$TMP/branches.h5"
 done

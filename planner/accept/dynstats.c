@@ -14,7 +14,7 @@
 
 sq_dynstats_params sq_dynstats_default_params(void)
 {
-    return (sq_dynstats_params){.topk = 8, .segment = 24, .max_samples = 4096, .skip = 0,
+    return (sq_dynstats_params){.topk = 8, .segment = 256, .max_samples = 4096, .skip = 0,
                                 .samples = 1, .seed = 0, .branch_every = 4};
 }
 

@@ -48,7 +48,8 @@
 typedef struct sq_dynstats_params {
     int      topk;         /* K: ranks kept per position, 1..SQ_DYNSTATS_MAX_TOPK (default 8;
                               a smaller vocabulary keeps all of its tokens)                  */
-    int      segment;      /* consecutive positions per segment (default 24)                  */
+    int      segment;      /* consecutive positions per segment (default 256: as long as
+                              a decoded sequence, for the predictor's replay)                */
     int      max_samples;  /* positions per corpus (default 4096); 0 turns the statistics off */
     int      skip;         /* positions left out at the start of every sequence (default 0):
                               a prompt, when the rest is what decoding produced             */
