@@ -1226,7 +1226,8 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
     {
         sq_json_build b = sq_json_build_begin();
         cJSON *pr = cJSON_CreateObject();
-        cJSON_AddStringToObject(pr, "method", "monte-carlo over corpus positions "
+        cJSON_AddStringToObject(pr, "method", "monte-carlo: the engine's tree simulated at every "
+                                "corpus position, decoding replayed along the text "
                                 "(docs/planning.md, \"Dynamic trees\")");
         cJSON_AddStringToObject(pr, "configuration", config);
         cJSON_AddStringToObject(pr, "path", pp.path == SQ_DYN_PATH_TEXT ? "text" : "draw");
