@@ -487,8 +487,9 @@ static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int 
 
 /* SQ_DYN_METHOD_REPLAY: every position is simulated as a root `passes` times; then decoding is
  * replayed along every run of positions: from its first position, a step at root x emits
- * min(accepted + 1, tokens left in the run) tokens and the next root is x plus that. E is
- * tokens over steps, as a decoder counts it; the standard error treats each (run, pass) as a
+ * accepted + 1 tokens and the next root is x plus that, until the run ends (its last step's
+ * tokens past the end count too, as sequoia-run's report counts them). E is tokens over
+ * steps, as a decoder counts it; the standard error treats each (run, pass) as a
  * unit (ratio estimator). */
 static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int trials,
                        uint64_t seed, int text, double *E, double *se, double *p_len,
@@ -537,7 +538,7 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
                                 reach[d]++;
                             steps_all++;
                         }
-                        int t = a + 1 < end - x ? a + 1 : end - x;
+                        int t = a + 1;   /* the last step's tokens past the end count too */
                         tu += t;
                         su += 1;
                         x += t;

@@ -100,9 +100,9 @@ enum { SQ_DYN_PATH_DRAW = 0, SQ_DYN_PATH_TEXT = 1 };
 /* How steps are averaged:
  *   REPLAY (default): every position is simulated as a root (trials / positions times, at
  *     least once); then decoding is replayed along each run of consecutive positions: from the
- *     run's first position, a step at root x emits min(accepted + 1, tokens left) tokens and the
- *     next root is x plus that; tokens/step = tokens over steps, as a decoder of that text counts
- *     it. Decoding's roots are not uniform over the text (a long accepted run skips the
+ *     run's first position, a step at root x emits accepted + 1 tokens and the next root is x
+ *     plus that, until the run ends (the last step's tokens past the end count too, as
+ *     sequoia-run's report counts them); tokens/step = tokens over steps. Decoding's roots are not uniform over the text (a long accepted run skips the
  *     positions inside it), which moves tokens/step by a few percent either way; the runs should
  *     be as long as the decoded sequences (sequoia-accept --dynamic-segment).
  *   ROOTS: trial t starts at the t-th of the positions with L - 1 successors, in turn;

@@ -379,8 +379,8 @@ Test(dynamic, off_path_nodes_take_the_off_path_contexts)
 
 /* The replay: greedy along a text whose argmax ranks are known, with K = 1 (the chain of the
  * draft's top-1 tokens, all of whose L nodes are in the tree when N = L + 1). A step at x
- * accepts the run of rank-1 positions from x, at most L, emits one more token, capped by what is
- * left of the sequence; tokens/step is tokens over steps. */
+ * accepts the run of rank-1 positions from x, at most L, and emits one more token; tokens/step is
+ * tokens over steps. */
 Test(dynamic, replay_counts_tokens_over_steps_as_a_decoder)
 {
     enum { n = 90, K = 2 };
@@ -390,6 +390,8 @@ Test(dynamic, replay_counts_tokens_over_steps_as_a_decoder)
     for (int i = 0; i < n; i++) {
         x = x * 1103515245u + 12345u;
         rank[i] = (x >> 16) % 5 == 0 ? 1 : 0;   /* 80% of positions accept rank 1 */
+        if (i == 39 || i == 74 || i == 89)
+            rank[i] = 1;   /* a run's path never goes past its last position */
         q[i * K] = 0.7, q[i * K + 1] = 0.2;
         a[i * K] = rank[i] == 0, a[i * K + 1] = rank[i] == 1;
     }
@@ -403,9 +405,7 @@ Test(dynamic, replay_counts_tokens_over_steps_as_a_decoder)
                 int acc = 0;
                 while (acc < L && at + acc < x0 + seg[g] && rank[at + acc] == 0)
                     acc++;
-                /* a path whose next position lies past the run borrows a random one: keep the
-                 * count within the run, as the cap below does anyway */
-                int t = acc + 1 < x0 + seg[g] - at ? acc + 1 : x0 + seg[g] - at;
+                int t = acc + 1;
                 tokens += t;
                 steps += 1;
                 at += t;

@@ -13,7 +13,8 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 TRIALS=${TRIALS:-100000}
 PLAN=$BUILD/planner/sequoia-plan
-ENVELOPES="1,1,2 2,1,3 3,1,4 5,1,6 8,1,9 2,2,4 3,2,6 4,2,8 3,4,8 4,4,16 5,4,16 6,4,24 8,4,32 2,8,16 4,8,32 6,8,32 8,8,64"
+# the runtime's measured envelopes (data/dynamic/measured.txt on main) first, then more
+ENVELOPES="4,1,5 2,2,4 3,4,8 5,4,8 7,2,12 5,4,16 3,8,16 6,4,24 4,8,32 8,4,32 8,8,64 1,1,2 2,1,3 3,1,4 5,1,6 8,1,9 3,2,6 4,2,8 4,4,16 2,8,16 6,8,32"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dynpred.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 for pair in shipped large target-large; do
