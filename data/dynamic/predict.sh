@@ -5,7 +5,7 @@
 #   data/dynamic/predict.sh > /dev/null      (writes data/dynamic/predicted-PAIR-CONFIG.txt)
 #
 # The same envelope predicts the same for SGLang and TensorRT-LLM (one algorithm); each row says
-# which engines allow it. The corpora are the target's own decoding (greedy, and sampled at T = 1),
+# which engines allow it (PAIRS: the pairs, default "shipped large target-large"). The corpora are the target's own decoding (greedy, and sampled at T = 1),
 # so greedy and topk follow the text (--path text); stochastic draws its accepted child
 # (--path draw). Environment: BUILD (default build), TRIALS (default 100000).
 set -euo pipefail
@@ -17,7 +17,7 @@ PLAN=$BUILD/planner/sequoia-plan
 ENVELOPES="4,1,5 2,2,4 3,4,8 5,4,8 7,2,12 5,4,16 3,8,16 6,4,24 4,8,32 8,4,32 8,8,64 1,1,2 2,1,3 3,1,4 5,1,6 8,1,9 3,2,6 4,2,8 4,4,16 2,8,16 6,8,32"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dynpred.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
-for pair in shipped large target-large; do
+for pair in ${PAIRS:-shipped large target-large}; do
     for cfg in greedy@T0 topk@T1 stochastic@T1; do
         case $cfg in greedy*) curves=data/dynamic/curves-$pair-greedy.json ;;
                      *) curves=data/dynamic/curves-$pair-T1.json ;; esac
