@@ -30,7 +30,9 @@
  *    engines expand K nodes per step); the K with the most expected tokens per step wins, or,
  *    with profiles, the (K, size, depth) with the most tokens per second. The tree is the
  *    static optimum inside the envelope: the best fixed tree the engine could build within
- *    those flags, not a guarantee for its dynamic selection. */
+ *    those flags, not a guarantee for its dynamic selection. sequoia-plan uses this static path
+ *    only for curves without dynamic-tree statistics; with them it predicts the engine's own
+ *    tree and chooses the envelope by that prediction (planner/dynamic.h). */
 #ifndef SQ_PLANNER_ENGINE_H
 #define SQ_PLANNER_ENGINE_H
 

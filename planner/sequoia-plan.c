@@ -14,6 +14,7 @@
 #include "planner/baseline.h"
 #include "libsequoia/format/curve.h"
 #include "planner/dp.h"
+#include "planner/dynamic.h"
 #include "planner/hardware.h"
 #include "planner/ladder.h"
 #include "planner/engine.h"
@@ -23,6 +24,8 @@
 #include "libsequoia/base/io.h"
 #include "libsequoia/base/progress.h"
 #include "libsequoia/base/json.h"
+#include "libsequoia/base/sha256.h"
+#include "libsequoia/format/dynplan.h"
 #include "libsequoia/format/plan.h"
 #include "planner/svg.h"
 #include "planner/table.h"
@@ -157,6 +160,24 @@ static void usage(FILE *fp)
         "                         the chain and k x L baselines (SVG)\n"
         "\n");
     fprintf(fp,
+        "Dynamic trees (--engine sglang or trtllm-dynamic, with curves whose key \"dynamic\"\n"
+        "sequoia-accept wrote; docs/planning.md, \"Dynamic trees\"): -o gets a dynamic plan\n"
+        "(sequoia-dynamic-plan JSON) whose expected_tokens is the predicted tokens/step of the\n"
+        "engine's own tree. Curves without that key keep the static envelope of the best fixed tree.\n"
+        "      --envelope L,K,N   predict this envelope: L draft steps, top-K, N nodes with the root\n"
+        "                         (SGLang: N - 1 <= K + (L-1) K^2; TensorRT-LLM: L <= N - 1 <= K L)\n"
+        "                         Without it, --target-profile and --draft-profile (or --draft-ms)\n"
+        "                         search L <= min(8, D - 1), K <= 8 (and --width), N <= --budget\n"
+        "                         for the most tokens/s at the profile's first batch size, with\n"
+        "                         --ladder one envelope per profiled batch size\n"
+        "      --mode M           the statistics' verifier: greedy, topk or stochastic\n"
+        "      --temperature T    with --mode (default 1; greedy is 0); or --curve NAME\n"
+        "      --trials N         Monte-Carlo steps per prediction (default 20000)\n"
+        "      --path P           the verified path: draw (its rank drawn from the acceptance,\n"
+        "                         the default) or text (the rank of the corpus's next token: for\n"
+        "                         a corpus of the target's own decoding in the same mode)\n"
+        "\n");
+    fprintf(fp,
         "  -h, --help             this text\n"
         "      --version          the version\n"
         "\n"
@@ -170,6 +191,9 @@ static void usage(FILE *fp)
         "  " PROG " -n 128 -d 10 -o plan.json --svg tree.svg --svg-table table.svg\n"
         "  " PROG " -a curves.json -n 1024 -d 16 --target-profile gpu.json --draft-profile draft.json \\\n"
         "               -o plan.json                                # fastest tree for this machine\n"
+        "  " PROG " -a curves.json --engine sglang --envelope 5,4,16 --mode greedy -o dyn.json\n"
+        "  " PROG " -a curves.json --engine trtllm-dynamic --mode topk --target-profile t.json \\\n"
+        "               --draft-profile d.json -n 64 --ladder -o dyn.json  # envelopes by batch size\n"
         "\n"
         "Limits: (N+1)(D+1)(B+1) <= %lld cells and N^2*D*B/2 <= %lld steps (D and B clamped to N).\n"
         "Exit status: 0 success, 64 usage error or request past a limit, 65 invalid input data\n"
@@ -271,13 +295,17 @@ typedef struct plan_opts {
     int quiet, width_given, export_fmt, import_fmt, max_non_leaves, engine, planning_opts;
     int draft_ms_given, ladder, objective;
     const char *schedule_file, *envelopes_file, *ladder_plans;
+    /* dynamic plans (--engine sglang|trtllm-dynamic with dynamic statistics) */
+    int env_given, env_L, env_K, env_N, trials, dyn_mode, dyn_path;
+    double dyn_temperature;
     sq_hw_params hwp;
     sq_dp_params params;
 } plan_opts;
 
 enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
        OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
-       OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS };
+       OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS,
+       OPT_ENVELOPE, OPT_MODE, OPT_TEMPERATURE, OPT_TRIALS, OPT_PATH };
 
 #define PARSE_RUN (-1)   /* parse_options: go on and run */
 
@@ -352,9 +380,16 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         {"schedule", required_argument, NULL, OPT_SCHEDULE},
         {"envelopes", required_argument, NULL, OPT_ENVELOPES},
         {"ladder-plans", required_argument, NULL, OPT_LADDER_PLANS},
+        {"envelope", required_argument, NULL, OPT_ENVELOPE},
+        {"mode", required_argument, NULL, OPT_MODE},
+        {"temperature", required_argument, NULL, OPT_TEMPERATURE},
+        {"trials", required_argument, NULL, OPT_TRIALS},
+        {"path", required_argument, NULL, OPT_PATH},
         {NULL, 0, NULL, 0},
     };
     *o = (plan_opts){.export_fmt = -1, .import_fmt = -1, .engine = SQ_ENGINE_NONE,
+                     .dyn_mode = -1, .dyn_temperature = NAN,
+                     .trials = sq_dyn_predict_default_params().trials,
                      .hwp = sq_hw_default_params(), .params = sq_dp_default_params()};
     int c;
     opterr = 0;
@@ -410,6 +445,45 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_ENVELOPES: o->envelopes_file = optarg; break;
         case OPT_LADDER_PLANS: o->ladder_plans = optarg; break;
         case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
+        case OPT_ENVELOPE: {
+            char tail;
+            if (sscanf(optarg, "%d,%d,%d%c", &o->env_L, &o->env_K, &o->env_N, &tail) != 3) {
+                fprintf(stderr, PROG ": --envelope: '%s' is not L,K,N (draft steps, top-K, nodes "
+                        "including the root), e.g. 5,4,16\n", optarg);
+                return SQ_EUSAGE;
+            }
+            o->env_given = 1;
+            break;
+        }
+        case OPT_MODE: {
+            sq_mode m;
+            if (sq_mode_parse(optarg, &m) != 0 || m == SQ_MODE_SPECINFER) {
+                fprintf(stderr, PROG ": --mode: '%s' is not a verifier of dynamic trees (greedy, "
+                        "topk or stochastic; specinfer is not run on them)\n", optarg);
+                return SQ_EUSAGE;
+            }
+            o->dyn_mode = (int)m;
+            break;
+        }
+        case OPT_TEMPERATURE:
+            if (sq_cli_double(PROG, "--temperature", optarg, &o->dyn_temperature))
+                return SQ_EUSAGE;
+            if (!(o->dyn_temperature >= 0)) {
+                fprintf(stderr, PROG ": --temperature: %g, must be >= 0\n", o->dyn_temperature);
+                return SQ_EUSAGE;
+            }
+            break;
+        case OPT_TRIALS:
+            if (sq_cli_int(PROG, "--trials", optarg, 100, 10000000, &o->trials))
+                return SQ_EUSAGE;
+            break;
+        case OPT_PATH:
+            if (!strcmp(optarg, "draw") || !strcmp(optarg, "text")) {
+                o->dyn_path = !strcmp(optarg, "text") ? SQ_DYN_PATH_TEXT : SQ_DYN_PATH_DRAW;
+                break;
+            }
+            fprintf(stderr, PROG ": --path: '%s' is neither draw nor text\n", optarg);
+            return SQ_EUSAGE;
         default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
@@ -477,6 +551,15 @@ static int check_options(const plan_opts *o)
               "single plan (use --ladder-plans DIR, then --plan)";
     else if (o->save_plan && o->export_fmt < 0)
         why = "--save-plan goes with --export (without it -o is the plan)";
+    else if ((o->env_given || o->dyn_mode >= 0 || !isnan(o->dyn_temperature)) &&
+             !sq_engine_is_envelope((sq_engine)o->engine))
+        why = "--envelope, --mode and --temperature describe an engine's dynamic tree: they go "
+              "with --engine sglang or --engine trtllm-dynamic";
+    else if (o->env_given && !o->acc_file)
+        why = "--envelope needs --acceptance CURVES.json holding the dynamic-tree statistics "
+              "(sequoia-accept writes them)";
+    else if (o->env_given && o->ladder)
+        why = "--ladder searches an envelope per batch size; drop --envelope";
     if (!why && (o->plan_file || o->import_file)) {
         const char *mode = o->plan_file ? "--plan" : "--import";
         const char *bad = o->planning_opts ? "--budget/--depth/--width"
@@ -535,11 +618,13 @@ static void state_free(plan_state *st)
 }
 
 /* The curve (a file, an embedded one, or the default), the plan of --plan, the profiles. */
-static int load_inputs(plan_opts *o, plan_state *st, sq_error *err)
+static int load_inputs(plan_opts *o, plan_state *st, int dyn, sq_error *err)
 {
     int rc;
     if (o->plan_file)
         return sq_plan_load(o->plan_file, &st->plan, err);
+    if (dyn)   /* a dynamic plan reads its curves file itself (run_dynamic) */
+        goto profiles;
     const char *builtin_note = NULL;
     const sq_curve *builtin = NULL;
     if (o->acc_file && access(o->acc_file, F_OK) != 0)
@@ -563,6 +648,7 @@ static int load_inputs(plan_opts *o, plan_state *st, sq_error *err)
     if (o->import_file)
         return sq_import_plan(o->import_file, (sq_import_format)o->import_fmt, o->params.curve,
                               &st->plan, err);
+profiles:
     if (o->target_profile) {
         if ((rc = sq_profile_load(o->target_profile, &st->tprof, err)) ||
             (o->draft_profile && (rc = sq_profile_load(o->draft_profile, &st->dprof, err))))
@@ -828,6 +914,392 @@ static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
     return rc;
 }
 
+/* ---- dynamic plans (--engine sglang|trtllm-dynamic; planner/dynamic.h) ---------------------
+ *
+ * An envelope engine gets a dynamic plan (libsequoia/format/dynplan.h) when --envelope is given
+ * or the curves file holds the dynamic-tree statistics; otherwise (curves without them, or the
+ * embedded curves) the static path of planner/engine.c stays: the smallest envelope holding the
+ * best static tree, which is a bound, not a prediction of the engine's dynamic tree. */
+
+/* Whether this run makes a dynamic plan. */
+static int wants_dynamic(const plan_opts *o, int *dyn, sq_error *err)
+{
+    *dyn = 0;
+    if (!sq_engine_is_envelope((sq_engine)o->engine) || o->plan_file || o->import_file)
+        return SQ_OK;
+    if (o->env_given) {
+        *dyn = 1;
+        return SQ_OK;
+    }
+    if (!o->acc_file || access(o->acc_file, F_OK) != 0)
+        return SQ_OK;
+    cJSON *root = NULL;
+    int rc = sq_json_load(o->acc_file, &root, err);
+    if (!rc)
+        *dyn = sq_json_field(root, "dynamic") != NULL;
+    cJSON_Delete(root);
+    if (!rc && !*dyn && (o->dyn_mode >= 0 || !isnan(o->dyn_temperature)))
+        rc = sq_error_set(err, SQ_EDATA, "%s: no key \"dynamic\": --mode/--temperature select "
+                          "dynamic-tree statistics, which these curves lack (estimate them again "
+                          "with sequoia-accept)", o->acc_file);
+    return rc;
+}
+
+/* The configuration of the statistics: --curve NAME, or --mode/--temperature, or the one the
+ * file holds. */
+static int dyn_config(const plan_opts *o, const cJSON *root, char *name, size_t cap,
+                      sq_error *err)
+{
+    if (o->curve_name) {
+        snprintf(name, cap, "%s", o->curve_name);
+        return SQ_OK;
+    }
+    if (o->dyn_mode >= 0) {
+        if (o->dyn_mode == SQ_MODE_GREEDY)
+            snprintf(name, cap, "greedy@T0");
+        else
+            snprintf(name, cap, "%s@T%g", sq_mode_name((sq_mode)o->dyn_mode),
+                     isnan(o->dyn_temperature) ? 1.0 : o->dyn_temperature);
+        if (o->dyn_mode != SQ_MODE_GREEDY && o->dyn_temperature == 0)
+            return sq_error_set(err, SQ_EUSAGE, "--temperature 0 goes with --mode greedy");
+        return SQ_OK;
+    }
+    if (!isnan(o->dyn_temperature))
+        return sq_error_set(err, SQ_EUSAGE, "--temperature needs --mode (greedy, topk or "
+                            "stochastic)");
+    const cJSON *acc = sq_json_field(sq_json_field(root, "dynamic"), "accept");
+    if (cJSON_GetArraySize(acc) == 1) {
+        snprintf(name, cap, "%s", acc->child->string);
+        return SQ_OK;
+    }
+    char list[512] = "";
+    size_t len = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, acc)
+        if (len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "",
+                                    c->string);
+    return sq_error_set(err, SQ_EUSAGE, "%s: the dynamic statistics hold several configurations "
+                        "(%s); pick one with --mode M [--temperature T] or --curve NAME",
+                        o->acc_file, len ? list : "none");
+}
+
+/* The engine's flags for an envelope, one line. */
+static void dyn_flags(sq_engine e, int L, int K, int N, char *buf, size_t cap)
+{
+    if (e == SQ_ENGINE_SGLANG)
+        snprintf(buf, cap, "--speculative-num-steps %d --speculative-eagle-topk %d "
+                 "--speculative-num-draft-tokens %d", L, K, N);
+    else
+        snprintf(buf, cap, "use_dynamic_tree: true, max_draft_len: %d, dynamic_tree_max_topK: %d, "
+                 "max_total_draft_tokens: %d", L, K, N - 1);
+}
+
+static const char *dyn_cost_model(sq_engine e, int fixed)
+{
+    if (fixed)
+        return "t_target(b, N) + L * draft_ms";
+    return e == SQ_ENGINE_SGLANG
+        ? "t_target(b, N) + (L - 1) t_draft(b, K) + t_draft(b, N)"
+        : "t_target(b, N) + t_draft(b, L + 1) + sum_{i=1..L-1} t_draft(b, i K)";
+}
+
+static cJSON *dyn_envelope_json(int L, int K, int N)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "steps", L);
+    cJSON_AddNumberToObject(e, "topk", K);
+    cJSON_AddNumberToObject(e, "nodes", N);
+    return e;
+}
+
+/* The "hardware" object of a dynamic plan. */
+static cJSON *dyn_hardware_json(const plan_opts *o, const plan_state *st, int batch,
+                                const sq_dyn_choice *best, int n_best, double plain_tps,
+                                const sq_dyn_grid *g)
+{
+    sq_json_build b = sq_json_build_begin();
+    cJSON *h = cJSON_CreateObject();
+    cJSON_AddStringToObject(h, "target_profile", o->target_profile);
+    cJSON_AddStringToObject(h, "target_device", st->tprof->device ? st->tprof->device : "");
+    if (o->draft_profile)
+        cJSON_AddStringToObject(h, "draft_profile", o->draft_profile);
+    else
+        cJSON_AddNumberToObject(h, "draft_ms_per_forward", o->hwp.draft_ms);
+    cJSON_AddStringToObject(h, "cost_per_round", dyn_cost_model((sq_engine)o->engine,
+                                                                !o->draft_profile));
+    cJSON_AddNumberToObject(h, "batch", batch);
+    cJSON_AddNumberToObject(h, "round_ms", best[0].round_ms);
+    cJSON_AddNumberToObject(h, "round_target_ms", best[0].target_ms);
+    cJSON_AddNumberToObject(h, "round_draft_ms", best[0].draft_ms);
+    cJSON_AddNumberToObject(h, "tokens_per_second", best[0].tokens_per_second);
+    cJSON_AddNumberToObject(h, "plain_tokens_per_second", plain_tps);
+    cJSON_AddNumberToObject(h, "predicted_speedup", best[0].tokens_per_second / plain_tps);
+    if (g) {
+        cJSON *sr = cJSON_CreateObject();
+        cJSON_AddNumberToObject(sr, "max_steps", g->max_steps);
+        cJSON_AddNumberToObject(sr, "max_topk", g->max_topk);
+        cJSON_AddNumberToObject(sr, "max_nodes", g->max_nodes);
+        sq_json_add(h, "searched", sr);
+        cJSON *ru = cJSON_CreateArray();
+        for (int i = 1; i < n_best; i++) {
+            cJSON *r = cJSON_CreateObject();
+            sq_json_add(r, "envelope", dyn_envelope_json(best[i].steps, best[i].topk,
+                                                         best[i].nodes));
+            cJSON_AddNumberToObject(r, "expected_tokens", best[i].expected_tokens);
+            cJSON_AddNumberToObject(r, "round_ms", best[i].round_ms);
+            cJSON_AddNumberToObject(r, "tokens_per_second", best[i].tokens_per_second);
+            sq_json_append(ru, r);
+        }
+        sq_json_add(h, "runner_ups", ru);
+    }
+    return sq_json_build_end(b, h);
+}
+
+/* The profiles' batch sizes that the draft profile also has (the ladder's rungs); an error naming
+ * the draft profile when it lacks one of the target's. */
+static int dyn_batches(const plan_opts *o, const plan_state *st, int *out, int cap, int *n,
+                       sq_error *err)
+{
+    *n = sq_profile_batches(st->tprof, out, cap);
+    if (*n < 1)
+        return sq_error_set(err, SQ_EDATA, "%s: no batch sizes", o->target_profile);
+    if (st->dprof) {
+        int db[SQ_LADDER_MAX_RUNGS], nd = sq_profile_batches(st->dprof, db, SQ_LADDER_MAX_RUNGS);
+        for (int i = 0; i < *n; i++) {
+            int have = 0;
+            for (int j = 0; j < nd; j++)
+                have |= db[j] == out[i];
+            if (!have)
+                return sq_error_set(err, SQ_EDATA, "%s: no points at batch %d, which the target "
+                                    "profile %s has (profile the draft at the same batch sizes)",
+                                    o->draft_profile, out[i], o->target_profile);
+        }
+    }
+    return SQ_OK;
+}
+
+#define DYN_RUNNER_UPS 6
+
+static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
+{
+    sq_engine e = (sq_engine)o->engine;
+    int rc;
+    if (o->export_fmt >= 0 || o->table_file || o->save_plan || o->svg_file || o->svg_table ||
+        o->ladder_plans || o->schedule_file || o->envelopes_file)
+        return sq_error_set(err, SQ_EUSAGE, "a dynamic plan (--engine %s with dynamic-tree "
+                            "statistics) is written with -o only; --export, --table, "
+                            "--save-plan, --svg, --svg-table, --ladder-plans, --schedule and "
+                            "--envelopes take static plans", sq_engine_name(e));
+    if (!o->acc_file || access(o->acc_file, F_OK) != 0)
+        return sq_error_set(err, SQ_EUSAGE, "--engine %s --envelope: --acceptance must name a "
+                            "curves file with the dynamic-tree statistics", sq_engine_name(e));
+    if (o->env_given && (rc = sq_dyn_envelope_check(e, o->env_L, o->env_K, o->env_N,
+                                                     "--envelope", err)))
+        return rc;
+    if (!o->env_given && !o->target_profile)
+        return sq_error_set(err, SQ_EUSAGE, "--engine %s with dynamic-tree statistics: give "
+                            "--envelope L,K,N to predict one envelope, or --target-profile and "
+                            "--draft-profile (or --draft-ms) to choose one for the hardware",
+                            sq_engine_name(e));
+    cJSON *root = NULL;
+    sq_dyn_samples *smp = NULL;
+    sq_dyn_grid *grid = NULL;
+    sq_dynplan plan = {0};
+    char config[128];
+    uint8_t digest[SQ_SHA256_BYTES];
+    if ((rc = sq_json_load(o->acc_file, &root, err)) ||
+        /* without the statistics: the loader's message, naming the file and the key */
+        (!sq_json_field(root, "dynamic") &&
+         (rc = sq_dyn_samples_from_json(root, o->acc_file, "", &smp, err))) ||
+        (rc = dyn_config(o, root, config, sizeof config, err)) ||
+        (rc = sq_dyn_samples_from_json(root, o->acc_file, config, &smp, err)) ||
+        (rc = sq_sha256_file(o->acc_file, digest, err)))
+        goto done;
+    /* mode and temperature of the plan, from the configuration's name */
+    {
+        char m[32] = "";
+        double T = 0;
+        if (sscanf(config, "%31[a-z]@T%lf", m, &T) != 2 || sq_mode_parse(m, &plan.mode) != 0 ||
+            plan.mode == SQ_MODE_SPECINFER) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: configuration \"%s\" is not "
+                              "MODE@T<temperature> of greedy, topk or stochastic", o->acc_file,
+                              config);
+            goto done;
+        }
+        const char *pp = strstr(config, "@p");
+        plan.temperature = plan.mode == SQ_MODE_GREEDY ? 0.0 : T;
+        plan.top_p = pp ? strtod(pp + 2, NULL) : 1.0;
+    }
+    snprintf(plan.engine, sizeof plan.engine, "%s", sq_engine_name(e));
+    sq_sha256_hex(digest, plan.curves_sha256);
+    plan.curves_file = (char *)o->acc_file;   /* not freed: plan lives on the stack */
+    sq_dyn_predict_params pp = sq_dyn_predict_default_params();
+    pp.trials = o->trials;
+    pp.path = o->dyn_path;
+    if (pp.path == SQ_DYN_PATH_TEXT && plan.mode == SQ_MODE_STOCHASTIC) {
+        rc = sq_error_set(err, SQ_EUSAGE, "--path text: the stochastic verifier accepts a draw, "
+                          "not the text's token; use --path draw");
+        goto done;
+    }
+    double se = 0, p_len[SQ_DYN_MAX_STEPS + 1];
+    sq_dyn_choice best[DYN_RUNNER_UPS];
+    int n_best = 0, batch = 1;
+    double plain = 0;
+    sq_dyn_search_params sp = {.engine = e, .target = st->tprof, .draft = st->dprof,
+                               .draft_ms = o->hwp.draft_ms, .extrapolate = o->hwp.extrapolate};
+    int batches[SQ_LADDER_MAX_RUNGS], n_batches = 0;
+    if (o->target_profile) {
+        if ((rc = dyn_batches(o, st, batches, SQ_LADDER_MAX_RUNGS, &n_batches, err)))
+            goto done;
+        batch = batches[0];
+    }
+    if (o->env_given) {
+        plan.steps = o->env_L;
+        plan.topk = o->env_K;
+        plan.nodes = o->env_N;
+        if ((rc = sq_dyn_predict(smp, plan.steps, plan.topk, plan.nodes, &pp,
+                                 &plan.expected_tokens, &se, p_len, err)))
+            goto done;
+        if (o->target_profile) {
+            sq_dyn_cost c;
+            double t1;
+            sp.batch = batch;
+            if ((rc = sq_dyn_round_ms(e, st->tprof, st->dprof, o->hwp.draft_ms, batch, plan.steps,
+                                      plan.topk, plan.nodes, o->hwp.extrapolate, &c, err)) ||
+                (rc = sq_profile_ms_batch(st->tprof, batch, 1, o->hwp.extrapolate, &t1, err)))
+                goto done;
+            best[0] = (sq_dyn_choice){plan.steps, plan.topk, plan.nodes, plan.expected_tokens, se,
+                                      c.round_ms, c.target_ms, c.draft_ms,
+                                      batch * plan.expected_tokens / c.round_ms * 1000.0};
+            n_best = 1;
+            plain = batch / t1 * 1000.0;
+        }
+    } else {
+        int Lm = o->params.depth - 1 < 8 ? o->params.depth - 1 : 8;
+        int Km = smp->K < 8 ? smp->K : 8;
+        if (o->width_given && o->params.width < Km)
+            Km = o->params.width;
+        int Nm = o->params.budget < SQ_DYN_MAX_NODES ? o->params.budget : SQ_DYN_MAX_NODES;
+        if (Lm < 1 || Nm < 2) {
+            rc = sq_error_set(err, SQ_EUSAGE, "--engine %s: --depth %d and --budget %d leave no "
+                              "envelope (at least 2 levels and 2 nodes)", sq_engine_name(e),
+                              o->params.depth, o->params.budget);
+            goto done;
+        }
+        if ((rc = sq_dyn_grid_new(smp, Lm, Km, Nm, &pp, &grid, err)))
+            goto done;
+        sp.batch = batch;
+        if ((rc = sq_dyn_search(grid, &sp, best, DYN_RUNNER_UPS, &n_best, &plain, err)))
+            goto done;
+        plan.steps = best[0].steps;
+        plan.topk = best[0].topk;
+        plan.nodes = best[0].nodes;
+        plan.expected_tokens = best[0].expected_tokens;
+        se = best[0].se;
+        /* the per-depth detail of the chosen envelope */
+        double E;
+        if ((rc = sq_dyn_predict(smp, plan.steps, plan.topk, plan.nodes, &pp, &E, NULL, p_len,
+                                 err)))
+            goto done;
+        if (o->ladder) {
+            if (!(plan.ladder = calloc((size_t)n_batches, sizeof *plan.ladder))) {
+                rc = sq_error_oom(err, "ladder");
+                goto done;
+            }
+            for (int i = 0; i < n_batches; i++) {
+                sq_dyn_choice bb[1];
+                int nb = 0;
+                double pl = 0;
+                sp.batch = batches[i];
+                if ((rc = sq_dyn_search(grid, &sp, bb, 1, &nb, &pl, err)))
+                    goto done;
+                int spec = bb[0].tokens_per_second > pl;
+                plan.ladder[i] = (sq_dynplan_rung){batches[i], bb[0].steps, bb[0].topk,
+                                                   bb[0].nodes, spec, bb[0].expected_tokens,
+                                                   spec ? bb[0].tokens_per_second : pl};
+                plan.n_ladder = i + 1;
+            }
+        }
+    }
+    /* the prediction's detail */
+    {
+        sq_json_build b = sq_json_build_begin();
+        cJSON *pr = cJSON_CreateObject();
+        cJSON_AddStringToObject(pr, "method", "monte-carlo: the engine's tree simulated at every "
+                                "corpus position, decoding replayed along the text "
+                                "(docs/planning.md, \"Dynamic trees\")");
+        cJSON_AddStringToObject(pr, "configuration", config);
+        cJSON_AddStringToObject(pr, "path", pp.path == SQ_DYN_PATH_TEXT ? "text" : "draw");
+        cJSON_AddNumberToObject(pr, "trials", pp.trials);
+        cJSON_AddNumberToObject(pr, "seed", (double)pp.seed);
+        cJSON_AddNumberToObject(pr, "samples", smp->n);
+        cJSON_AddNumberToObject(pr, "offpath_contexts", smp->n_off);
+        cJSON_AddNumberToObject(pr, "stderr", se);
+        sq_json_add(pr, "p_accepted_at_least", sq_json_number_array(p_len + 1,
+                                                                     (size_t)plan.steps));
+        if (!(plan.prediction = sq_json_build_end(b, pr))) {
+            rc = sq_error_oom(err, "prediction");
+            goto done;
+        }
+    }
+    if (n_best > 0 &&
+        !(plan.hardware = dyn_hardware_json(o, st, batch, best, n_best, plain, grid))) {
+        rc = sq_error_oom(err, "hardware");
+        goto done;
+    }
+    if ((rc = sq_dynplan_save(o->out_file ? o->out_file : "-", &plan, err)))
+        goto done;
+    if (!o->quiet) {
+        FILE *fp = o->out_file ? stdout : stderr;
+        char flags[300];
+        dyn_flags(e, plan.steps, plan.topk, plan.nodes, flags, sizeof flags);
+        fprintf(fp, "dynamic plan:   %s, envelope %d,%d,%d (L,K,N: %d draft steps, top-%d, %d nodes "
+                "with the root)\n", sq_engine_name(e), plan.steps, plan.topk, plan.nodes,
+                plan.steps, plan.topk, plan.nodes);
+        fprintf(fp, "flags:          %s\n", flags);
+        fprintf(fp, "prediction:     %.4f ± %.4f tokens/step (%s, Monte-Carlo: %d trials over %d "
+                "corpus positions", plan.expected_tokens, se, config, pp.trials, smp->n);
+        if (smp->n_off)
+            fprintf(fp, " and %d off-path contexts", smp->n_off);
+        fprintf(fp, " of %s, path %s)\n", o->acc_file,
+                pp.path == SQ_DYN_PATH_TEXT ? "text" : "draw");
+        fprintf(fp, "accepted >= d:  ");
+        for (int d = 1; d <= plan.steps; d++)
+            fprintf(fp, " %.3f", p_len[d]);
+        fprintf(fp, "\n");
+        if (n_best > 0) {
+            fprintf(fp, "hardware:       %s, batch %d, cost per round %s\n", st->tprof->device,
+                    batch, dyn_cost_model(e, !o->draft_profile));
+            fprintf(fp, "                %.4g ms/round (target %.4g + draft %.4g), %.1f tokens/s, "
+                    "predicted speedup %.3fx over the target alone (%.1f tokens/s)\n",
+                    best[0].round_ms, best[0].target_ms, best[0].draft_ms,
+                    best[0].tokens_per_second, best[0].tokens_per_second / plain, plain);
+            for (int i = 1; i < n_best; i++)
+                fprintf(fp, "%s%d,%d,%d: %.4f tokens/step, %.4g ms/round, %.1f tokens/s\n",
+                        i == 1 ? "runner-ups:     " : "                ", best[i].steps,
+                        best[i].topk, best[i].nodes, best[i].expected_tokens, best[i].round_ms,
+                        best[i].tokens_per_second);
+        }
+        for (int i = 0; i < plan.n_ladder; i++) {
+            const sq_dynplan_rung *g = &plan.ladder[i];
+            fprintf(fp, "%sbatch %d: %s%d,%d,%d, %.4f tokens/step%s, %.1f tokens/s\n",
+                    i == 0 ? "ladder:         " : "                ", g->batch,
+                    g->speculate ? "envelope " : "plain decoding (best envelope ", g->steps,
+                    g->topk, g->nodes, g->expected_tokens, g->speculate ? "" : ", slower)",
+                    g->tokens_per_second);
+        }
+    }
+done:
+    cJSON_Delete(root);
+    cJSON_Delete(plan.prediction);
+    cJSON_Delete(plan.hardware);
+    free(plan.ladder);
+    sq_dyn_samples_free(smp);
+    sq_dyn_grid_free(grid);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     plan_opts o;
@@ -839,7 +1311,12 @@ int main(int argc, char **argv)
     sq_out_install_signal_handlers();
     sq_error err = {0};
     plan_state st = {0};
-    if (!(rc = load_inputs(&o, &st, &err)) && o.ladder)
+    int dyn = 0;
+    if (!(rc = wants_dynamic(&o, &dyn, &err)))
+        rc = load_inputs(&o, &st, dyn, &err);
+    if (!rc && dyn)
+        rc = run_dynamic(&o, &st, &err);
+    else if (!rc && o.ladder)
         rc = run_ladder(&o, &st, &err);
     else if (!rc && !(rc = make_plan(&o, &st, &err)) && !(rc = write_outputs(&o, &st, &err)) &&
              !o.quiet)

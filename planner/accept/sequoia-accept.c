@@ -14,6 +14,7 @@
 
 #include "planner/accept/accept.h"
 #include "planner/accept/compare.h"
+#include "planner/accept/dynstats.h"
 #include "planner/accept/merge.h"
 #include "planner/accept/stats.h"
 #include "libsequoia/format/corpus.h"
@@ -68,6 +69,22 @@ static void usage(FILE *fp)
         "                          before it each accepted a child (docs/estimator.md)\n"
         "  -o, --output FILE       write the curves there (atomically); default standard output\n"
         "  -q, --quiet             no progress line and no summary\n"
+        "      --dynamic-samples N positions sampled for the dynamic-tree prediction (the curves\n"
+        "                          file's key \"dynamic\": the draft's sorted top-K probabilities\n"
+        "                          and each rank's acceptance, in runs of consecutive positions;\n"
+        "                          sequoia-plan --engine sglang|trtllm-dynamic reads them);\n"
+        "                          default 4096 per corpus, 0: none. Specinfer curves get none\n"
+        "      --dynamic-topk K    ranks per sampled position, 1..16 (default 8)\n"
+        "      --dynamic-segment N consecutive positions per run of samples (default 256; the\n"
+        "                          predictor replays decoding along them)\n"
+        "      --dynamic-skip N    leave the first N positions of every sequence out of those\n"
+        "                          samples (a prompt before the decoded text; default 0)\n"
+        "      --dynamic-branches F write where off-path contexts start (every 4th sample: corpus,\n"
+        "                          sequence, position, the best draft token the text did not take)\n"
+        "      --dynamic-offpath C a corpus of those branches (sequoia-run dump): the draft's\n"
+        "                          top-K at each sequence's last row become the off-path pool\n"
+        , SQ_ACCEPT_MAX_WIDTH, SQ_ACCEPT_MAX_DEPTHS);
+    fputs(
         "      --merge             combine curve files computed on disjoint shards, exactly\n"
         "      --compare           compare NEW against BASELINE: per-rank change with z-scores and\n"
         "                          the change of the optimal tree's expected tokens per step;\n"
@@ -83,8 +100,8 @@ static void usage(FILE *fp)
         "      --plot              draw curve files (with --svg) without estimating anything\n"
         "  -h, --help              this text\n"
         "      --version           the version\n"
-        "\n", SQ_ACCEPT_MAX_WIDTH, SQ_ACCEPT_MAX_DEPTHS);
-    fprintf(fp,
+        "\n", fp);
+    fputs(
         "Examples:\n"
         "  " PROG " c4.h5 --mode stochastic --temperature 0.6,1.0 --width 16 -o curves.json\n"
         "  " PROG " c4.h5 --mode specinfer --temperature 1 --top-p 0.9 --samples 4 -o si.json\n"
@@ -98,7 +115,8 @@ static void usage(FILE *fp)
         "Exit status: 0 success (--compare: no significant drop), 1 significant drop or a curve\n"
         "of BASELINE missing in NEW (--compare),\n"
         "64 usage error, 65 invalid input data, 66 input file missing, 70 internal error,\n"
-        "73 cannot create output, 74 I/O error. No output file is left behind on failure.\n");
+        "73 cannot create output, 74 I/O error. No output file is left behind on failure.\n",
+        fp);
 }
 
 /* ---- option parsing ----------------------------------------------------------------------- */
@@ -166,6 +184,18 @@ static const char *base_name(const char *path)
 {
     const char *s = strrchr(path, '/');
     return s ? s + 1 : path;
+}
+
+/* A corpus's key in the random streams: any fixed function of its digest. */
+static uint64_t corpus_key(const char *hex)
+{
+    uint64_t key = 0;
+    for (int b = 0; b < 16; b++) {
+        unsigned v;
+        sscanf(hex + 2 * b, "%2x", &v);
+        key = key << 4 ^ (key >> 60) ^ v;
+    }
+    return key;
 }
 
 static double now_s(void)
@@ -248,9 +278,40 @@ typedef struct est_opts {
     double top_ps[MAX_LIST];
     int n_top_ps;
     sq_accept_params params;
+    sq_dynstats_params dyn;   /* the dynamic-tree statistics (dynstats.h) */
     const char *out_file;
     int quiet;
 } est_opts;
+
+/* The dynamic-tree statistics under the curves file's key "dynamic" (dynstats.h), with the
+ * same corpus keys as the curves' random streams. */
+static int add_dynamic(sq_corpus **corp, char **files, char (*hex)[SQ_SHA256_HEX], int n_files,
+                       const sq_accept_config *cfg, int n_cfg, const est_opts *o, cJSON *root,
+                       sq_error *err)
+{
+    uint64_t *keys = calloc((size_t)n_files, sizeof *keys);
+    if (!keys)
+        return sq_error_oom(err, "corpus keys");
+    for (int f = 0; f < n_files; f++)
+        keys[f] = corpus_key(hex[f]);
+    sq_dynstats_params dp = o->dyn;
+    dp.seed = o->params.seed;
+    dp.samples = o->params.samples;
+    cJSON *dyn = NULL;
+    int rc = SQ_OK;
+    if (dp.offpath_file)
+        rc = sq_corpus_open(dp.offpath_file, &dp.offpath, err);
+    if (!rc)
+        rc = sq_dynstats_run(corp, (const char *const *)files, keys, n_files, cfg, n_cfg, &dp,
+                             &dyn, err);
+    sq_corpus_close(dp.offpath);
+    free(keys);
+    if (!rc && dyn && !cJSON_AddItemToObject(root, SQ_DYNSTATS_KEY, dyn)) {
+        cJSON_Delete(dyn);
+        rc = sq_error_oom(err, "the dynamic statistics");
+    }
+    return rc;
+}
 
 static int estimate(char **files, int n_files, est_opts *o)
 {
@@ -411,12 +472,7 @@ static int estimate(char **files, int n_files, est_opts *o)
         pr.progress = sq_progress_callback;
         pr.user = &ps;
         pr.depth_stats = dstats;
-        uint64_t key = 0;
-        for (int b = 0; b < 16; b++) {
-            unsigned v;
-            sscanf(hex[f] + 2 * b, "%2x", &v);
-            key = key << 4 ^ (key >> 60) ^ v; /* any fixed function of the digest */
-        }
+        uint64_t key = corpus_key(hex[f]);
         rc = sq_accept_run(corp[f], files[f], key, cfg, n_cfg, &pr, stats, &err);
         sq_progress_end(&ps);
         if (rc)
@@ -470,6 +526,8 @@ static int estimate(char **files, int n_files, est_opts *o)
         rc = sq_error_oom(&err, "the curve file's JSON tree");
         goto done;
     }
+    if ((rc = add_dynamic(corp, files, hex, n_files, cfg, n_cfg, o, root, &err)))
+        goto done;
     sq_json_print(sq_out_stream(out), root);
     rc = sq_out_commit(out, &err);
     out = NULL;
@@ -523,6 +581,33 @@ done:
 
 /* ---- merge -------------------------------------------------------------------------------------- */
 
+/* The files' "dynamic" statistics merged into root (dynstats.h); none when no file has them, a
+ * notice when only some have. */
+static int merge_dynamic(char **files, int n_files, cJSON *root, sq_error *err)
+{
+    cJSON **docs = calloc((size_t)n_files, sizeof *docs);
+    const cJSON **dyn = calloc((size_t)n_files, sizeof *dyn);
+    int rc = docs && dyn ? SQ_OK : sq_error_oom(err, "curve files"), have = 0;
+    for (int f = 0; f < n_files && !rc; f++)
+        if (!(rc = sq_json_load(files[f], &docs[f], err)))
+            have += (dyn[f] = sq_json_field(docs[f], SQ_DYNSTATS_KEY)) != NULL;
+    cJSON *merged = NULL;
+    if (!rc && have && have < n_files)
+        fprintf(stderr, PROG ": notice: only %d of the %d files hold dynamic-tree statistics "
+                "(key \"" SQ_DYNSTATS_KEY "\"); the merge has none\n", have, n_files);
+    else if (!rc && have &&
+             !(rc = sq_dynstats_merge(dyn, (const char *const *)files, n_files, &merged, err)) &&
+             !cJSON_AddItemToObject(root, SQ_DYNSTATS_KEY, merged)) {
+        cJSON_Delete(merged);
+        rc = sq_error_oom(err, "the dynamic statistics");
+    }
+    for (int f = 0; docs && f < n_files; f++)
+        cJSON_Delete(docs[f]);
+    free(docs);
+    free(dyn);
+    return rc;
+}
+
 static int merge(char **files, int n_files, const char *out_file, int quiet)
 {
     sq_error err = {0};
@@ -537,6 +622,8 @@ static int merge(char **files, int n_files, const char *out_file, int quiet)
     if (!rc && !(rc = sq_accept_merge(sets, files, n_files, PROG " " SQ_VERSION, &merged, &err))) {
         if (!(root = sq_curve_set_to_json(&merged)))
             rc = sq_error_oom(&err, "curves");
+        else if ((rc = merge_dynamic(files, n_files, root, &err)))
+            ;
         else if (!(rc = sq_json_save(out_file ? out_file : "-", root, &err)))
             rc = write_svg(root, &err);
     }
@@ -598,7 +685,8 @@ static int compare(const char *base_file, const char *new_file, int budget, int 
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
-enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT, OPT_JSON, OPT_BY_DEPTH };
+enum { OPT_MERGE = 256, OPT_COMPARE, OPT_VERSION, OPT_SVG, OPT_PLOT, OPT_JSON, OPT_BY_DEPTH, OPT_DYN_SAMPLES,
+       OPT_DYN_TOPK, OPT_DYN_SKIP, OPT_DYN_BRANCHES, OPT_DYN_OFFPATH, OPT_DYN_SEGMENT };
 
 typedef struct accept_opts {
     est_opts est;
@@ -656,6 +744,24 @@ static int parse_estimation(int c, const char *arg, est_opts *o)
             return SQ_EUSAGE;
         o->params.depths = v;
         return SQ_OK;
+    case OPT_DYN_SAMPLES:
+        return sq_cli_int(PROG, "--dynamic-samples", arg, 0, 1 << 20, &o->dyn.max_samples)
+               ? SQ_EUSAGE : SQ_OK;
+    case OPT_DYN_BRANCHES:
+        o->dyn.branches = arg;
+        return SQ_OK;
+    case OPT_DYN_SEGMENT:
+        return sq_cli_int(PROG, "--dynamic-segment", arg, 1, 1 << 20, &o->dyn.segment)
+               ? SQ_EUSAGE : SQ_OK;
+    case OPT_DYN_OFFPATH:
+        o->dyn.offpath_file = arg;
+        return SQ_OK;
+    case OPT_DYN_SKIP:
+        return sq_cli_int(PROG, "--dynamic-skip", arg, 0, INT_MAX, &o->dyn.skip) ? SQ_EUSAGE
+                                                                                   : SQ_OK;
+    case OPT_DYN_TOPK:
+        return sq_cli_int(PROG, "--dynamic-topk", arg, 1, SQ_DYNSTATS_MAX_TOPK, &o->dyn.topk)
+               ? SQ_EUSAGE : SQ_OK;
     default: /* 'j' */
         if (sq_cli_int(PROG, "--threads", arg, 1, 256, &v))
             return SQ_EUSAGE;
@@ -679,17 +785,26 @@ static int parse_options(int argc, char **argv, accept_opts *a)
         {"sigma", required_argument, NULL, 'z'},    {"curve", required_argument, NULL, 'c'},
         {"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, OPT_VERSION},
         {"by-depth", required_argument, NULL, OPT_BY_DEPTH},
+        {"dynamic-samples", required_argument, NULL, OPT_DYN_SAMPLES},
+        {"dynamic-topk", required_argument, NULL, OPT_DYN_TOPK},
+        {"dynamic-skip", required_argument, NULL, OPT_DYN_SKIP},
+        {"dynamic-branches", required_argument, NULL, OPT_DYN_BRANCHES},
+        {"dynamic-offpath", required_argument, NULL, OPT_DYN_OFFPATH},
+        {"dynamic-segment", required_argument, NULL, OPT_DYN_SEGMENT},
         {NULL, 0, NULL, 0},
     };
     *a = (accept_opts){.est = {.n_modes = 1, .modes = {SQ_MODE_STOCHASTIC}, .n_temps = 1,
                                .temps = {1.0}, .n_top_ps = 1, .top_ps = {1.0},
-                               .params = sq_accept_default_params()},
+                               .params = sq_accept_default_params(),
+                               .dyn = sq_dynstats_default_params()},
                        .budget = 64, .depth = 8, .sigma = 3.0};
     int c;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":m:T:p:w:k:s:j:o:qn:d:z:c:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': case 'T': case 'p': case 'w': case 'k': case 's': case 'j': case OPT_BY_DEPTH:
+        case OPT_DYN_SAMPLES: case OPT_DYN_TOPK: case OPT_DYN_SKIP: case OPT_DYN_BRANCHES:
+        case OPT_DYN_OFFPATH: case OPT_DYN_SEGMENT:
             if (parse_estimation(c, optarg, &a->est))
                 return SQ_EUSAGE;
             a->est_opt = 1;
@@ -776,9 +891,10 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_files; i++)
         in[i] = (sq_path_use){a.do_compare ? (i ? "NEW" : "BASELINE")
                               : a.do_merge || a.do_plot ? "curve file" : "corpus", files[i]};
-    sq_path_use outs[] = {{"-o", a.est.out_file}, {"--svg", svg_path}, {"--json", a.json_file}};
+    sq_path_use outs[] = {{"-o", a.est.out_file}, {"--svg", svg_path}, {"--json", a.json_file},
+                          {"--dynamic-branches", a.est.dyn.branches}};
     sq_error perr = {0};
-    rc = sq_paths_check(in, n_files, outs, 3, &perr);
+    rc = sq_paths_check(in, n_files, outs, 4, &perr);
     free(in);
     if (rc) {
         fprintf(stderr, PROG ": %s\n", perr.msg);

@@ -1,0 +1,348 @@
+/* Dynamic plans (dynplan.h; docs/formats.md, "Dynamic plan"). */
+#include "libsequoia/format/dynplan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/json.h"
+
+int sq_dynplan_envelope_check(const char *engine, int L, int K, int N, const char *what,
+                              sq_error *err)
+{
+    const char *w = what ? what : "envelope";
+    int sg = engine && !strcmp(engine, "sglang"), tr = engine && !strcmp(engine, "trtllm-dynamic");
+    if (!sg && !tr)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s takes static trees, not an envelope (the "
+                            "envelope engines are sglang and trtllm-dynamic)", w,
+                            engine ? engine : "(no engine)");
+    const char *eng = sg ? "SGLang" : "TensorRT-LLM (dynamic tree)";
+    if (L < 1 || K < 1 || N < 2)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s needs L >= 1 draft steps, K >= 1 and N >= 2 "
+                            "nodes (root included); got L %d, K %d, N %d", w, eng, L, K, N);
+    if (L > SQ_DYNPLAN_MAX_STEPS || K > SQ_DYNPLAN_MAX_TOPK || N > SQ_DYNPLAN_MAX_NODES)
+        return sq_error_set(err, SQ_EUSAGE, "%s: beyond this toolkit's limits L <= %d, K <= %d, "
+                            "N <= %d", w, SQ_DYNPLAN_MAX_STEPS, SQ_DYNPLAN_MAX_TOPK,
+                            SQ_DYNPLAN_MAX_NODES);
+    if (sg) {
+        long long cand = (long long)K + (long long)(L - 1) * K * K;
+        if (N - 1 > cand)
+            return sq_error_set(err, SQ_EUSAGE, "%s: %s rule N - 1 <= K + (L - 1) K^2 broken: "
+                                "%d draft tokens, but its tree has only %lld candidates to "
+                                "choose from (eagle_utils.py organize_draft_results)", w, eng,
+                                N - 1, cand);
+        if (K == 1 && N != L + 1)
+            return sq_error_set(err, SQ_EUSAGE, "%s: %s rule K = 1 means a chain, N = L + 1 = %d "
+                                "(server_args.py sets speculative_num_draft_tokens to "
+                                "speculative_num_steps + 1 when speculative_eagle_topk is 1); "
+                                "got N %d", w, eng, L + 1, N);
+        return SQ_OK;
+    }
+    if (N - 1 > K * L)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s rule N - 1 <= K L broken: max_total_draft_"
+                            "tokens %d > dynamic_tree_max_topK * max_draft_len = %d "
+                            "(llm_args.py, EagleDecodingConfig)", w, eng, N - 1, K * L);
+    if (N - 1 < L)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s rule N - 1 >= L broken: max_total_draft_"
+                            "tokens %d < max_draft_len %d (llm_args.py, EagleDecodingConfig)", w,
+                            eng, N - 1, L);
+    return SQ_OK;
+}
+
+void sq_dynplan_free(sq_dynplan *p)
+{
+    if (!p)
+        return;
+    cJSON_Delete(p->prediction);
+    cJSON_Delete(p->hardware);
+    free(p->curves_file);
+    free(p->ladder);
+    free(p);
+}
+
+int sq_dynplan_sniff(const cJSON *root)
+{
+    const cJSON *f = sq_json_field(root, "format");
+    return cJSON_IsString(f) && !strcmp(f->valuestring, SQ_DYNPLAN_FORMAT);
+}
+
+/* envelope {steps, topk, nodes} at ctx, checked against the engine's rules (as SQ_EDATA). */
+static int read_envelope(const cJSON *obj, const char *engine, const char *file, const char *ctx,
+                         int *L, int *K, int *N, sq_error *err)
+{
+    if (!cJSON_IsObject(obj))
+        return sq_error_set(err, SQ_EDATA, "%s: %s: %s", file, ctx,
+                            obj ? "expected an object {\"steps\", \"topk\", \"nodes\"}"
+                                : "missing");
+    long long l = 0, k = 0, n = 0;
+    int rc;
+    if ((rc = sq_json_get_int(obj, "steps", 1, 1, SQ_DYNPLAN_MAX_STEPS, &l, file, ctx, err)) ||
+        (rc = sq_json_get_int(obj, "topk", 1, 1, SQ_DYNPLAN_MAX_TOPK, &k, file, ctx, err)) ||
+        (rc = sq_json_get_int(obj, "nodes", 1, 2, SQ_DYNPLAN_MAX_NODES, &n, file, ctx, err)))
+        return rc;
+    char what[300];
+    snprintf(what, sizeof what, "%s: %s", file, ctx);
+    sq_error e = {0};
+    if (sq_dynplan_envelope_check(engine, (int)l, (int)k, (int)n, what, &e))
+        return sq_error_set(err, SQ_EDATA, "%s", e.msg);
+    *L = (int)l;
+    *K = (int)k;
+    *N = (int)n;
+    return SQ_OK;
+}
+
+static int read_expected(const cJSON *obj, const char *key, int L, const char *file,
+                         const char *ctx, double *out, sq_error *err)
+{
+    int rc = sq_json_get_number(obj, key, 1, out, file, ctx, err);
+    if (!rc && !(*out >= 1 && *out <= L + 1 + 1e-9))
+        rc = sq_error_set(err, SQ_EDATA, "%s: %s%s%s: %.17g, expected tokens per step lie in "
+                          "[1, L + 1 = %d]", file, ctx, *ctx ? "." : "", key, *out, L + 1);
+    return rc;
+}
+
+int sq_dynplan_from_json(const cJSON *root, const char *file, sq_dynplan **out, sq_error *err)
+{
+    *out = NULL;
+    if (!cJSON_IsObject(root))
+        return sq_error_set(err, SQ_EDATA, "%s: expected a JSON object (a dynamic plan)", file);
+    const char *fmt = NULL, *engine = NULL, *mode = NULL;
+    long long ver = 0;
+    int rc;
+    if ((rc = sq_json_get_string(root, "format", 1, &fmt, file, "", err)))
+        return rc;
+    if (strcmp(fmt, SQ_DYNPLAN_FORMAT) != 0)
+        return sq_error_set(err, SQ_EDATA, "%s: format: \"%s\", expected \"%s\"", file, fmt,
+                            SQ_DYNPLAN_FORMAT);
+    if ((rc = sq_json_get_int(root, "version", 1, 1, SQ_DYNPLAN_VERSION, &ver, file, "", err)) ||
+        (rc = sq_json_get_string(root, "engine", 1, &engine, file, "", err)) ||
+        (rc = sq_json_get_string(root, "mode", 1, &mode, file, "", err)))
+        return rc;
+    if (strcmp(engine, "sglang") && strcmp(engine, "trtllm-dynamic"))
+        return sq_error_set(err, SQ_EDATA, "%s: engine: \"%s\", expected \"sglang\" or "
+                            "\"trtllm-dynamic\"", file, engine);
+    sq_dynplan *p = calloc(1, sizeof *p);
+    if (!p)
+        return sq_error_oom(err, "dynamic plan");
+    snprintf(p->engine, sizeof p->engine, "%s", engine);
+    if (sq_mode_parse(mode, &p->mode) != 0 || p->mode == SQ_MODE_SPECINFER) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: mode: \"%s\", expected greedy, topk or stochastic "
+                          "(specinfer is not run on dynamic trees)", file, mode);
+        goto fail;
+    }
+    p->top_p = 1.0;
+    if ((rc = sq_json_get_number(root, "temperature", 1, &p->temperature, file, "", err)) ||
+        (rc = sq_json_get_number(root, "top_p", 0, &p->top_p, file, "", err)))
+        goto fail;
+    if (!(p->temperature >= 0 && p->temperature <= 1e6) ||
+        (p->temperature == 0 && p->mode != SQ_MODE_GREEDY)) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: temperature: %.17g, expected >= 0 (0 only with "
+                          "mode greedy)", file, p->temperature);
+        goto fail;
+    }
+    if (!(p->top_p > 0 && p->top_p <= 1)) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: top_p: %.17g, expected in (0, 1]", file, p->top_p);
+        goto fail;
+    }
+    if ((rc = read_envelope(sq_json_field(root, "envelope"), p->engine, file, "envelope",
+                            &p->steps, &p->topk, &p->nodes, err)) ||
+        (rc = read_expected(root, "expected_tokens", p->steps, file, "", &p->expected_tokens,
+                            err)))
+        goto fail;
+    const cJSON *pred = sq_json_field(root, "prediction");
+    if (pred) {
+        const char *method = NULL;
+        if (!cJSON_IsObject(pred)) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: prediction: expected an object", file);
+            goto fail;
+        }
+        if ((rc = sq_json_get_string(pred, "method", 1, &method, file, "prediction", err)))
+            goto fail;
+        if (!(p->prediction = cJSON_Duplicate(pred, 1))) {
+            rc = sq_error_oom(err, "prediction");
+            goto fail;
+        }
+    }
+    const cJSON *cv = sq_json_field(root, "curves");
+    if (cv) {
+        const char *cf = NULL, *sha = NULL;
+        if (!cJSON_IsObject(cv)) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: curves: expected an object {\"file\", "
+                              "\"sha256\"}", file);
+            goto fail;
+        }
+        if ((rc = sq_json_get_string(cv, "file", 1, &cf, file, "curves", err)) ||
+            (rc = sq_json_get_string(cv, "sha256", 1, &sha, file, "curves", err)))
+            goto fail;
+        int hex = strlen(sha) == 64;
+        for (int i = 0; hex && i < 64; i++)
+            hex = (sha[i] >= '0' && sha[i] <= '9') || (sha[i] >= 'a' && sha[i] <= 'f');
+        if (!hex) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: curves.sha256: expected 64 lowercase hex "
+                              "digits", file);
+            goto fail;
+        }
+        memcpy(p->curves_sha256, sha, 65);
+        if (!(p->curves_file = strdup(cf))) {
+            rc = sq_error_oom(err, "curves");
+            goto fail;
+        }
+    }
+    const cJSON *hw = sq_json_field(root, "hardware");
+    if (hw) {
+        const cJSON *x;
+        if (!cJSON_IsObject(hw)) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: hardware: expected an object", file);
+            goto fail;
+        }
+        cJSON_ArrayForEach(x, hw)
+            if (cJSON_IsNumber(x) && !isfinite(x->valuedouble)) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: hardware.%s: not a finite number", file,
+                                  x->string);
+                goto fail;
+            }
+        const char *num[] = {"round_ms", "tokens_per_second", "round_target_ms", "round_draft_ms"};
+        for (int i = 0; i < 4; i++) {
+            double v = 1;
+            if ((rc = sq_json_get_number(hw, num[i], 0, &v, file, "hardware", err)))
+                goto fail;
+            if (!(v >= 0)) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: hardware.%s: %.17g, expected >= 0", file,
+                                  num[i], v);
+                goto fail;
+            }
+        }
+        if (!(p->hardware = cJSON_Duplicate(hw, 1))) {
+            rc = sq_error_oom(err, "hardware");
+            goto fail;
+        }
+    }
+    const cJSON *lad = sq_json_field(root, "ladder");
+    if (lad) {
+        int n = cJSON_GetArraySize(lad);
+        if (!cJSON_IsArray(lad) || n < 1 || n > SQ_DYNPLAN_MAX_LADDER) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: ladder: expected an array of 1 to %d rungs",
+                              file, SQ_DYNPLAN_MAX_LADDER);
+            goto fail;
+        }
+        if (!(p->ladder = calloc((size_t)n, sizeof *p->ladder))) {
+            rc = sq_error_oom(err, "ladder");
+            goto fail;
+        }
+        const cJSON *r;
+        int i = 0;
+        cJSON_ArrayForEach(r, lad) {
+            char ctx[64];
+            snprintf(ctx, sizeof ctx, "ladder[%d]", i);
+            sq_dynplan_rung *g = &p->ladder[i];
+            long long b = 0;
+            if (!cJSON_IsObject(r)) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
+                goto fail;
+            }
+            if ((rc = sq_json_get_int(r, "batch", 1, 1, 1 << 20, &b, file, ctx, err)))
+                goto fail;
+            g->batch = (int)b;
+            if (i > 0 && g->batch <= p->ladder[i - 1].batch) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s.batch: %d after %d; batch sizes must "
+                                  "increase", file, ctx, g->batch, p->ladder[i - 1].batch);
+                goto fail;
+            }
+            const cJSON *sp = sq_json_field(r, "speculate");
+            if (!cJSON_IsBool(sp)) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s.speculate: expected true or false",
+                                  file, ctx);
+                goto fail;
+            }
+            g->speculate = cJSON_IsTrue(sp);
+            char ectx[80];
+            snprintf(ectx, sizeof ectx, "%s.envelope", ctx);
+            if ((rc = read_envelope(sq_json_field(r, "envelope"), p->engine, file, ectx,
+                                    &g->steps, &g->topk, &g->nodes, err)) ||
+                (rc = read_expected(r, "expected_tokens", g->steps, file, ctx,
+                                    &g->expected_tokens, err)) ||
+                (rc = sq_json_get_number(r, "tokens_per_second", 1, &g->tokens_per_second, file,
+                                         ctx, err)))
+                goto fail;
+            if (!(g->tokens_per_second > 0)) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s.tokens_per_second: %.17g, expected > 0",
+                                  file, ctx, g->tokens_per_second);
+                goto fail;
+            }
+            i++;
+        }
+        p->n_ladder = n;
+    }
+    *out = p;
+    return SQ_OK;
+fail:
+    sq_dynplan_free(p);
+    return rc;
+}
+
+int sq_dynplan_load(const char *file, sq_dynplan **out, sq_error *err)
+{
+    cJSON *root = NULL;
+    int rc = sq_json_load(file, &root, err);
+    if (!rc)
+        rc = sq_dynplan_from_json(root, file, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static cJSON *envelope_json(int L, int K, int N)
+{
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddNumberToObject(e, "steps", L);
+    cJSON_AddNumberToObject(e, "topk", K);
+    cJSON_AddNumberToObject(e, "nodes", N);
+    return e;
+}
+
+cJSON *sq_dynplan_to_json(const sq_dynplan *p)
+{
+    sq_json_build b = sq_json_build_begin();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", SQ_DYNPLAN_FORMAT);
+    cJSON_AddNumberToObject(o, "version", SQ_DYNPLAN_VERSION);
+    cJSON_AddStringToObject(o, "engine", p->engine);
+    cJSON_AddStringToObject(o, "mode", sq_mode_name(p->mode));
+    cJSON_AddNumberToObject(o, "temperature", p->temperature);
+    cJSON_AddNumberToObject(o, "top_p", p->top_p);
+    sq_json_add(o, "envelope", envelope_json(p->steps, p->topk, p->nodes));
+    cJSON_AddNumberToObject(o, "expected_tokens", p->expected_tokens);
+    if (p->prediction)
+        sq_json_add(o, "prediction", cJSON_Duplicate(p->prediction, 1));
+    if (p->curves_file) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "file", p->curves_file);
+        cJSON_AddStringToObject(c, "sha256", p->curves_sha256);
+        sq_json_add(o, "curves", c);
+    }
+    if (p->hardware)
+        sq_json_add(o, "hardware", cJSON_Duplicate(p->hardware, 1));
+    if (p->n_ladder > 0) {
+        cJSON *arr = cJSON_CreateArray();
+        for (int i = 0; i < p->n_ladder; i++) {
+            const sq_dynplan_rung *g = &p->ladder[i];
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddNumberToObject(r, "batch", g->batch);
+            sq_json_add(r, "envelope", envelope_json(g->steps, g->topk, g->nodes));
+            cJSON_AddBoolToObject(r, "speculate", g->speculate);
+            cJSON_AddNumberToObject(r, "expected_tokens", g->expected_tokens);
+            cJSON_AddNumberToObject(r, "tokens_per_second", g->tokens_per_second);
+            sq_json_append(arr, r);
+        }
+        sq_json_add(o, "ladder", arr);
+    }
+    return sq_json_build_end(b, o);
+}
+
+int sq_dynplan_save(const char *file, const sq_dynplan *p, sq_error *err)
+{
+    cJSON *j = sq_dynplan_to_json(p);
+    int rc = sq_json_save(file, j, err);
+    cJSON_Delete(j);
+    return rc;
+}

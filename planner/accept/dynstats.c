@@ -1,0 +1,526 @@
+/* The corpus statistics of the dynamic-tree prediction (dynstats.h; docs/planning.md, "Dynamic
+ * trees"). One thread: a few thousand positions, read segment by segment. */
+#include "planner/accept/dynstats.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <gsl/gsl_rng.h>
+
+#include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
+
+sq_dynstats_params sq_dynstats_default_params(void)
+{
+    return (sq_dynstats_params){.topk = 8, .segment = 256, .max_samples = 4096, .skip = 0,
+                                .samples = 1, .seed = 0, .branch_every = 4};
+}
+
+/* 5 significant digits, so that the file stays small and byte-stable. */
+static double round5(double v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.5g", v);
+    return strtod(buf, NULL);
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* The K largest of p[0..V) in decreasing order (ties: the lower index first, as the draft's
+ * top-K order of libsequoia/verify/rule.h), their values into out and their ids into ids. */
+static void top_values(const double *p, int V, int K, double *out, int *ids)
+{
+    int idx[SQ_DYNSTATS_MAX_TOPK];
+    int n = 0;
+    for (int v = 0; v < V; v++) {
+        if (n == K && !(p[v] > p[idx[n - 1]]))
+            continue;
+        int j = n < K ? n++ : K - 1;
+        while (j > 0 && p[v] > p[idx[j - 1]]) {
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        idx[j] = v;
+    }
+    for (int k = 0; k < K; k++) {
+        out[k] = k < n ? p[idx[k]] : 0.0;
+        ids[k] = k < n ? idx[k] : -1;
+    }
+}
+
+typedef struct seg {
+    int file;
+    int64_t row0;
+    int len;
+} seg;
+
+/* Segments of one corpus: starts spread evenly (stride) over the usable positions (each
+ * sequence's, past its first `skip`), clipped at sequence ends. */
+static int plan_segments(const int64_t *off, int64_t n_seq, int S, int skip, int budget, int file,
+                         seg **segs, int *n_segs, int *cap, sq_error *err)
+{
+    int64_t usable = 0;
+    for (int64_t s = 0; s < n_seq; s++)
+        usable += off[s + 1] - off[s] > skip ? off[s + 1] - off[s] - skip : 0;
+    if (budget <= 0 || usable <= 0)
+        return SQ_OK;
+    int64_t want = (budget + S - 1) / S;
+    int64_t stride = usable / (want > 0 ? want : 1);
+    if (stride < S)
+        stride = S;
+    int taken = 0;
+    int64_t s = 0, vbase = 0;   /* sequence s's usable rows start at virtual position vbase */
+    /* stride S (the budget covers every usable position): one segment after the other */
+    for (int64_t v = 0, len = 0; v < usable && taken < budget; v += stride == S ? len : stride) {
+        for (;;) {
+            int64_t u = off[s + 1] - off[s] > skip ? off[s + 1] - off[s] - skip : 0;
+            if (v < vbase + u)
+                break;
+            vbase += u;
+            s++;
+        }
+        int64_t row = off[s] + skip + (v - vbase), end = off[s + 1];
+        len = end - row;
+        if (len > S)
+            len = S;
+        if (len > budget - taken)
+            len = budget - taken;
+        if (len <= 0)
+            continue;
+        if (*n_segs == *cap) {
+            int nc = *cap ? 2 * *cap : 64;
+            seg *g = realloc(*segs, (size_t)nc * sizeof *g);
+            if (!g)
+                return sq_error_oom(err, "dynamic statistics' segments");
+            *segs = g;
+            *cap = nc;
+        }
+        (*segs)[(*n_segs)++] = (seg){file, row, (int)len};
+        taken += (int)len;
+    }
+    return SQ_OK;
+}
+
+/* The "dynamic" object. segs: (n_segs, 3) row0, length, corpus index; q (n, K); a (n_cfg, n, K),
+ * all rounded already. */
+static cJSON *build_json(int K, uint64_t seed, int n_files, const int *segs, int n_segs,
+                         const double *q, const int *nrank, int n, const char *const *names,
+                         int n_cfg, const double *a)
+{
+    sq_json_build b = sq_json_build_begin();
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", SQ_DYNSTATS_FORMAT);
+    cJSON_AddNumberToObject(root, "version", SQ_DYNSTATS_VERSION);
+    cJSON_AddNumberToObject(root, "topk", K);
+    cJSON_AddNumberToObject(root, "draft_temperature", 1);
+    cJSON_AddNumberToObject(root, "seed", (double)seed);
+    cJSON_AddNumberToObject(root, "corpora", n_files);
+    cJSON *jseg = cJSON_CreateArray();
+    for (int i = 0; i < n_segs; i++)
+        sq_json_append(jseg, sq_json_int_array(segs + 3 * i, 3));
+    sq_json_add(root, "segments", jseg);
+    cJSON *jq = cJSON_CreateArray();
+    for (int s = 0; s < n; s++)
+        sq_json_append(jq, sq_json_number_array(q + (size_t)s * K, (size_t)K));
+    sq_json_add(root, "draft_topk", jq);
+    if (nrank)
+        sq_json_add(root, "next_rank", sq_json_int_array(nrank, (size_t)n));
+    cJSON *ja = cJSON_CreateObject(), *jc = cJSON_CreateObject();
+    double bins[SQ_DYNSTATS_BINS + 1];
+    for (int i = 0; i <= SQ_DYNSTATS_BINS; i++)
+        bins[i] = (double)i / SQ_DYNSTATS_BINS;
+    sq_json_add(jc, "bins", sq_json_number_array(bins, SQ_DYNSTATS_BINS + 1));
+    for (int j = 0; j < n_cfg; j++) {
+        cJSON *arr = cJSON_CreateArray();
+        double cnt[SQ_DYNSTATS_BINS][SQ_DYNSTATS_MAX_TOPK] = {{0}};
+        double sum[SQ_DYNSTATS_BINS][SQ_DYNSTATS_MAX_TOPK] = {{0}};
+        for (int s = 0; s < n; s++) {
+            const double *as = a + ((size_t)j * n + s) * K;
+            for (int k = 0; k < K; k++) {
+                int bin = (int)(q[(size_t)s * K + k] * SQ_DYNSTATS_BINS);
+                bin = bin < 0 ? 0 : bin >= SQ_DYNSTATS_BINS ? SQ_DYNSTATS_BINS - 1 : bin;
+                cnt[bin][k] += 1;
+                sum[bin][k] += as[k];
+            }
+            sq_json_append(arr, sq_json_number_array(as, (size_t)K));
+        }
+        sq_json_add(ja, names[j], arr);
+        cJSON *cc = cJSON_CreateObject(), *jn = cJSON_CreateArray(), *jm = cJSON_CreateArray();
+        for (int bi = 0; bi < SQ_DYNSTATS_BINS; bi++) {
+            double m[SQ_DYNSTATS_MAX_TOPK];
+            for (int k = 0; k < K; k++)
+                m[k] = cnt[bi][k] > 0 ? round5(sum[bi][k] / cnt[bi][k]) : 0.0;
+            sq_json_append(jn, sq_json_number_array(cnt[bi], (size_t)K));
+            sq_json_append(jm, sq_json_number_array(m, (size_t)K));
+        }
+        sq_json_add(cc, "count", jn);
+        sq_json_add(cc, "mean_accept", jm);
+        sq_json_add(jc, names[j], cc);
+    }
+    sq_json_add(root, "accept", ja);
+    sq_json_add(root, "calibration", jc);
+    return sq_json_build_end(b, root);
+}
+
+int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const uint64_t *keys,
+                    int n_files, const sq_accept_config *cfg_in, int n_cfg_in,
+                    const sq_dynstats_params *prm, cJSON **out, sq_error *err)
+{
+    *out = NULL;
+    if (prm->max_samples <= 0 || n_files <= 0)
+        return SQ_OK;
+    if (prm->topk < 1 || prm->topk > SQ_DYNSTATS_MAX_TOPK || prm->segment < 1)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic statistics: topk %d (1..%d), segment %d",
+                            prm->topk, SQ_DYNSTATS_MAX_TOPK, prm->segment);
+    sq_accept_config cfg[SQ_ACCEPT_MAX_CONFIGS];
+    int n_cfg = 0;
+    for (int j = 0; j < n_cfg_in; j++)
+        if (cfg_in[j].mode != SQ_MODE_SPECINFER)
+            cfg[n_cfg++] = cfg_in[j];
+    if (n_cfg == 0)
+        return SQ_OK;
+    int V = sq_corpus_get_info(corpora[0])->vocab;
+    const int K = prm->topk < V ? prm->topk : V;   /* a vocabulary smaller than K: all of it */
+    (void)files;
+
+    seg *segs = NULL;
+    int n_segs = 0, cap = 0, rc = SQ_OK;
+    for (int f = 0; f < n_files && !rc; f++) {
+        const sq_corpus_info *in = sq_corpus_get_info(corpora[f]);
+        int budget = prm->max_samples;   /* per corpus: a merge of shards is then exact */
+        rc = plan_segments(sq_corpus_seq_offsets(corpora[f]), in->sequences, prm->segment,
+                           prm->skip, budget, f, &segs, &n_segs, &cap, err);
+    }
+    int n = 0;
+    for (int i = 0; i < n_segs; i++)
+        n += segs[i].len;
+
+    float *tl = malloc((size_t)prm->segment * (size_t)V * sizeof *tl);
+    int32_t *tok = malloc((size_t)prm->segment * sizeof *tok);
+    int *nrank = malloc(((size_t)n + 1) * sizeof *nrank), has_tokens = 1;
+    float *dl = malloc((size_t)prm->segment * (size_t)V * sizeof *dl);
+    double *P = malloc((size_t)V * sizeof *P), *Q = malloc((size_t)V * sizeof *Q);
+    double *q = calloc((size_t)n * (size_t)K + 1, sizeof *q);
+    double *a = calloc((size_t)n * (size_t)K * (size_t)n_cfg + 1, sizeof *a);
+    sq_accept_ws *ws = sq_accept_ws_new(V, K);
+    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
+    if (!rc && (!tl || !tok || !nrank || !dl || !P || !Q || !q || !a || !ws || !rng))
+        rc = sq_error_oom(err, "dynamic statistics");
+
+    /* --dynamic-branches: for every branch_every-th sample, where an off-path context starts */
+    sq_out *bout = NULL;
+    if (!rc && prm->branches && (rc = sq_out_open(&bout, prm->branches, err)))
+        bout = NULL;
+    int at = 0;
+    for (int i = 0; i < n_segs && !rc; i++) {
+        const seg *g = &segs[i];
+        if ((rc = sq_corpus_read(corpora[g->file], g->row0, g->len, tl, dl, tok, err)))
+            break;
+        has_tokens &= sq_corpus_get_info(corpora[g->file])->has_tokens;
+        for (int r = 0; r < g->len && !rc; r++, at++) {
+            const float *t = tl + (size_t)r * V, *d = dl + (size_t)r * V;
+            sq_accept_probs(d, V, 1.0, 1.0, Q, ws);   /* returns the support's size */
+            int ids[SQ_DYNSTATS_MAX_TOPK];
+            top_values(Q, V, K, q + (size_t)at * K, ids);
+            nrank[at] = -1;   /* the rank of the text's next token among them */
+            for (int k = 0; k < K; k++)
+                if (ids[k] >= 0 && ids[k] == tok[r])
+                    nrank[at] = k;
+            if (bout && tok[r] >= 0 && at % (prm->branch_every > 0 ? prm->branch_every : 1) == 0) {
+                /* the best draft token that is not the text's: the strongest rejected sibling */
+                int w = ids[0] == tok[r] ? (K > 1 ? ids[1] : -1) : ids[0];
+                const int64_t *off = sq_corpus_seq_offsets(corpora[g->file]);
+                int64_t row = g->row0 + r, lo = 0, hi = sq_corpus_get_info(corpora[g->file])->sequences;
+                while (hi - lo > 1) {   /* the sequence holding row */
+                    int64_t mid = (lo + hi) / 2;
+                    if (off[mid] <= row)
+                        lo = mid;
+                    else
+                        hi = mid;
+                }
+                if (w >= 0)
+                    fprintf(sq_out_stream(bout), "%d %lld %lld %d\n", g->file, (long long)lo,
+                            (long long)(row - off[lo]), w);
+            }
+            for (int j = 0; j < n_cfg && !rc; j++) {
+                const sq_accept_config *c = &cfg[j];
+                if (c->mode != SQ_MODE_GREEDY) {
+                    sq_accept_probs(t, V, c->temperature, c->top_p, P, ws);
+                    sq_accept_probs(d, V, c->temperature, c->top_p, Q, ws);
+                }
+                gsl_rng_set(rng, (unsigned long)(mix64(prm->seed ^ mix64(keys[g->file] ^
+                            mix64((uint64_t)(g->row0 + r) * 64 + (uint64_t)j))) | 1));
+                sq_accept_position(c, t, d, P, Q, V, K, prm->samples, rng,
+                                   a + ((size_t)j * n + at) * K, ws);
+            }
+        }
+    }
+
+    if (bout) {
+        if (!rc)
+            rc = sq_out_commit(bout, err);
+        else
+            sq_out_abort(bout);
+    }
+    /* --dynamic-offpath: the draft's sorted top-K at the last row of every sequence */
+    double *offq = NULL;
+    int n_off = 0;
+    if (!rc && prm->offpath) {
+        const sq_corpus_info *oi = sq_corpus_get_info(prm->offpath);
+        const int64_t *off = sq_corpus_seq_offsets(prm->offpath);
+        if (oi->vocab != V)
+            rc = sq_error_set(err, SQ_EDATA, "%s: vocabulary %d, the corpus has %d",
+                              prm->offpath_file, oi->vocab, V);
+        else if (!(offq = malloc(((size_t)oi->sequences + 1) * K * sizeof *offq)))
+            rc = sq_error_oom(err, "off-path statistics");
+        for (int64_t sq = 0; !rc && sq < oi->sequences; sq++) {
+            if (off[sq + 1] <= off[sq])
+                continue;
+            if ((rc = sq_corpus_read(prm->offpath, off[sq + 1] - 1, 1, tl, dl, NULL, err)))
+                break;
+            int ids[SQ_DYNSTATS_MAX_TOPK];
+            sq_accept_probs(dl, V, 1.0, 1.0, Q, ws);
+            top_values(Q, V, K, offq + (size_t)n_off * K, ids);
+            for (int k = 0; k < K; k++)
+                offq[(size_t)n_off * K + k] = round5(offq[(size_t)n_off * K + k]);
+            n_off++;
+        }
+    }
+
+    cJSON *root = NULL;
+    if (!rc) {
+        /* rounded first, so that the calibration is the same whether computed here or by
+         * sq_dynstats_merge from the file */
+        for (size_t i = 0; i < (size_t)n * K; i++)
+            q[i] = round5(q[i]);
+        for (size_t i = 0; i < (size_t)n * K * n_cfg; i++)
+            a[i] = round5(a[i]);
+        int *rows = malloc(((size_t)n_segs + 1) * 3 * sizeof *rows);
+        const char *names[SQ_ACCEPT_MAX_CONFIGS];
+        char nbuf[SQ_ACCEPT_MAX_CONFIGS][128];
+        for (int j = 0; j < n_cfg; j++) {
+            sq_accept_config_name(&cfg[j], nbuf[j], sizeof nbuf[j]);
+            names[j] = nbuf[j];
+        }
+        if (!rows)
+            rc = sq_error_oom(err, "dynamic statistics");
+        else {
+            for (int i = 0; i < n_segs; i++) {
+                rows[3 * i] = (int)segs[i].row0;
+                rows[3 * i + 1] = segs[i].len;
+                rows[3 * i + 2] = segs[i].file;
+            }
+            if (!(root = build_json(K, prm->seed, n_files, rows, n_segs, q, has_tokens ? nrank
+                                    : NULL, n, names, n_cfg, a)))
+                rc = sq_error_oom(err, "dynamic statistics' JSON");
+            if (!rc && n_off > 0) {
+                sq_json_build b = sq_json_build_begin();
+                cJSON *jo = cJSON_CreateArray();
+                for (int i = 0; i < n_off; i++)
+                    sq_json_append(jo, sq_json_number_array(offq + (size_t)i * K, (size_t)K));
+                if (!(jo = sq_json_build_end(b, jo)) || !cJSON_AddItemToObject(root, "offpath_topk",
+                                                                              jo)) {
+                    cJSON_Delete(jo);
+                    rc = sq_error_oom(err, "off-path statistics");
+                }
+            }
+            free(rows);
+        }
+    }
+    free(segs);
+    free(offq);
+    free(tok);
+    free(nrank);
+    free(tl);
+    free(dl);
+    free(P);
+    free(Q);
+    free(q);
+    free(a);
+    sq_accept_ws_free(ws);
+    if (rng)
+        gsl_rng_free(rng);
+    if (!rc)
+        *out = root;
+    return rc;
+}
+
+/* ---- merge ---------------------------------------------------------------------------------- */
+
+/* Appends the rows of arr (n x K numbers in [0, 1]) to *v. */
+static int take_rows(const cJSON *arr, int K, const char *file, const char *ctx, double **v,
+                     int *n, sq_error *err)
+{
+    if (!cJSON_IsArray(arr))
+        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an array of %d-number rows", file,
+                            ctx, K);
+    int m = cJSON_GetArraySize(arr);
+    double *g = realloc(*v, ((size_t)*n + (size_t)m) * K * sizeof *g + 1);
+    if (!g)
+        return sq_error_oom(err, ctx);
+    *v = g;
+    int i = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, arr) {
+        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != K)
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: expected %d numbers", file, ctx, i, K);
+        int k = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, row) {
+            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 1))
+                return sq_error_set(err, SQ_EDATA, "%s: %s[%d][%d]: expected a number in [0, 1]",
+                                    file, ctx, i, k);
+            g[((size_t)*n + i) * K + k++] = x->valuedouble;
+        }
+        i++;
+    }
+    *n += m;
+    return SQ_OK;
+}
+
+int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n_in, cJSON **out,
+                      sq_error *err)
+{
+    *out = NULL;
+    if (n_in <= 0)
+        return SQ_OK;
+    int K = 0, n_cfg = 0, n = 0, n_segs = 0, corpora = 0, rc = SQ_OK;
+    double seed = 0;
+    const char *names[SQ_ACCEPT_MAX_CONFIGS];
+    double *q = NULL, *acc[SQ_ACCEPT_MAX_CONFIGS] = {0};
+    int nacc[SQ_ACCEPT_MAX_CONFIGS] = {0};
+    int *segs = NULL, *nrank = NULL, all_ranks = 1;
+    for (int f = 0; f < n_in && !rc; f++) {
+        const cJSON *o = objs[f];
+        const char *fmt = NULL;
+        long long k = 0, c = 0, ver = 0;
+        double sd = 0;
+        if ((rc = sq_json_get_string(o, "format", 1, &fmt, files[f], SQ_DYNSTATS_KEY, err)) ||
+            (rc = sq_json_get_int(o, "version", 1, 1, SQ_DYNSTATS_VERSION, &ver, files[f],
+                                  SQ_DYNSTATS_KEY, err)) ||
+            (rc = sq_json_get_int(o, "topk", 1, 1, SQ_DYNSTATS_MAX_TOPK, &k, files[f],
+                                  SQ_DYNSTATS_KEY, err)) ||
+            (rc = sq_json_get_int(o, "corpora", 1, 1, 1 << 20, &c, files[f], SQ_DYNSTATS_KEY,
+                                  err)) ||
+            (rc = sq_json_get_number(o, "seed", 1, &sd, files[f], SQ_DYNSTATS_KEY, err)))
+            break;
+        if (strcmp(fmt, SQ_DYNSTATS_FORMAT) != 0) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.format: \"%s\", expected \"%s\"",
+                              files[f], fmt, SQ_DYNSTATS_FORMAT);
+            break;
+        }
+        const cJSON *accept = sq_json_field(o, "accept");
+        int nc = cJSON_GetArraySize(accept);
+        if (f == 0) {
+            K = (int)k;
+            seed = sd;
+            n_cfg = nc;
+            if (!cJSON_IsObject(accept) || nc < 1 || nc > SQ_ACCEPT_MAX_CONFIGS) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: expected an object of 1 to "
+                                  "%d configurations", files[f], SQ_ACCEPT_MAX_CONFIGS);
+                break;
+            }
+            int j = 0;
+            const cJSON *cj;
+            cJSON_ArrayForEach(cj, accept) names[j++] = cj->string;
+        } else if (k != K || sd != seed || nc != n_cfg) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: dynamic: topk, seed or configurations differ "
+                              "from %s's; merge statistics of one setting", files[f], files[0]);
+            break;
+        }
+        int before = n;
+        if ((rc = take_rows(sq_json_field(o, "draft_topk"), K, files[f], "dynamic.draft_topk",
+                            &q, &n, err)))
+            break;
+        const cJSON *nr = sq_json_field(o, "next_rank");
+        all_ranks &= nr != NULL;
+        if (all_ranks) {
+            int m = cJSON_GetArraySize(nr), i = 0;
+            int *g = realloc(nrank, ((size_t)n + 1) * sizeof *g);
+            if (!g) {
+                rc = sq_error_oom(err, "next_rank");
+                break;
+            }
+            nrank = g;
+            const cJSON *x;
+            if (!cJSON_IsArray(nr) || m != n - before)
+                rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank: expected %d ranks",
+                                  files[f], n - before);
+            cJSON_ArrayForEach(x, nr) {
+                if (rc)
+                    break;
+                if (!cJSON_IsNumber(x) || x->valuedouble < -1 || x->valuedouble >= K ||
+                    x->valuedouble != floor(x->valuedouble))
+                    rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank[%d]: expected an "
+                                      "integer in [-1, %d]", files[f], i, K - 1);
+                else
+                    nrank[before + i++] = x->valueint;
+            }
+            if (rc)
+                break;
+        }
+        for (int j = 0; j < n_cfg && !rc; j++) {
+            char ctx[200];
+            snprintf(ctx, sizeof ctx, "dynamic.accept.%s", names[j]);
+            const cJSON *arr = sq_json_field(accept, names[j]);
+            if (!arr)
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s: missing (the configurations differ "
+                                  "from %s's)", files[f], ctx, files[0]);
+            else if (!(rc = take_rows(arr, K, files[f], ctx, &acc[j], &nacc[j], err)) &&
+                     nacc[j] != n)
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s: %d rows, draft_topk has %d", files[f],
+                                  ctx, nacc[j] - before, n - before);
+        }
+        const cJSON *js = sq_json_field(o, "segments"), *sg;
+        int m = cJSON_GetArraySize(js), total = 0;
+        int *g = rc ? NULL : realloc(segs, ((size_t)n_segs + (size_t)m) * 3 * sizeof *g + 1);
+        if (!rc && !g)
+            rc = sq_error_oom(err, "segments");
+        if (rc)
+            break;
+        segs = g;
+        cJSON_ArrayForEach(sg, js) {
+            if (cJSON_GetArraySize(sg) != 3 || !cJSON_IsNumber(cJSON_GetArrayItem(sg, 0)) ||
+                !cJSON_IsNumber(cJSON_GetArrayItem(sg, 1)) ||
+                !cJSON_IsNumber(cJSON_GetArrayItem(sg, 2))) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.segments[%d]: expected [row0, "
+                                  "length, corpus]", files[f], n_segs);
+                break;
+            }
+            for (int i = 0; i < 3; i++)
+                segs[3 * n_segs + i] = cJSON_GetArrayItem(sg, i)->valueint;
+            segs[3 * n_segs + 2] += corpora;
+            total += segs[3 * n_segs + 1];
+            n_segs++;
+        }
+        if (!rc && total != n - before)
+            rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.segments: %d positions, draft_topk has "
+                              "%d", files[f], total, n - before);
+        corpora += (int)c;
+    }
+    if (!rc) {
+        double *a = malloc((size_t)n_cfg * n * K * sizeof *a + 1);
+        if (!a)
+            rc = sq_error_oom(err, "dynamic statistics");
+        for (int j = 0; a && j < n_cfg; j++)
+            memcpy(a + (size_t)j * n * K, acc[j], (size_t)n * K * sizeof *a);
+        if (a && !(*out = build_json(K, (uint64_t)seed, corpora, segs, n_segs, q,
+                                     all_ranks ? nrank : NULL, n, names, n_cfg, a)))
+            rc = sq_error_oom(err, "dynamic statistics' JSON");
+        free(a);
+    }
+    free(q);
+    free(segs);
+    free(nrank);
+    for (int j = 0; j < SQ_ACCEPT_MAX_CONFIGS; j++)
+        free(acc[j]);
+    return rc;
+}

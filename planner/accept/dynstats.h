@@ -1,0 +1,89 @@
+/* What a prediction of the engines' dynamic trees needs from a corpus (issue 26; the method is in
+ * docs/planning.md, "Dynamic trees"; the key in docs/formats.md, "dynamic").
+ *
+ * SGLang and TensorRT-LLM grow each step's tree from the draft's sorted top-K probabilities
+ * (scores: products of draft probabilities along the path) and verify it with the target. So the
+ * predictor (planner/dynamic.h) needs, at real corpus positions, jointly:
+ *   - the draft's sorted top-K probabilities q_1 >= ... >= q_K (softmax of the draft's logits at
+ *     temperature 1, as both engines score: SGLang's draft_forward takes softmax then topk,
+ *     TensorRT-LLM's _sample_softmax_topk);
+ *   - for every verification configuration of the run (greedy, topk@T, stochastic@T; specinfer is
+ *     refused for dynamic trees), the acceptance vector a_1..a_K of those ranks, exactly as
+ *     planner/accept/accept.h defines it (greedy: one-hot at the target's argmax; topk: the
+ *     target's probability of each draft token; stochastic: Sequoia's draws, Rao-Blackwellised);
+ * in runs of consecutive positions ("segments"), so that a simulated accepted path can follow
+ * the text (position t, t+1, ...) the way decoding does.
+ *
+ * The samples are segments of `segment` consecutive positions spread evenly over the corpus
+ * (never across a sequence boundary, past the first `skip` positions of each sequence), at most
+ * `max_samples` positions per corpus file. A calibration
+ * table summarises them: per configuration, per bin of q and per rank, the number of samples and
+ * their mean acceptance (a diagnostic: how well the draft's probability predicts acceptance).
+ *
+ * JSON (the curves file's top-level key "dynamic"):
+ *   {"format": "sequoia-dynamic-stats", "version": 1, "topk": K, "draft_temperature": 1,
+ *    "seed": S, "corpora": C, "segments": [[row0, length, corpus], ...], "draft_topk": [[q_1..q_K], ...],
+ *    "accept": {"greedy@T0": [[a_1..a_K], ...], ...},
+ *    "calibration": {"bins": [0, 0.1, ..., 1], "greedy@T0": {"count": [[per rank] per bin],
+ *                    "mean_accept": [[...]]}, ...}}
+ * Numbers are rounded to 5 significant digits (the file stays small; the prediction's error is
+ * far larger). */
+#ifndef SQ_ACCEPT_DYNSTATS_H
+#define SQ_ACCEPT_DYNSTATS_H
+
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "libsequoia/base/error.h"
+#include "libsequoia/format/corpus.h"
+#include "planner/accept/accept.h"
+
+#define SQ_DYNSTATS_KEY "dynamic"
+#define SQ_DYNSTATS_FORMAT "sequoia-dynamic-stats"
+#define SQ_DYNSTATS_VERSION 1
+#define SQ_DYNSTATS_MAX_TOPK 16
+#define SQ_DYNSTATS_BINS 10
+
+typedef struct sq_dynstats_params {
+    int      topk;         /* K: ranks kept per position, 1..SQ_DYNSTATS_MAX_TOPK (default 8;
+                              a smaller vocabulary keeps all of its tokens)                  */
+    int      segment;      /* consecutive positions per segment (default 256: as long as
+                              a decoded sequence, for the predictor's replay)                */
+    int      max_samples;  /* positions per corpus (default 4096); 0 turns the statistics off */
+    int      skip;         /* positions left out at the start of every sequence (default 0):
+                              a prompt, when the rest is what decoding produced             */
+    int      samples;      /* draws per position for the stochastic mode (default 1)          */
+    uint64_t seed;
+    /* Off-path contexts (docs/planning.md, "Dynamic trees"): the engine's tree holds rejected
+     * siblings whose children get the draft's probabilities after a token the text did not
+     * take. `branches` (a file name, or NULL): for every branch_every-th sample (default 4), a
+     * line "CORPUS SEQUENCE POSITION TOKEN": the best draft token at that position that is not
+     * the text's next token; a corpus of those branches (the sequence's tokens 0..POSITION,
+     * TOKEN, and any one token more, dumped by sequoia-run dump) given back as `offpath`
+     * (offpath_file names it) adds the draft's sorted top-K at each of its sequences' last row
+     * as "offpath_topk", the pool the predictor draws off-path nodes from. */
+    const char *branches;
+    int         branch_every;
+    sq_corpus  *offpath;
+    const char *offpath_file;
+} sq_dynstats_params;
+
+sq_dynstats_params sq_dynstats_default_params(void);
+
+/* Samples one or more corpora (files[f], corpora[f]; keys[f] as in sq_accept_run) for the
+ * configurations cfg[0..n_cfg) (specinfer ones are skipped) and returns the "dynamic" object in
+ * *out (NULL when no configuration qualifies or max_samples is 0). The budget of samples is shared
+ * by the corpora in proportion to their rows. */
+int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const uint64_t *keys,
+                    int n_files, const sq_accept_config *cfg, int n_cfg,
+                    const sq_dynstats_params *params, cJSON **out, sq_error *err);
+
+/* The statistics of several curve files' "dynamic" objects as one (sequoia-accept --merge): the
+ * samples concatenated in input order (each corpus kept its own budget, so this equals one run over
+ * all the corpora), the calibration recomputed. Every object must have the same topk, seed and
+ * configurations (SQ_EDATA naming the file otherwise). */
+int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n, cJSON **out,
+                      sq_error *err);
+
+#endif

@@ -1,0 +1,757 @@
+/* Dynamic trees: envelope rules, prediction, cost per round, search (planner/dynamic.h;
+ * docs/planning.md, "Dynamic trees"). */
+#include "planner/dynamic.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/dynplan.h"
+
+/* ---- rules ------------------------------------------------------------------------------------ */
+
+int sq_dyn_envelope_check(sq_engine e, int L, int K, int N, const char *what, sq_error *err)
+{
+    /* the rules live with the dynamic plan format, where the runtime reads them too */
+    return sq_dynplan_envelope_check(sq_engine_name(e), L, K, N, what, err);
+}
+
+/* ---- samples ------------------------------------------------------------------------------------ */
+
+void sq_dyn_samples_free(sq_dyn_samples *s)
+{
+    if (!s)
+        return;
+    free(s->q);
+    free(s->a);
+    free(s->next);
+    free(s->remain);
+    free(s->text_rank);
+    free(s);
+}
+
+static int samples_alloc(int n, int n_off, int K, sq_dyn_samples **out, sq_error *err)
+{
+    sq_dyn_samples *s = calloc(1, sizeof *s);
+    if (s) {
+        s->n = n;
+        s->n_off = n_off;
+        s->K = K;
+        s->q = calloc((size_t)(n + n_off) * K, sizeof *s->q);
+        s->a = calloc((size_t)n * K, sizeof *s->a);
+        s->next = calloc((size_t)n, sizeof *s->next);
+        s->remain = calloc((size_t)n, sizeof *s->remain);
+    }
+    if (!s || !s->q || !s->a || !s->next || !s->remain) {
+        sq_dyn_samples_free(s);
+        return sq_error_oom(err, "dynamic-tree samples");
+    }
+    *out = s;
+    return SQ_OK;
+}
+
+static void link_segments(sq_dyn_samples *s, const int *len, int n_segs)
+{
+    int at = 0;
+    for (int g = 0; g < n_segs; g++) {
+        for (int i = 0; i < len[g]; i++) {
+            s->next[at + i] = i + 1 < len[g] ? at + i + 1 : -1;
+            s->remain[at + i] = len[g] - 1 - i;
+        }
+        at += len[g];
+    }
+}
+
+int sq_dyn_samples_new(int n, int K, const double *q, const double *a, const int *seg_len,
+                       int n_segs, sq_dyn_samples **out, sq_error *err)
+{
+    int total = 0;
+    for (int g = 0; g < n_segs; g++)
+        total += seg_len[g] > 0 ? seg_len[g] : 0;
+    if (n < 1 || K < 1 || K > SQ_DYN_MAX_TOPK || total != n)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic-tree samples: n %d, K %d, segments summing "
+                            "to %d", n, K, total);
+    int rc = samples_alloc(n, 0, K, out, err);
+    if (rc)
+        return rc;
+    memcpy((*out)->q, q, (size_t)n * K * sizeof *q);
+    memcpy((*out)->a, a, (size_t)n * K * sizeof *a);
+    link_segments(*out, seg_len, n_segs);
+    return SQ_OK;
+}
+
+/* rows x K numbers in [0, 1] from arr into v; sums of a row at most 1 (+ rounding). */
+static int read_rows(const cJSON *arr, int n, int K, const char *file, const char *ctx, double *v,
+                     sq_error *err)
+{
+    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an array of %d rows (one per "
+                            "sample)", file, ctx, n);
+    int i = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, arr) {
+        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != K)
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: expected %d numbers", file, ctx, i, K);
+        int k = 0;
+        double sum = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, row) {
+            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 1))
+                return sq_error_set(err, SQ_EDATA, "%s: %s[%d][%d]: expected a probability in "
+                                    "[0, 1]", file, ctx, i, k);
+            v[(size_t)i * K + k++] = x->valuedouble;
+            sum += x->valuedouble;
+        }
+        if (sum > 1.001)
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: the probabilities sum to %.6g > 1",
+                                file, ctx, i, sum);
+        i++;
+    }
+    return SQ_OK;
+}
+
+int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *config,
+                             sq_dyn_samples **out, sq_error *err)
+{
+    *out = NULL;
+    const cJSON *d = sq_json_field(curves, "dynamic");
+    if (!cJSON_IsObject(d))
+        return sq_error_set(err, SQ_EDATA, "%s: no key \"dynamic\": the curves hold no "
+                            "statistics for a dynamic-tree prediction (estimate them again "
+                            "with sequoia-accept, which writes them by default)", file);
+    const char *fmt = NULL;
+    long long K = 0, ver = 0;
+    int rc;
+    if ((rc = sq_json_get_string(d, "format", 1, &fmt, file, "dynamic", err)) ||
+        (rc = sq_json_get_int(d, "version", 1, 1, 1, &ver, file, "dynamic", err)) ||
+        (rc = sq_json_get_int(d, "topk", 1, 1, SQ_DYN_MAX_TOPK, &K, file, "dynamic", err)))
+        return rc;
+    if (strcmp(fmt, "sequoia-dynamic-stats") != 0)
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.format: \"%s\", expected "
+                            "\"sequoia-dynamic-stats\"", file, fmt);
+    const cJSON *segs = sq_json_field(d, "segments"), *q = sq_json_field(d, "draft_topk");
+    const cJSON *acc = sq_json_field(d, "accept");
+    if (!cJSON_IsArray(segs) || cJSON_GetArraySize(segs) < 1)
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments: expected a non-empty array",
+                            file);
+    if (!cJSON_IsObject(acc))
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: expected an object", file);
+    const cJSON *a = sq_json_field(acc, config);
+    if (!a) {
+        char list[512] = "";
+        size_t len = 0;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, acc)
+            if (len < sizeof list)
+                len += (size_t)snprintf(list + len, sizeof list - len, "%s\"%s\"",
+                                        len ? ", " : "", c->string);
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: no configuration \"%s\" (it has "
+                            "%s)", file, config, len ? list : "none");
+    }
+    int n_segs = cJSON_GetArraySize(segs);
+    int *len = malloc((size_t)n_segs * sizeof *len);
+    if (!len)
+        return sq_error_oom(err, "segments");
+    int n = 0, g = 0;
+    const cJSON *sg;
+    cJSON_ArrayForEach(sg, segs) {
+        const cJSON *l = cJSON_GetArrayItem(sg, 1);
+        if (!cJSON_IsArray(sg) || !cJSON_IsNumber(l) || l->valuedouble < 1 ||
+            l->valuedouble > 1e7 || l->valuedouble != floor(l->valuedouble)) {
+            free(len);
+            return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments[%d]: expected [row0, "
+                                "length >= 1, corpus]", file, g);
+        }
+        len[g++] = l->valueint;
+        n += l->valueint;
+        if (n > 10000000) {
+            free(len);
+            return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments: more than 10^7 samples",
+                                file);
+        }
+    }
+    const cJSON *offq = sq_json_field(d, "offpath_topk");
+    int n_off = cJSON_GetArraySize(offq);
+    if (offq && (!cJSON_IsArray(offq) || n_off < 1 || n_off > 10000000)) {
+        free(len);
+        return sq_error_set(err, SQ_EDATA, "%s: dynamic.offpath_topk: expected a non-empty array "
+                            "of rows", file);
+    }
+    sq_dyn_samples *s = NULL;
+    if ((rc = samples_alloc(n, n_off, (int)K, &s, err))) {
+        free(len);
+        return rc;
+    }
+    char ctx[200];
+    snprintf(ctx, sizeof ctx, "dynamic.accept.%s", config);
+    if ((rc = read_rows(q, n, (int)K, file, "dynamic.draft_topk", s->q, err)) ||
+        (rc = read_rows(a, n, (int)K, file, ctx, s->a, err)) ||
+        (n_off && (rc = read_rows(offq, n_off, (int)K, file, "dynamic.offpath_topk",
+                                  s->q + (size_t)n * K, err)))) {
+        free(len);
+        sq_dyn_samples_free(s);
+        return rc;
+    }
+    for (int i = 0; i < n + n_off; i++)
+        for (int k = 1; k < K; k++)
+            if (s->q[(size_t)i * K + k] > s->q[(size_t)i * K + k - 1]) {
+                free(len);
+                sq_dyn_samples_free(s);
+                return sq_error_set(err, SQ_EDATA, "%s: dynamic.%s[%d]: not sorted in "
+                                    "decreasing order", file, i < n ? "draft_topk"
+                                    : "offpath_topk", i < n ? i : i - n);
+            }
+    const cJSON *nr = sq_json_field(d, "next_rank");
+    if (nr) {
+        int i = 0;
+        const cJSON *x;
+        if (!cJSON_IsArray(nr) || cJSON_GetArraySize(nr) != n ||
+            !(s->text_rank = malloc((size_t)n * sizeof *s->text_rank))) {
+            free(len);
+            sq_dyn_samples_free(s);
+            return sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank: expected %d ranks", file,
+                                n);
+        }
+        cJSON_ArrayForEach(x, nr) {
+            if (!cJSON_IsNumber(x) || x->valuedouble < -1 || x->valuedouble >= K ||
+                x->valuedouble != floor(x->valuedouble)) {
+                free(len);
+                sq_dyn_samples_free(s);
+                return sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank[%d]: expected an "
+                                    "integer in [-1, %lld]", file, i, K - 1);
+            }
+            s->text_rank[i++] = x->valueint;
+        }
+    }
+    link_segments(s, len, n_segs);
+    free(len);
+    snprintf(s->config, sizeof s->config, "%s", config);
+    *out = s;
+    return SQ_OK;
+}
+
+/* ---- prediction ---------------------------------------------------------------------------------- */
+
+sq_dyn_predict_params sq_dyn_predict_default_params(void)
+{
+    return (sq_dyn_predict_params){.trials = 20000, .seed = 1, .path = SQ_DYN_PATH_DRAW,
+                                   .method = SQ_DYN_METHOD_REPLAY};
+}
+
+/* splitmix64: one stream per trial, so a result depends only on the seed and the trial. */
+typedef struct rng64 {
+    uint64_t s;
+} rng64;
+
+static uint64_t rng_next(rng64 *r)
+{
+    uint64_t x = (r->s += 0x9e3779b97f4a7c15ULL);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static double rng_unit(rng64 *r)
+{
+    return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int rng_below(rng64 *r, int n)
+{
+    return (int)(rng_unit(r) * n);
+}
+
+/* The draft probabilities of an off-path node: an off-path context when there are some, else
+ * a sample. */
+static int off_path(const sq_dyn_samples *s, rng64 *r)
+{
+    return s->n_off > 0 ? s->n + rng_below(r, s->n_off) : rng_below(r, s->n);
+}
+
+/* The accepted rank at sample i (0-based), or -1: drawn from its acceptance vector, or the
+ * text's (SQ_DYN_PATH_TEXT: s->text_rank set). The draw is made either way, so that both
+ * paths consume the same random numbers. */
+static int draw_rank(const sq_dyn_samples *s, int i, rng64 *r, int text)
+{
+    double u = rng_unit(r), c = 0;
+    if (text)
+        return s->text_rank[i];
+    const double *a = s->a + (size_t)i * s->K;
+    for (int k = 0; k < s->K; k++) {
+        c += a[k];
+        if (u < c)
+            return k;
+    }
+    return -1;
+}
+
+typedef struct cand {
+    double score;
+    int sample;      /* the position whose draft probabilities its children get      */
+    int on_path;
+} cand;
+
+/* One trial: the candidates of every level (engine order), the on-path node of each level and
+ * the count, per level, of candidates that outrank it. Fills rank_by[d][l]: candidates of
+ * level l that come before the on-path node of level d in the engine's order (score, then
+ * index); path_len: levels with an on-path node whose node could be reached. */
+typedef struct trial_ws {
+    cand *level[SQ_DYN_MAX_STEPS + 1];
+    int   kept[SQ_DYN_MAX_TOPK];
+    int   path_at[SQ_DYN_MAX_STEPS + 1];   /* index of the on-path node in its level, -1 */
+} trial_ws;
+
+static int roots_of(const sq_dyn_samples *s, int L, int **roots)
+{
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        n += s->remain[i] >= L - 1;
+    int all = n == 0;
+    if (all)
+        n = s->n;
+    *roots = malloc((size_t)n * sizeof **roots);
+    if (!*roots)
+        return -1;
+    int j = 0;
+    for (int i = 0; i < s->n; i++)
+        if (all || s->remain[i] >= L - 1)
+            (*roots)[j++] = i;
+    return n;
+}
+
+/* The K best of m candidates c[0..m) by score (ties: the lower index), in order. */
+static void top_k(const cand *c, int m, int K, int *out)
+{
+    int n = 0;
+    for (int i = 0; i < m; i++) {
+        if (n == K && !(c[i].score > c[out[n - 1]].score))
+            continue;
+        int j = n < K ? n++ : K - 1;
+        while (j > 0 && c[i].score > c[out[j - 1]].score) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = i;
+    }
+}
+
+/* One simulated step from root `root`: the engine's tree over levels 1..L with top-K, the
+ * verified path through it, and mx[l][d] (d = 1..min(depth, l)): the largest rank, among the
+ * candidates of levels <= l in the engine's order, of the path's nodes of depths 1..d, so that
+ * the path reaches depth d in a tree of levels <= l with N - 1 > mx[l][d] draft tokens.
+ * Returns the path's depth (levels with an on-path node). */
+static int simulate(const sq_dyn_samples *s, int root, int L, int K, rng64 *r, int text,
+                    trial_ws *ws, int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1])
+{
+    /* level 1: the root's top-K; the path goes on at rank tr */
+    int tr = draw_rank(s, root, r, text), nxt = s->next[root];
+    const double *qr = s->q + (size_t)root * s->K;
+    for (int l = 1; l <= L; l++)
+        ws->path_at[l] = -1;
+    for (int k = 0; k < K; k++) {
+        int on = k == tr;
+        ws->level[1][k] = (cand){qr[k], on ? (nxt >= 0 ? nxt : rng_below(r, s->n))
+                                           : off_path(s, r), on};
+        if (on)
+            ws->path_at[1] = k;
+    }
+    int n_kept = K;
+    for (int k = 0; k < K; k++)
+        ws->kept[k] = k;
+    for (int l = 2; l <= L; l++) {
+        cand *prev = ws->level[l - 1], *cur = ws->level[l];
+        for (int i = 0; i < n_kept; i++) {
+            const cand *par = &prev[ws->kept[i]];
+            const double *qp = s->q + (size_t)par->sample * s->K;
+            int ptr = par->on_path ? draw_rank(s, par->sample, r, text) : -1;
+            int pn = par->on_path ? s->next[par->sample] : -1;
+            for (int k = 0; k < K; k++) {
+                int on = par->on_path && k == ptr;
+                cur[i * K + k] = (cand){par->score * qp[k],
+                                        !on ? off_path(s, r) : pn >= 0 ? pn
+                                        : rng_below(r, s->n), on};
+                if (on)
+                    ws->path_at[l] = i * K + k;
+            }
+        }
+        top_k(cur, n_kept * K, K, ws->kept);
+    }
+    int depth = 0;
+    for (int d = 1; d <= L && ws->path_at[d] >= 0; d++)
+        depth = d;
+    /* rank_by[d][l]: candidates of level l before the on-path node of level d */
+    int rank_by[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
+    for (int d = 1; d <= depth; d++) {
+        int at = ws->path_at[d];
+        double sc = ws->level[d][at].score;
+        for (int l = 1; l <= L; l++) {
+            int m = l == 1 ? K : K * K, c = 0;
+            const cand *cl = ws->level[l];
+            for (int i = 0; i < m; i++)
+                c += cl[i].score > sc || (cl[i].score == sc && (l < d || (l == d && i < at)));
+            rank_by[d][l] = c;
+        }
+    }
+    for (int l = 1; l <= L; l++) {
+        int m = 0, rk = 0;
+        for (int d = 1; d <= (depth < l ? depth : l); d++) {
+            rk = 0;
+            for (int j = 1; j <= l; j++)
+                rk += rank_by[d][j];
+            m = rk > m ? rk : m;
+            mx[l][d] = m;
+        }
+    }
+    return depth;
+}
+
+/* Accepted length of a step in the tree of levels <= l and N nodes. */
+static int accepted(int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1], int depth, int l, int N)
+{
+    int a = 0;
+    while (a < depth && a < l && mx[l][a + 1] < N - 1)
+        a++;
+    return a;
+}
+
+static int trial_ws_new(trial_ws *ws, int L, int K)
+{
+    *ws = (trial_ws){0};
+    for (int l = 1; l <= L; l++)
+        if (!(ws->level[l] = malloc((size_t)(l == 1 ? K : K * K) * sizeof(cand))))
+            return -1;
+    return 0;
+}
+
+static void trial_ws_free(trial_ws *ws, int L)
+{
+    for (int l = 1; l <= L; l++)
+        free(ws->level[l]);
+}
+
+static rng64 trial_rng(uint64_t seed, uint64_t t)
+{
+    rng64 r = {seed * 0x100000001b3ULL ^ (t * 0x9e3779b97f4a7c15ULL)};
+    rng_next(&r);
+    return r;
+}
+
+/* SQ_DYN_METHOD_ROOTS: trial t starts at root roots[t % n_roots], E = 1 + mean length. */
+static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int trials,
+                      uint64_t seed, int text, double *E, double *se, double *p_len,
+                      sq_error *err)
+{
+    int W = max_nodes + 1;
+    size_t cells = (size_t)L * W;
+    double *sum = calloc(cells, sizeof *sum), *sum2 = calloc(cells, sizeof *sum2);
+    long long *reach = calloc((size_t)L + 1, sizeof *reach);
+    int *roots = NULL;
+    int n_roots = roots_of(s, L, &roots);
+    trial_ws ws;
+    int ok = sum && sum2 && reach && n_roots > 0 && trial_ws_new(&ws, L, K) == 0;
+    int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
+    for (int t = 0; ok && t < trials; t++) {
+        rng64 r = trial_rng(seed, (uint64_t)t);
+        int depth = simulate(s, roots[t % n_roots], L, K, &r, text, &ws, mx);
+        for (int l = 1; l <= L; l++) {
+            double *row = sum + (size_t)(l - 1) * W, *row2 = sum2 + (size_t)(l - 1) * W;
+            for (int N = 2; N < W; N++) {
+                double len = accepted(mx, depth, l, N);
+                row[N] += len;
+                row2[N] += len * len;
+            }
+        }
+        int len = accepted(mx, depth, L, max_nodes);
+        for (int d = 0; d <= len; d++)
+            reach[d]++;
+    }
+    if (ok) {
+        for (int l = 1; l <= L; l++)
+            for (int N = 0; N < W; N++) {
+                size_t i = (size_t)(l - 1) * W + N;
+                double m = sum[i] / trials, v = sum2[i] / trials - m * m;
+                E[i] = N < 2 ? 0 : 1.0 + m;
+                if (se)
+                    se[i] = N < 2 || trials < 2 || !(v > 0) ? 0.0 : sqrt(v / (trials - 1));
+            }
+        if (p_len)
+            for (int d = 0; d <= L; d++)
+                p_len[d] = (double)reach[d] / trials;
+    }
+    free(sum); free(sum2); free(reach); free(roots);
+    trial_ws_free(&ws, L);
+    return ok ? SQ_OK : sq_error_oom(err, "dynamic prediction");
+}
+
+/* SQ_DYN_METHOD_REPLAY: every position is simulated as a root `passes` times; then decoding is
+ * replayed along every run of positions: from its first position, a step at root x emits
+ * accepted + 1 tokens and the next root is x plus that, until the run ends (its last step's
+ * tokens past the end count too, as sequoia-run's report counts them). E is tokens over
+ * steps, as a decoder counts it; the standard error treats each (run, pass) as a
+ * unit (ratio estimator). */
+static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int trials,
+                       uint64_t seed, int text, double *E, double *se, double *p_len,
+                       sq_error *err)
+{
+    int W = max_nodes + 1, n = s->n;
+    int passes = (int)(((long long)trials + n - 1) / n);
+    if (passes < 1)
+        passes = 1;
+    size_t per = (size_t)L * L;
+    short *mxs = malloc((size_t)passes * n * per * sizeof *mxs + 1);
+    unsigned char *dep = malloc((size_t)passes * n + 1);
+    trial_ws ws;
+    int ok = mxs && dep && trial_ws_new(&ws, L, K) == 0;
+    int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
+    for (int pass = 0; ok && pass < passes; pass++)
+        for (int x = 0; x < n; x++) {
+            rng64 r = trial_rng(seed, (uint64_t)pass * (uint64_t)n + (uint64_t)x);
+            size_t at = (size_t)pass * n + x;
+            int depth = simulate(s, x, L, K, &r, text, &ws, mx);
+            dep[at] = (unsigned char)depth;
+            for (int l = 1; l <= L; l++)
+                for (int d = 1; d <= (depth < l ? depth : l); d++)
+                    mxs[at * per + (size_t)(l - 1) * L + (d - 1)] =
+                        (short)(mx[l][d] < 32767 ? mx[l][d] : 32767);
+        }
+    long long steps_all = 0;
+    long long *reach = calloc((size_t)L + 1, sizeof *reach);
+    ok = ok && reach;
+    for (int l = 1; ok && l <= L; l++)
+        for (int N = 2; N < W; N++) {
+            double T = 0, S = 0, TT = 0, SS = 0, TS = 0;
+            long long units = 0;
+            for (int pass = 0; pass < passes; pass++)
+                for (int x0 = 0; x0 < n; x0 = x0 + s->remain[x0] + 1) {
+                    int end = x0 + s->remain[x0] + 1;
+                    double tu = 0, su = 0;
+                    for (int x = x0; x < end;) {
+                        size_t at = (size_t)pass * n + x;
+                        int depth = dep[at], a = 0;
+                        const short *m = mxs + at * per + (size_t)(l - 1) * L;
+                        while (a < depth && a < l && m[a] < N - 1)
+                            a++;
+                        if (l == L && N == max_nodes) {
+                            for (int d = 0; d <= a; d++)
+                                reach[d]++;
+                            steps_all++;
+                        }
+                        int t = a + 1;   /* the last step's tokens past the end count too */
+                        tu += t;
+                        su += 1;
+                        x += t;
+                    }
+                    T += tu, S += su, TT += tu * tu, SS += su * su, TS += tu * su;
+                    units++;
+                }
+            size_t i = (size_t)(l - 1) * W + N;
+            double R = T / S;
+            E[i] = R;
+            if (se) {
+                double v = TT - 2 * R * TS + R * R * SS;   /* sum of (T_u - R S_u)^2 */
+                se[i] = units > 1 && v > 0 ? sqrt((double)units / (units - 1) * v) / S : 0.0;
+            }
+        }
+    if (ok) {
+        for (int l = 1; l <= L; l++)
+            for (int N = 0; N < 2; N++) {
+                E[(size_t)(l - 1) * W + N] = 0;
+                if (se)
+                    se[(size_t)(l - 1) * W + N] = 0;
+            }
+        if (p_len)
+            for (int d = 0; d <= L; d++)
+                p_len[d] = steps_all ? (double)reach[d] / steps_all : 0.0;
+    }
+    free(mxs);
+    free(dep);
+    free(reach);
+    trial_ws_free(&ws, L);
+    return ok ? SQ_OK : sq_error_oom(err, "dynamic prediction");
+}
+
+int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
+                        const sq_dyn_predict_params *p, double *E, double *se, double *p_len,
+                        sq_error *err)
+{
+    if (K < 1 || K > s->K || L < 1 || L > SQ_DYN_MAX_STEPS || max_nodes < 2 ||
+        max_nodes > SQ_DYN_MAX_NODES)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: L %d (1..%d), K %d (1..%d, the "
+                            "statistics keep %d ranks), N %d (2..%d)", L, SQ_DYN_MAX_STEPS, K,
+                            SQ_DYN_MAX_TOPK, s->K, max_nodes, SQ_DYN_MAX_NODES);
+    int trials = p && p->trials > 0 ? p->trials : 20000;
+    uint64_t seed = p ? p->seed : 1;
+    int text = p && p->path == SQ_DYN_PATH_TEXT;
+    if (text && !s->text_rank)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: the path along the text needs "
+                            "the statistics' \"next_rank\" (a corpus with its tokens)");
+    if (p && p->method == SQ_DYN_METHOD_ROOTS)
+        return grid_roots(s, L, K, max_nodes, trials, seed, text, E, se, p_len, err);
+    return grid_replay(s, L, K, max_nodes, trials, seed, text, E, se, p_len, err);
+}
+
+int sq_dyn_predict(const sq_dyn_samples *s, int L, int K, int N, const sq_dyn_predict_params *p,
+                   double *expected, double *se, double *p_len, sq_error *err)
+{
+    if (N < 2 || N > SQ_DYN_MAX_NODES || L < 1 || L > SQ_DYN_MAX_STEPS)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: L %d, N %d out of range", L, N);
+    size_t cells = (size_t)L * (N + 1);
+    double *E = malloc(cells * sizeof *E), *S = malloc(cells * sizeof *S);
+    if (!E || !S) {
+        free(E);
+        free(S);
+        return sq_error_oom(err, "dynamic prediction");
+    }
+    int rc = sq_dyn_predict_grid(s, L, K, N, p, E, S, p_len, err);
+    if (!rc) {
+        *expected = E[(size_t)(L - 1) * (N + 1) + N];
+        if (se)
+            *se = S[(size_t)(L - 1) * (N + 1) + N];
+    }
+    free(E);
+    free(S);
+    return rc;
+}
+
+/* ---- cost ------------------------------------------------------------------------------------------ */
+
+int sq_dyn_round_ms(sq_engine e, const sq_profile *target, const sq_profile *draft,
+                    double draft_ms, int b, int L, int K, int N, sq_extrapolate x,
+                    sq_dyn_cost *out, sq_error *err)
+{
+    double t, d = 0, v;
+    int rc = sq_profile_ms_batch(target, b, N, x, &t, err);
+    if (rc)
+        return rc;
+    if (!draft) {
+        d = L * draft_ms;
+    } else if (e == SQ_ENGINE_SGLANG) {
+        if (L > 1) {
+            if ((rc = sq_profile_ms_batch(draft, b, K, x, &v, err)))
+                return rc;
+            d += (L - 1) * v;
+        }
+        if ((rc = sq_profile_ms_batch(draft, b, N, x, &v, err)))
+            return rc;
+        d += v;
+    } else {
+        if ((rc = sq_profile_ms_batch(draft, b, L + 1, x, &v, err)))
+            return rc;
+        d += v;
+        for (int i = 1; i < L; i++) {
+            if ((rc = sq_profile_ms_batch(draft, b, i * K, x, &v, err)))
+                return rc;
+            d += v;
+        }
+    }
+    out->target_ms = t;
+    out->draft_ms = d;
+    out->round_ms = t + d;
+    return SQ_OK;
+}
+
+/* ---- search ------------------------------------------------------------------------------------------ */
+
+static int better(const sq_dyn_choice *a, const sq_dyn_choice *b)
+{
+    if (a->tokens_per_second != b->tokens_per_second)
+        return a->tokens_per_second > b->tokens_per_second;
+    if (a->nodes != b->nodes)
+        return a->nodes < b->nodes;
+    if (a->steps != b->steps)
+        return a->steps < b->steps;
+    return a->topk < b->topk;
+}
+
+void sq_dyn_grid_free(sq_dyn_grid *g)
+{
+    if (!g)
+        return;
+    free(g->E);
+    free(g->se);
+    free(g);
+}
+
+int sq_dyn_grid_new(const sq_dyn_samples *s, int Lm, int Km, int Nm,
+                    const sq_dyn_predict_params *p, sq_dyn_grid **out, sq_error *err)
+{
+    *out = NULL;
+    if (Lm < 1 || Km < 1 || Km > s->K || Nm < 2 || Lm > SQ_DYN_MAX_STEPS || Nm > SQ_DYN_MAX_NODES)
+        return sq_error_set(err, SQ_EUSAGE, "envelope search: bounds L <= %d, K <= %d, N <= %d "
+                            "leave nothing to search (L 1..%d, K 1..%d, N 2..%d)", Lm, Km, Nm,
+                            SQ_DYN_MAX_STEPS, s->K, SQ_DYN_MAX_NODES);
+    sq_dyn_grid *g = calloc(1, sizeof *g);
+    size_t per = (size_t)Lm * (Nm + 1), cells = per * Km;
+    if (g) {
+        g->E = calloc(cells, sizeof *g->E);
+        g->se = calloc(cells, sizeof *g->se);
+    }
+    if (!g || !g->E || !g->se) {
+        sq_dyn_grid_free(g);
+        return sq_error_oom(err, "envelope search");
+    }
+    g->max_steps = Lm;
+    g->max_topk = Km;
+    g->max_nodes = Nm;
+    g->trials = p && p->trials > 0 ? p->trials : sq_dyn_predict_default_params().trials;
+    for (int K = 1; K <= Km; K++) {
+        int rc = sq_dyn_predict_grid(s, Lm, K, Nm, p, g->E + per * (K - 1), g->se + per * (K - 1),
+                                     NULL, err);
+        if (rc) {
+            sq_dyn_grid_free(g);
+            return rc;
+        }
+    }
+    *out = g;
+    return SQ_OK;
+}
+
+double sq_dyn_grid_at(const sq_dyn_grid *g, int L, int K, int N, double *se)
+{
+    size_t i = ((size_t)(K - 1) * g->max_steps + (L - 1)) * (g->max_nodes + 1) + N;
+    if (se)
+        *se = g->se[i];
+    return g->E[i];
+}
+
+int sq_dyn_search(const sq_dyn_grid *g, const sq_dyn_search_params *p, sq_dyn_choice *best,
+                  int cap, int *n_best, double *plain_tps, sq_error *err)
+{
+    *n_best = 0;
+    double t1;
+    int rc = sq_profile_ms_batch(p->target, p->batch, 1, p->extrapolate, &t1, err);
+    if (rc)
+        return rc;
+    *plain_tps = p->batch / t1 * 1000.0;
+    int found = 0;
+    for (int K = 1; K <= g->max_topk && !rc; K++)
+        for (int L = 1; L <= g->max_steps && !rc; L++)
+            for (int N = 2; N <= g->max_nodes && !rc; N++) {
+                if (sq_dyn_envelope_check(p->engine, L, K, N, NULL, NULL) != SQ_OK)
+                    continue;
+                sq_dyn_cost c;
+                if ((rc = sq_dyn_round_ms(p->engine, p->target, p->draft, p->draft_ms, p->batch,
+                                          L, K, N, p->extrapolate, &c, err)))
+                    break;
+                found = 1;
+                double se, E = sq_dyn_grid_at(g, L, K, N, &se);
+                sq_dyn_choice ch = {L, K, N, E, se, c.round_ms, c.target_ms, c.draft_ms,
+                                    p->batch * E / c.round_ms * 1000.0};
+                /* into the sorted list of the cap best */
+                if (cap <= 0 || (*n_best == cap && !better(&ch, &best[cap - 1])))
+                    continue;
+                int j = *n_best < cap ? (*n_best)++ : cap - 1;
+                while (j > 0 && better(&ch, &best[j - 1])) {
+                    best[j] = best[j - 1];
+                    j--;
+                }
+                best[j] = ch;
+            }
+    if (!rc && !found)
+        rc = sq_error_set(err, SQ_EUSAGE, "envelope search: no envelope within L <= %d, K <= %d, "
+                          "N <= %d keeps %s's rules", g->max_steps, g->max_topk, g->max_nodes,
+                          sq_engine_name(p->engine));
+    return rc;
+}

@@ -1,0 +1,832 @@
+/* Suite 'dynamic': the engines' dynamic trees (issue 26): the envelope rules, the Monte-Carlo
+ * predictor against exact oracles, the cost per round and the envelope search against exhaustive
+ * evaluation, the dynamic plan file, and the tools (sequoia-accept's "dynamic" key,
+ * sequoia-plan --engine sglang|trtllm-dynamic). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/json.h"
+#include "libsequoia/format/corpus.h"
+#include "libsequoia/format/dynplan.h"
+#include "planner/dynamic.h"
+#include "tests/testutil.h"
+
+/* ---- rules -------------------------------------------------------------------------------------- */
+
+Test(dynamic, envelope_rules_name_the_rule_and_the_engine)
+{
+    sq_error e = {0};
+    /* SGLang: N - 1 <= K + (L - 1) K^2 */
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_SGLANG, 5, 4, 16, "--envelope", &e), 0);
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_SGLANG, 2, 2, 7, "x", &e), 0);   /* 6 = 2 + 4 */
+    e = (sq_error){0};
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_SGLANG, 2, 2, 8, "--envelope 2,2,8", &e),
+                 SQ_EUSAGE);
+    cr_assert(strstr(e.msg, "N - 1 <= K + (L - 1) K^2") && strstr(e.msg, "SGLang") &&
+              strstr(e.msg, "--envelope 2,2,8"), "%s", e.msg);
+    /* SGLang K = 1: a chain */
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_SGLANG, 3, 1, 4, NULL, NULL), 0);
+    e = (sq_error){0};
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_SGLANG, 3, 1, 3, NULL, &e), SQ_EUSAGE);
+    cr_assert(strstr(e.msg, "K = 1") && strstr(e.msg, "SGLang"), "%s", e.msg);
+    /* TensorRT-LLM: L <= N - 1 <= K L */
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_TRTLLM_DYNAMIC, 3, 4, 13, NULL, NULL), 0);
+    e = (sq_error){0};
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_TRTLLM_DYNAMIC, 3, 4, 14, NULL, &e), SQ_EUSAGE);
+    cr_assert(strstr(e.msg, "N - 1 <= K L") && strstr(e.msg, "TensorRT-LLM"), "%s", e.msg);
+    e = (sq_error){0};
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_TRTLLM_DYNAMIC, 4, 4, 4, NULL, &e), SQ_EUSAGE);
+    cr_assert(strstr(e.msg, "N - 1 >= L"), "%s", e.msg);
+    /* both: K = 0, L = 0, N = 1 */
+    int bad[][3] = {{3, 0, 4}, {0, 2, 3}, {2, 2, 1}};
+    for (int i = 0; i < 3; i++)
+        for (int g = 0; g < 2; g++) {
+            e = (sq_error){0};
+            cr_assert_eq(sq_dyn_envelope_check(g ? SQ_ENGINE_TRTLLM_DYNAMIC : SQ_ENGINE_SGLANG,
+                                               bad[i][0], bad[i][1], bad[i][2], NULL, &e),
+                         SQ_EUSAGE);
+            cr_assert(strstr(e.msg, "K >= 1"), "%s", e.msg);
+        }
+    /* a static-tree engine */
+    e = (sq_error){0};
+    cr_assert_eq(sq_dyn_envelope_check(SQ_ENGINE_VLLM, 3, 2, 5, NULL, &e), SQ_EUSAGE);
+    cr_assert(strstr(e.msg, "static trees"), "%s", e.msg);
+    /* the format's function is the same rule (the runtime calls it) */
+    cr_assert_eq(sq_dynplan_envelope_check("sglang", 2, 2, 8, NULL, NULL), SQ_EUSAGE);
+    cr_assert_eq(sq_dynplan_envelope_check("trtllm-dynamic", 2, 2, 5, NULL, NULL), 0);
+}
+
+/* ---- an independent implementation of the engine's tree, for the oracles -------------------- */
+
+#define OMAX 512
+
+typedef struct onode {
+    double score;
+    int level, parent, rank;   /* parent: index into the node list (-1: the root)        */
+    int sample;                /* whose draft probabilities its children get (-1: n/a)    */
+} onode;
+
+/* Builds the engine's candidates from a function giving each expanded node's sorted draft
+ * probabilities, then marks the N - 1 best (score desc, ties to the earlier candidate). The
+ * candidates are listed level by level, each level's in (kept parent order, rank) order. */
+typedef const double *(*qfun)(void *user, int node, const onode *nodes);
+
+static int oracle_tree(int L, int K, int N, const double *root_q, qfun q, void *user,
+                       onode *nodes, int *in_tree)
+{
+    int n = 0, kept[16], nk = 0;
+    for (int k = 0; k < K; k++) {
+        nodes[n] = (onode){root_q[k], 1, -1, k, -1};
+        kept[nk++] = n++;
+    }
+    for (int l = 2; l <= L; l++) {
+        int first = n;
+        for (int i = 0; i < nk; i++) {
+            const double *qp = q(user, kept[i], nodes);
+            for (int k = 0; k < K; k++)
+                nodes[n++] = (onode){nodes[kept[i]].score * qp[k], l, kept[i], k, -1};
+        }
+        /* the K best of this level, best first (ties: earlier) */
+        nk = 0;
+        int used[OMAX] = {0};
+        for (int t = 0; t < K; t++) {
+            int b = -1;
+            for (int j = first; j < n; j++)
+                if (!used[j] && (b < 0 || nodes[j].score > nodes[b].score))
+                    b = j;
+            used[b] = 1;
+            kept[nk++] = b;
+        }
+    }
+    for (int j = 0; j < n; j++) {
+        int before = 0;
+        for (int i = 0; i < n; i++)
+            before += nodes[i].score > nodes[j].score ||
+                      (nodes[i].score == nodes[j].score && i < j);
+        in_tree[j] = before < N - 1;
+    }
+    return n;
+}
+
+/* A context-free world: every node's draft probabilities are q, every rank r is accepted with
+ * probability a[r] (topk: the target's probability of the r-th draft token). Then
+ * E = 1 + sum over tree nodes of the product of a along the path (exact). */
+static const double *cf_q(void *user, int node, const onode *nodes)
+{
+    (void)node;
+    (void)nodes;
+    return user;
+}
+
+static double context_free_exact(int L, int K, int N, const double *q, const double *a)
+{
+    onode nodes[OMAX];
+    int in[OMAX];
+    int n = oracle_tree(L, K, N, q, cf_q, (void *)q, nodes, in);
+    double E = 1;
+    for (int j = 0; j < n; j++) {
+        if (!in[j])
+            continue;
+        double p = 1;
+        for (int v = j; v >= 0; v = nodes[v].parent)
+            p *= a[nodes[v].rank];
+        E += p;
+    }
+    return E;
+}
+
+static sq_dyn_samples *uniform_samples(int n, int K, const double *q, const double *a)
+{
+    double *Q = malloc((size_t)n * K * sizeof *Q), *A = malloc((size_t)n * K * sizeof *A);
+    for (int i = 0; i < n; i++) {
+        memcpy(Q + (size_t)i * K, q, (size_t)K * sizeof *q);
+        memcpy(A + (size_t)i * K, a, (size_t)K * sizeof *a);
+    }
+    int seg[1] = {n};
+    sq_dyn_samples *s = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dyn_samples_new(n, K, Q, A, seg, 1, &s, &e), 0, "%s", e.msg);
+    free(Q);
+    free(A);
+    return s;
+}
+
+Test(dynamic, predictor_matches_the_exact_value_of_a_context_free_draft)
+{
+    const double q[4] = {0.55, 0.25, 0.12, 0.05};
+    const double a[4] = {0.45, 0.2, 0.1, 0.05};   /* target-only sampling */
+    sq_dyn_samples *s = uniform_samples(64, 4, q, a);
+    int env[][3] = {{1, 2, 3}, {2, 2, 5}, {3, 3, 10}, {4, 2, 9}, {3, 4, 20}, {5, 3, 16}};
+    sq_dyn_predict_params p = {.trials = 40000, .seed = 3, .method = SQ_DYN_METHOD_ROOTS};
+    for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
+        int L = env[i][0], K = env[i][1], N = env[i][2];
+        double E, se, exact = context_free_exact(L, K, N, q, a);
+        sq_error e = {0};
+        cr_assert_eq(sq_dyn_predict(s, L, K, N, &p, &E, &se, NULL, &e), 0, "%s", e.msg);
+        cr_expect(fabs(E - exact) <= 4 * se + 1e-9, "L %d K %d N %d: %.5f ± %.5f, exact %.5f",
+                  L, K, N, E, se, exact);
+    }
+    sq_dyn_samples_free(s);
+    /* greedy: the target's argmax is rank 1 with probability 1 -> deterministic */
+    const double g[4] = {1, 0, 0, 0};
+    s = uniform_samples(16, 4, q, g);
+    for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
+        int L = env[i][0], K = env[i][1], N = env[i][2];
+        double E, se;
+        cr_assert_eq(sq_dyn_predict(s, L, K, N, &p, &E, &se, NULL, NULL), 0);
+        cr_expect_float_eq(E, context_free_exact(L, K, N, q, g), 1e-12, "L %d K %d N %d", L, K,
+                           N);
+        cr_expect_eq(se, 0);
+    }
+    sq_dyn_samples_free(s);
+}
+
+/* An exact enumeration for L = 2 with varying positions: three consecutive samples (a segment),
+ * roots 0 and 1 (each has a successor), the on-path child at the next sample, off-path nodes at
+ * a uniformly drawn sample, the accepted ranks drawn from the acceptance vectors. */
+typedef struct enum_ctx {
+    const double *q, *a;
+    int K;
+    int sample_of_l1[16];   /* the sample whose probabilities each level-1 node's children get */
+} enum_ctx;
+
+static const double *enum_q(void *user, int node, const onode *nodes)
+{
+    (void)nodes;
+    enum_ctx *c = user;
+    return c->q + (size_t)c->sample_of_l1[node] * c->K;
+}
+
+static double enumerate_L2(const double *q, const double *a, int K, int N)
+{
+    const int S = 3;
+    double total = 0;
+    for (int root = 0; root < 2; root++) {
+        double rest = 1;
+        for (int k = 0; k < K; k++)
+            rest -= a[root * K + k];
+        for (int tr = -1; tr < K; tr++) {
+            double ptr = tr < 0 ? rest : a[root * K + tr];
+            if (ptr <= 0)
+                continue;
+            /* each off-path level-1 node draws a sample; enumerate all combinations */
+            int n_off = tr < 0 ? K : K - 1, combos = 1;
+            for (int i = 0; i < n_off; i++)
+                combos *= S;
+            for (int cmb = 0; cmb < combos; cmb++) {
+                enum_ctx c = {q, a, K, {0}};
+                int x = cmb;
+                for (int k = 0; k < K; k++) {
+                    if (k == tr)
+                        c.sample_of_l1[k] = root + 1;
+                    else {
+                        c.sample_of_l1[k] = x % S;
+                        x /= S;
+                    }
+                }
+                double pc = ptr / combos;
+                /* the path's rank at level 2: drawn at sample root + 1 */
+                int nx = root + 1;
+                double rest2 = 1;
+                for (int k = 0; k < K; k++)
+                    rest2 -= a[nx * K + k];
+                for (int t2 = -1; t2 < K; t2++) {
+                    double p2 = tr < 0 ? (t2 < 0 ? 1 : 0) : t2 < 0 ? rest2 : a[nx * K + t2];
+                    if (p2 <= 0)
+                        continue;
+                    onode nodes[OMAX];
+                    int in[OMAX];
+                    int n = oracle_tree(2, K, N, q + (size_t)root * K, enum_q, &c, nodes, in);
+                    int len = 0;
+                    if (tr >= 0 && in[tr]) {
+                        len = 1;
+                        for (int j = K; j < n && t2 >= 0; j++)
+                            if (nodes[j].parent == tr && nodes[j].rank == t2 && in[j])
+                                len = 2;
+                    }
+                    total += 0.5 * pc * p2 * (1 + len);
+                }
+            }
+        }
+    }
+    return total;
+}
+
+Test(dynamic, predictor_matches_an_exact_enumeration_over_positions)
+{
+    enum { K = 2 };
+    const double q[3 * K] = {0.7, 0.2, 0.5, 0.45, 0.9, 0.05};
+    const double a[3 * K] = {0.6, 0.15, 0.3, 0.4, 0.8, 0.1};
+    int seg[1] = {3};
+    sq_dyn_samples *s = NULL;
+    cr_assert_eq(sq_dyn_samples_new(3, K, q, a, seg, 1, &s, NULL), 0);
+    sq_dyn_predict_params p = {.trials = 200000, .seed = 11, .method = SQ_DYN_METHOD_ROOTS};
+    for (int N = 2; N <= 1 + K + K * K; N++) {
+        double E, se, exact = enumerate_L2(q, a, K, N);
+        cr_assert_eq(sq_dyn_predict(s, 2, K, N, &p, &E, &se, NULL, NULL), 0);
+        cr_expect(fabs(E - exact) <= 4 * se + 1e-9, "N %d: %.5f ± %.5f, exact %.5f", N, E, se,
+                  exact);
+    }
+    sq_dyn_samples_free(s);
+}
+
+Test(dynamic, the_text_path_is_the_drawn_path_on_greedy_text)
+{
+    /* greedy acceptance vectors whose argmax rank is the text's next token: both paths agree
+     * trial by trial (they consume the same random numbers) */
+    enum { n = 40, K = 3 };
+    double q[n * K], a[n * K];
+    unsigned x = 5;
+    sq_dyn_samples *s = NULL;
+    for (int i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        double top = 0.4 + (x >> 16) % 50 / 100.0;
+        q[i * K] = top, q[i * K + 1] = (1 - top) * 0.6, q[i * K + 2] = (1 - top) * 0.3;
+        for (int k = 0; k < K; k++)
+            a[i * K + k] = k == (int)((x >> 8) % 4) ? 1 : 0;   /* rank 3 of 4: none */
+    }
+    int seg[2] = {25, 15};
+    cr_assert_eq(sq_dyn_samples_new(n, K, q, a, seg, 2, &s, NULL), 0);
+    s->text_rank = malloc(n * sizeof *s->text_rank);
+    for (int i = 0; i < n; i++) {
+        s->text_rank[i] = -1;
+        for (int k = 0; k < K; k++)
+            if (a[i * K + k] == 1)
+                s->text_rank[i] = k;
+    }
+    sq_dyn_predict_params d = {.trials = 3000, .seed = 9, .path = SQ_DYN_PATH_DRAW};
+    sq_dyn_predict_params t = d;
+    t.path = SQ_DYN_PATH_TEXT;
+    double Ed, Et;
+    cr_assert_eq(sq_dyn_predict(s, 4, 3, 12, &d, &Ed, NULL, NULL, NULL), 0);
+    cr_assert_eq(sq_dyn_predict(s, 4, 3, 12, &t, &Et, NULL, NULL, NULL), 0);
+    cr_expect_float_eq(Ed, Et, 1e-12);
+    free(s->text_rank);
+    s->text_rank = NULL;
+    sq_error e = {0};
+    cr_expect_eq(sq_dyn_predict(s, 4, 3, 12, &t, &Et, NULL, NULL, &e), SQ_EUSAGE);
+    cr_expect(strstr(e.msg, "next_rank"), "%s", e.msg);
+    sq_dyn_samples_free(s);
+}
+
+/* Greedy with the argmax always rank 1: the path is rank 1 at every level, its nodes carry q,
+ * every other node the off-path context's q_off; the tree is then fixed and the accepted length
+ * is how deep the rank-1 chain stays in it. */
+typedef struct off_ctx {
+    const double *q, *q_off;
+} off_ctx;
+
+static const double *off_q(void *user, int node, const onode *nodes)
+{
+    off_ctx *c = user;
+    for (int v = node; v >= 0; v = nodes[v].parent)
+        if (nodes[v].rank != 0)
+            return c->q_off;
+    return c->q;
+}
+
+Test(dynamic, off_path_nodes_take_the_off_path_contexts)
+{
+    const double q[3] = {0.5, 0.3, 0.15}, q_off[3] = {0.9, 0.05, 0.03};
+    /* the statistics as sequoia-accept writes them: 6 positions in one segment, one off-path
+     * context */
+    char json[4096];
+    int len = snprintf(json, sizeof json, "{\"dynamic\": {\"format\": \"sequoia-dynamic-stats\", "
+                       "\"version\": 1, \"topk\": 3, \"segments\": [[0, 6, 0]], "
+                       "\"draft_topk\": [");
+    for (int i = 0; i < 6; i++)
+        len += snprintf(json + len, sizeof json - len, "%s[0.5, 0.3, 0.15]", i ? ", " : "");
+    len += snprintf(json + len, sizeof json - len, "], \"accept\": {\"greedy@T0\": [");
+    for (int i = 0; i < 6; i++)
+        len += snprintf(json + len, sizeof json - len, "%s[1, 0, 0]", i ? ", " : "");
+    snprintf(json + len, sizeof json - len, "]}, \"offpath_topk\": [[0.9, 0.05, 0.03]]}}");
+    cJSON *root = cJSON_Parse(json);
+    cr_assert_not_null(root);
+    sq_dyn_samples *s = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dyn_samples_from_json(root, "s.json", "greedy@T0", &s, &e), 0, "%s", e.msg);
+    cr_assert_eq(s->n_off, 1);
+    off_ctx c = {q, q_off};
+    int env[][3] = {{2, 2, 4}, {3, 3, 8}, {4, 3, 12}, {5, 2, 9}, {4, 3, 30}};
+    for (size_t i = 0; i < sizeof env / sizeof *env; i++) {
+        int L = env[i][0], K = env[i][1], N = env[i][2];
+        onode nodes[OMAX];
+        int in[OMAX];
+        int n = oracle_tree(L, K, N, q, off_q, &c, nodes, in), depth = 0;
+        for (int d = 1, at = 0; d <= L; d++) {   /* the rank-1 chain */
+            int found = -1;
+            for (int j = 0; j < n; j++)
+                if (nodes[j].level == d && nodes[j].rank == 0 &&
+                    (d == 1 ? nodes[j].parent < 0 : nodes[j].parent == at))
+                    found = j;
+            if (found < 0 || !in[found])
+                break;
+            at = found;
+            depth = d;
+        }
+        double E, se;
+        sq_dyn_predict_params p = {.trials = 500, .seed = 4, .method = SQ_DYN_METHOD_ROOTS};
+        cr_assert_eq(sq_dyn_predict(s, L, K, N, &p, &E, &se, NULL, &e), 0, "%s", e.msg);
+        cr_expect_float_eq(E, 1.0 + depth, 1e-12, "L %d K %d N %d: %g against %d", L, K, N, E,
+                           1 + depth);
+    }
+    sq_dyn_samples_free(s);
+    cJSON_Delete(root);
+}
+
+/* The replay: greedy along a text whose argmax ranks are known, with K = 1 (the chain of the
+ * draft's top-1 tokens, all of whose L nodes are in the tree when N = L + 1). A step at x
+ * accepts the run of rank-1 positions from x, at most L, and emits one more token; tokens/step is
+ * tokens over steps. */
+Test(dynamic, replay_counts_tokens_over_steps_as_a_decoder)
+{
+    enum { n = 90, K = 2 };
+    double q[n * K], a[n * K];
+    int rank[n];
+    unsigned x = 17;
+    for (int i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        rank[i] = (x >> 16) % 5 == 0 ? 1 : 0;   /* 80% of positions accept rank 1 */
+        if (i == 39 || i == 74 || i == 89)
+            rank[i] = 1;   /* a run's path never goes past its last position */
+        q[i * K] = 0.7, q[i * K + 1] = 0.2;
+        a[i * K] = rank[i] == 0, a[i * K + 1] = rank[i] == 1;
+    }
+    int seg[3] = {40, 35, 15};
+    sq_dyn_samples *s = NULL;
+    cr_assert_eq(sq_dyn_samples_new(n, K, q, a, seg, 3, &s, NULL), 0);
+    for (int L = 1; L <= 6; L++) {
+        double tokens = 0, steps = 0;
+        for (int g = 0, x0 = 0; g < 3; x0 += seg[g++])
+            for (int at = x0; at < x0 + seg[g];) {
+                int acc = 0;
+                while (acc < L && at + acc < x0 + seg[g] && rank[at + acc] == 0)
+                    acc++;
+                int t = acc + 1;
+                tokens += t;
+                steps += 1;
+                at += t;
+            }
+        sq_dyn_predict_params p = {.trials = 1, .seed = 2, .method = SQ_DYN_METHOD_REPLAY};
+        double E, se;
+        cr_assert_eq(sq_dyn_predict(s, L, 1, L + 1, &p, &E, &se, NULL, NULL), 0);
+        cr_expect_float_eq(E, tokens / steps, 1e-12, "L %d: %g against %g", L, E, tokens / steps);
+    }
+    sq_dyn_samples_free(s);
+}
+
+Test(dynamic, predictions_grow_with_the_envelope_and_the_grid_agrees_with_single_calls)
+{
+    const double q[4] = {0.5, 0.3, 0.1, 0.05};
+    const double a[4] = {0.5, 0.2, 0.1, 0.05};
+    sq_dyn_samples *s = uniform_samples(32, 4, q, a);
+    sq_dyn_predict_params p = {.trials = 5000, .seed = 2};
+    sq_dyn_grid *g = NULL;
+    cr_assert_eq(sq_dyn_grid_new(s, 4, 3, 20, &p, &g, NULL), 0);
+    for (int K = 1; K <= 3; K++)
+        for (int L = 1; L <= 4; L++)
+            for (int N = 3; N <= 20; N++) {
+                cr_expect(sq_dyn_grid_at(g, L, K, N, NULL) >= sq_dyn_grid_at(g, L, K, N - 1, NULL),
+                          "N");
+                double E;
+                if (L == 4 && (N == 7 || N == 20)) {
+                    cr_assert_eq(sq_dyn_predict(s, L, K, N, &p, &E, NULL, NULL, NULL), 0);
+                    /* the grid's K-th run uses the same trials as a single call with max L */
+                    cr_expect_float_eq(E, sq_dyn_grid_at(g, L, K, N, NULL), 1e-12);
+                }
+            }
+    sq_dyn_grid_free(g);
+    sq_dyn_samples_free(s);
+}
+
+/* ---- cost and search ----------------------------------------------------------------------------- */
+
+/* t(b, n) = base_b + slope * n, points at n = 1..max. */
+static sq_profile *linear_profile(const int *batches, int nb, double base, double slope, int max)
+{
+    sq_profile *p = calloc(1, sizeof *p);
+    p->device = strdup("test");
+    p->backend = strdup("cpu");
+    p->dtype = strdup("f32");
+    p->prefix = 0;
+    p->n = nb * max;
+    p->points = calloc((size_t)p->n, sizeof *p->points);
+    for (int b = 0; b < nb; b++)
+        for (int t = 1; t <= max; t++)
+            p->points[b * max + t - 1] = (sq_profile_point){batches[b], t,
+                base * batches[b] + slope * t * batches[b], NAN, NAN, 0};
+    return p;
+}
+
+Test(dynamic, cost_per_round_follows_the_engines)
+{
+    int b[1] = {1};
+    sq_profile *t = linear_profile(b, 1, 10, 1, 200), *d = linear_profile(b, 1, 1, 0.1, 200);
+    sq_dyn_cost c;
+    cr_assert_eq(sq_dyn_round_ms(SQ_ENGINE_SGLANG, t, d, 0, 1, 5, 4, 16, SQ_EXTRAPOLATE_NONE, &c,
+                                 NULL), 0);
+    /* verify 16; 4 forwards of 4 tokens; extend of 16 */
+    cr_expect_float_eq(c.target_ms, 26, 1e-9);
+    cr_expect_float_eq(c.draft_ms, 4 * 1.4 + 2.6, 1e-9);
+    cr_assert_eq(sq_dyn_round_ms(SQ_ENGINE_TRTLLM_DYNAMIC, t, d, 0, 1, 5, 4, 16,
+                                 SQ_EXTRAPOLATE_NONE, &c, NULL), 0);
+    /* step 0 of L + 1 = 6 tokens, then 4, 8, 12, 16 tokens: (L+1) + K L (L-1)/2 = 46 tokens */
+    cr_expect_float_eq(c.draft_ms, 5 * 1 + 0.1 * (6 + 4 + 8 + 12 + 16), 1e-9);
+    cr_assert_eq(sq_dyn_round_ms(SQ_ENGINE_SGLANG, t, NULL, 0.5, 1, 5, 4, 16, SQ_EXTRAPOLATE_NONE,
+                                 &c, NULL), 0);
+    cr_expect_float_eq(c.draft_ms, 2.5, 1e-9);
+    sq_profile_free(t);
+    sq_profile_free(d);
+}
+
+Test(dynamic, search_agrees_with_exhaustive_evaluation)
+{
+    const double q[4] = {0.6, 0.2, 0.1, 0.05};
+    const double a[4] = {0.55, 0.2, 0.08, 0.03};
+    sq_dyn_samples *s = uniform_samples(32, 4, q, a);
+    sq_dyn_predict_params p = {.trials = 4000, .seed = 5};
+    sq_dyn_grid *g = NULL;
+    cr_assert_eq(sq_dyn_grid_new(s, 5, 4, 24, &p, &g, NULL), 0);
+    int bs[2] = {1, 8};
+    sq_profile *t = linear_profile(bs, 2, 5, 0.2, 64), *d = linear_profile(bs, 2, 0.5, 0.05, 64);
+    for (int e = 0; e < 2; e++)
+        for (int bi = 0; bi < 2; bi++) {
+            sq_engine eng = e ? SQ_ENGINE_TRTLLM_DYNAMIC : SQ_ENGINE_SGLANG;
+            sq_dyn_search_params sp = {.engine = eng, .batch = bs[bi], .target = t, .draft = d};
+            sq_dyn_choice best[4];
+            int n = 0;
+            double plain;
+            sq_error err = {0};
+            cr_assert_eq(sq_dyn_search(g, &sp, best, 4, &n, &plain, &err), 0, "%s", err.msg);
+            /* exhaustive */
+            double top = -1;
+            int tl = 0, tk = 0, tn = 0;
+            for (int K = 1; K <= 4; K++)
+                for (int L = 1; L <= 5; L++)
+                    for (int N = 2; N <= 24; N++) {
+                        if (sq_dyn_envelope_check(eng, L, K, N, NULL, NULL))
+                            continue;
+                        sq_dyn_cost c;
+                        cr_assert_eq(sq_dyn_round_ms(eng, t, d, 0, bs[bi], L, K, N,
+                                                     SQ_EXTRAPOLATE_NONE, &c, NULL), 0);
+                        double r = bs[bi] * sq_dyn_grid_at(g, L, K, N, NULL) / c.round_ms * 1000;
+                        if (r > top) {
+                            top = r;
+                            tl = L, tk = K, tn = N;
+                        }
+                    }
+            cr_expect_float_eq(best[0].tokens_per_second, top, 1e-9 * top);
+            cr_expect(best[0].steps == tl && best[0].topk == tk && best[0].nodes == tn,
+                      "%d,%d,%d against %d,%d,%d", best[0].steps, best[0].topk, best[0].nodes,
+                      tl, tk, tn);
+            for (int i = 1; i < n; i++)
+                cr_expect(best[i].tokens_per_second <= best[i - 1].tokens_per_second);
+            cr_expect_float_eq(plain, bs[bi] / (t->points[bi * 64].median_ms) * 1000, 1e-9);
+        }
+    /* a batch size the profiles lack */
+    sq_dyn_search_params sp = {.engine = SQ_ENGINE_SGLANG, .batch = 3, .target = t, .draft = d};
+    sq_dyn_choice best[1];
+    int n;
+    double plain;
+    cr_assert_neq(sq_dyn_search(g, &sp, best, 1, &n, &plain, NULL), 0);
+    sq_profile_free(t);
+    sq_profile_free(d);
+    sq_dyn_grid_free(g);
+    sq_dyn_samples_free(s);
+}
+
+/* ---- the dynamic plan file --------------------------------------------------------------------------- */
+
+static const char *GOOD =
+    "{\"format\": \"sequoia-dynamic-plan\", \"version\": 1, \"engine\": \"sglang\", "
+    "\"mode\": \"topk\", \"temperature\": 1, \"top_p\": 1, "
+    "\"envelope\": {\"steps\": 5, \"topk\": 4, \"nodes\": 16}, \"expected_tokens\": 3.25, "
+    "\"prediction\": {\"method\": \"monte-carlo\"}, "
+    "\"curves\": {\"file\": \"c.json\", \"sha256\": "
+    "\"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"}, "
+    "\"hardware\": {\"round_ms\": 3.5, \"tokens_per_second\": 900}, "
+    "\"ladder\": [{\"batch\": 1, \"envelope\": {\"steps\": 5, \"topk\": 4, \"nodes\": 16}, "
+    "\"speculate\": true, \"expected_tokens\": 3.25, \"tokens_per_second\": 900}, "
+    "{\"batch\": 4, \"envelope\": {\"steps\": 2, \"topk\": 1, \"nodes\": 3}, "
+    "\"speculate\": false, \"expected_tokens\": 1.5, \"tokens_per_second\": 2000}]}";
+
+Test(dynamic, plan_file_round_trip)
+{
+    char *dir = tu_tmpdir(), *f = tu_path(dir, "p.json"), *g = tu_path(dir, "q.json");
+    tu_write(f, GOOD);
+    sq_dynplan *p = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dynplan_load(f, &p, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(p->engine, "sglang");
+    cr_expect_eq(p->mode, SQ_MODE_TOPK);
+    cr_expect(p->steps == 5 && p->topk == 4 && p->nodes == 16);
+    cr_expect_float_eq(p->expected_tokens, 3.25, 0);
+    cr_expect_eq(p->n_ladder, 2);
+    cr_expect(p->ladder[1].batch == 4 && !p->ladder[1].speculate && p->ladder[1].nodes == 3);
+    cr_expect_str_eq(p->curves_file, "c.json");
+    cr_assert_eq(sq_dynplan_save(g, p, &e), 0, "%s", e.msg);
+    sq_dynplan *q = NULL;
+    cr_assert_eq(sq_dynplan_load(g, &q, &e), 0, "%s", e.msg);
+    cJSON *a = sq_dynplan_to_json(p), *b = sq_dynplan_to_json(q);
+    char *sa = cJSON_PrintUnformatted(a), *sb = cJSON_PrintUnformatted(b);
+    cr_expect_str_eq(sa, sb);
+    cJSON *root = NULL;
+    cr_assert_eq(sq_json_load(g, &root, NULL), 0);
+    cr_expect(sq_dynplan_sniff(root));
+    cJSON_Delete(root);
+    cJSON *stat = cJSON_Parse("{\"format\": \"sequoia-plan\"}");
+    cr_expect(!sq_dynplan_sniff(stat));
+    cJSON_Delete(stat);
+    free(sa);
+    free(sb);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    sq_dynplan_free(p);
+    sq_dynplan_free(q);
+    tu_rmtree(dir);
+}
+
+/* Replaces the first occurrence of `from` in GOOD with `to`. */
+static char *mutate(const char *from, const char *to)
+{
+    const char *at = strstr(GOOD, from);
+    cr_assert_not_null(at, "%s", from);
+    size_t n = strlen(GOOD) - strlen(from) + strlen(to) + 1;
+    char *s = malloc(n);
+    snprintf(s, n, "%.*s%s%s", (int)(at - GOOD), GOOD, to, at + strlen(from));
+    return s;
+}
+
+Test(dynamic, plan_file_refusals_name_the_file_and_the_field)
+{
+    struct { const char *from, *to, *field; } bad[] = {
+        {"\"sequoia-dynamic-plan\"", "\"sequoia-plan\"", "format"},
+        {"\"version\": 1", "\"version\": 2", "version"},
+        {"\"sglang\"", "\"vllm\"", "engine"},
+        {"\"topk\", \"temperature\"", "\"specinfer\", \"temperature\"", "mode"},
+        {"\"temperature\": 1", "\"temperature\": 0", "temperature"},
+        {"\"top_p\": 1", "\"top_p\": 0", "top_p"},
+        {"\"nodes\": 16}, \"expected", "\"nodes\": 90}, \"expected", "N - 1 <= K + (L - 1) K^2"},
+        {"\"steps\": 5, \"topk\": 4, \"nodes\": 16}, \"exp", "\"steps\": 5, \"topk\": 0, "
+         "\"nodes\": 16}, \"exp", "envelope.topk"},
+        {"\"expected_tokens\": 3.25, \"pred", "\"expected_tokens\": 7, \"pred", "expected_tokens"},
+        {"\"method\": \"monte-carlo\"", "\"how\": 1", "prediction.method"},
+        {"\"00112233", "\"zz112233", "curves.sha256"},
+        {"\"round_ms\": 3.5", "\"round_ms\": -1", "hardware.round_ms"},
+        {"\"batch\": 4", "\"batch\": 1", "ladder[1].batch"},
+        {"\"speculate\": false", "\"speculate\": 0", "ladder[1].speculate"},
+        {"\"tokens_per_second\": 2000", "\"tokens_per_second\": 0", "ladder[1].tokens_per_second"},
+        {"\"nodes\": 3}", "\"nodes\": 2}", "K = 1"},
+    };
+    char *dir = tu_tmpdir(), *f = tu_path(dir, "p.json");
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *text = mutate(bad[i].from, bad[i].to);
+        tu_write(f, text);
+        sq_dynplan *p = NULL;
+        sq_error e = {0};
+        cr_expect_eq(sq_dynplan_load(f, &p, &e), SQ_EDATA, "%s: %s", bad[i].field, e.msg);
+        cr_expect(strstr(e.msg, "p.json") && strstr(e.msg, bad[i].field), "%s: %s",
+                  bad[i].field, e.msg);
+        cr_expect_null(p);
+        free(text);
+    }
+    sq_error e = {0};
+    sq_dynplan *p = NULL;
+    cr_expect_eq(sq_dynplan_load(tu_path(dir, "none.json"), &p, &e), SQ_ENOINPUT, "%s", e.msg);
+    tu_rmtree(dir);
+}
+
+/* ---- the tools --------------------------------------------------------------------------------------- */
+
+static const char *env_bin(const char *name)
+{
+    const char *b = getenv(name);
+    cr_assert_not_null(b, "%s is not set (run through meson test)", name);
+    return b;
+}
+
+/* A corpus of 3 sequences of 40 positions over a vocabulary of 12: the draft close to the
+ * target. */
+static void write_corpus(const char *path)
+{
+    sq_corpus_writer_params wp = sq_corpus_writer_default_params();
+    wp.vocab = 12;
+    wp.draft = "d";
+    wp.target = "t";
+    sq_corpus_writer *w = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_corpus_writer_open(path, &wp, &w, &e), 0, "%s", e.msg);
+    unsigned x = 7;
+    for (int s = 0; s < 3; s++) {
+        float t[40 * 12], d[40 * 12];
+        for (int i = 0; i < 40 * 12; i++) {
+            x = x * 1103515245u + 12345u;
+            t[i] = (float)((x >> 16) % 1000) / 150.0f;
+            x = x * 1103515245u + 12345u;
+            d[i] = t[i] + (float)((x >> 16) % 1000) / 1000.0f;
+        }
+        int32_t tok[40];
+        for (int i = 0; i < 40; i++)
+            tok[i] = (int32_t)((i * 7 + s) % 12);
+        cr_assert_eq(sq_corpus_writer_append(w, t, d, tok, 40, &e), 0, "%s", e.msg);
+        cr_assert_eq(sq_corpus_writer_end_sequence(w, &e), 0, "%s", e.msg);
+    }
+    cr_assert_eq(sq_corpus_writer_commit(w, &e), 0, "%s", e.msg);
+}
+
+static int run_tool(const char *bin, const char **args, char **out, char **err)
+{
+    const char *argv[40];
+    int n = 0;
+    argv[n++] = bin;
+    for (int i = 0; args[i]; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return tu_run((char *const *)argv, out, err);
+}
+
+Test(dynamic, accept_writes_the_statistics_and_plan_reads_them, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *c = tu_path(dir, "c.h5"), *j = tu_path(dir, "c.json");
+    char *pl = tu_path(dir, "p.json"), *none = tu_path(dir, "none.json");
+    write_corpus(c);
+    char *err = NULL, *out = NULL;
+    int rc = run_tool(env_bin("SQ_ACCEPT_BIN"), (const char *[]){c, "-m", "greedy,topk,specinfer",
+                      "-T", "1", "-w", "4", "-q", "--dynamic-skip", "4", "-o", j, NULL}, NULL,
+                      &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    cJSON *root = NULL;
+    cr_assert_eq(sq_json_load(j, &root, NULL), 0);
+    const cJSON *dyn = sq_json_field(root, "dynamic");
+    cr_assert_not_null(dyn);
+    cr_expect_eq(cJSON_GetArraySize(sq_json_field(dyn, "draft_topk")), 3 * 36);
+    const cJSON *acc = sq_json_field(dyn, "accept");
+    cr_expect(sq_json_field(acc, "greedy@T0") && sq_json_field(acc, "topk@T1"));
+    cr_expect_null(sq_json_field(acc, "specinfer@T1"));
+    cr_expect_eq(cJSON_GetArraySize(sq_json_field(dyn, "next_rank")), 3 * 36);
+    cr_expect_null(sq_json_field(dyn, "offpath_topk"));
+    sq_dyn_samples *s = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dyn_samples_from_json(root, j, "topk@T1", &s, &e), 0, "%s", e.msg);
+    cr_expect_eq(s->K, 8);
+    sq_dyn_samples_free(s);
+    e = (sq_error){0};
+    cr_expect_eq(sq_dyn_samples_from_json(root, j, "stochastic@T1", &s, &e), SQ_EDATA);
+    cr_expect(strstr(e.msg, "greedy@T0") && strstr(e.msg, "stochastic@T1"), "%s", e.msg);
+    cJSON_Delete(root);
+
+    /* off-path contexts: where they start, then a corpus of them (here any 3 sequences) */
+    char *br = tu_path(dir, "branches.txt"), *j2 = tu_path(dir, "c2.json");
+    rc = run_tool(env_bin("SQ_ACCEPT_BIN"), (const char *[]){c, "-m", "greedy", "-w", "4", "-q",
+                  "--dynamic-skip", "4", "--dynamic-branches", br, "--dynamic-offpath", c, "-o",
+                  j2, NULL}, NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    char *bt = tu_read(br, NULL);
+    int lines = 0, cols = 0;
+    for (char *l = bt; l && *l; lines++) {
+        int c0, s0, p0, w0;
+        cols += sscanf(l, "%d %d %d %d", &c0, &s0, &p0, &w0) == 4 && c0 == 0 && s0 >= 0 &&
+                s0 < 3 && p0 >= 4 && p0 < 40 && w0 >= 0 && w0 < 12;
+        l = strchr(l, '\n');
+        l = l ? l + 1 : NULL;
+    }
+    cr_expect(lines == (3 * 36 + 3) / 4 && cols == lines, "%d lines, %d good: %s", lines, cols,
+              bt);
+    free(bt);
+    cJSON *r2 = NULL;
+    cr_assert_eq(sq_json_load(j2, &r2, NULL), 0);
+    cr_expect_eq(cJSON_GetArraySize(sq_json_field(sq_json_field(r2, "dynamic"), "offpath_topk")),
+                 3);
+    cJSON_Delete(r2);
+
+    /* a prediction of one envelope */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--envelope", "3,2,6", "--mode", "topk", "--temperature", "1", "--trials",
+                  "2000", "-o", pl, NULL}, &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_expect(out && strstr(out, "tokens/step") && strstr(out, "--speculative-num-steps 3"),
+              "%s", out);
+    free(out);
+    free(err);
+    sq_dynplan *p = NULL;
+    cr_assert_eq(sq_dynplan_load(pl, &p, &e), 0, "%s", e.msg);
+    cr_expect(p->steps == 3 && p->topk == 2 && p->nodes == 6 && p->mode == SQ_MODE_TOPK);
+    cr_expect(p->expected_tokens >= 1 && p->expected_tokens <= 4);
+    sq_dynplan_free(p);
+
+    /* refusals: an envelope outside the rules (64), several configurations (64), curves
+     * without the statistics (65, naming the file and the key) */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine",
+                  "trtllm-dynamic", "--envelope", "3,2,8", "--mode", "greedy", "-o", pl, NULL},
+                  NULL, &err);
+    cr_expect_eq(rc, 64, "%s", err);
+    cr_expect(err && strstr(err, "N - 1 <= K L") && strstr(err, "TensorRT-LLM"), "%s", err);
+    free(err);
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--envelope", "3,2,6", "-o", pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 64, "%s", err);
+    cr_expect(err && strstr(err, "--mode"), "%s", err);
+    free(err);
+    rc = run_tool(env_bin("SQ_ACCEPT_BIN"), (const char *[]){c, "-m", "greedy", "-w", "4", "-q",
+                  "--dynamic-samples", "0", "-o", none, NULL}, NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", none, "--engine", "sglang",
+                  "--envelope", "3,2,6", "-o", pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 65, "%s", err);
+    cr_expect(err && strstr(err, "none.json") && strstr(err, "\"dynamic\""), "%s", err);
+    free(err);
+    tu_rmtree(dir);
+}
+
+Test(dynamic, plan_searches_the_envelopes_for_the_hardware, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *c = tu_path(dir, "c.h5"), *j = tu_path(dir, "c.json");
+    char *tp = tu_path(dir, "t.json"), *dp = tu_path(dir, "d.json"), *d1 = tu_path(dir, "d1.json");
+    char *pl = tu_path(dir, "p.json");
+    write_corpus(c);
+    char *err = NULL, *out = NULL;
+    cr_assert_eq(run_tool(env_bin("SQ_ACCEPT_BIN"), (const char *[]){c, "-m", "greedy", "-w",
+                          "4", "-q", "-o", j, NULL}, NULL, &err), 0, "%s", err);
+    free(err);
+    /* batch profiles 1 and 4, tokens 1..64; the draft's of batch 1 only in d1.json */
+    FILE *fp[3] = {fopen(tp, "w"), fopen(dp, "w"), fopen(d1, "w")};
+    for (int f = 0; f < 3; f++) {
+        fprintf(fp[f], "{\"format\":\"sequoia-profile\",\"version\":2,\"points\":[");
+        for (int b = 1; b <= (f == 2 ? 1 : 4); b *= 4)
+            for (int n = 1; n <= 64; n++)
+                fprintf(fp[f], "%s{\"batch\":%d,\"tokens\":%d,\"median_ms\":%g}",
+                        b == 1 && n == 1 ? "" : ",", b, n,
+                        f == 0 ? 10.0 * b + 0.3 * n * b : 1.0 * b + 0.05 * n * b);
+        fprintf(fp[f], "]}\n");
+        fclose(fp[f]);
+    }
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                      "--target-profile", tp, "--draft-profile", dp, "-n", "24", "--trials",
+                      "2000", "--ladder", "-o", pl, NULL}, &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_expect(out && strstr(out, "runner-ups") && strstr(out, "batch 4"), "%s", out);
+    free(out);
+    free(err);
+    sq_dynplan *p = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dynplan_load(pl, &p, &e), 0, "%s", e.msg);
+    cr_expect_eq(p->n_ladder, 2);
+    cr_expect(p->nodes <= 24 && p->steps <= 8 && p->topk <= 8);
+    cr_expect_not_null(p->hardware);
+    cr_expect(p->ladder[0].steps == p->steps && p->ladder[0].nodes == p->nodes);
+    sq_dynplan_free(p);
+    /* a draft profile without the target's batch size 4 */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--target-profile", tp, "--draft-profile", d1, "-n", "24", "--trials", "500",
+                  "-o", pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 65, "%s", err);
+    cr_expect(err && strstr(err, "d1.json") && strstr(err, "batch 4"), "%s", err);
+    free(err);
+    tu_rmtree(dir);
+}
