@@ -14,8 +14,17 @@
 
 int sq_dyn_envelope_check(sq_engine e, int L, int K, int N, const char *what, sq_error *err)
 {
-    /* the rules live with the dynamic plan format, where the runtime reads them too */
-    return sq_dynplan_envelope_check(sq_engine_name(e), L, K, N, what, err);
+    /* the engines' rules, stated once with the dynamic plan format (the runtime and the exports
+     * call the same function); then the planner's own limits (the predictor's tables) */
+    int rc = sq_dynplan_envelope_check(sq_engine_name(e), L, K, N, what, err);
+    if (rc)
+        return rc;
+    if (L > SQ_DYN_MAX_STEPS || K > SQ_DYN_MAX_TOPK || N > SQ_DYN_MAX_NODES)
+        return sq_error_set(err, SQ_EUSAGE, "%s: envelope %d,%d,%d (L,K,N): beyond this "
+                            "toolkit's limits L <= %d, K <= %d, N <= %d (the planner's, not %s's)",
+                            what ? what : "envelope", L, K, N, SQ_DYN_MAX_STEPS,
+                            SQ_DYN_MAX_TOPK, SQ_DYN_MAX_NODES, sq_engine_name(e));
+    return SQ_OK;
 }
 
 /* ---- samples ------------------------------------------------------------------------------------ */

@@ -25,19 +25,22 @@
 
 #include "libsequoia/base/api.h"
 #include "libsequoia/base/error.h"
+#include "libsequoia/format/dynplan.h"
 #include "libsequoia/format/profile.h"
 #include "planner/export.h"
 
 SQ_BEGIN_DECLS
 
-#define SQ_DYN_MAX_STEPS 16      /* L                                                  */
-#define SQ_DYN_MAX_TOPK 16       /* K (the corpus statistics keep at most 16 ranks)   */
-#define SQ_DYN_MAX_NODES 4096    /* N                                                  */
+/* the planner's limits (the plan file's, libsequoia/format/dynplan.h), not the engines' rules */
+#define SQ_DYN_MAX_STEPS SQ_DYNPLAN_MAX_STEPS  /* L                                      */
+#define SQ_DYN_MAX_TOPK SQ_DYNPLAN_MAX_TOPK    /* K (the corpus statistics keep 16 ranks) */
+#define SQ_DYN_MAX_NODES SQ_DYNPLAN_MAX_NODES  /* N                                      */
 
 /* The engine rules of an envelope (SQ_EUSAGE, the message naming the rule and the engine;
  * `what` names the input, e.g. "--envelope 3,4,20"): libsequoia/format/dynplan.h,
- * sq_dynplan_envelope_check, which states and cites them (the runtime calls that one, since it
- * cannot include planner/). Any engine other than sglang and trtllm-dynamic is SQ_EUSAGE. */
+ * sq_dynplan_envelope_check, which states and cites them (the runtime and the exports call that
+ * one too), then the planner's limits SQ_DYN_MAX_*. Any engine other than sglang and
+ * trtllm-dynamic is SQ_EUSAGE. */
 SQ_API
 int sq_dyn_envelope_check(sq_engine e, int steps, int topk, int nodes, const char *what,
                           sq_error *err);

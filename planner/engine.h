@@ -97,11 +97,6 @@ typedef int (*sq_engine_planner)(const sq_engine_plan_params *p, const sq_curve 
 /* What goes alongside the export of t (which passes sq_engine_check), one line into buf. */
 typedef void (*sq_engine_requirer)(const sq_tree *t, int max_non_leaves, char *buf, size_t cap);
 
-/* Envelope engines only. The engine's own rule on an envelope of L >= 1 steps, K >= 1 topk and
- * N >= 2 nodes (root included; the common bounds are checked before): 0 when it takes it, else
- * 1 with the rule, where it lives in the engine's source and the numbers in `why`. */
-typedef int (*sq_envelope_rule)(int steps, int topk, int nodes, char *why, size_t cap);
-
 /* Envelope engines only: the envelope as the engine takes it, one JSON object (no newline). */
 typedef void (*sq_envelope_writer)(FILE *fp, int steps, int topk, int nodes);
 
@@ -124,9 +119,9 @@ typedef struct sq_engine_info {
     sq_export_writer   write;         /* its export (limits already checked)                     */
     sq_engine_planner  plan;          /* --engine                                                */
     sq_engine_requirer requirements;  /* the verdict's "pass ..." / envelope flags               */
-    /* envelope engines (NULL otherwise): the rule an envelope must keep, its export, and what
-     * the engine takes per batch size (the note of sq_export_envelope_ladder) */
-    sq_envelope_rule   envelope_rule;
+    /* envelope engines (NULL otherwise): the export, and what the engine takes per batch size
+     * (the note of sq_export_envelope_ladder); the rules an envelope must keep are
+     * sq_dynplan_envelope_check's (libsequoia/format/dynplan.h) */
     sq_envelope_writer write_envelope;
     const char        *per_batch_note;
 } sq_engine_info;

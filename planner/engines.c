@@ -9,6 +9,7 @@
 #include <string.h>
 #include <threads.h>
 
+#include "libsequoia/format/dynplan.h"
 #include "planner/engine_private.h"
 #include "planner/export.h"
 
@@ -71,47 +72,10 @@ static void need_trtllm_dynamic(const sq_tree *t, int max_non_leaves, char *buf,
 
 /* ---- the envelope engines' rules and exports ------------------------------------------- */
 
-/* SGLang (python/sglang/srt/server_args.py and speculative/eagle_utils.py): with topk 1 the
- * server resets --speculative-num-draft-tokens to --speculative-num-steps + 1 (a chain); the
- * tree keeps the num_draft_tokens - 1 best of the draft's K + (L - 1) K^2 scored candidates
- * (K at the first step, K x K at each further one), so it cannot keep more. */
-static int rule_sglang(int L, int K, int N, char *why, size_t cap)
-{
-    if (K == 1 && N != L + 1) {
-        snprintf(why, cap, "with --speculative-eagle-topk 1 the server resets "
-                 "--speculative-num-draft-tokens to --speculative-num-steps + 1 = %d "
-                 "(server_args.py), so %d would not run as given; use nodes %d", L + 1, N, L + 1);
-        return 1;
-    }
-    /* in double: K and L come from the command line (exact below 2^53, and past that the
-     * count exceeds any int N anyway) */
-    double cands = K + (double)(L - 1) * K * K;
-    if (N - 1 > cands) {
-        snprintf(why, cap, "--speculative-num-draft-tokens %d keeps %d draft tokens, but the tree "
-                 "chooses them among K + (L - 1) K^2 = %.0f candidates (the draft's topk %d at "
-                 "the first step, %d x %d at each of the %d others; eagle_utils.py "
-                 "build_tree_kernel_efficient): N - 1 <= K + (L - 1) K^2", N, N - 1, cands, K, K,
-                 K, L - 1);
-        return 1;
-    }
-    return 0;
-}
-
-/* TensorRT-LLM (tensorrt_llm/llmapi/llm_args.py, EagleDecodingConfig.validate_eagle_config):
- * max_draft_len > 0, dynamic_tree_max_topK > 0, and max_total_draft_tokens in
- * [max_draft_len, dynamic_tree_max_topK * max_draft_len]. */
-static int rule_trtllm_dynamic(int L, int K, int N, char *why, size_t cap)
-{
-    long long hi = (long long)K * L;
-    if (N - 1 < L || N - 1 > hi) {
-        snprintf(why, cap, "max_total_draft_tokens %d (N - 1) must be in [max_draft_len, "
-                 "dynamic_tree_max_topK * max_draft_len] = [%d, %lld] "
-                 "(EagleDecodingConfig.validate_eagle_config, tensorrt_llm/llmapi/llm_args.py): "
-                 "L <= N - 1 <= K L", N - 1, L, hi);
-        return 1;
-    }
-    return 0;
-}
+/* The envelope engines' rules (SGLang's N - 1 <= K + (L - 1) K^2 and N = L + 1 when K = 1,
+ * TensorRT-LLM's L <= N - 1 <= K L, with their sources) are stated once, in
+ * libsequoia/format/dynplan.c, sq_dynplan_envelope_check: sq_engine_envelope_check below calls
+ * it, as the planner and the run do. */
 
 static void envelope_sglang(FILE *fp, int L, int K, int N)
 {
@@ -207,7 +171,7 @@ static const sq_engine_info engine_table[SQ_ENGINE_COUNT] = {
         .limits = {.max_rank0 = -1, .min_path = 1},
         .envelope = 1, .counts_root = 1,
         .write = sqe_write_sglang, .plan = sqe_plan_envelope, .requirements = need_sglang,
-        .envelope_rule = rule_sglang, .write_envelope = envelope_sglang,
+        .write_envelope = envelope_sglang,
         .per_batch_note = SGLANG_PER_BATCH,
     },
     [SQ_ENGINE_TRTLLM_DYNAMIC] = {
@@ -220,7 +184,7 @@ static const sq_engine_info engine_table[SQ_ENGINE_COUNT] = {
         .envelope = 1,
         .write = sqe_write_trtllm_dynamic, .plan = sqe_plan_envelope,
         .requirements = need_trtllm_dynamic,
-        .envelope_rule = rule_trtllm_dynamic, .write_envelope = envelope_trtllm_dynamic,
+        .write_envelope = envelope_trtllm_dynamic,
         .per_batch_note = TRTLLM_DYNAMIC_PER_BATCH,
     },
 };
@@ -550,16 +514,7 @@ int sq_engine_envelope_check(sq_engine e, int steps, int topk, int nodes, const 
     if (!in || !in->envelope)
         return sq_error_set(err, SQ_EUSAGE, "%s: %s: not an envelope engine (envelopes: sglang, "
                             "trtllm-dynamic)", file, sq_engine_name(e));
-    if (topk < 1 || steps < 1 || nodes < 2)
-        return sq_error_set(err, SQ_EUSAGE, "%s: %s: envelope %d,%d,%d (L,K,N): every envelope "
-                            "needs K >= 1, L >= 1 and N >= 2 (a draft step, a candidate per "
-                            "step, a draft token besides the root)", file, in->name, steps, topk,
-                            nodes);
-    char why[SQ_ERROR_MSG_MAX - 128];
-    if (in->envelope_rule(steps, topk, nodes, why, sizeof why))
-        return sq_error_set(err, SQ_EUSAGE, "%s: %s: envelope %d,%d,%d (L,K,N): %s", file,
-                            in->name, steps, topk, nodes, why);
-    return SQ_OK;
+    return sq_dynplan_envelope_check(in->name, steps, topk, nodes, file, err);
 }
 
 void sq_engine_requirements(const sq_tree *t, sq_engine e, int max_non_leaves, char *buf,

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "libsequoia/format/dynplan.h"
 #include "libsequoia/verify/rule.h"
 #include "libsequoia/verify/verify.h"
 
@@ -80,44 +81,18 @@ int sq_dyntree_capacity(int L, int K)
 
 int sq_dyntree_check(sq_dyn_engine e, int L, int K, int N, sq_error *err)
 {
-    const char *en = sq_dyn_engine_name(e);
-    if (K < 1)
-        return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: K = %d: %s needs K >= 1 (the "
-                            "top-K of each kept node)", L, K, N, K, en);
-    if (L < 1)
-        return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: L = %d: %s needs L >= 1 (draft "
-                            "steps)", L, K, N, L, en);
-    if (N < 2)
-        return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: N = %d: %s needs N >= 2 (N counts "
-                            "the root, so at least one draft token)", L, K, N, N, en);
-    if (L > 1 && (long long)K * K > (long long)SQ_PLAN_MAX_NODES / (L - 1))
-        return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: the grown tree of 1 + K + (L - 1) "
-                            "K^2 nodes exceeds %d", L, K, N, SQ_PLAN_MAX_NODES);
-    long long grown = (long long)K + (long long)(L - 1) * K * K;
-    if (grown + 1 > SQ_PLAN_MAX_NODES)
-        return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: the grown tree of 1 + K + (L - 1) "
-                            "K^2 = %lld nodes exceeds %d", L, K, N, grown + 1, SQ_PLAN_MAX_NODES);
-    if (e == SQ_DYN_SGLANG) {
-        if (N - 1 > grown)
-            return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: sglang: N - 1 = %d exceeds "
-                                "K + (L - 1) K^2 = %lld, the candidates the engine grows (rule "
-                                "N - 1 <= K + (L - 1) K^2)", L, K, N, N - 1, grown);
-        if (K == 1 && N != L + 1)
-            return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: sglang: with K = 1 the engine "
-                                "sets N = L + 1 = %d (its server arguments adjust "
-                                "--speculative-num-draft-tokens; rule N = L + 1 when K = 1)",
-                                L, K, N, L + 1);
-    } else {
-        if ((long long)N - 1 > (long long)K * L)
-            return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: trtllm-dynamic: N - 1 = %d "
-                                "exceeds K L = %lld (rule max_total_draft_tokens <= "
-                                "dynamic_tree_max_topK * max_draft_len)", L, K, N, N - 1,
-                                (long long)K * L);
-        if (N - 1 < L)
-            return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d: trtllm-dynamic: N - 1 = %d is "
-                                "below L = %d (rule max_total_draft_tokens >= max_draft_len)",
-                                L, K, N, N - 1, L);
-    }
+    /* the engines' rules, stated once with the dynamic plan format (the planner and the exports
+     * call the same function) */
+    int rc = sq_dynplan_envelope_check(sq_dyn_engine_name(e), L, K, N, NULL, err);
+    if (rc)
+        return rc;
+    /* then the run's own limit: every candidate a step grows is a node of the decoder's plan */
+    long long grown = 1 + (long long)K + (long long)(L - 1) * K * K;
+    if ((L > 1 && (long long)K * K > (long long)SQ_PLAN_MAX_NODES / (L - 1)) ||
+        grown > SQ_PLAN_MAX_NODES)
+        return sq_error_set(err, SQ_EUSAGE, "envelope %d,%d,%d (L,K,N): the grown tree of "
+                            "1 + K + (L - 1) K^2 nodes exceeds this toolkit's %d (a limit of the "
+                            "run, not of %s)", L, K, N, SQ_PLAN_MAX_NODES, sq_dyn_engine_name(e));
     return SQ_OK;
 }
 

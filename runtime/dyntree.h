@@ -31,9 +31,8 @@
  * The engine rules (sq_dyntree_check): K >= 1, L >= 1, N >= 2 for both; SGLang
  * N - 1 <= K + (L - 1) K^2, and with K = 1 the engine sets N = L + 1 (server_args.py), so
  * N = L + 1 is required then; TensorRT-LLM L <= N - 1 <= K L (EagleDecodingConfig's validator,
- * tensorrt_llm/llmapi/llm_args.py). The planner's sq_dyn_envelope_check (planner/dynamic.h)
- * applies the same rules; runtime/ cannot include planner/ (the layering rule), so the run checks
- * its command line here. */
+ * tensorrt_llm/llmapi/llm_args.py). They are stated once, in libsequoia/format/dynplan.c
+ * (sq_dynplan_envelope_check), which the planner and the exports call too. */
 #ifndef SQ_RUNTIME_DYNTREE_H
 #define SQ_RUNTIME_DYNTREE_H
 
@@ -55,8 +54,9 @@ const char *sq_dyn_engine_name(sq_dyn_engine e);
 /* "L,K,N" (three integers); SQ_EUSAGE naming the field otherwise. */
 int sq_dyntree_parse_envelope(const char *s, int *L, int *K, int *N, sq_error *err);
 
-/* The engine's rules for an envelope (above); SQ_EUSAGE with a message naming the rule and the
- * engine. Also refuses envelopes whose grown tree would exceed SQ_PLAN_MAX_NODES nodes. */
+/* The engine's rules for an envelope (sq_dynplan_envelope_check); SQ_EUSAGE with a message
+ * naming the rule and the engine. Then the run's own limit (not an engine's): envelopes whose
+ * grown tree would exceed SQ_PLAN_MAX_NODES nodes are refused too. */
 int sq_dyntree_check(sq_dyn_engine e, int L, int K, int N, sq_error *err);
 
 /* Nodes a step grows for an envelope: 1 + K + (L - 1) K^2 (the root and every candidate). */

@@ -8,45 +8,81 @@
 
 #include "libsequoia/base/json.h"
 
+/* The one statement of the envelope engines' rules (dynplan.h); the planner (planner/dynamic.c,
+ * sq_dyn_envelope_check), the exports (planner/engines.c, sq_engine_envelope_check) and the run
+ * (runtime/dyntree.c, sq_dyntree_check) call this. Only the engines' rules: this toolkit's own
+ * limits (the planner's L, K <= 16, N <= 4096; the run's grown tree within SQ_PLAN_MAX_NODES
+ * and K within the vocabulary) stay with their callers. No overflow for any int (the products
+ * are taken in long long or double). */
 int sq_dynplan_envelope_check(const char *engine, int L, int K, int N, const char *what,
                               sq_error *err)
 {
-    const char *w = what ? what : "envelope";
+    char pre[200];
+    if (what)
+        snprintf(pre, sizeof pre, "%s: envelope %d,%d,%d (L,K,N)", what, L, K, N);
+    else
+        snprintf(pre, sizeof pre, "envelope %d,%d,%d (L,K,N)", L, K, N);
     int sg = engine && !strcmp(engine, "sglang"), tr = engine && !strcmp(engine, "trtllm-dynamic");
     if (!sg && !tr)
-        return sq_error_set(err, SQ_EUSAGE, "%s: %s takes static trees, not an envelope (the "
-                            "envelope engines are sglang and trtllm-dynamic)", w,
-                            engine ? engine : "(no engine)");
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s takes static trees, not an envelope: not an "
+                            "envelope engine (the envelope engines are sglang and "
+                            "trtllm-dynamic)", pre, engine ? engine : "(no engine)");
+    const char *name = sg ? "sglang" : "trtllm-dynamic";
     const char *eng = sg ? "SGLang" : "TensorRT-LLM (dynamic tree)";
-    if (L < 1 || K < 1 || N < 2)
-        return sq_error_set(err, SQ_EUSAGE, "%s: %s needs L >= 1 draft steps, K >= 1 and N >= 2 "
-                            "nodes (root included); got L %d, K %d, N %d", w, eng, L, K, N);
-    if (L > SQ_DYNPLAN_MAX_STEPS || K > SQ_DYNPLAN_MAX_TOPK || N > SQ_DYNPLAN_MAX_NODES)
-        return sq_error_set(err, SQ_EUSAGE, "%s: beyond this toolkit's limits L <= %d, K <= %d, "
-                            "N <= %d", w, SQ_DYNPLAN_MAX_STEPS, SQ_DYNPLAN_MAX_TOPK,
-                            SQ_DYNPLAN_MAX_NODES);
+    /* both engines: a draft step, a candidate per step, a draft token besides the root
+     * (SGLang's server_args.py asserts speculative_num_steps and speculative_eagle_topk >= 1;
+     * TensorRT-LLM's EagleDecodingConfig validator asks max_draft_len > 0,
+     * dynamic_tree_max_topK > 0 and max_total_draft_tokens >= max_draft_len >= 1) */
+    if (K < 1 || L < 1 || N < 2) {
+        char which[64];
+        if (K < 1)
+            snprintf(which, sizeof which, "K = %d: %s needs K >= 1", K, name);
+        else if (L < 1)
+            snprintf(which, sizeof which, "L = %d: %s needs L >= 1", L, name);
+        else
+            snprintf(which, sizeof which, "N = %d: %s needs N >= 2", N, name);
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s (rule K >= 1, L >= 1, N >= 2 of %s: a "
+                            "candidate per kept node, a draft step, and a draft token besides "
+                            "the root, which N counts)", pre, which, eng);
+    }
     if (sg) {
-        long long cand = (long long)K + (long long)(L - 1) * K * K;
-        if (N - 1 > cand)
-            return sq_error_set(err, SQ_EUSAGE, "%s: %s rule N - 1 <= K + (L - 1) K^2 broken: "
-                                "%d draft tokens, but its tree has only %lld candidates to "
-                                "choose from (eagle_utils.py organize_draft_results)", w, eng,
-                                N - 1, cand);
+        /* python/sglang/srt/speculative/eagle_utils.py, organize_draft_results: torch.topk of
+         * num_draft_token - 1 over the K + (L - 1) K^2 scored candidates (K at the first step,
+         * K x K at each further one). In double: exact below 2^53, and past that the count
+         * exceeds any int N anyway. */
+        double cand = (double)K + (double)(L - 1) * K * K;
+        if ((double)N - 1 > cand)
+            return sq_error_set(err, SQ_EUSAGE, "%s: %s: N - 1 = %d exceeds K + (L - 1) K^2 = "
+                                "%.0f, the candidates %s's tree chooses its draft tokens from "
+                                "(rule N - 1 <= K + (L - 1) K^2; eagle_utils.py "
+                                "organize_draft_results)", pre, name, N - 1, cand, eng);
+        /* python/sglang/srt/server_args.py: with speculative_eagle_topk 1 the server resets
+         * speculative_num_draft_tokens to speculative_num_steps + 1 (a chain) */
         if (K == 1 && N != L + 1)
-            return sq_error_set(err, SQ_EUSAGE, "%s: %s rule K = 1 means a chain, N = L + 1 = %d "
-                                "(server_args.py sets speculative_num_draft_tokens to "
-                                "speculative_num_steps + 1 when speculative_eagle_topk is 1); "
-                                "got N %d", w, eng, L + 1, N);
+            return sq_error_set(err, SQ_EUSAGE, "%s: %s: with K = 1 (--speculative-eagle-topk 1) "
+                                "the %s server resets --speculative-num-draft-tokens to "
+                                "--speculative-num-steps + 1 = %d, so N = %d would not run as "
+                                "given (rule N = L + 1 when K = 1; server_args.py)", pre, name,
+                                eng, L + 1, N);
         return SQ_OK;
     }
-    if (N - 1 > K * L)
-        return sq_error_set(err, SQ_EUSAGE, "%s: %s rule N - 1 <= K L broken: max_total_draft_"
-                            "tokens %d > dynamic_tree_max_topK * max_draft_len = %d "
-                            "(llm_args.py, EagleDecodingConfig)", w, eng, N - 1, K * L);
+    /* tensorrt_llm/llmapi/llm_args.py, EagleDecodingConfig.validate_eagle_config with
+     * use_dynamic_tree: max_draft_len <= max_total_draft_tokens <=
+     * dynamic_tree_max_topK * max_draft_len */
+    long long hi = (long long)K * L;
+    if ((long long)N - 1 > hi)
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s: N - 1 = %d exceeds K L = %lld: %s's "
+                            "max_total_draft_tokens may not exceed dynamic_tree_max_topK * "
+                            "max_draft_len (rule max_total_draft_tokens <= dynamic_tree_max_topK "
+                            "* max_draft_len, N - 1 <= K L; llm_args.py, "
+                            "EagleDecodingConfig.validate_eagle_config)", pre, name, N - 1, hi,
+                            eng);
     if (N - 1 < L)
-        return sq_error_set(err, SQ_EUSAGE, "%s: %s rule N - 1 >= L broken: max_total_draft_"
-                            "tokens %d < max_draft_len %d (llm_args.py, EagleDecodingConfig)", w,
-                            eng, N - 1, L);
+        return sq_error_set(err, SQ_EUSAGE, "%s: %s: N - 1 = %d is below L = %d: %s's "
+                            "max_total_draft_tokens may not be below max_draft_len (rule "
+                            "max_total_draft_tokens >= max_draft_len, N - 1 >= L; llm_args.py, "
+                            "EagleDecodingConfig.validate_eagle_config)", pre, name, N - 1, L,
+                            eng);
     return SQ_OK;
 }
 

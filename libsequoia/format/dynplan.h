@@ -28,14 +28,18 @@ SQ_BEGIN_DECLS
 
 #define SQ_DYNPLAN_FORMAT "sequoia-dynamic-plan"
 #define SQ_DYNPLAN_VERSION 1
+/* this toolkit's limits on a dynamic plan (the file's fields, the planner's envelopes), not the
+ * engines' rules */
 #define SQ_DYNPLAN_MAX_STEPS 16
 #define SQ_DYNPLAN_MAX_TOPK 16
 #define SQ_DYNPLAN_MAX_NODES 4096
 #define SQ_DYNPLAN_MAX_LADDER 64
 
-/* The engine rules of an envelope. SQ_EUSAGE with a message naming the rule and the engine
- * (prefixed with `what`, e.g. "--envelope 3,4,40"; NULL: "envelope"):
- *   both: L >= 1, K >= 1, N >= 2, and L <= 16, K <= 16, N <= 4096 (this toolkit's limits);
+/* The engines' rules for an envelope, stated once (the planner's sq_dyn_envelope_check, the
+ * exports' sq_engine_envelope_check and the run's sq_dyntree_check call this). SQ_EUSAGE with a
+ * message naming the rule and the engine, prefixed with `what` (e.g. "--envelope 3,4,40"; may
+ * be NULL) and "envelope L,K,N (L,K,N)":
+ *   both: K >= 1, L >= 1, N >= 2;
  *   "sglang": N - 1 <= K + (L - 1) K^2, the candidates its tree chooses from
  *     (python/sglang/srt/speculative/eagle_utils.py, organize_draft_results: torch.topk of
  *     num_draft_token - 1 over them), and K = 1 means a chain, N = L + 1 (server_args.py sets
@@ -43,7 +47,9 @@ SQ_BEGIN_DECLS
  *   "trtllm-dynamic": L <= N - 1 <= K L (tensorrt_llm/llmapi/llm_args.py, EagleDecodingConfig's
  *     validator: max_draft_len <= max_total_draft_tokens <= dynamic_tree_max_topK *
  *     max_draft_len).
- * Another engine name is SQ_EUSAGE too. */
+ * Another engine name is SQ_EUSAGE too. Only the engines' rules, for any int (no overflow): a
+ * caller's own limits (the plan file's and the planner's L, K <= 16, N <= 4096 below; the run's
+ * grown tree within SQ_PLAN_MAX_NODES) are the caller's. */
 SQ_API
 int sq_dynplan_envelope_check(const char *engine, int steps, int topk, int nodes,
                               const char *what, sq_error *err);
