@@ -144,9 +144,25 @@ done
 say "3. the ladder (sequoia-plan --ladder, curve $CURVE, budget $BUDGET, depth $DEPTH)"
 "$PLAN" --ladder --target-profile "$OUT/profile_target_plan.json" --draft-profile "$OUT/profile_draft_plan.json" \
     -a "$CURVES" -c "$CURVE" -n "$BUDGET" -d "$DEPTH" --extrapolate constant \
-    -o "$OUT/ladder.json" --ladder-plans "$OUT/plans" --svg "$OUT/ladder.svg" --schedule "$OUT/schedule.json" \
+    -o "$OUT/ladder.json" --ladder-plans "$OUT/plans" --svg "$OUT/ladder.svg" \
     2> "$OUT/ladder.txt" || { cat "$OUT/ladder.txt" >&2; exit 1; }
 cat "$OUT/ladder.txt" >&2
+# The chain schedules, each in a run of its own: a tool's outputs are all or nothing
+# (docs/robustness.md), and an engine's schedule may refuse a ladder it cannot express (exit 65:
+# TensorRT-LLM's draft_len_schedule cannot grow the draft with the batch size), which must not
+# cost the ladder and the plans above. A refusal is reported and the run goes on.
+for sched in schedule vllm-schedule; do
+    if "$PLAN" --ladder --target-profile "$OUT/profile_target_plan.json" \
+        --draft-profile "$OUT/profile_draft_plan.json" -a "$CURVES" -c "$CURVE" -n "$BUDGET" \
+        -d "$DEPTH" --extrapolate constant -q -o "$OUT/ladder-$sched.json" \
+        "--$sched" "$OUT/$sched.json" 2> "$OUT/$sched.txt"; then
+        rm -f "$OUT/ladder-$sched.json"
+    else
+        rc=$?
+        [ "$rc" = 65 ] || { cat "$OUT/$sched.txt" >&2; exit 1; }
+        echo "ladder.sh: no $sched.json: $(cat "$OUT/$sched.txt")" >&2
+    fi
+done
 
 say "4. every rung's plan at every batch size, and plain decoding (sequoia-run --batch, $ROUNDS rounds, median)"
 IFS=, read -r -a BS <<< "$BATCHES"

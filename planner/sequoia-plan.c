@@ -120,6 +120,8 @@ static void usage(FILE *fp)
         "      --objective O      latency (per-sequence speedup, the default) or throughput\n"
         "                         (tokens/s, against serving more sequences plainly instead)\n"
         "      --schedule FILE    TensorRT-LLM draft_len_schedule for chains (JSON)\n"
+        "      --vllm-schedule FILE vLLM num_speculative_tokens and\n"
+        "                         num_speculative_tokens_per_batch_size for chains (JSON)\n"
         "      --envelopes FILE   SGLang and TensorRT-LLM dynamic-tree flags by batch (JSON)\n"
         "      --ladder-plans DIR one plan per batch size, DIR/plan-b<batch>.json (for --plan)\n"
         "      --svg FILE         with --ladder: predicted speedup against batch size\n");
@@ -170,6 +172,10 @@ static void usage(FILE *fp)
         "                         search L <= min(8, D - 1), K <= 8 (and --width), N <= --budget\n"
         "                         for the most tokens/s at the profile's first batch size, with\n"
         "                         --ladder one envelope per profiled batch size\n"
+        "      --export sglang|trtllm-dynamic  -o gets the engine's flags (SGLang server\n"
+        "                         arguments, TensorRT-LLM EagleDecodingConfig fields; with\n"
+        "                         --ladder one per batch size) and --save-plan FILE the plan;\n"
+        "                         --plan DYNPLAN.json --export ENGINE exports a saved one\n"
         "      --mode M           the statistics' verifier: greedy, topk or stochastic\n"
         "      --temperature T    with --mode (default 1; greedy is 0); or --curve NAME\n"
         "      --trials N         Monte-Carlo steps per prediction (default 20000)\n"
@@ -194,6 +200,7 @@ static void usage(FILE *fp)
         "  " PROG " -a curves.json --engine sglang --envelope 5,4,16 --mode greedy -o dyn.json\n"
         "  " PROG " -a curves.json --engine trtllm-dynamic --mode topk --target-profile t.json \\\n"
         "               --draft-profile d.json -n 64 --ladder -o dyn.json  # envelopes by batch size\n"
+        "  " PROG " --plan dyn.json --export sglang -o flags.json     # the engine's flags\n"
         "\n"
         "Limits: (N+1)(D+1)(B+1) <= %lld cells and N^2*D*B/2 <= %lld steps (D and B clamped to N).\n"
         "Exit status: 0 success, 64 usage error or request past a limit, 65 invalid input data\n"
@@ -294,7 +301,7 @@ typedef struct plan_opts {
     const char *save_plan, *svg_file, *svg_table, *target_profile, *draft_profile;
     int quiet, width_given, export_fmt, import_fmt, max_non_leaves, engine, planning_opts;
     int draft_ms_given, ladder, objective;
-    const char *schedule_file, *envelopes_file, *ladder_plans;
+    const char *schedule_file, *vllm_schedule_file, *envelopes_file, *ladder_plans;
     /* dynamic plans (--engine sglang|trtllm-dynamic with dynamic statistics) */
     int env_given, env_L, env_K, env_N, trials, dyn_mode, dyn_path;
     double dyn_temperature;
@@ -305,7 +312,7 @@ typedef struct plan_opts {
 enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
        OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
        OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS,
-       OPT_ENVELOPE, OPT_MODE, OPT_TEMPERATURE, OPT_TRIALS, OPT_PATH };
+       OPT_VLLM_SCHEDULE, OPT_ENVELOPE, OPT_MODE, OPT_TEMPERATURE, OPT_TRIALS, OPT_PATH };
 
 #define PARSE_RUN (-1)   /* parse_options: go on and run */
 
@@ -378,6 +385,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         {"ladder", no_argument, NULL, OPT_LADDER},
         {"objective", required_argument, NULL, OPT_OBJECTIVE},
         {"schedule", required_argument, NULL, OPT_SCHEDULE},
+        {"vllm-schedule", required_argument, NULL, OPT_VLLM_SCHEDULE},
         {"envelopes", required_argument, NULL, OPT_ENVELOPES},
         {"ladder-plans", required_argument, NULL, OPT_LADDER_PLANS},
         {"envelope", required_argument, NULL, OPT_ENVELOPE},
@@ -442,6 +450,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
             }
             break;
         case OPT_SCHEDULE: o->schedule_file = optarg; break;
+        case OPT_VLLM_SCHEDULE: o->vllm_schedule_file = optarg; break;
         case OPT_ENVELOPES: o->envelopes_file = optarg; break;
         case OPT_LADDER_PLANS: o->ladder_plans = optarg; break;
         case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
@@ -540,13 +549,16 @@ static int check_options(const plan_opts *o)
         why = target_profile_conflict(buf, sizeof buf);
     else if (o->plan_file && o->import_file)
         why = "--plan and --import exclude each other";
-    else if ((o->objective || o->schedule_file || o->envelopes_file || o->ladder_plans) &&
-             !o->ladder)
-        why = "--objective, --schedule, --envelopes and --ladder-plans go with --ladder";
+    else if ((o->objective || o->schedule_file || o->vllm_schedule_file || o->envelopes_file ||
+              o->ladder_plans) && !o->ladder)
+        why = "--objective, --schedule, --vllm-schedule, --envelopes and --ladder-plans go with "
+              "--ladder";
     else if (o->ladder && !o->target_profile)
         why = "--ladder needs --target-profile FILE (a batch profile: sequoia-profile --batch) "
               "and --draft-profile FILE or --draft-ms X";
-    else if (o->ladder && (o->export_fmt >= 0 || o->table_file || o->save_plan || o->svg_table))
+    else if (o->ladder && (((o->export_fmt >= 0 || o->save_plan) &&
+                            !sq_engine_is_envelope((sq_engine)o->engine)) ||
+                           o->table_file || o->svg_table))
         why = "--ladder writes a ladder; --export, --table, --save-plan and --svg-table go with a "
               "single plan (use --ladder-plans DIR, then --plan)";
     else if (o->save_plan && o->export_fmt < 0)
@@ -581,9 +593,10 @@ static int check_options(const plan_opts *o)
         sq_path_use out[] = {{"-o", o->out_file}, {"--table", o->table_file},
                              {"--save-plan", o->save_plan}, {"--svg", o->svg_file},
                              {"--svg-table", o->svg_table}, {"--schedule", o->schedule_file},
+                             {"--vllm-schedule", o->vllm_schedule_file},
                              {"--envelopes", o->envelopes_file}};
         sq_error e = {0};
-        if (sq_paths_check(in, 5, out, 7, &e)) {
+        if (sq_paths_check(in, 5, out, 8, &e)) {
             fprintf(stderr, PROG ": %s\n", e.msg);
             return e.status;
         }
@@ -599,6 +612,7 @@ typedef struct plan_state {
     sq_curve_set *set;
     sq_dp *dp;                /* the unconstrained solve (NULL with --plan, --import)        */
     sq_plan *plan;
+    sq_dynplan *dynplan;      /* --plan of a dynamic plan (sq_dynplan_sniff)                  */
     sq_engine_plan_result ep;
     sq_profile *tprof, *dprof;
     sq_hw_result *hw;
@@ -610,6 +624,7 @@ static void state_free(plan_state *st)
 {
     sq_tree_free(st->ep.tree);
     sq_plan_free(st->plan);
+    sq_dynplan_free(st->dynplan);
     sq_dp_free(st->dp);
     sq_curve_set_free(st->set);
     sq_hw_result_free(st->hw);
@@ -621,8 +636,17 @@ static void state_free(plan_state *st)
 static int load_inputs(plan_opts *o, plan_state *st, int dyn, sq_error *err)
 {
     int rc;
-    if (o->plan_file)
-        return sq_plan_load(o->plan_file, &st->plan, err);
+    if (o->plan_file) {
+        /* a static plan or a dynamic one (an envelope), told apart by its format */
+        cJSON *root = NULL;
+        sq_error ignored = {0};   /* unreadable: the static loader says why, as before */
+        int dynamic = sq_json_load(o->plan_file, &root, &ignored) == SQ_OK &&
+                      sq_dynplan_sniff(root);
+        rc = dynamic ? sq_dynplan_from_json(root, o->plan_file, &st->dynplan, err)
+                     : sq_plan_load(o->plan_file, &st->plan, err);
+        cJSON_Delete(root);
+        return rc;
+    }
     if (dyn)   /* a dynamic plan reads its curves file itself (run_dynamic) */
         goto profiles;
     const char *builtin_note = NULL;
@@ -849,6 +873,11 @@ static int print_report(const plan_opts *o, const plan_state *st, sq_error *err)
 static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
 {
     int rc;
+    if (o->export_fmt >= 0 || o->save_plan)   /* check_options lets these by for the envelope
+                                               * engines: a dynamic ladder exports them */
+        return sq_error_set(err, SQ_EUSAGE, "--ladder writes a ladder; --export and --save-plan "
+                            "go with a single plan or a dynamic plan (use --ladder-plans DIR, "
+                            "then --plan)");
     if ((rc = sq_dp_check(&o->params, err)) || (rc = sq_dp_solve(&o->params, &st->dp, err)))
         return rc;
     sq_ladder_params lp = {.target = st->tprof, .draft = st->dprof, .draft_ms = o->hwp.draft_ms,
@@ -864,10 +893,10 @@ static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
         sq_ladder_free(l);
         return rc;
     }
-    enum { MAIN, SCHEDULE, ENVELOPES, SVG, FIXED };
+    enum { MAIN, SCHEDULE, VSCHEDULE, ENVELOPES, SVG, FIXED };
     const char *path[FIXED + SQ_LADDER_MAX_RUNGS] = {o->out_file ? o->out_file : "-",
-                                                     o->schedule_file, o->envelopes_file,
-                                                     o->svg_file};
+                                                     o->schedule_file, o->vllm_schedule_file,
+                                                     o->envelopes_file, o->svg_file};
     char names[SQ_LADDER_MAX_RUNGS][4096];
     for (int i = 0; o->ladder_plans && i < l->n; i++) {
         snprintf(names[i], sizeof names[i], "%s/plan-b%d.json", o->ladder_plans,
@@ -879,7 +908,8 @@ static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
     sq_path_use in[] = {{"--acceptance", o->acc_file}, {"--target-profile", o->target_profile},
                         {"--draft-profile", o->draft_profile}};
     sq_path_use outs[FIXED + SQ_LADDER_MAX_RUNGS] = {
-        {"-o", path[MAIN]}, {"--schedule", path[SCHEDULE]}, {"--envelopes", path[ENVELOPES]},
+        {"-o", path[MAIN]}, {"--schedule", path[SCHEDULE]},
+        {"--vllm-schedule", path[VSCHEDULE]}, {"--envelopes", path[ENVELOPES]},
         {"--svg", path[SVG]}};
     for (int i = FIXED; i < n_out; i++)
         outs[i] = (sq_path_use){"--ladder-plans", path[i]};
@@ -896,6 +926,8 @@ static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
         rc = print_json(sq_out_stream(out[MAIN]), j, "ladder", err);
     if (!rc && out[SCHEDULE])
         rc = sq_ladder_export(l, "trtllm-schedule", sq_out_stream(out[SCHEDULE]), err);
+    if (!rc && out[VSCHEDULE])
+        rc = sq_ladder_export(l, "vllm-schedule", sq_out_stream(out[VSCHEDULE]), err);
     if (!rc && out[ENVELOPES])
         rc = sq_ladder_export(l, "envelopes", sq_out_stream(out[ENVELOPES]), err);
     if (!rc && out[SVG])
@@ -1081,16 +1113,81 @@ static int dyn_batches(const plan_opts *o, const plan_state *st, int *out, int c
 
 #define DYN_RUNNER_UPS 6
 
+/* A dynamic plan's outputs, committed together: -o gets the plan, or with --export the engine's
+ * flags (sq_export_envelope; the plan's ladder, when it has one, as sq_export_envelope_ladder)
+ * and --save-plan the plan. The export must be the plan's engine. */
+static int dyn_write_outputs(const plan_opts *o, const sq_dynplan *plan, const char *plan_name,
+                             sq_error *err)
+{
+    int e = sq_engine_parse(plan->engine), rc;
+    sq_export_format fmt = (sq_export_format)o->export_fmt;
+    if (o->export_fmt >= 0 && (e < 0 || sq_export_engine(fmt) != (sq_engine)e))
+        return sq_error_set(err, SQ_EUSAGE, "--export %s: %s is a dynamic plan for %s, which "
+                            "exports as --export %s", sq_export_format_name(fmt), plan_name,
+                            plan->engine, plan->engine);
+    enum { MAIN, SAVE, N_OUT };
+    const char *path[N_OUT] = {o->out_file ? o->out_file : "-", o->save_plan};
+    sq_out *out[N_OUT] = {0};
+    for (int i = 0; i < N_OUT; i++)
+        if (path[i] && (rc = sq_out_open(&out[i], path[i], err)))
+            goto fail;
+    if (o->export_fmt < 0) {
+        rc = print_json(sq_out_stream(out[MAIN]), sq_dynplan_to_json(plan), "plan", err);
+    } else if (plan->n_ladder > 0) {
+        int n = plan->n_ladder, *v = calloc((size_t)n * 5, sizeof *v);
+        if (!v) {
+            rc = sq_error_oom(err, "ladder export");
+            goto fail;
+        }
+        for (int i = 0; i < n; i++) {
+            const sq_dynplan_rung *g = &plan->ladder[i];
+            v[i] = g->batch;
+            v[n + i] = g->steps;
+            v[2 * n + i] = g->topk;
+            v[3 * n + i] = g->nodes;
+            v[4 * n + i] = g->speculate;
+        }
+        rc = sq_export_envelope_ladder(sq_out_stream(out[MAIN]), (sq_engine)e, v, v + n,
+                                       v + 2 * n, v + 3 * n, v + 4 * n, n, plan_name, err);
+        free(v);
+    } else {
+        rc = sq_export_envelope(sq_out_stream(out[MAIN]), (sq_engine)e, plan->steps, plan->topk,
+                                plan->nodes, plan_name, err);
+    }
+    if (rc || (out[SAVE] && (rc = print_json(sq_out_stream(out[SAVE]),
+                                             sq_dynplan_to_json(plan), "plan", err))))
+        goto fail;
+    return sq_cli_commit(out, N_OUT, err);
+fail:
+    for (int i = 0; i < N_OUT; i++)
+        sq_out_abort(out[i]);
+    return rc;
+}
+
+/* --plan DYNPLAN.json: the export of a saved dynamic plan (sq_dynplan_sniff told it apart). */
+static int run_dynplan_export(const plan_opts *o, const sq_dynplan *plan, sq_error *err)
+{
+    if (o->svg_file)
+        return sq_error_set(err, SQ_EUSAGE, "--svg: %s is a dynamic plan (an envelope, no fixed "
+                            "tree to draw)", o->plan_file);
+    return dyn_write_outputs(o, plan, o->plan_file, err);
+}
+
 static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
 {
     sq_engine e = (sq_engine)o->engine;
     int rc;
-    if (o->export_fmt >= 0 || o->table_file || o->save_plan || o->svg_file || o->svg_table ||
-        o->ladder_plans || o->schedule_file || o->envelopes_file)
+    if (o->table_file || o->svg_file || o->svg_table || o->ladder_plans || o->schedule_file ||
+        o->vllm_schedule_file || o->envelopes_file)
         return sq_error_set(err, SQ_EUSAGE, "a dynamic plan (--engine %s with dynamic-tree "
-                            "statistics) is written with -o only; --export, --table, "
-                            "--save-plan, --svg, --svg-table, --ladder-plans, --schedule and "
-                            "--envelopes take static plans", sq_engine_name(e));
+                            "statistics) is written with -o, or --export %s (with --save-plan); "
+                            "--table, --svg, --svg-table, --ladder-plans, --schedule, "
+                            "--vllm-schedule and --envelopes take static plans",
+                            sq_engine_name(e), sq_engine_name(e));
+    if (o->export_fmt >= 0 && sq_export_engine((sq_export_format)o->export_fmt) != e)
+        return sq_error_set(err, SQ_EUSAGE, "--export %s: a dynamic plan for %s exports as "
+                            "--export %s", sq_export_format_name((sq_export_format)o->export_fmt),
+                            sq_engine_name(e), sq_engine_name(e));
     if (!o->acc_file || access(o->acc_file, F_OK) != 0)
         return sq_error_set(err, SQ_EUSAGE, "--engine %s --envelope: --acceptance must name a "
                             "curves file with the dynamic-tree statistics", sq_engine_name(e));
@@ -1248,7 +1345,7 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
         rc = sq_error_oom(err, "hardware");
         goto done;
     }
-    if ((rc = sq_dynplan_save(o->out_file ? o->out_file : "-", &plan, err)))
+    if ((rc = dyn_write_outputs(o, &plan, "plan", err)))
         goto done;
     if (!o->quiet) {
         FILE *fp = o->out_file ? stdout : stderr;
@@ -1314,7 +1411,9 @@ int main(int argc, char **argv)
     int dyn = 0;
     if (!(rc = wants_dynamic(&o, &dyn, &err)))
         rc = load_inputs(&o, &st, dyn, &err);
-    if (!rc && dyn)
+    if (!rc && st.dynplan)
+        rc = run_dynplan_export(&o, st.dynplan, &err);
+    else if (!rc && dyn)
         rc = run_dynamic(&o, &st, &err);
     else if (!rc && o.ladder)
         rc = run_ladder(&o, &st, &err);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/corpus.h"
@@ -828,5 +829,101 @@ Test(dynamic, plan_searches_the_envelopes_for_the_hardware, .timeout = 120)
     cr_expect_eq(rc, 65, "%s", err);
     cr_expect(err && strstr(err, "d1.json") && strstr(err, "batch 4"), "%s", err);
     free(err);
+    tu_rmtree(dir);
+}
+
+/* sequoia-plan --export of a dynamic plan: -o gets the engine's flags (planner/export.h,
+ * sq_export_envelope; with --ladder sq_export_envelope_ladder) and --save-plan the plan; a saved
+ * dynamic plan exports the same through --plan (sq_dynplan_sniff). */
+Test(dynamic, plan_exports_a_dynamic_plan_as_the_engines_flags, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *c = tu_path(dir, "c.h5"), *j = tu_path(dir, "c.json");
+    char *pl = tu_path(dir, "p.json"), *fl = tu_path(dir, "flags.json");
+    char *f2 = tu_path(dir, "flags2.json"), *tr = tu_path(dir, "trt.json");
+    char *tp = tu_path(dir, "t.json"), *lp = tu_path(dir, "lp.json");
+    char *lf = tu_path(dir, "lf.json"), *lf2 = tu_path(dir, "lf2.json");
+    write_corpus(c);
+    char *err = NULL;
+    cr_assert_eq(run_tool(env_bin("SQ_ACCEPT_BIN"), (const char *[]){c, "-m", "greedy", "-w",
+                          "4", "-q", "-o", j, NULL}, NULL, &err), 0, "%s", err);
+    free(err);
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                      "--envelope", "3,2,6", "--trials", "500", "--export", "sglang", "-o", fl,
+                      "--save-plan", pl, "-q", NULL}, NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    cJSON *x = NULL;
+    cr_assert_eq(sq_json_load(fl, &x, NULL), 0);
+    const cJSON *sa = sq_json_field(x, "server_args");
+    cr_expect(sq_json_field(sa, "speculative_num_steps")->valueint == 3 &&
+              sq_json_field(sa, "speculative_eagle_topk")->valueint == 2 &&
+              sq_json_field(sa, "speculative_num_draft_tokens")->valueint == 6);
+    cJSON_Delete(x);
+    sq_dynplan *p = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dynplan_load(pl, &p, &e), 0, "--save-plan holds the plan: %s", e.msg);
+    cr_expect(p->steps == 3 && p->topk == 2 && p->nodes == 6);
+    sq_dynplan_free(p);
+    /* the saved plan, exported again */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"--plan", pl, "--export", "sglang",
+                  "-o", f2, NULL}, NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    char *a = tu_read(fl, NULL), *b = tu_read(f2, NULL);
+    cr_expect_str_eq(a, b);
+    free(a);
+    free(b);
+    /* another engine's export, an --svg of an envelope: usage errors, nothing written */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"--plan", pl, "--export",
+                  "trtllm-dynamic", "-o", tr, NULL}, NULL, &err);
+    cr_expect_eq(rc, 64, "%s", err);
+    cr_expect(err && strstr(err, "p.json") && strstr(err, "--export sglang"), "%s", err);
+    cr_expect_neq(access(tr, F_OK), 0);
+    free(err);
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"--plan", pl, "--svg", tr, NULL},
+                  NULL, &err);
+    cr_expect_eq(rc, 64, "%s", err);
+    free(err);
+    /* TensorRT-LLM's EagleDecodingConfig fields */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "trtllm-dynamic",
+                  "--envelope", "3,2,6", "--trials", "500", "--export", "trtllm-dynamic", "-o",
+                  tr, "-q", NULL}, NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    cr_assert_eq(sq_json_load(tr, &x, NULL), 0);
+    cr_expect(sq_json_field(x, "max_draft_len")->valueint == 3 &&
+              sq_json_field(x, "dynamic_tree_max_topK")->valueint == 2 &&
+              sq_json_field(x, "max_total_draft_tokens")->valueint == 5);
+    cJSON_Delete(x);
+    /* a ladder: one envelope per batch size */
+    FILE *fp = fopen(tp, "w");
+    cr_assert(fp);
+    fprintf(fp, "{\"format\":\"sequoia-profile\",\"version\":2,\"points\":[");
+    for (int bb = 1; bb <= 4; bb *= 4)
+        for (int n = 1; n <= 64; n++)
+            fprintf(fp, "%s{\"batch\":%d,\"tokens\":%d,\"median_ms\":%g}",
+                    bb == 1 && n == 1 ? "" : ",", bb, n, 10.0 * bb + 0.3 * n * bb);
+    fprintf(fp, "]}\n");
+    fclose(fp);
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--target-profile", tp, "--draft-ms", "1", "-n", "24", "--trials", "500",
+                  "--ladder", "--export", "sglang", "-o", lf, "--save-plan", lp, "-q", NULL},
+                  NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    cr_assert_eq(sq_json_load(lf, &x, NULL), 0);
+    const cJSON *rows = sq_json_field(x, "per_batch");
+    cr_expect_eq(cJSON_GetArraySize(rows), 2);
+    cr_expect_eq(sq_json_field(cJSON_GetArrayItem(rows, 1), "batch")->valueint, 4);
+    cJSON_Delete(x);
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"--plan", lp, "--export", "sglang",
+                  "-o", lf2, NULL}, NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    a = tu_read(lf, NULL);
+    b = tu_read(lf2, NULL);
+    cr_expect_str_eq(a, b, "the saved ladder exports the same");
+    free(a);
+    free(b);
     tu_rmtree(dir);
 }
