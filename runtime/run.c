@@ -12,6 +12,7 @@
 #include "libsequoia/base/json.h"
 #include "libsequoia/base/progress.h"
 #include "libsequoia/base/stats.h"
+#include "libsequoia/format/dynplan.h"
 #include "libsequoia/format/plan.h"
 #include "runtime/dyntree.h"
 #include "runtime/model.h"
@@ -24,8 +25,14 @@
 typedef struct run_state {
     sq_plan          *plan;          /* the plan, or a dynamic tree's room (sq_dyntree_plan)  */
     sq_dyntree       *dyn;           /* the engine's hooks of a dynamic run, else NULL        */
+    /* the dynamic tree's engine and envelope, from --engine/--envelope or from a dynamic plan
+     * (--plan of a sequoia-dynamic-plan); engine NULL: a static plan */
+    const char       *engine;
+    sq_dyn_engine     eng;
+    int               env_steps, env_topk, env_nodes;
+    char              engine_name[32];
     sq_run_dynamic    dynrec;        /* its report section                                    */
-    char              plan_label[96];
+    char              plan_label[512];
     sq_model         *draft, *target;
     sq_tokens        *prompt;
     int               B, n;          /* sequences, new tokens per sequence                    */
@@ -113,6 +120,79 @@ int sq_run_check(const sq_run_opts *o, sq_error *err)
     return SQ_OK;
 }
 
+/* A dynamic plan's engine and envelope as the run's (--plan DYNPLAN.json), checked as
+ * --engine/--envelope are (sq_run_check); its mode and temperature against the command line's,
+ * as a static plan's rank_semantics: a warning, since the run is still right, only the plan's
+ * expected_tokens does not describe it. */
+static int take_dynplan(const sq_run_opts *o, run_state *st, const sq_dynplan *p, sq_error *err)
+{
+    int rc;
+    if ((rc = sq_dyn_engine_parse(p->engine, &st->eng, err)))
+        return rc;
+    snprintf(st->engine_name, sizeof st->engine_name, "%s", p->engine);
+    st->engine = st->engine_name;
+    st->env_steps = p->steps;
+    st->env_topk = p->topk;
+    st->env_nodes = p->nodes;
+    sq_error e = {0};
+    if ((rc = sq_dyntree_check(st->eng, p->steps, p->topk, p->nodes, &e)))
+        return sq_error_set(err, rc, "%s: %s", o->plan_file, e.msg);
+    if (o->prm.mode == SQ_MODE_SPECINFER)
+        return sq_error_set(err, SQ_EUSAGE, "%s: a dynamic plan (%s): the specinfer mode is not "
+                            "run on dynamic trees (use greedy, topk or stochastic)",
+                            o->plan_file, p->engine);
+    double T = o->prm.mode == SQ_MODE_GREEDY ? 0.0 : o->prm.temperature;
+    if (p->mode != o->prm.mode || fabs(p->temperature - T) > 1e-9 * (1 + T) ||
+        (p->mode != SQ_MODE_GREEDY && fabs(p->top_p - o->prm.top_p) > 1e-9))
+        fprintf(stderr, "%s: warning: %s: mode: the dynamic plan was predicted for --mode %s "
+                "--temperature %g --top-p %g but this run is --mode %s --temperature %g "
+                "--top-p %g; its expected_tokens does not describe this run\n", o->prog,
+                o->plan_file, sq_mode_name(p->mode), p->temperature, p->top_p,
+                sq_mode_name(o->prm.mode), T, o->prm.top_p);
+    return SQ_OK;
+}
+
+/* The plan: a static plan, a dynamic plan (told apart by sq_dynplan_sniff), or --engine with
+ * --envelope; a dynamic tree's decoders get the room of sq_dyntree_plan. */
+static int load_plan(const sq_run_opts *o, run_state *st, sq_error *err)
+{
+    int rc;
+    if (o->engine) {
+        if ((rc = sq_dyn_engine_parse(o->engine, &st->eng, err)))
+            return rc;
+        st->engine = o->engine;
+        st->env_steps = o->env_steps;
+        st->env_topk = o->env_topk;
+        st->env_nodes = o->env_nodes;
+    } else {
+        cJSON *root = NULL;
+        sq_error ignored = {0};   /* unreadable: the static loader says why, as before */
+        int dynamic = sq_json_load(o->plan_file, &root, &ignored) == SQ_OK &&
+                      sq_dynplan_sniff(root);
+        if (!dynamic) {
+            cJSON_Delete(root);
+            return sq_plan_load(o->plan_file, &st->plan, err);
+        }
+        sq_dynplan *p = NULL;
+        rc = sq_dynplan_from_json(root, o->plan_file, &p, err);
+        cJSON_Delete(root);
+        if (!rc)
+            rc = take_dynplan(o, st, p, err);
+        sq_dynplan_free(p);
+        if (rc)
+            return rc;
+    }
+    if ((rc = sq_dyntree_plan(st->env_steps, st->env_topk, &st->plan, err)))
+        return rc;
+    if (o->engine)
+        snprintf(st->plan_label, sizeof st->plan_label, "%s envelope %d,%d,%d", st->engine,
+                 st->env_steps, st->env_topk, st->env_nodes);
+    else
+        snprintf(st->plan_label, sizeof st->plan_label, "%.400s (%s envelope %d,%d,%d)",
+                 o->plan_file, st->engine, st->env_steps, st->env_topk, st->env_nodes);
+    return SQ_OK;
+}
+
 /* Loads the plan, the models and the prompts, checks that they fit together, and makes the
  * speculative decoder(s). */
 static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
@@ -121,16 +201,8 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
     const char *pf = st->prompt_file = o->prompt_file ? o->prompt_file : o->prompt_text_file;
     /* the tokenizer: needed for text in or out, else only read for its end-of-sequence ids */
     const char *need = o->prompt_text_file ? "--prompt-text" : o->text_file ? "--text" : NULL;
-    sq_dyn_engine eng = SQ_DYN_SGLANG;
-    if (o->engine) {
-        if ((rc = sq_dyn_engine_parse(o->engine, &eng, err)) ||
-            (rc = sq_dyntree_plan(o->env_steps, o->env_topk, &st->plan, err)))
-            return rc;
-        snprintf(st->plan_label, sizeof st->plan_label, "%s envelope %d,%d,%d", o->engine,
-                 o->env_steps, o->env_topk, o->env_nodes);
-    } else if ((rc = sq_plan_load(o->plan_file, &st->plan, err))) {
+    if ((rc = load_plan(o, st, err)))
         return rc;
-    }
     if ((rc = sq_model_load(o->draft_dir, &st->draft, err)) ||
         (rc = sq_model_load(o->target_dir, &st->target, err)) ||
         (rc = sq_tokens_tokenizer(o->prog, o->draft_dir, o->target_dir, need, &st->tok, err)) ||
@@ -153,9 +225,9 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
     if (st->tok && !o->ignore_eos)
         st->prm.eos = sq_tokenizer_eos(st->tok, &st->prm.n_eos);
     /* a dynamic run keeps each step's tree for the report */
-    st->prm.record_tree = o->engine && o->report_file;
+    st->prm.record_tree = st->engine && o->report_file;
     const char *want = sq_mode_rank_semantics(o->prm.mode);
-    if (!o->engine && strcmp(st->plan->rank_semantics, want) != 0)
+    if (!st->engine && strcmp(st->plan->rank_semantics, want) != 0)
         fprintf(stderr,
                 "%s: warning: %s: rank_semantics: the plan was made for '%s' ranks but --mode "
                 "%s uses '%s'; its expected_tokens does not describe this run\n", o->prog,
@@ -200,14 +272,14 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
         st->gen_rows[k] = st->gen + (size_t)k * n;
         st->base_rows[k] = st->base + (size_t)k * n;
     }
-    const char *plan_name = o->engine ? st->plan_label : o->plan_file;
+    const char *plan_name = st->engine ? st->plan_label : o->plan_file;
     rc = sq_specdec_batch_new(st->draft, st->target, st->plan, &st->prm, plan_name, B, &st->bt,
                               err);
     if (rc)
         return rc;
-    if (o->engine) {
-        if ((rc = sq_dyntree_new(eng, o->env_steps, o->env_topk, o->env_nodes, st->shared_vocab,
-                                 &st->dyn, err)))
+    if (st->engine) {
+        if ((rc = sq_dyntree_new(st->eng, st->env_steps, st->env_topk, st->env_nodes,
+                                 st->shared_vocab, &st->dyn, err)))
             return rc;
         sq_dyntree_attach_batch(st->bt, st->dyn);
     }
@@ -368,9 +440,9 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     const sq_model_config *tcfg = sq_model_get_config(st->target);
     r->draft = o->draft_dir;
     r->target = o->target_dir;
-    r->plan_file = o->engine ? st->plan_label : o->plan_file;
-    if (o->engine) {
-        st->dynrec = (sq_run_dynamic){o->engine, o->env_steps, o->env_topk, o->env_nodes, B,
+    r->plan_file = st->engine ? st->plan_label : o->plan_file;
+    if (st->engine) {
+        st->dynrec = (sq_run_dynamic){st->engine, st->env_steps, st->env_topk, st->env_nodes, B,
                                       n, st->steps, st->infos};
         r->dyn = &st->dynrec;
     }

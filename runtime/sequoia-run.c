@@ -55,7 +55,10 @@ static void usage(FILE *fp)
         "Options:\n"
         "      --draft DIR          draft model directory\n"
         "      --target DIR         target model directory\n"
-        "  -p, --plan FILE          tree plan (sequoia-plan v1)\n");
+        "  -p, --plan FILE          tree plan (sequoia-plan v1), or a dynamic plan\n"
+        "                           (sequoia-dynamic-plan: its engine and envelope, run as\n"
+        "                           --engine/--envelope; a --mode or --temperature other than\n"
+        "                           the plan's is a warning)\n");
     fprintf(fp,
         "      --engine NAME        instead of --plan: grow each step's tree as the engine does,\n"
         "                           sglang or trtllm-dynamic (a dynamic tree: the draft's top-K\n"

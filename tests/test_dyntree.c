@@ -737,3 +737,95 @@ Test(dyntree, the_report_holds_every_steps_tree_consistent_with_tokens_per_step)
     free(tp);
     free(pp);
 }
+
+/* sequoia-run --plan of a dynamic plan (libsequoia/format/dynplan.h, as sequoia-plan writes it)
+ * runs its engine and envelope exactly as --engine/--envelope do; a --mode or --temperature other
+ * than the plan's is a warning (as a static plan's rank_semantics), specinfer is refused (64), an
+ * envelope outside the engine's rules is the loader's data error (65). */
+static char *write_dynplan(const char *dir, const char *name, const char *engine,
+                           const char *mode, double T, int L, int K, int N)
+{
+    char *f = tu_path(dir, name);
+    char text[1024];
+    snprintf(text, sizeof text, "{\"format\": \"sequoia-dynamic-plan\", \"version\": 1, "
+             "\"engine\": \"%s\", \"mode\": \"%s\", \"temperature\": %g, \"top_p\": 1, "
+             "\"envelope\": {\"steps\": %d, \"topk\": %d, \"nodes\": %d}, "
+             "\"expected_tokens\": 1.5, \"prediction\": {\"method\": \"test\"}}\n", engine, mode,
+             T, L, K, N);
+    tu_write(f, text);
+    return f;
+}
+
+Test(dyntree, run_takes_a_dynamic_plan_as_its_engine_and_envelope, .timeout = 120)
+{
+    const char *run = getenv("SQ_RUN_BIN");
+    cr_assert(run);
+    char *dp = tu_source_path("data/models/draft"), *tp = tu_source_path("data/models/target");
+    char *pp = tu_source_path("data/ladder-large/prompts.txt");
+    char *dir = tu_tmpdir(), *o1 = tu_path(dir, "o1.txt"), *o2 = tu_path(dir, "o2.txt");
+    char *rp = tu_path(dir, "r.json");
+    char *pl = write_dynplan(dir, "dyn.json", "sglang", "greedy", 0, 3, 2, 5);
+    char *args1[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", pl, "--prompt", pp,
+                     "-n", "24", "--mode", "greedy", "--threads", "1", "-q", "--validate",
+                     "-o", o1, "--report", rp, NULL};
+    char *out = NULL, *er = NULL;
+    cr_assert_eq(tu_run(args1, &out, &er), 0, "%s", er);
+    cr_assert(!strstr(er, "the dynamic plan was predicted for"), "the plan's mode: %s", er);
+    free(out);
+    free(er);
+    char *args2[] = {(char *)run, "--draft", dp, "--target", tp, "--engine", "sglang",
+                     "--envelope", "3,2,5", "--prompt", pp, "-n", "24", "--mode", "greedy",
+                     "--threads", "1", "-q", "--no-baseline", "-o", o2, NULL};
+    cr_assert_eq(tu_run(args2, &out, &er), 0, "%s", er);
+    free(out);
+    free(er);
+    char *t1 = tu_read(o1, NULL), *t2 = tu_read(o2, NULL);
+    cr_assert_str_eq(t1, t2, "the plan's run is --engine sglang --envelope 3,2,5");
+    free(t1);
+    free(t2);
+    char *text = tu_read(rp, NULL);
+    cJSON *r = cJSON_Parse(text);
+    cJSON *dyn = cJSON_GetObjectItem(r, "dynamic");
+    cr_assert(dyn && cJSON_GetObjectItem(dyn, "trees"), "the report has the trees");
+    cr_assert_str_eq(cJSON_GetObjectItem(dyn, "engine")->valuestring, "sglang");
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dyn, "envelope"), "nodes")->valueint, 5);
+    cJSON_Delete(r);
+    free(text);
+
+    /* another mode than the plan's: a warning naming the plan and both modes */
+    char *args3[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", pl, "--prompt", pp,
+                     "-n", "8", "--mode", "topk", "--threads", "1", "-q", "--no-baseline", NULL};
+    cr_assert_eq(tu_run(args3, &out, &er), 0, "%s", er);
+    cr_assert(strstr(er, "warning: ") && strstr(er, "dyn.json: mode: the dynamic plan") &&
+              strstr(er, "--mode greedy") &&
+              strstr(er, "--mode topk"), "%s", er);
+    free(out);
+    free(er);
+    /* specinfer: refused as with --engine */
+    char *args4[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", pl, "--prompt", pp,
+                     "-n", "8", "--mode", "specinfer", "-q", NULL};
+    cr_assert_eq(tu_run(args4, &out, &er), 64, "%s", er);
+    cr_assert(strstr(er, "specinfer") && strstr(er, "dyn.json"), "%s", er);
+    free(out);
+    free(er);
+    /* an envelope the engine refuses: the file, the field, the rule */
+    char *bad = write_dynplan(dir, "bad.json", "trtllm-dynamic", "greedy", 0, 3, 3, 11);
+    char *args5[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", bad, "--prompt", pp,
+                     "-n", "8", "-q", NULL};
+    cr_assert_eq(tu_run(args5, &out, &er), 65, "%s", er);
+    cr_assert(strstr(er, "bad.json") && strstr(er, "rule max_total_draft_tokens <= "
+                                                   "dynamic_tree_max_topK * max_draft_len"),
+              "%s", er);
+    free(out);
+    free(er);
+    tu_rmtree(dir);
+    free(dir);
+    free(o1);
+    free(o2);
+    free(rp);
+    free(pl);
+    free(bad);
+    free(dp);
+    free(tp);
+    free(pp);
+}
