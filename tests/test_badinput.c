@@ -872,3 +872,48 @@ Test(badinput, two_outputs_on_one_file_are_refused)
     }
     tu_rmtree(dir);
 }
+
+/* sequoia-accept's --dynamic-offpath is an input and --dynamic-branches an output: neither -o
+ * nor --dynamic-branches may overwrite the off-path corpus, and --dynamic-branches and -o may not
+ * be one file (sq_paths_check, as every tool's outputs and inputs). */
+Test(badinput, accept_dynamic_files_are_checked_against_the_other_files)
+{
+    char *dir = tu_tmpdir();
+    make_world(dir);
+    char *corpus = tu_path(dir, "corpus.h5"), *off = tu_path(dir, "off.h5");
+    char *x = tu_path(dir, "x.out");
+    size_t n0;
+    char *bytes = tu_read(corpus, &n0);
+    FILE *fp = fopen(off, "wb");
+    cr_assert(fp && fwrite(bytes, 1, n0, fp) == n0);
+    fclose(fp);
+    free(bytes);
+    struct {
+        char *argv[14];
+        const char *o1, *o2;
+    } runs[] = {
+        {{getenv("SQ_ACCEPT_BIN"), corpus, "-q", "--dynamic-offpath", off, "-o", off}, "-o",
+         "--dynamic-offpath"},
+        {{getenv("SQ_ACCEPT_BIN"), corpus, "-q", "--dynamic-offpath", off, "--dynamic-branches",
+          off, "-o", x}, "--dynamic-branches", "--dynamic-offpath"},
+        {{getenv("SQ_ACCEPT_BIN"), corpus, "-q", "--dynamic-branches", x, "-o", x}, "-o",
+         "--dynamic-branches"},
+        {{getenv("SQ_ACCEPT_BIN"), corpus, "-q", "--dynamic-branches", corpus, "-o", x},
+         "--dynamic-branches", "corpus"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        size_t a0, a1;
+        char *before = tu_read(off, &a0), *se = NULL;
+        int st = tu_run(runs[i].argv, NULL, &se);
+        cr_assert_eq(st, 64, "case %zu: exit %d: %s", i, st, se);
+        cr_assert(strstr(se, runs[i].o1) && strstr(se, runs[i].o2) && strstr(se, "same file"),
+                  "case %zu: %s", i, se);
+        char *after = tu_read(off, &a1);
+        cr_assert(a0 == a1 && memcmp(before, after, a0) == 0, "case %zu changed its input", i);
+        cr_assert(!tu_exists(x), "case %zu wrote an output", i);
+        free(before);
+        free(after);
+        free(se);
+    }
+    tu_rmtree(dir);
+}

@@ -891,10 +891,12 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_files; i++)
         in[i] = (sq_path_use){a.do_compare ? (i ? "NEW" : "BASELINE")
                               : a.do_merge || a.do_plot ? "curve file" : "corpus", files[i]};
+    /* the off-path corpus is read too: no output may overwrite it (-o, --dynamic-branches) */
+    in[n_files] = (sq_path_use){"--dynamic-offpath", a.est.dyn.offpath_file};
     sq_path_use outs[] = {{"-o", a.est.out_file}, {"--svg", svg_path}, {"--json", a.json_file},
                           {"--dynamic-branches", a.est.dyn.branches}};
     sq_error perr = {0};
-    rc = sq_paths_check(in, n_files, outs, 4, &perr);
+    rc = sq_paths_check(in, n_files + 1, outs, 4, &perr);
     free(in);
     if (rc) {
         fprintf(stderr, PROG ": %s\n", perr.msg);
