@@ -417,3 +417,44 @@ Test(ladder, sequoia_plan_ladder_writes_every_file_and_refuses_bad_requests)
     free(t); free(d); free(o); free(s); free(e); free(g); free(p); free(p16); free(v1);
     tu_rmtree(dir);
 }
+
+/* --vllm-schedule writes vLLM's chain per batch size (sq_ladder_export "vllm-schedule"); a
+ * schedule the engine cannot take is refused (65) and, outputs being all or nothing
+ * (docs/robustness.md), nothing is written: not the ladder either (examples/ladder.sh asks for
+ * the schedules in runs of their own). */
+Test(ladder, sequoia_plan_vllm_schedule_and_a_refused_schedule)
+{
+    char *dir = tu_tmpdir();
+    char *t = tu_path(dir, "t.json"), *d = tu_path(dir, "d.json"), *o = tu_path(dir, "l.json");
+    char *v = tu_path(dir, "v.json"), *s = tu_path(dir, "s.json");
+    write_batch_profile(t, 1.0, 0.05);
+    write_batch_profile(d, 0.1, 0.005);
+    char *argv[] = {getenv("SQ_PLAN_BIN"), "--ladder", "--target-profile", t, "--draft-profile",
+                    d, "-n", "32", "-d", "6", "-q", "-o", o, "--vllm-schedule", v, NULL};
+    char *se = NULL;
+    cr_assert_eq(tu_run(argv, NULL, &se), 0, "%s", se);
+    free(se);
+    size_t len;
+    char *text = tu_read(v, &len);
+    cJSON *j = cJSON_Parse(text);
+    cr_assert(j, "%s", text);
+    cr_assert_gt(sq_json_field(j, "num_speculative_tokens")->valueint, 0, "%s", text);
+    const cJSON *r = sq_json_field(j, "num_speculative_tokens_per_batch_size");
+    cr_assert(cJSON_IsArray(r) && cJSON_GetArraySize(r) >= 1, "%s", text);
+    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(r, 0), 0)->valueint, 1, "%s", text);
+    cJSON_Delete(j);
+    free(text);
+    cr_assert_eq(remove(o), 0);
+    /* a draft as slow as 100 ms a level: no chain pays, neither engine takes a schedule */
+    const char *opt[] = {"--schedule", "--vllm-schedule"};
+    for (int i = 0; i < 2; i++) {
+        char *argv2[] = {getenv("SQ_PLAN_BIN"), "--ladder", "--target-profile", t, "--draft-ms",
+                         "100", "-n", "32", "-d", "6", "-q", "-o", o, (char *)opt[i], s, NULL};
+        cr_assert_eq(tu_run(argv2, NULL, &se), SQ_EDATA, "%s: %s", opt[i], se);
+        cr_assert(strstr(se, "no chain pays"), "%s", se);
+        cr_assert(!tu_exists(o) && !tu_exists(s), "%s: nothing written", opt[i]);
+        free(se);
+    }
+    free(t); free(d); free(o); free(v); free(s);
+    tu_rmtree(dir);
+}
