@@ -20,9 +20,9 @@ int sq_dyn_envelope_check(sq_engine e, int L, int K, int N, const char *what, sq
     if (rc)
         return rc;
     if (L > SQ_DYN_MAX_STEPS || K > SQ_DYN_MAX_TOPK || N > SQ_DYN_MAX_NODES)
-        return sq_error_set(err, SQ_EUSAGE, "%s: envelope %d,%d,%d (L,K,N): beyond this "
+        return sq_error_set(err, SQ_EUSAGE, "%s%senvelope %d,%d,%d (L,K,N): beyond this "
                             "toolkit's limits L <= %d, K <= %d, N <= %d (the planner's, not %s's)",
-                            what ? what : "envelope", L, K, N, SQ_DYN_MAX_STEPS,
+                            what ? what : "", what ? ": " : "", L, K, N, SQ_DYN_MAX_STEPS,
                             SQ_DYN_MAX_TOPK, SQ_DYN_MAX_NODES, sq_engine_name(e));
     return SQ_OK;
 }

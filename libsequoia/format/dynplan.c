@@ -28,7 +28,7 @@ int sq_dynplan_envelope_check(const char *engine, int L, int K, int N, const cha
                             "envelope engine (the envelope engines are sglang and "
                             "trtllm-dynamic)", pre, engine ? engine : "(no engine)");
     const char *name = sg ? "sglang" : "trtllm-dynamic";
-    const char *eng = sg ? "SGLang" : "TensorRT-LLM (dynamic tree)";
+    const char *eng = sg ? "SGLang" : "TensorRT-LLM";
     /* both engines: a draft step, a candidate per step, a draft token besides the root
      * (SGLang's server_args.py asserts speculative_num_steps and speculative_eagle_topk >= 1;
      * TensorRT-LLM's EagleDecodingConfig validator asks max_draft_len > 0,
