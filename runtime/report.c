@@ -112,6 +112,25 @@ int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err
         out->ci.lo = out->ci.lo < 1.0 ? 1.0 : out->ci.lo;
         out->ci.hi = out->ci.hi > top ? top : out->ci.hi;
     }
+    if (r->dyn && r->dyn->expected_tokens > 0) {   /* a dynamic plan's prediction */
+        double e = r->dyn->expected_tokens;
+        out->have_ci = isfinite(out->ci.lo) && isfinite(out->ci.hi);
+        out->f_measured_acc = NAN;
+        out->within = out->have_ci && e >= out->ci.lo && e <= out->ci.hi;
+        if (!out->have_ci)
+            snprintf(out->explanation, sizeof out->explanation,
+                     "%d steps are too few for a confidence interval (at least 4 are needed): "
+                     "generate more tokens to compare with the dynamic plan's expected_tokens "
+                     "%.4f", r->steps, e);
+        else
+            snprintf(out->explanation, sizeof out->explanation,
+                     "%s envelope %d,%d,%d: the dynamic plan's expected_tokens %.4f %s the 95%% "
+                     "CI of the measured mean %.4f (docs/planning.md, \"Dynamic trees\", has the "
+                     "prediction's assumptions)", r->dyn->engine, r->dyn->steps, r->dyn->topk,
+                     r->dyn->nodes, e, out->within ? "lies within" : "lies outside",
+                     out->ci.mean);
+        goto done;
+    }
     if (r->dyn) {   /* no plan to compare with: the planner predicts envelopes (issue 26) */
         out->have_ci = isfinite(out->ci.lo) && isfinite(out->ci.hi);
         out->f_measured_acc = NAN;
@@ -180,8 +199,12 @@ void sq_run_summary_line(const sq_run_record *r, const sq_run_prediction *pr, ch
         len += (size_t)snprintf(buf + len, cap - len, "(no 95%% CI: %d step%s, at least 4 "
                                 "needed)", r->steps, r->steps == 1 ? "" : "s");
     if (len < cap && r->dyn)
-        snprintf(buf + len, cap - len, ", %s envelope %d,%d,%d", r->dyn->engine, r->dyn->steps,
-                 r->dyn->topk, r->dyn->nodes);
+        len += (size_t)snprintf(buf + len, cap - len, ", %s envelope %d,%d,%d", r->dyn->engine,
+                                r->dyn->steps, r->dyn->topk, r->dyn->nodes);
+    if (len < cap && r->dyn && r->dyn->expected_tokens > 0)
+        snprintf(buf + len, cap - len, ", plan expects %.3f%s", r->dyn->expected_tokens,
+                 pr->within || !pr->have_ci ? "" : " (outside the CI: see the report's "
+                 "prediction)");
     else if (len < cap)
         snprintf(buf + len, cap - len, ", plan expects %.3f%s", r->plan->expected_tokens,
                  pr->within || !pr->have_ci ? "" : " (outside the CI: see the report's "
@@ -423,7 +446,9 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     if (r->dyn) {   /* the verified tree's size, not the room the decoder was made with */
         sq_json_add(pj, "size", cJSON_CreateNumber(r->dyn->nodes));
         sq_json_add(pj, "depth", cJSON_CreateNumber(r->depth));
-        sq_json_add(pj, "expected_tokens", cJSON_CreateNull());
+        sq_json_add(pj, "expected_tokens", r->dyn->expected_tokens > 0
+                                               ? cJSON_CreateNumber(r->dyn->expected_tokens)
+                                               : cJSON_CreateNull());
         sq_json_add(pj, "rank_semantics", cJSON_CreateString("dynamic"));
         sq_json_add(pj, "curve", cJSON_CreateNull());
     } else {
@@ -442,8 +467,10 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     sq_json_add(rep, "step_accepted", sq_json_int_array(iv, (size_t)r->steps));
     sq_json_add(rep, "tokens_per_step", ci_json(&pr->ci));
     cJSON *pred = cJSON_CreateObject();
-    sq_json_add(pred, "expected_tokens", r->dyn ? cJSON_CreateNull()
-                                                : cJSON_CreateNumber(r->plan->expected_tokens));
+    sq_json_add(pred, "expected_tokens",
+                !r->dyn ? cJSON_CreateNumber(r->plan->expected_tokens)
+                : r->dyn->expected_tokens > 0 ? cJSON_CreateNumber(r->dyn->expected_tokens)
+                                              : cJSON_CreateNull());
     sq_json_add(pred, "measured", cJSON_CreateNumber(pr->ci.mean));
     sq_json_add(pred, "within_ci95", cJSON_CreateBool(pr->within));
     sq_json_add(pred, "expected_tokens_with_measured_acceptance",

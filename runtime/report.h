@@ -78,6 +78,9 @@ typedef struct sq_run_dynamic {
     int                 B, max_new;
     const int          *seq_steps;        /* (B)                                    */
     const sq_step_info *infos;            /* (B, max_new)                           */
+    double              expected_tokens;  /* a dynamic plan's prediction (sequoia-run
+                                             --plan DYN.json), compared like a plan's;
+                                             0: none (--engine/--envelope)             */
 } sq_run_dynamic;
 
 /* Everything a run measured. The pooled fields (steps, step_tokens, acc) cover every sequence

@@ -30,6 +30,7 @@ typedef struct run_state {
     const char       *engine;
     sq_dyn_engine     eng;
     int               env_steps, env_topk, env_nodes;
+    double            env_expected;  /* a dynamic plan's expected_tokens; 0: --engine      */
     char              engine_name[32];
     sq_run_dynamic    dynrec;        /* its report section                                    */
     char              plan_label[512];
@@ -134,6 +135,7 @@ static int take_dynplan(const sq_run_opts *o, run_state *st, const sq_dynplan *p
     st->env_steps = p->steps;
     st->env_topk = p->topk;
     st->env_nodes = p->nodes;
+    st->env_expected = p->expected_tokens;
     sq_error e = {0};
     if ((rc = sq_dyntree_check(st->eng, p->steps, p->topk, p->nodes, &e)))
         return sq_error_set(err, rc, "%s: %s", o->plan_file, e.msg);
@@ -443,7 +445,7 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     r->plan_file = st->engine ? st->plan_label : o->plan_file;
     if (st->engine) {
         st->dynrec = (sq_run_dynamic){st->engine, st->env_steps, st->env_topk, st->env_nodes, B,
-                                      n, st->steps, st->infos};
+                                      n, st->steps, st->infos, st->env_expected};
         r->dyn = &st->dynrec;
     }
     r->prompt_file = st->prompt_file;

@@ -771,6 +771,7 @@ Test(dyntree, run_takes_a_dynamic_plan_as_its_engine_and_envelope, .timeout = 12
     char *out = NULL, *er = NULL;
     cr_assert_eq(tu_run(args1, &out, &er), 0, "%s", er);
     cr_assert(!strstr(er, "the dynamic plan was predicted for"), "the plan's mode: %s", er);
+    cr_assert(strstr(er, "sglang envelope 3,2,5, plan expects 1.500"), "%s", er);
     free(out);
     free(er);
     char *args2[] = {(char *)run, "--draft", dp, "--target", tp, "--engine", "sglang",
@@ -789,6 +790,14 @@ Test(dyntree, run_takes_a_dynamic_plan_as_its_engine_and_envelope, .timeout = 12
     cr_assert(dyn && cJSON_GetObjectItem(dyn, "trees"), "the report has the trees");
     cr_assert_str_eq(cJSON_GetObjectItem(dyn, "engine")->valuestring, "sglang");
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(dyn, "envelope"), "nodes")->valueint, 5);
+    /* the plan's prediction is compared with the measurement, as a static plan's */
+    cJSON *pred = cJSON_GetObjectItem(r, "prediction");
+    cr_assert_float_eq(cJSON_GetObjectItem(pred, "expected_tokens")->valuedouble, 1.5, 1e-12);
+    cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "plan"),
+                                           "expected_tokens")->valuedouble, 1.5, 1e-12);
+    cr_assert(strstr(cJSON_GetObjectItem(pred, "explanation")->valuestring,
+                     "the dynamic plan's expected_tokens 1.5000"),
+              "%s", cJSON_GetObjectItem(pred, "explanation")->valuestring);
     cJSON_Delete(r);
     free(text);
 
