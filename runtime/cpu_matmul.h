@@ -23,8 +23,9 @@
 #include "runtime/cpu_pool.h"
 #include "runtime/model.h"
 
-/* Largest n the skinny product is used for; above it sq_cpu_matmul calls cblas_sgemm. */
-#define SQ_CPU_SKINNY_MAX 16
+/* Most rows any path's skinny product is used for; each path and weight dtype has its own
+ * threshold up to this (sq_cpu_skinny_rows), above which sq_cpu_matmul calls cblas_sgemm. */
+#define SQ_CPU_SKINNY_MAX 64
 
 /* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate != 0), all row-major, its output
  * columns split over the pool's workers (on the calling thread alone when the product is too
@@ -48,6 +49,16 @@ void sq_cpu_matmul_skinny(float *out, const float *in, const float *w, int n, in
                           int accumulate, int o0, int o1);
 void sq_cpu_matmul_skinny_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,
                                 int n, int d_in, int d_out, int accumulate, int o0, int o1);
+
+/* The BLAS path on the calling thread whatever n: cblas_sgemm on float32 weights, on panels of
+ * widened 16-bit ones (benchmarks and tests compare it with the skinny product). */
+void sq_cpu_matmul_blas_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,
+                              int n, int d_in, int d_out, int accumulate);
+
+/* Rows up to which the path in use (sq_cpu_isa_get) takes the skinny product for weights of
+ * dtype wdt: where it measured at least as fast as OpenBLAS (docs/benchmarks.md, "The skinny
+ * product"); at most SQ_CPU_SKINNY_MAX. */
+int sq_cpu_skinny_rows(sq_weight_dtype wdt);
 
 /* count values of dtype dt (F32, F16, BF16) at src as float32 at dst: the BLAS path's panels
  * and the embedding's rows, on the instruction set in use. */
