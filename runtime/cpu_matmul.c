@@ -40,7 +40,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 /* The register block of each instruction set's skinny kernel, R weight rows x J input rows
  * (runtime/cpu_matmul_isa.h), chosen by measurement: docs/benchmarks.md, "The skinny product". */
 #define SQ_CPU_BLOCK_SCALAR_R 4
-#define SQ_CPU_BLOCK_SCALAR_J 3
+#define SQ_CPU_BLOCK_SCALAR_J 2
 #define SQ_CPU_BLOCK_SCALAR_XFIRST 1
 #define SQ_CPU_BLOCK_AVX2_R 3
 #define SQ_CPU_BLOCK_AVX2_J 3
@@ -170,17 +170,17 @@ static int wt_of(sq_weight_dtype dt)
 
 /* Rows up to which each path's skinny kernel is at least as fast as OpenBLAS, per weight dtype
  * (F32, BF16, F16; above, sgemm on the weights or on widened panels), measured with
- * tests/bench/bench_skinny.c: docs/benchmarks.md, "The skinny product". */
+ * tests/bench/bench_skinny.c: docs/benchmarks.md, "The skinny product". None below
+ * SQ_CPU_SKINNY_MAX (runtime/cpu_matmul.h). */
 static const int skinny_rows_table[4][3] = {
     [SQ_CPU_ISA_SCALAR] = {64, 64, 64},
-    [SQ_CPU_ISA_AVX2]   = {64, 64, 64},
-    [SQ_CPU_ISA_AVX512] = {64, 64, 64},
+    [SQ_CPU_ISA_AVX2]   = {40, 48, 48},
+    [SQ_CPU_ISA_AVX512] = {32, 32, 32},
 };
 
 int sq_cpu_skinny_rows(sq_weight_dtype wdt)
 {
-    int r = skinny_rows_table[sq_cpu_isa_get()][wt_of(wdt)];
-    return r < SQ_CPU_SKINNY_MAX ? r : SQ_CPU_SKINNY_MAX;
+    return skinny_rows_table[sq_cpu_isa_get()][wt_of(wdt)];
 }
 
 void sq_cpu_matmul_skinny_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,

@@ -19,8 +19,11 @@
  * parts done, waited longer than this and longer than its own parts took: a worker was
  * preempted inside a part. */
 #define POOL_MISS_WAIT_S 1e-3
+/* Dispatches in a row in which the caller ran every part while workers slept before it counts
+ * as a miss. */
+#define POOL_ASLEEP_RUNS 4
 /* The longest stretch of dispatches run on the caller alone after misses in a row. */
-#define POOL_SOLO_MAX 4096
+#define POOL_SOLO_MAX 1024
 
 static inline void cpu_relax(void)
 {
@@ -162,6 +165,7 @@ void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts)
     p->arg = arg;
     atomic_store_explicit(&p->left, parts, memory_order_relaxed);
     const uint32_t gen = gen_of(atomic_load(&p->claim)) + 1;
+    const int asleep = atomic_load(&p->sleeping);
     /* sequentially consistent, like the sleepers' count below and in wait_dispatch: a worker
      * either sees the new generation before it sleeps or is counted and woken */
     atomic_store(&p->claim, (uint64_t)gen << 32 | (uint64_t)parts << 16);
@@ -179,12 +183,21 @@ void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts)
         wait_done(p);
         waited = now_s() - t1;
     }
-    if (mine == parts || (waited > POOL_MISS_WAIT_S && waited > own)) {
+    /* workers that were asleep take tens of microseconds to wake: the caller running every part
+     * then says little (after a stretch on the caller alone they always are), unless it keeps
+     * happening */
+    int miss = waited > POOL_MISS_WAIT_S && waited > own;
+    if (mine == parts)
+        miss |= asleep == 0 || ++p->asleep_runs >= POOL_ASLEEP_RUNS;
+    if (miss) {
         p->misses++;
+        p->asleep_runs = 0;
         p->solo = p->backoff;
         p->backoff = p->backoff * 2 > POOL_SOLO_MAX ? POOL_SOLO_MAX : p->backoff * 2;
-    } else if (p->backoff > 1) {
-        p->backoff /= 2;
+    } else if (mine < parts) {
+        p->asleep_runs = 0;
+        if (p->backoff > 1)
+            p->backoff /= 2;
     }
     pthread_mutex_unlock(&p->run_mu);
 }

@@ -2,6 +2,7 @@
  *
  *   bench-skinny [--isa scalar,avx2,avx512] [--dtype f32,bf16,f16] [--rows 1-64]
  *                [--reps R] [--ms M] [--model DIR]... [--blocks] [--shapes] [--wall]
+ *                [--per-matrix] [--same-blas]
  *
  * For every path this CPU has (forced with sq_cpu_isa_set), every weight dtype and every row
  * count n, it times on one thread, interleaved repetition by repetition (ours, then OpenBLAS,
@@ -99,6 +100,20 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
 #undef ISA_J
 #undef ISA_XFIRST
 #define ISA_XFIRST 1
+#define ISA_SFX sx3x3
+#define ISA_R 3
+#define ISA_J 3
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_R
+#undef ISA_J
+#define ISA_SFX sx4x2
+#define ISA_R 4
+#define ISA_J 2
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_R
+#undef ISA_J
 #define ISA_SFX sx4x3
 #define ISA_R 4
 #define ISA_J 3
@@ -275,6 +290,8 @@ static const block blocks[] = {
     {SQ_CPU_ISA_SCALAR, "3x3", skinny_s3x3},
     {SQ_CPU_ISA_SCALAR, "2x4", skinny_s2x4},
     {SQ_CPU_ISA_SCALAR, "x4x3", skinny_sx4x3},
+    {SQ_CPU_ISA_SCALAR, "x3x3", skinny_sx3x3},
+    {SQ_CPU_ISA_SCALAR, "x4x2", skinny_sx4x2},
 #if BENCH_X86
     {SQ_CPU_ISA_AVX2, "4x3", skinny_a4x3},
     {SQ_CPU_ISA_AVX2, "3x4", skinny_a3x4},
@@ -396,6 +413,7 @@ static const char *const dtype_names[3] = {"f32", "bf16", "f16"};
 static const int wt_code[3] = {WT_F32, WT_BF16, WT_F16};
 
 static float *in_buf, *out_buf;
+static int per_matrix;   /* --per-matrix: each matrix's medians too */
 
 /* One product of matrix t with n rows by kind k (dtype index d; block b for K_BLOCK). */
 static void product(int k, const mat *t, int d, int n, const block *b)
@@ -453,6 +471,15 @@ static void measure(const model *m, int d, int n, const int *kinds, const block 
                 per[i][kk][r] = s;
                 tot[kk][r] += s * m->mats[i].count;
             }
+    if (per_matrix)
+        for (int i = 0; i < m->n_mats; i++) {
+            printf("#   n %d %dx%d:", n, m->mats[i].d_out, m->mats[i].d_in);
+            double z = median(per[i][nk - 1], reps);
+            for (int k = 0; k < nk; k++)
+                printf(" %.4f ms (%.3f)", median(per[i][k], reps) * 1e3,
+                       median(per[i][k], reps) / z);
+            printf("\n");
+        }
     for (int k = 0; k < nk; k++) {
         med[k] = median(tot[k], reps);
         worst[k] = 0;
@@ -553,7 +580,7 @@ int main(int argc, char **argv)
         {"ms", required_argument, 0, 'm'},   {"model", required_argument, 0, 'M'},
         {"blocks", no_argument, 0, 'b'},     {"shapes", no_argument, 0, 's'},
         {"wall", no_argument, 0, 'w'},       {"child", no_argument, 0, 'c'},
-        {"same-blas", no_argument, 0, 'S'},
+        {"same-blas", no_argument, 0, 'S'},  {"per-matrix", no_argument, 0, 'P'},
         {0, 0, 0, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -600,6 +627,7 @@ int main(int argc, char **argv)
         case 'w': use_wall = 1; break;
         case 'c': child = 1; break;
         case 'S': same_blas = 1; break;
+        case 'P': per_matrix = 1; break;
         default:
             fprintf(stderr, "usage: bench-skinny [--isa LIST] [--dtype LIST] [--rows LIST] "
                             "[--reps R] [--ms M] [--model DIR]... [--blocks]\n");
