@@ -42,7 +42,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define SQ_CPU_BLOCK_SCALAR_R 4
 #define SQ_CPU_BLOCK_SCALAR_J 2
 #define SQ_CPU_BLOCK_SCALAR_XFIRST 1
-#define SQ_CPU_BLOCK_AVX2_R 3
+#define SQ_CPU_BLOCK_AVX2_R 4
 #define SQ_CPU_BLOCK_AVX2_J 3
 #define SQ_CPU_BLOCK_AVX2_XFIRST 1
 #define SQ_CPU_BLOCK_AVX512_R 6
@@ -55,6 +55,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define ISA_SFX scalar
 #define ISA_VL 4
 #define ISA_F16 0
+#define ISA_FMA 0
 #define ISA_R SQ_CPU_BLOCK_SCALAR_R
 #define ISA_J SQ_CPU_BLOCK_SCALAR_J
 #define ISA_XFIRST SQ_CPU_BLOCK_SCALAR_XFIRST
@@ -62,6 +63,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #undef ISA_SFX
 #undef ISA_VL
 #undef ISA_F16
+#undef ISA_FMA
 #undef ISA_R
 #undef ISA_J
 #undef ISA_XFIRST
@@ -72,6 +74,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define ISA_SFX avx2
 #define ISA_VL 8
 #define ISA_F16 1
+#define ISA_FMA 1
 #define ISA_R SQ_CPU_BLOCK_AVX2_R
 #define ISA_J SQ_CPU_BLOCK_AVX2_J
 #define ISA_XFIRST SQ_CPU_BLOCK_AVX2_XFIRST
@@ -79,6 +82,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #undef ISA_SFX
 #undef ISA_VL
 #undef ISA_F16
+#undef ISA_FMA
 #undef ISA_R
 #undef ISA_J
 #undef ISA_XFIRST
@@ -89,6 +93,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define ISA_SFX avx512
 #define ISA_VL 16
 #define ISA_F16 2
+#define ISA_FMA 1
 #define ISA_R SQ_CPU_BLOCK_AVX512_R
 #define ISA_J SQ_CPU_BLOCK_AVX512_J
 #define ISA_XFIRST SQ_CPU_BLOCK_AVX512_XFIRST
@@ -96,6 +101,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #undef ISA_SFX
 #undef ISA_VL
 #undef ISA_F16
+#undef ISA_FMA
 #undef ISA_R
 #undef ISA_J
 #undef ISA_XFIRST
@@ -174,8 +180,8 @@ static int wt_of(sq_weight_dtype dt)
  * SQ_CPU_SKINNY_MAX (runtime/cpu_matmul.h). */
 static const int skinny_rows_table[4][3] = {
     [SQ_CPU_ISA_SCALAR] = {64, 64, 64},
-    [SQ_CPU_ISA_AVX2]   = {40, 48, 48},
-    [SQ_CPU_ISA_AVX512] = {32, 32, 32},
+    [SQ_CPU_ISA_AVX2]   = {48, 56, 64},
+    [SQ_CPU_ISA_AVX512] = {44, 44, 44},
 };
 
 int sq_cpu_skinny_rows(sq_weight_dtype wdt)

@@ -25,8 +25,8 @@
 #include "runtime/cpu_pool.h"
 #include "runtime/model.h"
 
-/* Rows up to which every path takes the skinny product, whatever the weights' dtype (the
- * smallest of the thresholds sq_cpu_skinny_rows; the largest is 64): up to it, splitting the
+/* Rows up to which every path takes the skinny product, whatever the weights' dtype (no
+ * threshold of sq_cpu_skinny_rows is below it; the largest is 64): up to it, splitting the
  * columns over threads gives bitwise the one-thread product. */
 #define SQ_CPU_SKINNY_MAX 32
 

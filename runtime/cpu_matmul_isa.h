@@ -4,6 +4,7 @@
  *   ISA_VL   float lanes of one vector: 16 (a zmm), 8 (a ymm) or 4 (SSE2 / NEON / generic)
  *   ISA_F16  how VL f16 values widen: 2 AVX-512F's vcvtph2ps, 1 F16C's, 0 integer arithmetic
  *            on the vector (exact, the result of libsequoia/base/half.h up to NaN payloads)
+ *   ISA_FMA  1: the multiply-adds are fused (_mm512/_mm256_fmadd_ps); 0: a multiply and an add
  *   ISA_R, ISA_J  the register block: R weight rows times J input rows
  *   ISA_XFIRST    1: a step loads the J input vectors, then the weight vectors one at a time
  *                 (R x J + J + 1 registers); 0: the R weight vectors, then the inputs one at a
@@ -150,6 +151,18 @@ static inline __attribute__((always_inline)) void ISA_FN(ld)(VF *out, const void
     *out = v;
 }
 
+/* acc += a * b on lvalues of type VF, fused on the sets with FMA: ISO C (-std=c11) turns off
+ * GCC's contraction of a * b + c, and separate multiplies and adds run at half the rate with
+ * twice the latency. A macro, not a function: a pointer to an accumulator would keep the block's
+ * accumulators in memory. */
+#if ISA_FMA && ISA_VL == 16
+#define ISA_MADD(acc, a, b) ((acc) = (VF)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(acc)))
+#elif ISA_FMA && ISA_VL == 8
+#define ISA_MADD(acc, a, b) ((acc) = (VF)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(acc)))
+#else
+#define ISA_MADD(acc, a, b) ((acc) += (a) * (b))
+#endif
+
 /* One R x J block: output columns o .. o+R-1 from weight rows wo .. wo+R-1 of w. R, J and WT are
  * constants at every call site, so the loops over them unroll and the accumulators live in
  * registers. */
@@ -187,7 +200,7 @@ static inline __attribute__((always_inline)) void ISA_FN(block)(float *out, cons
             ISA_FN(ld)(&wv, w, wr[r] + (size_t)k, WT);
 #pragma GCC unroll 8
             for (int i = 0; i < J; i++)
-                acc[r][i] += wv * xv[i];
+                ISA_MADD(acc[r][i], wv, xv[i]);
         }
 #else
         /* the R weight vectors in registers, then one input vector at a time */
@@ -201,7 +214,7 @@ static inline __attribute__((always_inline)) void ISA_FN(block)(float *out, cons
             memcpy(&xv, xr[i] + k, sizeof xv);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
-                acc[r][i] += wv[r] * xv;
+                ISA_MADD(acc[r][i], wv[r], xv);
         }
 #endif
     }
@@ -314,6 +327,7 @@ static void ISA_FN(widen)(float *dst, const void *src, int wt, size_t count)
         dst[i] = ld1(src, i, wt);
 }
 
+#undef ISA_MADD
 #undef VF
 #undef VH
 #undef VU

@@ -68,6 +68,7 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
     X(avx512, 16, 2, 4, 3, z4x3) X(avx512, 16, 2, 8, 3, z8x3) X(avx512, 16, 2, 3, 6, z3x6)
 
 #define ISA_XFIRST 0
+#define ISA_FMA 0
 #define ISA_F16 0
 #define ISA_VL 4
 #define ISA_SFX s4x3
@@ -129,6 +130,8 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
 #if BENCH_X86
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#undef ISA_FMA
+#define ISA_FMA 1
 #define ISA_F16 1
 #define ISA_VL 8
 #define ISA_SFX a4x3
@@ -192,8 +195,11 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
 #undef ISA_XFIRST
 #define ISA_XFIRST 0
 #undef ISA_VL
-/* the block before issue 27: 4 x 4 accumulators of 16 lanes, two ymm each */
+/* the block before issue 27: 4 x 4 accumulators of 16 lanes, two ymm each, multiplies and adds
+ * not fused */
 #define ISA_VL 16
+#undef ISA_FMA
+#define ISA_FMA 0
 #undef ISA_F16
 #define ISA_F16 0
 #define ISA_SFX a16l4x4
@@ -209,6 +215,8 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,fma,f16c")
+#undef ISA_FMA
+#define ISA_FMA 1
 #define ISA_F16 2
 #define ISA_VL 16
 #define ISA_SFX z4x4
