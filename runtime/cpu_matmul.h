@@ -33,9 +33,9 @@
 /* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate != 0), all row-major, its output
  * columns split into parts over the pool's threads (on the calling thread alone when the
  * product is too small to pay for a dispatch): the skinny product for n <= sq_cpu_skinny_rows,
- * cblas_sgemm on each part's slice above. The backend keeps OpenBLAS single-threaded (its own threads spin
- * after each call and would compete with the pool for the cores), so every thread of a forward
- * is the pool's. */
+ * cblas_sgemm on each part's slice above. The backend keeps OpenBLAS single-threaded (its own
+ * threads spin after each call and would compete with the pool for the cores), so every thread
+ * of a forward is the pool's. */
 void sq_cpu_matmul(sq_pool *pool, float *out, const float *in, const float *w, int n, int d_in,
                    int d_out, int accumulate);
 /* The same with weights w of dtype wdt (F32, F16 or BF16): 16-bit weights widened inside the

@@ -22,7 +22,10 @@
 /* Dispatches in a row in which the caller ran every part while workers slept before it counts
  * as a miss. */
 #define POOL_ASLEEP_RUNS 4
-/* The longest stretch of dispatches run on the caller alone after misses in a row. */
+/* Dispatches in a row that must go well before the next solo stretch is halved: under load
+ * good and missed dispatches alternate, and the stretches must keep growing there. */
+#define POOL_GOOD_RUNS 64
+/* The longest stretch of dispatches run on the caller alone after misses. */
 #define POOL_SOLO_MAX 1024
 
 static inline void cpu_relax(void)
@@ -80,16 +83,12 @@ static uint32_t wait_dispatch(sq_pool *p, uint32_t seen)
             return g;
         cpu_relax();
     }
-    const double t0 = now_s();
-    for (;;) {
-        for (int i = 0; i < 32; i++) {
-            uint32_t g = gen_of(atomic_load_explicit(&p->claim, memory_order_acquire));
-            if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed))
-                return g;
-            sched_yield();
-        }
-        if (now_s() - t0 > POOL_YIELD_S)
-            break;
+    /* the clock read at every yield: on a busy core one yield can last a time slice */
+    for (const double t0 = now_s(); now_s() - t0 < POOL_YIELD_S;) {
+        uint32_t g = gen_of(atomic_load_explicit(&p->claim, memory_order_acquire));
+        if (g != seen || atomic_load_explicit(&p->stop, memory_order_relaxed))
+            return g;
+        sched_yield();
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleeping, 1);
@@ -126,15 +125,10 @@ static void wait_done(sq_pool *p)
             return;
         cpu_relax();
     }
-    const double t0 = now_s();
-    for (;;) {
-        for (int i = 0; i < 32; i++) {
-            if (atomic_load_explicit(&p->left, memory_order_acquire) == 0)
-                return;
-            sched_yield();
-        }
-        if (now_s() - t0 > POOL_YIELD_S)
-            break;
+    for (const double t0 = now_s(); now_s() - t0 < POOL_YIELD_S;) {
+        if (atomic_load_explicit(&p->left, memory_order_acquire) == 0)
+            return;
+        sched_yield();
     }
     pthread_mutex_lock(&p->mu);
     while (atomic_load(&p->left) > 0)
@@ -196,9 +190,13 @@ void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts)
         p->backoff = p->backoff * 2 > POOL_SOLO_MAX ? POOL_SOLO_MAX : p->backoff * 2;
     } else if (mine < parts) {
         p->asleep_runs = 0;
-        if (p->backoff > 1)
+        if (++p->good_runs >= POOL_GOOD_RUNS && p->backoff > 1) {
+            p->good_runs = 0;
             p->backoff /= 2;
+        }
     }
+    if (miss)
+        p->good_runs = 0;
     pthread_mutex_unlock(&p->run_mu);
 }
 

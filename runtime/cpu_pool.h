@@ -19,8 +19,8 @@
  *     microseconds to wake: the caller running every part then counts only after four
  *     dispatches in a row); after a miss the following dispatches run on the calling thread
  *     alone, without waking anybody, for a stretch that doubles with every miss (up to 1024
- *     dispatches) and halves with every dispatch that went well. Under load a forward thus
- *     costs about what it costs on one thread; on free cores nothing changes.
+ *     dispatches) and halves after every 64 dispatches in a row that went well. Under load a
+ *     forward thus costs about what it costs on one thread; on free cores nothing changes.
  * Contexts share one pool per thread count in a process (sq_pool_shared_acquire): the draft's
  * and the target's forwards alternate, and two pools would each keep a thread spinning for the
  * other's cores. Details: docs/runtime.md, "Threads on a shared machine". */
@@ -59,6 +59,7 @@ typedef struct sq_pool {
     int              solo;      /* dispatches still to run on the caller alone               */
     int              backoff;   /* the next solo stretch after a miss                        */
     int              asleep_runs; /* dispatches in a row the caller ran alone, workers asleep */
+    int              good_runs; /* dispatches in a row that went well                        */
     atomic_int       delay_us;  /* tests: a worker sleeps this long before it claims a part  */
     /* counters (read by benchmarks; not synchronised beyond the dispatch lock) */
     unsigned long    dispatches, misses, solo_runs;

@@ -4,7 +4,9 @@
  *
  * Times the one-token forward (forward of one token after a C-token prefix, then dropped) of
  * the model (default data/models/large, the 18M target) with 1 thread and with T threads
- * (default: the online CPUs, the tools' default), interleaved forward by forward, first on a
+ * (default: the online CPUs, the tools' default), interleaved batch by batch (a batch of 4
+ * forwards, the first untimed, 20 ms of sleep before each: the other pool's workers, spinning or
+ * yielding after its forwards, would otherwise take the cores from the one measured), first on a
  * quiet machine, then beside B busy loops (default: one per online CPU; child processes that
  * spin, killed at the end and when this program dies), and prints the medians and the ratios
  * T threads / 1 thread. The goal (issue 27): under load at most 1.5x the one-thread time under
@@ -128,27 +130,35 @@ static double one_token(ctx_run *c, int C, int32_t token)
     return now_s() - t0;
 }
 
-/* reps interleaved one-token forwards on a and b (which goes first alternates); medians into
- * *ta, *tb. */
+/* reps rounds; in each, a batch of BATCH one-token forwards on a, then one on b (which goes
+ * first alternates), the first forward of a batch untimed and 20 ms of sleep before each batch,
+ * so that the other context's pool workers are asleep (runtime/cpu_pool.h: they spin and yield
+ * for about 4 ms) and do not take the cores from the one measured; medians into *ta, *tb. */
+#define BATCH 4
+static void batch(ctx_run *c, int C, int r, double *v)
+{
+    usleep(20000);
+    one_token(c, C, (int32_t)(r * 7 + 3) % 200);
+    for (int k = 0; k < BATCH - 1; k++)
+        v[k] = one_token(c, C, (int32_t)(r * 7 + k + 4) % 200);
+}
+
 static void phase(ctx_run *a, ctx_run *b, int C, int reps, double *ta, double *tb)
 {
-    double *va = malloc(sizeof *va * (size_t)reps), *vb = malloc(sizeof *vb * (size_t)reps);
-    for (int w = 0; w < 3; w++) {   /* warm-up */
-        one_token(a, C, 1);
-        one_token(b, C, 1);
-    }
+    const int per = BATCH - 1;
+    double *va = malloc(sizeof *va * (size_t)reps * per);
+    double *vb = malloc(sizeof *vb * (size_t)reps * per);
     for (int r = 0; r < reps; r++) {
-        int32_t tok = (int32_t)(r * 7 + 3) % 200;
         if (r % 2) {
-            va[r] = one_token(a, C, tok);
-            vb[r] = one_token(b, C, tok);
+            batch(a, C, r, va + (size_t)r * per);
+            batch(b, C, r, vb + (size_t)r * per);
         } else {
-            vb[r] = one_token(b, C, tok);
-            va[r] = one_token(a, C, tok);
+            batch(b, C, r, vb + (size_t)r * per);
+            batch(a, C, r, va + (size_t)r * per);
         }
     }
-    *ta = median(va, reps);
-    *tb = median(vb, reps);
+    *ta = median(va, reps * per);
+    *tb = median(vb, reps * per);
     free(va);
     free(vb);
 }
@@ -158,7 +168,7 @@ int main(int argc, char **argv)
     sq_cpu_blas_reexec(argv);
     const char *model_dir = SQ_SOURCE_DIR "/data/models/large";
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = ncpu > 0 ? (int)ncpu : 1, busy = threads, reps = 41, prefix = 128;
+    int threads = ncpu > 0 ? (int)ncpu : 1, busy = threads, reps = 15, prefix = 128;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
         {"busy", required_argument, 0, 'b'},  {"reps", required_argument, 0, 'r'},
@@ -237,8 +247,9 @@ int main(int argc, char **argv)
     printf("# CPU: %s, %ld online; path %s; model %s (%s weights); load average at start %.2f\n",
            model_name, ncpu, sq_cpu_isa_name(sq_cpu_isa_get()), model_dir,
            sq_weight_dtype_name(sq_context_dtype(run[0].ctx)), load);
-    printf("# one-token forward after %d tokens, medians of %d interleaved forwards\n", prefix,
-           reps);
+    printf("# one-token forward after %d tokens, medians of %d forwards: %d rounds of a batch of %d "
+           "on each thread count (first untimed), interleaved\n", prefix, reps * (BATCH - 1), reps,
+           BATCH);
     printf("%-28s %10s %10s %8s %12s\n", "", "1 thread", "threads", "ratio", "CPU s/wall s");
 
     sq_pool *pool = sq_pool_shared_acquire(threads);   /* the forward's pool: its counters */
