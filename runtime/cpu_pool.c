@@ -15,13 +15,12 @@
  * Longer than the gaps between the forwards of a decoding step (the draft's levels, then the
  * target's verify), shorter than a pause between requests. */
 #define POOL_YIELD_S 4e-3
-/* A dispatch is a miss when the workers ran none of its parts, or when the caller, its own
- * parts done, waited longer than this and longer than its own parts took: a worker was
- * preempted inside a part. */
+/* A dispatch is a miss when the caller, its own parts done, waited longer than this and longer
+ * than its own parts took (a worker was preempted inside a part), or when it is the
+ * POOL_IDLE_RUNS-th in a row in which the workers took no part. */
 #define POOL_MISS_WAIT_S 1e-3
-/* Dispatches in a row in which the caller ran every part while workers slept before it counts
- * as a miss. */
-#define POOL_ASLEEP_RUNS 4
+/* Dispatches in a row in which the workers took no part before that counts as a miss. */
+#define POOL_IDLE_RUNS 16
 /* Dispatches in a row that must go well before the next solo stretch is halved: under load
  * good and missed dispatches alternate, and the stretches must keep growing there. */
 #define POOL_GOOD_RUNS 64
@@ -159,7 +158,6 @@ void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts)
     p->arg = arg;
     atomic_store_explicit(&p->left, parts, memory_order_relaxed);
     const uint32_t gen = gen_of(atomic_load(&p->claim)) + 1;
-    const int asleep = atomic_load(&p->sleeping);
     /* sequentially consistent, like the sleepers' count below and in wait_dispatch: a worker
      * either sees the new generation before it sleeps or is counted and woken */
     atomic_store(&p->claim, (uint64_t)gen << 32 | (uint64_t)parts << 16);
@@ -177,19 +175,19 @@ void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts)
         wait_done(p);
         waited = now_s() - t1;
     }
-    /* workers that were asleep take tens of microseconds to wake: the caller running every part
-     * then says little (after a stretch on the caller alone they always are), unless it keeps
-     * happening */
+    /* a worker that took no part cost nothing but its wake-up: the caller ran its parts. Only
+     * when that keeps happening (workers that never get a core) are they no longer woken */
     int miss = waited > POOL_MISS_WAIT_S && waited > own;
     if (mine == parts)
-        miss |= asleep == 0 || ++p->asleep_runs >= POOL_ASLEEP_RUNS;
+        miss |= ++p->idle_runs >= POOL_IDLE_RUNS;
+    else
+        p->idle_runs = 0;
     if (miss) {
         p->misses++;
-        p->asleep_runs = 0;
+        p->idle_runs = 0;
         p->solo = p->backoff;
         p->backoff = p->backoff * 2 > POOL_SOLO_MAX ? POOL_SOLO_MAX : p->backoff * 2;
     } else if (mine < parts) {
-        p->asleep_runs = 0;
         if (++p->good_runs >= POOL_GOOD_RUNS && p->backoff > 1) {
             p->good_runs = 0;
             p->backoff /= 2;

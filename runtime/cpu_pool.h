@@ -13,14 +13,14 @@
  *     spin on the dispatch counter for tens of microseconds (a dispatch's gap on a quiet
  *     machine), then call sched_yield for a few milliseconds (free when nothing else wants the
  *     core, the core given away when something does), then sleep on a condition variable;
- *   - falling back to one thread: a dispatch where the workers took no part although they were
- *     awake, or where the caller waited for a started part longer than a scheduling quantum (a
- *     worker preempted inside it), counts as a miss (workers that were asleep take tens of
- *     microseconds to wake: the caller running every part then counts only after four
- *     dispatches in a row); after a miss the following dispatches run on the calling thread
- *     alone, without waking anybody, for a stretch that doubles with every miss (up to 1024
- *     dispatches) and halves after every 64 dispatches in a row that went well. Under load a
- *     forward thus costs about what it costs on one thread; on free cores nothing changes.
+ *   - falling back to one thread: a dispatch where the caller waited for a started part longer
+ *     than a scheduling quantum (a worker preempted inside it) counts as a miss, and so does
+ *     the 16th dispatch in a row in which the workers took no part (a worker that takes none
+ *     costs only its wake-up: the caller runs its parts); after a miss the following dispatches
+ *     run on the calling thread alone, without waking anybody, for a stretch that doubles with
+ *     every miss (up to 1024 dispatches) and halves after every 64 dispatches in a row that went
+ *     well. Under load a forward thus costs about what it costs on one thread, or less when the
+ *     workers still get some time; on free cores nothing changes.
  * Contexts share one pool per thread count in a process (sq_pool_shared_acquire): the draft's
  * and the target's forwards alternate, and two pools would each keep a thread spinning for the
  * other's cores. Details: docs/runtime.md, "Threads on a shared machine". */
@@ -58,7 +58,7 @@ typedef struct sq_pool {
     void            *arg;
     int              solo;      /* dispatches still to run on the caller alone               */
     int              backoff;   /* the next solo stretch after a miss                        */
-    int              asleep_runs; /* dispatches in a row the caller ran alone, workers asleep */
+    int              idle_runs; /* dispatches in a row in which the workers took no part     */
     int              good_runs; /* dispatches in a row that went well                        */
     atomic_int       delay_us;  /* tests: a worker sleeps this long before it claims a part  */
     /* counters (read by benchmarks; not synchronised beyond the dispatch lock) */

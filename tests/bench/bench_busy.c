@@ -168,7 +168,7 @@ int main(int argc, char **argv)
     sq_cpu_blas_reexec(argv);
     const char *model_dir = SQ_SOURCE_DIR "/data/models/large";
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = ncpu > 0 ? (int)ncpu : 1, busy = threads, reps = 15, prefix = 128;
+    int threads = ncpu > 0 ? (int)ncpu : 1, busy = threads, reps = 40, prefix = 128;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
         {"busy", required_argument, 0, 'b'},  {"reps", required_argument, 0, 'r'},
