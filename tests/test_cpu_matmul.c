@@ -1,5 +1,9 @@
 /* Suite 'cpu-matmul': the CPU backend's weight products and its worker pool
  * (runtime/cpu_matmul.h, runtime/cpu_pool.h).
+ *   - every path this CPU has, forced (scalar, avx2, avx512), every row count 1..64, odd widths
+ *     and heights: the product the runtime calls (skinny or BLAS by the path's threshold) and
+ *     the skinny kernel alone, on whole and split column ranges, equal a double-precision
+ *     reference within float32 summation's bound;
  *   - the product equals a double-precision reference on random shapes, skinny and BLAS sizes,
  *     widths that are not multiples of 16 and heights not multiples of 4, with and without
  *     accumulation, within the bound of float32 summation;
