@@ -25,10 +25,10 @@
  * rows.
  *
  * 16-bit weights are widened to float32 in registers as they are loaded (WT, a constant at every
- * call site): bf16 is a 16-bit shift of each lane, f16 the conversion of ISA_F16. With more than
- * J input rows each weight would be widened once per J-block, so R rows at a time are widened
- * once into a float32 buffer (R x d_in floats, L1-sized for the models' widths) and the float32
- * block runs on it. Either way the products and sums are the float32 kernel's on the widened
+ * call site): bf16 is a 16-bit shift of each lane, f16 the conversion of ISA_F16. With many
+ * input rows each weight would be widened once per J-block, so above ISA_WIDEN_ROWS rows R rows
+ * at a time are widened once into a float32 buffer (R x d_in floats, L1-sized for the models'
+ * widths) and the float32 block runs on it. Either way the products and sums are the float32 kernel's on the widened
  * values, so a 16-bit matrix gives bitwise the float32 result of its widened copy. */
 
 /* ---- once: what every instruction set's body uses ---------------------------------------- */
@@ -65,6 +65,15 @@ static inline __attribute__((always_inline)) float ld1(const void *w, size_t i, 
     return ((const float *)w)[i];
 }
 #endif
+
+/* Rows above which 16-bit weights of type WT are widened once into a buffer: on the portable
+ * path as soon as there are two blocks of inputs (its f16 conversion is a dozen instructions a
+ * vector); where one instruction converts (f16 with F16C or AVX-512F, bf16 on AVX-512), widening
+ * in registers again for each block costs less than the buffer's store and reload up to four
+ * blocks; bf16 on AVX2 needs a register more than the 16 the 4 x 3 block leaves (measured with
+ * tests/bench/bench_skinny.c). */
+#define ISA_WIDEN_ROWS(WT)                                                                      \
+    ((((WT) == WT_F16 && ISA_F16 != 0) || ((WT) == WT_BF16 && ISA_VL == 16)) ? 4 * ISA_J : ISA_J)
 
 #define ISA_CAT2(a, b) a##_##b
 #define ISA_CAT(a, b)  ISA_CAT2(a, b)
@@ -268,7 +277,7 @@ static inline __attribute__((always_inline)) void ISA_FN(skinny_wt)(float *out, 
                                                                     int accumulate, int o0,
                                                                     int o1, const int WT)
 {
-    if (WT != WT_F32 && n > ISA_J) {
+    if (WT != WT_F32 && n > ISA_WIDEN_ROWS(WT)) {
         /* several J-blocks would widen every 16-bit weight again: widen R rows once into a
          * float32 buffer (the same values) and run the float32 block on it */
         float *buf = malloc(sizeof(float) * ISA_R * (size_t)d_in + 1);
@@ -327,6 +336,7 @@ static void ISA_FN(widen)(float *dst, const void *src, int wt, size_t count)
         dst[i] = ld1(src, i, wt);
 }
 
+#undef ISA_WIDEN_ROWS
 #undef ISA_MADD
 #undef VF
 #undef VH
