@@ -244,16 +244,17 @@ static inline __attribute__((always_inline)) void ISA_FN(block)(float *out, cons
 }
 
 /* All input rows against R weight rows at wo (output columns at o), in J-blocks; a last
- * partial block of one row runs as such (a streaming dot product); of more rows, on float32
- * weights, as a full block with its missing rows repeated and not stored: the partial block's
- * code ran slower than the full one (hot caches, AVX-512: 3 rows 1.39 ms against 4 rows 0.97 ms
- * for the 18M model's matrices), so the time fell from n to n + 1. With 16-bit weights widened
- * in registers the partial block is faster and stays. An element's sum does not depend on the
- * block. */
+ * partial block of one row runs as such (a streaming dot product); of more rows, when PAD (the
+ * model's float32 weights), as a full block with its missing rows repeated and not stored: the
+ * partial block's code ran slower than the full one (hot caches, AVX-512: 3 rows 1.39 ms against
+ * 4 rows 0.97 ms for the 18M model's matrices), so the time fell from n to n + 1. With 16-bit
+ * weights, widened in registers or in the L1 buffer, the partial block measured faster and
+ * stays. An element's sum does not depend on the block. */
 static inline __attribute__((always_inline)) void ISA_FN(rows)(float *out, const float *in,
                                                                const void *w, int n, int d_in,
                                                                int d_out, int accumulate, int o,
-                                                               int wo, const int R, const int WT)
+                                                               int wo, const int R, const int WT,
+                                                               const int PAD)
 {
     int j = 0;
     for (; j + ISA_J <= n; j += ISA_J)
@@ -262,11 +263,11 @@ static inline __attribute__((always_inline)) void ISA_FN(rows)(float *out, const
         ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, 1, R, 1, WT);
         return;
     }
-    if (n - j > 1 && WT == WT_F32) {
+    if (n - j > 1 && PAD) {
         ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, n - j, R, ISA_J, WT);
         return;
     }
-    switch (n - j) {   /* 16-bit weights in registers: the partial block measured faster */
+    switch (n - j) {   /* 16-bit weights: the partial block measured faster */
 #if ISA_J > 5
     case 5: ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, 5, R, 5, WT); break;
 #endif
@@ -301,11 +302,12 @@ static inline __attribute__((always_inline)) void ISA_FN(skinny_wt)(float *out, 
                 ISA_FN(widen)(buf, (const uint16_t *)w + (size_t)o * (size_t)d_in, WT,
                               (size_t)r * (size_t)d_in);
                 if (r == ISA_R)
-                    ISA_FN(rows)(out, in, buf, n, d_in, d_out, accumulate, o, 0, ISA_R, WT_F32);
+                    ISA_FN(rows)(out, in, buf, n, d_in, d_out, accumulate, o, 0, ISA_R, WT_F32,
+                                 0);
                 else
                     for (int k = 0; k < r; k++)
                         ISA_FN(rows)(out, in, buf, n, d_in, d_out, accumulate, o + k, k, 1,
-                                     WT_F32);
+                                     WT_F32, 0);
             }
             free(buf);
             return;
@@ -313,9 +315,9 @@ static inline __attribute__((always_inline)) void ISA_FN(skinny_wt)(float *out, 
     }
     int o = o0;
     for (; o + ISA_R <= o1; o += ISA_R)
-        ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, ISA_R, WT);
+        ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, ISA_R, WT, WT == WT_F32);
     for (; o < o1; o++)
-        ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, 1, WT);
+        ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, 1, WT, WT == WT_F32);
 }
 
 /* The skinny product for weights of dtype wt (one compiled body per dtype). */
