@@ -23,9 +23,6 @@
 #define SQ_CPU_X86 0
 #endif
 
-/* The weights' element type inside the kernels (a constant per compiled body). */
-enum { WT_F32 = 0, WT_BF16 = 1, WT_F16 = 2 };
-
 /* Floats of one thread's panel of widened 16-bit weights on the BLAS path (1 MiB): large
  * enough for sgemm to run at its rate (64 rows of 4096), small enough to stay in L2. */
 #define SQ_CPU_PANEL_FLOATS (1 << 18)
@@ -37,65 +34,77 @@ char *openblas_get_corename(void) __attribute__((weak));
 /* Below this many multiply-adds a skinny product runs on the calling thread only: a dispatch
  * costs a few microseconds, the product about 1 ns per 16 multiply-adds. */
 #define MATMUL_PARALLEL_MIN_WORK (1 << 16)
+/* Parts of a skinny product per thread of the pool. */
+#define MATMUL_PARTS_PER_THREAD 4
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-typedef uint16_t v16h __attribute__((vector_size(32)));
-typedef uint32_t v16u __attribute__((vector_size(64)));
-
-/* The 16 lanes of *a summed as a tree of halves (8 + 8, 4 + 4, then 4 scalars): a sequential sum
- * would be a chain of 15 dependent adds per accumulator and cost more than the dot product. */
-static inline __attribute__((always_inline)) float hsum16(const v16f *a)
-{
-    v8f lo, hi;
-    memcpy(&lo, a, sizeof lo);
-    memcpy(&hi, (const char *)a + sizeof lo, sizeof hi);
-    lo += hi;
-    v4f l4, h4;
-    memcpy(&l4, &lo, sizeof l4);
-    memcpy(&h4, (const char *)&lo + sizeof l4, sizeof h4);
-    l4 += h4;
-    return (l4[0] + l4[2]) + (l4[1] + l4[3]);
-}
-
-
-/* One scalar weight (the tails of d_in not a multiple of 16) as float32. */
-static inline __attribute__((always_inline)) float ld1(const void *w, size_t i, int wt)
-{
-    if (wt == WT_BF16)
-        return sq_bf16_to_f32(((const uint16_t *)w)[i]);
-    if (wt == WT_F16)
-        return sq_f16_to_f32(((const uint16_t *)w)[i]);
-    return ((const float *)w)[i];
-}
+/* The register block of each instruction set's skinny kernel, R weight rows x J input rows
+ * (runtime/cpu_matmul_isa.h), chosen by measurement: docs/benchmarks.md, "The skinny product". */
+#define SQ_CPU_BLOCK_SCALAR_R 4
+#define SQ_CPU_BLOCK_SCALAR_J 2
+#define SQ_CPU_BLOCK_SCALAR_XFIRST 1
+#define SQ_CPU_BLOCK_AVX2_R 4
+#define SQ_CPU_BLOCK_AVX2_J 3
+#define SQ_CPU_BLOCK_AVX2_XFIRST 1
+#define SQ_CPU_BLOCK_AVX512_R 6
+#define SQ_CPU_BLOCK_AVX512_J 4
+#define SQ_CPU_BLOCK_AVX512_XFIRST 1
 
 /* The kernels, once per instruction set. The set is chosen by the CPU's features
  * (__builtin_cpu_supports), not by its model name: GCC's target_clones("arch=...") dispatches on
  * the exact CPU model and falls back to the baseline on newer CPUs of the same family. */
 #define ISA_SFX scalar
+#define ISA_VL 4
 #define ISA_F16 0
+#define ISA_FMA 0
+#define ISA_R SQ_CPU_BLOCK_SCALAR_R
+#define ISA_J SQ_CPU_BLOCK_SCALAR_J
+#define ISA_XFIRST SQ_CPU_BLOCK_SCALAR_XFIRST
 #include "runtime/cpu_matmul_isa.h"
 #undef ISA_SFX
+#undef ISA_VL
 #undef ISA_F16
+#undef ISA_FMA
+#undef ISA_R
+#undef ISA_J
+#undef ISA_XFIRST
 
 #if SQ_CPU_X86
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #define ISA_SFX avx2
+#define ISA_VL 8
 #define ISA_F16 1
+#define ISA_FMA 1
+#define ISA_R SQ_CPU_BLOCK_AVX2_R
+#define ISA_J SQ_CPU_BLOCK_AVX2_J
+#define ISA_XFIRST SQ_CPU_BLOCK_AVX2_XFIRST
 #include "runtime/cpu_matmul_isa.h"
 #undef ISA_SFX
+#undef ISA_VL
 #undef ISA_F16
+#undef ISA_FMA
+#undef ISA_R
+#undef ISA_J
+#undef ISA_XFIRST
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,fma,f16c")
 #define ISA_SFX avx512
+#define ISA_VL 16
 #define ISA_F16 2
+#define ISA_FMA 1
+#define ISA_R SQ_CPU_BLOCK_AVX512_R
+#define ISA_J SQ_CPU_BLOCK_AVX512_J
+#define ISA_XFIRST SQ_CPU_BLOCK_AVX512_XFIRST
 #include "runtime/cpu_matmul_isa.h"
 #undef ISA_SFX
+#undef ISA_VL
 #undef ISA_F16
+#undef ISA_FMA
+#undef ISA_R
+#undef ISA_J
+#undef ISA_XFIRST
 #pragma GCC pop_options
 #endif
 
@@ -165,6 +174,21 @@ static int wt_of(sq_weight_dtype dt)
     return dt == SQ_DTYPE_BF16 ? WT_BF16 : dt == SQ_DTYPE_F16 ? WT_F16 : WT_F32;
 }
 
+/* Rows up to which each path's skinny kernel is at least as fast as OpenBLAS, per weight dtype
+ * (F32, BF16, F16; above, sgemm on the weights or on widened panels), measured with
+ * tests/bench/bench_skinny.c: docs/benchmarks.md, "The skinny product". None below
+ * SQ_CPU_SKINNY_MAX (runtime/cpu_matmul.h). */
+static const int skinny_rows_table[4][3] = {
+    [SQ_CPU_ISA_SCALAR] = {64, 64, 64},
+    [SQ_CPU_ISA_AVX2]   = {48, 56, 64},
+    [SQ_CPU_ISA_AVX512] = {44, 44, 44},
+};
+
+int sq_cpu_skinny_rows(sq_weight_dtype wdt)
+{
+    return skinny_rows_table[sq_cpu_isa_get()][wt_of(wdt)];
+}
+
 void sq_cpu_matmul_skinny_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,
                                 int n, int d_in, int d_out, int accumulate, int o0, int o1)
 {
@@ -219,9 +243,10 @@ typedef struct matmul_job {
     sq_weight_dtype wdt;
     int          n, d_in, d_out, accumulate;
     int          unit;   /* columns per share are a multiple of this */
+    int          skinny; /* n <= sq_cpu_skinny_rows(wdt)             */
 } matmul_job;
 
-/* Columns [o0, o1) with more than SQ_CPU_SKINNY_MAX rows and 16-bit weights: panels of the
+/* Columns [o0, o1) with more rows than the skinny kernel takes and 16-bit weights: panels of the
  * weights widened into this thread's float32 scratch, one sgemm each. Out of memory for the
  * scratch, the skinny kernel in row blocks does the same product. */
 static void panels16(const matmul_job *m, int o0, int o1)
@@ -252,7 +277,18 @@ static void panels16(const matmul_job *m, int o0, int o1)
     free(buf);
 }
 
-/* Worker w of nw takes a contiguous range of column blocks of `unit` columns: the skinny kernel
+void sq_cpu_matmul_blas_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,
+                              int n, int d_in, int d_out, int accumulate)
+{
+    matmul_job m = {out, in, w, wdt, n, d_in, d_out, accumulate, 16, 0};
+    if (wdt == SQ_DTYPE_F16 || wdt == SQ_DTYPE_BF16)
+        panels16(&m, 0, d_out);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d_out, d_in, 1.0f, in, d_in, w,
+                    d_in, accumulate ? 1.0f : 0.0f, out, d_out);
+}
+
+/* Part w of nw is a contiguous range of column blocks of `unit` columns: the skinny kernel
  * for few rows, single-threaded OpenBLAS on its slice of w and out for more. */
 static void matmul_worker(void *arg, int worker, int n_workers)
 {
@@ -264,7 +300,7 @@ static void matmul_worker(void *arg, int worker, int n_workers)
         o1 = m->d_out;
     if (o0 >= o1)
         return;
-    if (m->n <= SQ_CPU_SKINNY_MAX)
+    if (m->skinny)
         sq_cpu_matmul_skinny_typed(m->out, m->in, m->w, m->wdt, m->n, m->d_in, m->d_out,
                                    m->accumulate, o0, o1);
     else if (m->wdt == SQ_DTYPE_F16 || m->wdt == SQ_DTYPE_BF16)
@@ -278,12 +314,18 @@ static void matmul_worker(void *arg, int worker, int n_workers)
 void sq_cpu_matmul_typed(sq_pool *pool, float *out, const float *in, const void *w,
                          sq_weight_dtype wdt, int n, int d_in, int d_out, int accumulate)
 {
-    matmul_job m = {out, in, w, wdt, n, d_in, d_out, accumulate,
-                    n <= SQ_CPU_SKINNY_MAX ? 4 : 16};
-    if (!pool || pool->n < 2 || (double)n * d_in * d_out < MATMUL_PARALLEL_MIN_WORK)
+    const int skinny = n <= sq_cpu_skinny_rows(wdt);
+    /* columns per part: a multiple of every path's R (12: 3, 4 and 6), 16 for sgemm */
+    matmul_job m = {out, in, w, wdt, n, d_in, d_out, accumulate, skinny ? 12 : 16, skinny};
+    if (!pool || pool->n < 2 || (double)n * d_in * d_out < MATMUL_PARALLEL_MIN_WORK) {
         matmul_worker(&m, 0, 1);
-    else
-        sq_pool_run(pool, matmul_worker, &m);
+        return;
+    }
+    /* more parts than threads, so that a thread slowed down by another process's use of its
+     * core leaves its share to the others (runtime/cpu_pool.h) */
+    int blocks = (d_out + m.unit - 1) / m.unit;
+    int parts = pool->n * (skinny ? MATMUL_PARTS_PER_THREAD : 2);
+    sq_pool_run_parts(pool, matmul_worker, &m, parts < blocks ? parts : blocks);
 }
 
 void sq_cpu_matmul(sq_pool *pool, float *out, const float *in, const float *w, int n, int d_in,

@@ -1,121 +1,290 @@
-/* The CPU products of runtime/cpu_matmul.c for one instruction set: cpu_matmul.c includes this
- * file once per set, under `#pragma GCC target`, with ISA_SFX (the functions' suffix) and ISA_F16
- * (how 16 f16 values widen: 2 AVX-512F's vcvtph2ps, 1 F16C's twice, 0 the codec of
- * libsequoia/base/half.h lane by lane) defined. Not a header of its own: nothing else includes it.
+/* The skinny products of runtime/cpu_matmul.c for one instruction set: cpu_matmul.c includes
+ * this file once per set, under `#pragma GCC target`, with these defined:
+ *   ISA_SFX  the functions' suffix (scalar, avx2, avx512)
+ *   ISA_VL   float lanes of one vector: 16 (a zmm), 8 (a ymm) or 4 (SSE2 / NEON / generic)
+ *   ISA_F16  how VL f16 values widen: 2 AVX-512F's vcvtph2ps, 1 F16C's, 0 integer arithmetic
+ *            on the vector (exact, the result of libsequoia/base/half.h up to NaN payloads)
+ *   ISA_FMA  1: the multiply-adds are fused (_mm512/_mm256_fmadd_ps); 0: a multiply and an add
+ *   ISA_R, ISA_J  the register block: R weight rows times J input rows
+ *   ISA_XFIRST    1: a step loads the J input vectors, then the weight vectors one at a time
+ *                 (R x J + J + 1 registers); 0: the R weight vectors, then the inputs one at a
+ *                 time (R x J + R + 1)
+ * Not a header of its own: cpu_matmul.c includes it, and tests/bench/bench_skinny_shapes.c
+ * includes it with other blocks to measure them (docs/benchmarks.md, "The skinny product").
  *
  * Register blocking: a block is R weight rows (output columns o .. o+R-1) times J input rows
- * (j .. j+J-1), R, J <= 4. Its R x J accumulators are 16-lane vectors; one step over k loads R
- * weight vectors and J input vectors and does R x J multiply-adds, so at R = J = 4 there are
- * two multiply-adds per load and the loop runs near the FMA units' rate, while at J = 1 (one
- * token) it is a streaming dot product bound by memory. Every weight row of a block is read
- * from memory once and then from L1 for the next J-block of inputs (4 rows of 1408 floats are
- * 22 KB). The inputs (n rows) stay in L1/L2 across all weight rows.
+ * (j .. j+J-1). Its R x J accumulators are VL-lane vectors (the sum over d_in runs in VL
+ * interleaved partial sums, added as a tree at the end); one step over k loads R weight vectors
+ * and J input vectors and does R x J multiply-adds. The block must fit the register file: R x J
+ * accumulators plus the vectors a step holds (ISA_XFIRST), at most 16 ymm on AVX2 and 32 zmm on
+ * AVX-512 (and 16 xmm on the baseline x86-64 the portable path runs on there); past that the
+ * accumulators spill to the stack every step (the 4 x 4 block of 16-lane vectors, 32 ymm on
+ * AVX2, ran 3.5x slower than OpenBLAS: issue 27). At J = 1 (one token) the loop is a streaming
+ * dot product bound by memory. Every weight row of a block is read from memory once and then
+ * from L1 for the next J-block of inputs; the inputs (n rows) stay in L1/L2 across all weight
+ * rows.
  *
  * 16-bit weights are widened to float32 in registers as they are loaded (WT, a constant at every
- * call site): bf16 is a 16-bit shift of each lane, f16 the conversion instruction of ISA_F16. The
- * products and sums are the float32 kernel's on the widened values, so a 16-bit matrix gives
- * bitwise the float32 result of its widened copy. */
+ * call site): bf16 is a 16-bit shift of each lane, f16 the conversion of ISA_F16. With many
+ * input rows each weight would be widened once per J-block, so above ISA_WIDEN_ROWS rows R rows
+ * at a time are widened once into a float32 buffer (R x d_in floats, L1-sized for the models'
+ * widths) and the float32 block runs on it. Either way the products and sums are the float32 kernel's on the widened
+ * values, so a 16-bit matrix gives bitwise the float32 result of its widened copy. */
+
+/* ---- once: what every instruction set's body uses ---------------------------------------- */
+#ifndef SQ_CPU_MATMUL_ISA_COMMON
+#define SQ_CPU_MATMUL_ISA_COMMON
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "libsequoia/base/half.h"
+
+/* The weights' element type inside the kernels (a constant per compiled body). */
+enum { WT_F32 = 0, WT_BF16 = 1, WT_F16 = 2 };
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef uint16_t v16h __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+typedef uint16_t v4h __attribute__((vector_size(8)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
+/* One scalar weight (the tails of d_in not a multiple of VL) as float32. */
+static inline __attribute__((always_inline)) float ld1(const void *w, size_t i, int wt)
+{
+    if (wt == WT_BF16)
+        return sq_bf16_to_f32(((const uint16_t *)w)[i]);
+    if (wt == WT_F16)
+        return sq_f16_to_f32(((const uint16_t *)w)[i]);
+    return ((const float *)w)[i];
+}
+#endif
+
+/* Rows above which 16-bit weights of type WT are widened once into a buffer: on the portable
+ * path as soon as there are two blocks of inputs (its f16 conversion is a dozen instructions a
+ * vector); where one instruction converts (f16 with F16C or AVX-512F, bf16 on AVX-512), widening
+ * in registers again for each block costs less than the buffer's store and reload up to four
+ * blocks; bf16 on AVX2 needs a register more than the 16 the 4 x 3 block leaves (measured with
+ * tests/bench/bench_skinny.c). */
+#define ISA_WIDEN_ROWS(WT)                                                                      \
+    ((((WT) == WT_F16 && ISA_F16 != 0) || ((WT) == WT_BF16 && ISA_VL == 16)) ? 4 * ISA_J : ISA_J)
+
 #define ISA_CAT2(a, b) a##_##b
 #define ISA_CAT(a, b)  ISA_CAT2(a, b)
 #define ISA_FN(name)   ISA_CAT(name, ISA_SFX)
 
-/* 16 weights from index i of w (dtype WT) as float32 lanes, into *out (not returned: a
- * 64-byte vector return would change the ABI on the sets without AVX-512). */
-static inline __attribute__((always_inline)) void ISA_FN(ld16)(v16f *out, const void *w,
-                                                               size_t i, const int WT)
+#if ISA_VL == 16
+#define VF v16f
+#define VH v16h
+#define VU v16u
+#elif ISA_VL == 8
+#define VF v8f
+#define VH v8h
+#define VU v8u
+#else
+#define VF v4f
+#define VH v4h
+#define VU v4u
+#endif
+
+/* The lanes of *a summed as a tree of halves (16 -> 8 -> 4, then (0 + 2) + (1 + 3)): a
+ * sequential sum would be a chain of dependent adds per accumulator. */
+static inline __attribute__((always_inline)) float ISA_FN(hsum)(const VF *a)
 {
-    v16f v;
+    v4f l4;
+#if ISA_VL == 16
+    v8f lo, hi;
+    memcpy(&lo, a, sizeof lo);
+    memcpy(&hi, (const char *)a + sizeof lo, sizeof hi);
+    lo += hi;
+#elif ISA_VL == 8
+    v8f lo;
+    memcpy(&lo, a, sizeof lo);
+#endif
+#if ISA_VL >= 8
+    v4f h4;
+    memcpy(&l4, &lo, sizeof l4);
+    memcpy(&h4, (const char *)&lo + sizeof l4, sizeof h4);
+    l4 += h4;
+#else
+    memcpy(&l4, a, sizeof l4);
+#endif
+    return (l4[0] + l4[2]) + (l4[1] + l4[3]);
+}
+
+/* VL weights from index i of w (dtype WT) as float32 lanes, into *out (not returned: a vector
+ * return wider than the baseline's would change the ABI). */
+static inline __attribute__((always_inline)) void ISA_FN(ld)(VF *out, const void *w, size_t i,
+                                                             const int WT)
+{
+    VF v;
     if (WT == WT_F32) {
         memcpy(&v, (const float *)w + i, sizeof v);
     } else if (WT == WT_BF16) {
-        v16h h;
+        VH h;
         memcpy(&h, (const uint16_t *)w + i, sizeof h);
-        v16u u = __builtin_convertvector(h, v16u) << 16;
+        VU u = __builtin_convertvector(h, VU) << 16;
         memcpy(&v, &u, sizeof v);
     } else {
 #if ISA_F16 == 2
         __m512 f = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + i)));
         memcpy(&v, &f, sizeof v);
 #elif ISA_F16 == 1
-        const uint16_t *p = (const uint16_t *)w + i;
-        __m256 lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-        __m256 hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 8)));
-        memcpy(&v, &lo, sizeof lo);
-        memcpy((char *)&v + sizeof lo, &hi, sizeof hi);
+        __m256 f = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + i)));
+        memcpy(&v, &f, sizeof v);
 #else
-        const uint16_t *p = (const uint16_t *)w + i;
-        for (int l = 0; l < 16; l++)
-            v[l] = sq_f16_to_f32(p[l]);
+        /* exponent and mantissa moved to float32's places give the value times 2^-112 (a float
+         * subnormal for an f16 subnormal, exactly); one multiply by 2^112 rescales; infinities
+         * and NaNs (exponent 31) get float32's all-ones exponent instead */
+        VH h;
+        memcpy(&h, (const uint16_t *)w + i, sizeof h);
+        VU x = __builtin_convertvector(h, VU);
+        VU em = (x & 0x7fffu) << 13, sign = (x & 0x8000u) << 16;
+        VF f;
+        memcpy(&f, &em, sizeof f);
+        f *= 0x1p112f;
+        VU b;
+        memcpy(&b, &f, sizeof b);
+        VU special = (VU)((x & 0x7c00u) == 0x7c00u);   /* all ones where inf / NaN */
+        b = (b & ~special) | ((em | 0x7f800000u) & special);
+        b |= sign;
+        memcpy(&v, &b, sizeof v);
 #endif
     }
     *out = v;
 }
 
-/* One R x J block; R, J and WT are constants at every call site, so the loops over them unroll
- * and the accumulators live in registers. */
+/* acc += a * b on lvalues of type VF, fused on the sets with FMA: ISO C (-std=c11) turns off
+ * GCC's contraction of a * b + c, and separate multiplies and adds run at half the rate with
+ * twice the latency. A macro, not a function: a pointer to an accumulator would keep the block's
+ * accumulators in memory. */
+#if ISA_FMA && ISA_VL == 16
+#define ISA_MADD(acc, a, b) ((acc) = (VF)_mm512_fmadd_ps((__m512)(a), (__m512)(b), (__m512)(acc)))
+#elif ISA_FMA && ISA_VL == 8
+#define ISA_MADD(acc, a, b) ((acc) = (VF)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(acc)))
+#else
+#define ISA_MADD(acc, a, b) ((acc) += (a) * (b))
+#endif
+
+/* One R x J block: output columns o .. o+R-1 from weight rows wo .. wo+R-1 of w, input rows
+ * j .. j+jn-1 (jn <= J; the block's other rows repeat the last one and are not stored). R, J and
+ * WT are constants at every call site, so the loops over them unroll and the accumulators live
+ * in registers. */
 static inline __attribute__((always_inline)) void ISA_FN(block)(float *out, const float *in,
                                                                 const void *w, int d_in,
                                                                 int d_out, int accumulate, int o,
-                                                                int j, const int R, const int J,
+                                                                int wo, int j, int jn,
+                                                                const int R, const int J,
                                                                 const int WT)
 {
-    v16f acc[4][4];
-#pragma GCC unroll 4
+    VF acc[ISA_R][ISA_J];
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int i = 0; i < J; i++)
-            acc[r][i] = (v16f){0};
-    size_t wr[4];
-    const float *xr[4];
-#pragma GCC unroll 4
+            acc[r][i] = (VF){0};
+    size_t wr[ISA_R];
+    const float *xr[ISA_J];
+#pragma GCC unroll 8
     for (int r = 0; r < R; r++)
-        wr[r] = (size_t)(o + r) * (size_t)d_in;
-#pragma GCC unroll 4
+        wr[r] = (size_t)(wo + r) * (size_t)d_in;
+#pragma GCC unroll 8
     for (int i = 0; i < J; i++)
-        xr[i] = in + (size_t)(j + i) * (size_t)d_in;
-    const int k16 = d_in & ~15;
-    for (int k = 0; k < k16; k += 16) {
-        v16f wv[4], xv[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            ISA_FN(ld16)(&wv[r], w, wr[r] + (size_t)k, WT);
-#pragma GCC unroll 4
+        xr[i] = in + (size_t)(j + (i < jn ? i : jn - 1)) * (size_t)d_in;
+    const int kv = d_in & ~(ISA_VL - 1);
+    for (int k = 0; k < kv; k += ISA_VL) {
+#if ISA_XFIRST
+        /* the J input vectors in registers, then one weight vector at a time */
+        VF xv[ISA_J];
+#pragma GCC unroll 8
         for (int i = 0; i < J; i++)
             memcpy(&xv[i], xr[i] + k, sizeof xv[i]);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            VF wv;
+            ISA_FN(ld)(&wv, w, wr[r] + (size_t)k, WT);
+#pragma GCC unroll 8
             for (int i = 0; i < J; i++)
-                acc[r][i] += wv[r] * xv[i];
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+                ISA_MADD(acc[r][i], wv, xv[i]);
+        }
+#else
+        /* the R weight vectors in registers, then one input vector at a time */
+        VF wv[ISA_R];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            ISA_FN(ld)(&wv[r], w, wr[r] + (size_t)k, WT);
+#pragma GCC unroll 8
         for (int i = 0; i < J; i++) {
-            float s = hsum16(&acc[r][i]);
-            for (int k = k16; k < d_in; k++)
+            VF xv;
+            memcpy(&xv, xr[i] + k, sizeof xv);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                ISA_MADD(acc[r][i], wv[r], xv);
+        }
+#endif
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int i = 0; i < J; i++) {
+            if (i >= jn)
+                break;
+            float s = ISA_FN(hsum)(&acc[r][i]);
+            for (int k = kv; k < d_in; k++)
                 s += ld1(w, wr[r] + (size_t)k, WT) * xr[i][k];
             float *dst = out + (size_t)(j + i) * (size_t)d_out + (size_t)(o + r);
             *dst = accumulate ? *dst + s : s;
         }
 }
 
-/* All input rows against R weight rows at o, in J-blocks of 4 and a last partial block. */
+/* All input rows against R weight rows at wo (output columns at o), in J-blocks; a last
+ * partial block of one row runs as such (a streaming dot product); of more rows, when PAD (the
+ * model's float32 weights), as a full block with its missing rows repeated and not stored: the
+ * partial block's code ran slower than the full one (hot caches, AVX-512: 3 rows 1.39 ms against
+ * 4 rows 0.97 ms for the 18M model's matrices), so the time fell from n to n + 1. With 16-bit
+ * weights, widened in registers or in the L1 buffer, the partial block measured faster and
+ * stays. An element's sum does not depend on the block. */
 static inline __attribute__((always_inline)) void ISA_FN(rows)(float *out, const float *in,
                                                                const void *w, int n, int d_in,
                                                                int d_out, int accumulate, int o,
-                                                               const int R, const int WT)
+                                                               int wo, const int R, const int WT,
+                                                               const int PAD)
 {
     int j = 0;
-    for (; j + 4 <= n; j += 4)
-        ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, j, R, 4, WT);
-    switch (n - j) {
-    case 3: ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, j, R, 3, WT); break;
-    case 2: ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, j, R, 2, WT); break;
-    case 1: ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, j, R, 1, WT); break;
+    for (; j + ISA_J <= n; j += ISA_J)
+        ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, ISA_J, R, ISA_J, WT);
+    if (n - j == 1) {
+        ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, 1, R, 1, WT);
+        return;
+    }
+    if (n - j > 1 && PAD) {
+        ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, n - j, R, ISA_J, WT);
+        return;
+    }
+    switch (n - j) {   /* 16-bit weights: the partial block measured faster */
+#if ISA_J > 5
+    case 5: ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, 5, R, 5, WT); break;
+#endif
+#if ISA_J > 4
+    case 4: ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, 4, R, 4, WT); break;
+#endif
+#if ISA_J > 3
+    case 3: ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, 3, R, 3, WT); break;
+#endif
+#if ISA_J > 2
+    case 2: ISA_FN(block)(out, in, w, d_in, d_out, accumulate, o, wo, j, 2, R, 2, WT); break;
+#endif
     default: break;
     }
 }
+
+static void ISA_FN(widen)(float *dst, const void *src, int wt, size_t count);
 
 static inline __attribute__((always_inline)) void ISA_FN(skinny_wt)(float *out, const float *in,
                                                                     const void *w, int n,
@@ -123,11 +292,32 @@ static inline __attribute__((always_inline)) void ISA_FN(skinny_wt)(float *out, 
                                                                     int accumulate, int o0,
                                                                     int o1, const int WT)
 {
+    if (WT != WT_F32 && n > ISA_WIDEN_ROWS(WT)) {
+        /* several J-blocks would widen every 16-bit weight again: widen R rows once into a
+         * float32 buffer (the same values) and run the float32 block on it */
+        float *buf = malloc(sizeof(float) * ISA_R * (size_t)d_in + 1);
+        if (buf) {
+            for (int o = o0; o < o1; o += ISA_R) {
+                const int r = o1 - o < ISA_R ? o1 - o : ISA_R;
+                ISA_FN(widen)(buf, (const uint16_t *)w + (size_t)o * (size_t)d_in, WT,
+                              (size_t)r * (size_t)d_in);
+                if (r == ISA_R)
+                    ISA_FN(rows)(out, in, buf, n, d_in, d_out, accumulate, o, 0, ISA_R, WT_F32,
+                                 0);
+                else
+                    for (int k = 0; k < r; k++)
+                        ISA_FN(rows)(out, in, buf, n, d_in, d_out, accumulate, o + k, k, 1,
+                                     WT_F32, 0);
+            }
+            free(buf);
+            return;
+        }
+    }
     int o = o0;
-    for (; o + 4 <= o1; o += 4)
-        ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, 4, WT);
+    for (; o + ISA_R <= o1; o += ISA_R)
+        ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, ISA_R, WT, WT == WT_F32);
     for (; o < o1; o++)
-        ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, 1, WT);
+        ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, 1, WT, WT == WT_F32);
 }
 
 /* The skinny product for weights of dtype wt (one compiled body per dtype). */
@@ -147,21 +337,26 @@ static void ISA_FN(widen)(float *dst, const void *src, int wt, size_t count)
 {
     size_t i = 0;
     if (wt == WT_BF16)
-        for (; i + 16 <= count; i += 16) {
-            v16f v;
-            ISA_FN(ld16)(&v, src, i, WT_BF16);
+        for (; i + ISA_VL <= count; i += ISA_VL) {
+            VF v;
+            ISA_FN(ld)(&v, src, i, WT_BF16);
             memcpy(dst + i, &v, sizeof v);
         }
     else
-        for (; i + 16 <= count; i += 16) {
-            v16f v;
-            ISA_FN(ld16)(&v, src, i, WT_F16);
+        for (; i + ISA_VL <= count; i += ISA_VL) {
+            VF v;
+            ISA_FN(ld)(&v, src, i, WT_F16);
             memcpy(dst + i, &v, sizeof v);
         }
     for (; i < count; i++)
         dst[i] = ld1(src, i, wt);
 }
 
+#undef ISA_WIDEN_ROWS
+#undef ISA_MADD
+#undef VF
+#undef VH
+#undef VU
 #undef ISA_FN
 #undef ISA_CAT
 #undef ISA_CAT2

@@ -1,18 +1,39 @@
-/* A small pool of persistent worker threads for the CPU backend: one dispatch runs
- * fn(arg, w, n) for w = 0 .. n-1, worker 0 on the calling thread, and returns when all are done.
+/* A small pool of persistent worker threads for the CPU backend. One dispatch runs
+ * fn(arg, part, parts) once for every part = 0 .. parts-1; the parts are claimed one at a time
+ * by whichever thread gets there first, the calling thread included, and the dispatch returns
+ * when all are done.
+ *
  * A forward dispatches about ten times per layer (the weight products, attention), so a
- * dispatch must cost microseconds: idle workers spin on the dispatch counter for a few
- * milliseconds before they sleep on a condition variable (waking a sleeping thread costs tens of
- * microseconds on a VM), and so does the caller waiting for them. Contexts share one pool per
- * thread count in a process (sq_pool_shared_acquire): the draft's and the target's forwards
- * alternate, and two pools would each keep a thread spinning for the other's cores. */
+ * dispatch must cost microseconds when the cores are free; and it must not collapse when other
+ * processes hold the cores (issue 27: with a static share per worker, the caller waited for a
+ * worker the kernel had not scheduled, 102 ms a forward against 25 ms on one thread). Hence:
+ *   - dynamic parts: a worker that has not woken claims nothing, and the caller runs the parts
+ *     nobody took; only a part a worker has started must be waited for;
+ *   - spin, then yield, then block: idle workers, and the caller waiting for the last parts,
+ *     spin on the dispatch counter for tens of microseconds (a dispatch's gap on a quiet
+ *     machine), then call sched_yield for a few milliseconds (free when nothing else wants the
+ *     core, the core given away when something does), then sleep on a condition variable;
+ *   - falling back to one thread: a dispatch where the caller waited for a started part longer
+ *     than a scheduling quantum (a worker preempted inside it) counts as a miss, and so does
+ *     the 16th dispatch in a row in which the workers took no part (a worker that takes none
+ *     costs only its wake-up: the caller runs its parts); after a miss the following dispatches
+ *     run on the calling thread alone, without waking anybody, for a stretch that doubles with
+ *     every miss (up to 1024 dispatches) and halves after every 64 dispatches in a row that went
+ *     well. Under load a forward thus costs about what it costs on one thread, or less when the
+ *     workers still get some time; on free cores nothing changes.
+ * Contexts share one pool per thread count in a process (sq_pool_shared_acquire): the draft's
+ * and the target's forwards alternate, and two pools would each keep a thread spinning for the
+ * other's cores. Details: docs/runtime.md, "Threads on a shared machine". */
 #ifndef SQ_RUNTIME_CPU_POOL_H
 #define SQ_RUNTIME_CPU_POOL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 
-typedef void (*sq_pool_fn)(void *arg, int worker, int n_workers);
+/* One part of a dispatch; `part` < `parts`, every part exactly once per dispatch, at most one
+ * thread in a given part (so per-part scratch needs no lock). */
+typedef void (*sq_pool_fn)(void *arg, int part, int parts);
 
 typedef struct sq_pool_worker {
     struct sq_pool *p;
@@ -20,30 +41,49 @@ typedef struct sq_pool_worker {
 } sq_pool_worker;
 
 typedef struct sq_pool {
-    int              n;         /* workers, the calling thread included (>= 1)              */
+    int              n;         /* threads, the calling thread included (>= 1)              */
     int              started;   /* threads actually running (workers 1 .. started)          */
     pthread_t       *tids;      /* (n - 1)                                                  */
     sq_pool_worker  *ws;        /* (n - 1)                                                  */
     pthread_mutex_t  mu;
     pthread_mutex_t  run_mu;    /* one dispatch at a time: callers on several threads queue   */
     pthread_cond_t   go, done;
-    atomic_uint      gen;       /* bumped per dispatch, after fn and arg are set             */
-    atomic_int       pending;   /* workers still running the current dispatch                */
+    /* the dispatch: generation (32 bits) | parts (16) | next part to claim (16), one word so
+     * that a worker waking late can never claim a part of a later dispatch by mistake */
+    _Atomic uint64_t claim;
+    atomic_int       left;      /* parts of the current dispatch not finished yet            */
+    atomic_int       sleeping;  /* workers asleep on `go`                                    */
     atomic_int       stop;
     sq_pool_fn       fn;
     void            *arg;
+    int              solo;      /* dispatches still to run on the caller alone               */
+    int              backoff;   /* the next solo stretch after a miss                        */
+    int              idle_runs; /* dispatches in a row in which the workers took no part     */
+    int              good_runs; /* dispatches in a row that went well                        */
+    atomic_int       delay_us;  /* tests: a worker sleeps this long before it claims a part  */
+    /* counters (read by benchmarks; not synchronised beyond the dispatch lock) */
+    unsigned long    dispatches, misses, solo_runs;
 } sq_pool;
 
 /* Starts n - 1 threads. Returns 0, or -1 when out of memory (nothing to stop then). A thread
- * that cannot be created leaves its share to the calling thread. */
+ * that cannot be created leaves its parts to the others. */
 int sq_pool_start(sq_pool *p, int n);
 
-/* One dispatch; fn must not dispatch on the same pool. Safe to call from several threads (they
- * take turns). */
+/* One dispatch of p->n parts (fn(arg, part, p->n) for part = 0 .. n-1): per-part scratch sized
+ * for the pool's threads. fn must not dispatch on the same pool. Safe to call from several
+ * threads (they take turns). */
 void sq_pool_run(sq_pool *p, sq_pool_fn fn, void *arg);
+
+/* The same with `parts` parts (1 .. 65535): more parts than threads balance the work when the
+ * threads run at different speeds (a core shared with another process). */
+void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts);
 
 /* Joins the threads and frees the pool's memory. */
 void sq_pool_stop(sq_pool *p);
+
+/* Tests: every worker sleeps `us` microseconds after it wakes for a dispatch and before it
+ * claims a part (a worker the kernel does not schedule); 0 turns it off. */
+void sq_pool_test_delay(sq_pool *p, int us);
 
 /* The process's shared pool of n workers, started on first use and stopped when its last user
  * releases it; NULL when out of memory. */

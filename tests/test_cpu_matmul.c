@@ -1,11 +1,21 @@
 /* Suite 'cpu-matmul': the CPU backend's weight products and its worker pool
  * (runtime/cpu_matmul.h, runtime/cpu_pool.h).
+ *   - every path this CPU has, forced (scalar, avx2, avx512), every row count 1..64, odd widths
+ *     and heights: the product the runtime calls (skinny or BLAS by the path's threshold) and
+ *     the skinny kernel alone, on whole and split column ranges, equal a double-precision
+ *     reference within float32 summation's bound;
  *   - the product equals a double-precision reference on random shapes, skinny and BLAS sizes,
  *     widths that are not multiples of 16 and heights not multiples of 4, with and without
  *     accumulation, within the bound of float32 summation;
  *   - a column range writes those columns and nothing else;
  *   - splitting the columns over 1-4 threads gives bitwise the same result as one thread;
- *   - every worker of the pool runs exactly once per dispatch, over many dispatches;
+ *   - every part of a dispatch runs exactly once, over many dispatches, also with more parts
+ *     than threads;
+ *   - the pool on a shared machine (issue 27): products and a model's forward give the same
+ *     bits on 1, 2 and 7 threads (the BLAS path within float32 rounding: its column splits
+ *     differ); with workers that sleep after they wake (sq_pool_test_delay, a worker the kernel
+ *     does not schedule), the caller runs every part itself, at once, with the same results,
+ *     and the late workers never run a part of a later dispatch;
  *   - a tool's BLAS set-up never leaves OpenBLAS on its Prescott fallback on a CPU with AVX2 and
  *     FMA, and leaves a user's OPENBLAS_CORETYPE alone;
  *   - 16-bit weights (docs/runtime.md, "16-bit weights on the CPU"), on every instruction set this
@@ -21,6 +31,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <criterion/criterion.h>
 
@@ -378,4 +390,255 @@ Test(cpu_matmul, sq_cpu_isa_environment_variable_picks_the_path)
     setenv("SQ_CPU_ISA", "scalar", 1);
     cr_assert_eq(sq_cpu_isa_get(), SQ_CPU_ISA_SCALAR);
     unsetenv("SQ_CPU_ISA");
+}
+
+/* ---- the pool on a shared machine (issue 27) ------------------------------------------------ */
+
+/* The products of several row counts (skinny and BLAS), the same bits with any thread count. */
+static void products(sq_pool *pool, float *out, const float *in, const float *w, int d_in,
+                     int d_out)
+{
+    static const int ns[] = {1, 3, 5, 16, 17, 40, 64};
+    size_t off = 0;
+    for (size_t k = 0; k < sizeof ns / sizeof *ns; k++) {
+        sq_cpu_matmul(pool, out + off, in, w, ns[k], d_in, d_out, 0);
+        off += (size_t)ns[k] * d_out;
+    }
+}
+
+#define PROD_FLOATS(d_out) ((size_t)(1 + 3 + 5 + 16 + 17 + 40 + 64) * (d_out))
+
+/* The logits of a one-token and a 7-token forward of a small random model on `threads`. */
+static void forward_logits(int threads, float *logits)
+{
+    sq_model_config c = {0};
+    c.dim = 128;
+    c.hidden_dim = 352;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 32;
+    c.vocab_size = 101;
+    c.max_position = 512;
+    c.rope_theta = 10000.0f;
+    c.norm_eps = 1e-5f;
+    strcpy(c.dtype, "F32");
+    sq_model *m;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_new_random(&c, 5, &m, &err), 0, "%s", err.msg);
+    sq_context_params cp = sq_context_default_params();
+    cp.max_context = 64;
+    cp.max_pending = 16;
+    cp.threads = threads;
+    sq_context *ctx;
+    cr_assert_eq(sq_context_new(m, &cp, &ctx, &err), 0, "%s", err.msg);
+    int32_t tok[7] = {3, 14, 15, 92, 65, 35, 89}, pos[7], keep[7];
+    uint8_t mask[49] = {0};
+    for (int i = 0; i < 7; i++) {
+        pos[i] = keep[i] = i;
+        for (int j = 0; j <= i; j++)
+            mask[i * 7 + j] = 1;
+    }
+    cr_assert_eq(sq_context_forward(ctx, tok, pos, mask, 7, logits, &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_context_commit(ctx, keep, 7, &err), 0, "%s", err.msg);
+    int32_t t = 7, p = 7;
+    uint8_t one = 1;
+    cr_assert_eq(sq_context_forward(ctx, &t, &p, &one, 1, logits + 7 * 101, &err), 0, "%s",
+                 err.msg);
+    sq_context_free(ctx);
+    sq_model_free(m);
+}
+
+Test(cpu_pool, results_are_identical_with_1_2_and_7_threads)
+{
+    unsigned seed = 27;
+    const int d_in = 257, d_out = 333;
+    float *in = malloc(sizeof(float) * 64 * d_in), *w = malloc(sizeof(float) * d_out * d_in);
+    float *a = malloc(sizeof(float) * PROD_FLOATS(d_out));
+    float *b = malloc(sizeof(float) * PROD_FLOATS(d_out));
+    for (int i = 0; i < 64 * d_in; i++)
+        in[i] = frand(&seed);
+    for (int i = 0; i < d_out * d_in; i++)
+        w[i] = frand(&seed);
+    products(NULL, a, in, w, d_in, d_out);
+    float *la = malloc(sizeof(float) * 8 * 101), *lb = malloc(sizeof(float) * 8 * 101);
+    forward_logits(1, la);
+    const int threads[] = {1, 2, 7};
+    for (int k = 0; k < 3; k++) {
+        sq_pool pool;
+        cr_assert_eq(sq_pool_start(&pool, threads[k]), 0);
+        for (int rep = 0; rep < 20; rep++) {
+            products(&pool, b, in, w, d_in, d_out);
+            /* the BLAS path (more rows than the skinny kernel takes) splits the columns at other
+             * places: equal within float32 rounding there, bitwise for the skinny kernel */
+            size_t off = 0;
+            static const int ns[] = {1, 3, 5, 16, 17, 40, 64};
+            for (size_t q = 0; q < sizeof ns / sizeof *ns; q++) {
+                size_t len = (size_t)ns[q] * d_out;
+                if (ns[q] <= sq_cpu_skinny_rows(SQ_DTYPE_F32))
+                    cr_assert(memcmp(a + off, b + off, sizeof(float) * len) == 0,
+                              "%d threads, %d rows: differs from one thread", threads[k], ns[q]);
+                else
+                    for (size_t i = 0; i < len; i++)
+                        cr_assert(fabsf(a[off + i] - b[off + i]) <= 1e-4f * (1 + fabsf(a[off + i])),
+                                  "%d threads, %d rows, element %zu", threads[k], ns[q], i);
+                off += len;
+            }
+        }
+        sq_pool_stop(&pool);
+        forward_logits(threads[k], lb);
+        cr_assert(memcmp(la, lb, sizeof(float) * 8 * 101) == 0,
+                  "forward on %d threads: logits differ from one thread", threads[k]);
+    }
+    free(in), free(w), free(a), free(b), free(la), free(lb);
+}
+
+Test(cpu_pool, the_caller_finishes_the_work_of_workers_that_do_not_run)
+{
+    /* workers that sleep 300 ms after they wake (a worker the kernel does not schedule): every
+     * dispatch still runs each part exactly once, returns long before they wake, and gives the
+     * same products */
+    unsigned seed = 31;
+    const int d_in = 200, d_out = 301;
+    float *in = malloc(sizeof(float) * 64 * d_in), *w = malloc(sizeof(float) * d_out * d_in);
+    float *a = malloc(sizeof(float) * PROD_FLOATS(d_out));
+    float *b = malloc(sizeof(float) * PROD_FLOATS(d_out));
+    for (int i = 0; i < 64 * d_in; i++)
+        in[i] = frand(&seed);
+    for (int i = 0; i < d_out * d_in; i++)
+        w[i] = frand(&seed);
+    sq_pool one;
+    cr_assert_eq(sq_pool_start(&one, 1), 0);
+    products(&one, a, in, w, d_in, d_out);
+    sq_pool_stop(&one);
+    for (int threads = 2; threads <= 7; threads += 5) {
+        sq_pool pool;
+        cr_assert_eq(sq_pool_start(&pool, threads), 0);
+        sq_pool_test_delay(&pool, 300000);
+        count_job j;
+        for (int k = 0; k < 8; k++)
+            atomic_init(&j.hits[k], 0);
+        atomic_init(&j.wrong_n, 0);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const int rounds = 200;
+        for (int r = 0; r < rounds; r++)
+            sq_pool_run(&pool, count_worker, &j);
+        products(&pool, b, in, w, d_in, d_out);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        cr_assert_lt(s, 0.25, "%d threads: %d dispatches took %.3f s with sleeping workers",
+                     threads, rounds, s);
+        for (int k = 0; k < threads; k++)
+            cr_assert_eq(atomic_load(&j.hits[k]), rounds, "%d threads: part %d ran %d times",
+                         threads, k, atomic_load(&j.hits[k]));
+        cr_assert_eq(atomic_load(&j.wrong_n), 0);
+        cr_assert_geq(pool.misses, 1, "the dispatches the workers missed are counted");
+        size_t off = 0;
+        static const int ns[] = {1, 3, 5, 16, 17, 40, 64};
+        for (size_t q = 0; q < sizeof ns / sizeof *ns; q++) {
+            size_t len = (size_t)ns[q] * d_out;
+            for (size_t i = 0; i < len; i++)
+                cr_assert(fabsf(a[off + i] - b[off + i]) <= 1e-4f * (1 + fabsf(a[off + i])),
+                          "%d threads, %d rows, element %zu", threads, ns[q], i);
+            off += len;
+        }
+        /* the workers, awake again, find no part of a later dispatch by mistake */
+        sq_pool_test_delay(&pool, 0);
+        usleep(350000);
+        for (int k = 0; k < 8; k++)
+            atomic_init(&j.hits[k], 0);
+        for (int r = 0; r < 5000; r++)
+            sq_pool_run(&pool, count_worker, &j);
+        for (int k = 0; k < threads; k++)
+            cr_assert_eq(atomic_load(&j.hits[k]), 5000, "%d threads: part %d ran %d times",
+                         threads, k, atomic_load(&j.hits[k]));
+        sq_pool_stop(&pool);
+    }
+    free(in), free(w), free(a), free(b);
+}
+
+static void slow_part(void *arg, int part, int parts)
+{
+    (void)parts;
+    atomic_int *hits = arg;
+    struct timespec ts = {0, 200000};   /* 0.2 ms */
+    nanosleep(&ts, NULL);
+    atomic_fetch_add(&hits[part], 1);
+}
+
+Test(cpu_pool, more_parts_than_threads_each_run_once)
+{
+    sq_pool pool;
+    cr_assert_eq(sq_pool_start(&pool, 3), 0);
+    atomic_int hits[37];
+    for (int k = 0; k < 37; k++)
+        atomic_init(&hits[k], 0);
+    for (int r = 0; r < 20; r++)
+        sq_pool_run_parts(&pool, slow_part, hits, 37);
+    for (int k = 0; k < 37; k++)
+        cr_assert_eq(atomic_load(&hits[k]), 20, "part %d ran %d times", k,
+                     atomic_load(&hits[k]));
+    sq_pool_stop(&pool);
+}
+
+Test(cpu_matmul, every_path_and_row_count_equals_the_double_reference)
+{
+    /* float32 weights, each path this CPU has forced, n = 1 .. 64, odd widths and heights:
+     * the product the runtime calls (skinny kernel or BLAS by the path's threshold) and the
+     * skinny kernel alone, on whole and partial column ranges */
+    static const int ins[] = {1, 7, 15, 17, 33, 63, 129, 255};
+    static const int outs[] = {1, 3, 5, 7, 13, 37, 69};
+    unsigned seed = 64;
+    sq_pool pool;
+    cr_assert_eq(sq_pool_start(&pool, 2), 0);
+    int ran = 0;
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (!sq_cpu_isa_supported(isas[k]))
+            continue;
+        cr_assert_eq(sq_cpu_isa_set(isas[k]), 0);
+        ran++;
+        for (int n = 1; n <= 64; n++)
+            for (int v = 0; v < 2; v++) {
+                const int d_in = ins[(n * 3 + v * 5 + (int)k) % 8];
+                const int d_out = outs[(n * 5 + v + (int)k) % 7];
+                const int acc = (n + v) % 2;
+                float *in = malloc(sizeof(float) * (size_t)n * d_in);
+                float *w = malloc(sizeof(float) * (size_t)d_out * d_in);
+                float *out = malloc(sizeof(float) * (size_t)n * d_out);
+                float *out0 = malloc(sizeof(float) * (size_t)n * d_out);
+                double *ref = malloc(sizeof(double) * (size_t)n * d_out);
+                double *mag = malloc(sizeof(double) * (size_t)n * d_out);
+                for (int i = 0; i < n * d_in; i++)
+                    in[i] = frand(&seed);
+                for (int i = 0; i < d_out * d_in; i++)
+                    w[i] = frand(&seed);
+                for (int i = 0; i < n * d_out; i++)
+                    out0[i] = frand(&seed);
+                reference(ref, mag, in, w, acc ? out0 : NULL, n, d_in, d_out);
+                for (int how = 0; how < 3; how++) {
+                    memcpy(out, out0, sizeof(float) * (size_t)n * d_out);
+                    if (how == 0) {
+                        sq_cpu_matmul(v ? &pool : NULL, out, in, w, n, d_in, d_out, acc);
+                    } else if (how == 1) {
+                        sq_cpu_matmul_skinny(out, in, w, n, d_in, d_out, acc, 0, d_out);
+                    } else {   /* two column ranges split at an odd place */
+                        int mid = d_out / 2 | 1;
+                        if (mid > d_out)
+                            mid = d_out;
+                        sq_cpu_matmul_skinny(out, in, w, n, d_in, d_out, acc, 0, mid);
+                        sq_cpu_matmul_skinny(out, in, w, n, d_in, d_out, acc, mid, d_out);
+                    }
+                    for (int i = 0; i < n * d_out; i++)
+                        cr_assert(fabs(out[i] - ref[i]) <= 4e-7 * (d_in + 2) * mag[i] + 1e-30,
+                                  "%s n %d d_in %d d_out %d acc %d (%s): element %d is %.9g, "
+                                  "reference %.9g", sq_cpu_isa_name(isas[k]), n, d_in, d_out,
+                                  acc, how == 0 ? "product" : "skinny", i, out[i], ref[i]);
+                }
+                free(in), free(w), free(out), free(out0), free(ref), free(mag);
+            }
+    }
+    cr_assert_geq(ran, 1);
+    sq_cpu_isa_set(SQ_CPU_ISA_AUTO);
+    sq_pool_stop(&pool);
 }

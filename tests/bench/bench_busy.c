@@ -1,0 +1,287 @@
+/* bench-busy: the CPU forward when other processes hold the cores (issue 27).
+ *
+ *   bench-busy [--model DIR] [--threads T] [--busy B] [--reps R] [--prefix C]
+ *
+ * Times the one-token forward (forward of one token after a C-token prefix, then dropped) of
+ * the model (default data/models/large, the 18M target) with 1 thread and with T threads
+ * (default: the online CPUs, the tools' default), interleaved batch by batch (a batch of 4
+ * forwards, the first untimed, 20 ms of sleep before each: the other pool's workers, spinning or
+ * yielding after its forwards, would otherwise take the cores from the one measured), first on a
+ * quiet machine, then beside B busy loops (default: one per online CPU; child processes that
+ * spin, killed at the end and when this program dies), and prints the medians and the ratios
+ * T threads / 1 thread. The goal (issue 27): under load at most 1.5x the one-thread time under
+ * the same load. It also prints the pool's misses and the dispatches it ran on the calling
+ * thread alone (runtime/cpu_pool.h). Targets are printed, not asserted. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
+#include "runtime/cpu_matmul.h"
+#include "runtime/cpu_pool.h"
+#include "runtime/model.h"
+
+#define MAX_BUSY 256
+
+static pid_t busy_pids[MAX_BUSY];
+static int n_busy;
+
+static void stop_busy(void)
+{
+    for (int i = 0; i < n_busy; i++)
+        if (busy_pids[i] > 0)
+            kill(busy_pids[i], SIGKILL);
+    for (int i = 0; i < n_busy; i++)
+        if (busy_pids[i] > 0)
+            waitpid(busy_pids[i], NULL, 0);
+    n_busy = 0;
+}
+
+static void on_signal(int sig)
+{
+    for (int i = 0; i < n_busy; i++)
+        if (busy_pids[i] > 0)
+            kill(busy_pids[i], SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* b children that spin until killed (and die with this process: PR_SET_PDEATHSIG). */
+static int start_busy(int b)
+{
+    const pid_t parent = getpid();
+    for (int i = 0; i < b && i < MAX_BUSY; i++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            return -1;
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() != parent)
+                _exit(0);
+            volatile unsigned long x = 0;
+            for (;;)
+                x++;
+        }
+        busy_pids[n_busy++] = pid;
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n)
+{
+    double *c = malloc(sizeof *c * (size_t)n);
+    memcpy(c, v, sizeof *c * (size_t)n);
+    qsort(c, (size_t)n, sizeof *c, cmp_d);
+    double m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+    free(c);
+    return m;
+}
+
+static void die(const char *what, const sq_error *err)
+{
+    stop_busy();
+    fprintf(stderr, "bench-busy: %s: %s\n", what, err->msg);
+    exit(1);
+}
+
+typedef struct ctx_run {
+    sq_context *ctx;
+    int         threads;
+    float      *logits;
+} ctx_run;
+
+static double one_token(ctx_run *c, int C, int32_t token)
+{
+    sq_error err = {0};
+    int32_t pos = C;
+    uint8_t one = 1;
+    double t0 = now_s();
+    if (sq_context_forward(c->ctx, &token, &pos, &one, 1, c->logits, &err) ||
+        sq_context_commit(c->ctx, NULL, 0, &err))
+        die("forward", &err);
+    return now_s() - t0;
+}
+
+/* reps rounds; in each, a batch of BATCH one-token forwards on a, then one on b (which goes
+ * first alternates), the first forward of a batch untimed and 20 ms of sleep before each batch,
+ * so that the other context's pool workers are asleep (runtime/cpu_pool.h: they spin and yield
+ * for about 4 ms) and do not take the cores from the one measured; medians into *ta, *tb. */
+#define BATCH 4
+static void batch(ctx_run *c, int C, int r, double *v)
+{
+    usleep(20000);
+    one_token(c, C, (int32_t)(r * 7 + 3) % 200);
+    for (int k = 0; k < BATCH - 1; k++)
+        v[k] = one_token(c, C, (int32_t)(r * 7 + k + 4) % 200);
+}
+
+static void phase(ctx_run *a, ctx_run *b, int C, int reps, double *ta, double *tb)
+{
+    const int per = BATCH - 1;
+    double *va = malloc(sizeof *va * (size_t)reps * per);
+    double *vb = malloc(sizeof *vb * (size_t)reps * per);
+    for (int r = 0; r < reps; r++) {
+        if (r % 2) {
+            batch(a, C, r, va + (size_t)r * per);
+            batch(b, C, r, vb + (size_t)r * per);
+        } else {
+            batch(b, C, r, vb + (size_t)r * per);
+            batch(a, C, r, va + (size_t)r * per);
+        }
+    }
+    *ta = median(va, reps * per);
+    *tb = median(vb, reps * per);
+    free(va);
+    free(vb);
+}
+
+int main(int argc, char **argv)
+{
+    sq_cpu_blas_reexec(argv);
+    const char *model_dir = SQ_SOURCE_DIR "/data/models/large";
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = ncpu > 0 ? (int)ncpu : 1, busy = threads, reps = 40, prefix = 128;
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"threads", required_argument, 0, 't'},
+        {"busy", required_argument, 0, 'b'},  {"reps", required_argument, 0, 'r'},
+        {"prefix", required_argument, 0, 'p'}, {0, 0, 0, 0}};
+    int o;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model_dir = optarg; break;
+        case 't': threads = atoi(optarg); break;
+        case 'b': busy = atoi(optarg); break;
+        case 'r': reps = atoi(optarg); break;
+        case 'p': prefix = atoi(optarg); break;
+        default:
+            fprintf(stderr, "usage: bench-busy [--model DIR] [--threads T] [--busy B] "
+                            "[--reps R] [--prefix C]\n");
+            return 64;
+        }
+    }
+    if (threads < 1 || threads > 256 || busy < 0 || busy > MAX_BUSY || reps < 1 ||
+        reps > 100000 || prefix < 1 || prefix > 900) {
+        fprintf(stderr, "bench-busy: --threads 1..256, --busy 0..%d, --reps >= 1, "
+                        "--prefix 1..900\n", MAX_BUSY);
+        return 64;
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+    atexit(stop_busy);
+
+    sq_error err = {0};
+    sq_model *m;
+    if (sq_model_load(model_dir, &m, &err))
+        die("model", &err);
+    const sq_model_config *c = sq_model_get_config(m);
+    ctx_run run[2] = {{NULL, 1, NULL}, {NULL, threads, NULL}};
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)prefix);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)prefix);
+    int32_t *keep = malloc(sizeof(int32_t) * (size_t)prefix);
+    uint8_t *mask = calloc((size_t)prefix * (size_t)prefix, 1);
+    for (int i = 0; i < prefix; i++) {
+        tok[i] = (int32_t)((i * 31 + 5) % c->vocab_size);
+        pos[i] = keep[i] = i;
+        for (int j = 0; j <= i; j++)
+            mask[(size_t)i * prefix + j] = 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        sq_context_params cp = sq_context_default_params();
+        cp.max_context = prefix + 8;
+        cp.max_pending = prefix;
+        cp.threads = run[k].threads;
+        if (sq_context_new(m, &cp, &run[k].ctx, &err))
+            die("context", &err);
+        run[k].logits = malloc(sizeof(float) * (size_t)prefix * (size_t)c->vocab_size);
+        if (sq_context_forward(run[k].ctx, tok, pos, mask, prefix, run[k].logits, &err) ||
+            sq_context_commit(run[k].ctx, keep, prefix, &err))
+            die("prefix", &err);
+    }
+
+    char model_name[256] = "?", line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(model_name, sizeof model_name, "%s", strchr(line, ':') + 2);
+            model_name[strcspn(model_name, "\n")] = 0;
+            break;
+        }
+    if (f)
+        fclose(f);
+    double load = -1;
+    f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &load) != 1)
+            load = -1;
+        fclose(f);
+    }
+    printf("# CPU: %s, %ld online; path %s; model %s (%s weights); load average at start %.2f\n",
+           model_name, ncpu, sq_cpu_isa_name(sq_cpu_isa_get()), model_dir,
+           sq_weight_dtype_name(sq_context_dtype(run[0].ctx)), load);
+    printf("# one-token forward after %d tokens, medians of %d forwards: %d rounds of a batch of %d "
+           "on each thread count (first untimed), interleaved\n", prefix, reps * (BATCH - 1), reps,
+           BATCH);
+    printf("%-28s %10s %10s %8s %12s\n", "", "1 thread", "threads", "ratio", "CPU s/wall s");
+
+    sq_pool *pool = sq_pool_shared_acquire(threads);   /* the forward's pool: its counters */
+    for (int loaded = 0; loaded < 2; loaded++) {
+        if (loaded && start_busy(busy) != 0) {
+            fprintf(stderr, "bench-busy: cannot start the busy loops\n");
+            return 71;
+        }
+        if (loaded)
+            usleep(200000);   /* let the scheduler spread them */
+        unsigned long d0 = pool->dispatches, m0 = pool->misses, s0 = pool->solo_runs;
+        double c0 = cpu_s(), w0 = now_s();
+        double t1, tn;
+        phase(&run[0], &run[1], prefix, reps, &t1, &tn);
+        double cpu = cpu_s() - c0, wall = now_s() - w0;
+        char label[64];
+        snprintf(label, sizeof label, loaded ? "beside %d busy loops" : "quiet", busy);
+        printf("%-28s %8.2f ms %8.2f ms %8.2fx %9.2f/%.2f   (%d threads; pool: %lu dispatches, "
+               "%lu misses, %lu on the caller alone)\n",
+               label, t1 * 1e3, tn * 1e3, tn / t1, cpu, wall, threads,
+               pool->dispatches - d0, pool->misses - m0, pool->solo_runs - s0);
+        fflush(stdout);
+        if (loaded)
+            stop_busy();
+    }
+    printf("# goal (issue 27): beside the busy loops, threads / 1 thread <= 1.5\n");
+    sq_pool_shared_release(pool);
+    for (int k = 0; k < 2; k++) {
+        sq_context_free(run[k].ctx);
+        free(run[k].logits);
+    }
+    sq_model_free(m);
+    free(tok), free(pos), free(keep), free(mask);
+    return 0;
+}
