@@ -100,9 +100,14 @@ static void usage(FILE *fp)
         "\n"
         "Hardware-aware planning (paper §4.1): choose the size n <= N and depth d <= D with the most\n"
         "tokens per second, from measured latency profiles (sequoia-profile):\n"
-        "      --target-profile F the target's forward time against new tokens\n"
+        "      --target-profile F the target's forward time against new tokens; with a step\n"
+        "                         section (sequoia-profile --draft) the step's parts as decoding\n"
+        "                         runs them\n"
         "      --draft-profile F  the draft's: a step costs t_target(n) + t_draft(F) + one draft\n"
         "                         forward per inner level over its nodes\n"
+        "      --trust-profiles   plan from profiles that are not physically credible (a time at\n"
+        "                         n > 1 tokens 25%% below t(1), or a speedup above tokens/step);\n"
+        "                         refused with exit 65 otherwise\n"
         "      --draft-ms X       or one fixed draft cost per level: t_target(n) + levels * X (the\n"
         "                         official implementation's model)\n"
         "      --extrapolate M    beyond a profile's measured tokens: none (an error, the default),\n"
@@ -276,7 +281,7 @@ typedef struct plan_opts {
 } plan_opts;
 
 enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
-       OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
+       OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_TRUST_PROFILES, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
        OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS };
 
 #define PARSE_RUN (-1)   /* parse_options: go on and run */
@@ -344,6 +349,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         {"svg", required_argument, NULL, OPT_SVG},    {"svg-table", required_argument, NULL, OPT_SVG_TABLE},
         {"target-profile", required_argument, NULL, OPT_TARGET_PROFILE},
         {"draft-profile", required_argument, NULL, OPT_DRAFT_PROFILE},
+        {"trust-profiles", no_argument, NULL, OPT_TRUST_PROFILES},
         {"draft-ms", required_argument, NULL, OPT_DRAFT_MS},
         {"extrapolate", required_argument, NULL, OPT_EXTRAPOLATE},
         {"sizes", required_argument, NULL, OPT_SIZES},
@@ -410,6 +416,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_ENVELOPES: o->envelopes_file = optarg; break;
         case OPT_LADDER_PLANS: o->ladder_plans = optarg; break;
         case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
+        case OPT_TRUST_PROFILES: o->hwp.trust = 1; break;
         default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
