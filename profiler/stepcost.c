@@ -237,6 +237,17 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
     sp.offload = prm->offload;
     sp.seed = mp->seed;
     sp.max_context = plen + (max_warm + SQ_MEASURE_BLOCK + 2) * max_levels + 1;
+    int cap = sq_model_get_config(target)->max_position;
+    if (sq_model_get_config(draft)->max_position < cap)
+        cap = sq_model_get_config(draft)->max_position;
+    if (sp.max_context > cap)
+        sp.max_context = cap;   /* the decoder restarts on the prompt when it fills up */
+    if (plen + max_levels + 1 > sp.max_context) {
+        rc = sq_error_set(err, SQ_EUSAGE, "--prefix %d: a prompt of %d tokens and a tree of %d "
+                          "levels do not fit the models' context of %d positions", mp->prefix,
+                          plen, max_levels, sp.max_context);
+        goto done;
+    }
     for (int i = 0; i < count && !rc; i++) {
         if ((rc = make_shape(ns[i], max_levels, &shape[i], err)))
             break;
@@ -279,6 +290,12 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
             goal = goal < SQ_MEASURE_BLOCK ? goal : SQ_MEASURE_BLOCK;
             for (int w = 0; !rc && timed < goal; w++) {
                 int warming = w < max_warm && (w < mp->warmup || now_ms() - t0 < SQ_MEASURE_WARMUP_MS);
+                if (sq_specdec_length(sd[i]) + max_levels + 1 > sp.max_context) {
+                    /* full: back to the prompt (untimed); the next step's draft catches up 1 */
+                    if ((rc = sq_specdec_start(sd[i], prompt, plen, err)))
+                        break;
+                    a = 1;
+                }
                 memset(&info, 0, sizeof info);
                 hs.levels_seen = 0;
                 if ((rc = sq_specdec_step(sd[i], tok, &info, err)))
