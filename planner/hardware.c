@@ -142,6 +142,37 @@ int sq_hw_step_ms(const sq_hw_params *prm, const sq_tree *t, double F, double *m
     return SQ_OK;
 }
 
+int sq_hw_forward_ms(const sq_hw_params *prm, sq_step_part part, int batch, double x,
+                     double *ms, sq_error *err)
+{
+    const char *tname = prm->target_file ? prm->target_file : "target profile";
+    const char *dname = prm->draft_file ? prm->draft_file : "draft profile";
+    int draft = part == SQ_STEP_DRAFT_FIRST || part == SQ_STEP_DRAFT_LEVEL;
+    if (batch == 1 && prm->target->step)
+        return step_part_ms(prm, part, draft ? prm->draft : prm->target, draft ? dname : tname, x,
+                            part == SQ_STEP_DRAFT_FIRST ? SQ_EXTRAPOLATE_CONSTANT
+                            : part == SQ_STEP_OVERHEAD ? SQ_EXTRAPOLATE_LINEAR : prm->extrapolate,
+                            ms, err);
+    if (part == SQ_STEP_OVERHEAD) {
+        *ms = 0.0;
+        return SQ_OK;
+    }
+    const sq_profile *p = draft ? prm->draft : prm->target;
+    if (!p) {
+        if (!draft)
+            return sq_error_set(err, SQ_EUSAGE, "no target profile");
+        *ms = prm->draft_ms;   /* the fixed model's cost per draft forward */
+        return SQ_OK;
+    }
+    sq_error e = {0};
+    int rc = sq_profile_ms_batch(p, batch, x, prm->extrapolate, ms, &e);
+    if (rc && err && err->status == SQ_OK)
+        err->cause = e.cause;
+    if (rc)
+        return sq_error_set(err, rc, "%s: %s", draft ? dname : tname, e.msg);
+    return SQ_OK;
+}
+
 /* ---- credibility (hardware.h) --------------------------------------------------------------- */
 
 static int check_falls(const sq_profile *p, const char *file, const char *what, sq_error *err)

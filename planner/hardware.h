@@ -96,6 +96,16 @@ SQ_API
 int sq_hw_step_ms(const sq_hw_params *params, const sq_tree *t, double F, double *ms,
                   sq_error *err);
 
+/* One forward's time as the step-cost model prices it, for other cost models (the envelope
+ * engines' rounds, planner/dynamic.c): part SQ_STEP_TARGET (the target's forward of x tokens),
+ * SQ_STEP_DRAFT_FIRST or SQ_STEP_DRAFT_LEVEL (the draft's), SQ_STEP_OVERHEAD (the step's own
+ * work), at batch size `batch`. At batch 1 with a step section in the target profile: the
+ * section's time (past its range as sq_hw_step_ms does); otherwise the steady-stream profile's
+ * sq_profile_ms_batch (the draft's for the draft parts; 0 for the overhead). */
+SQ_API
+int sq_hw_forward_ms(const sq_hw_params *params, sq_step_part part, int batch, double x,
+                     double *ms, sq_error *err);
+
 /* The plan's "hardware" section. File names may be NULL. */
 SQ_API
 cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *params, const char *target_file,

@@ -361,6 +361,29 @@ Test(step_section, the_planner_prices_a_step_from_it)
     sq_profile_free(t);
 }
 
+Test(step_section, other_cost_models_read_forwards_through_it)
+{
+    sq_error err = {0};
+    sq_profile *t = parse(STEP_PROFILE, &err);
+    cr_assert_not_null(t, "%s", err.msg);
+    sq_hw_params prm = sq_hw_default_params();
+    prm.target = t;
+    prm.draft_ms = 0.25;
+    double ms;
+    cr_assert_eq(sq_hw_forward_ms(&prm, SQ_STEP_TARGET, 1, 4, &ms, &err), SQ_OK, "%s", err.msg);
+    cr_assert_float_eq(ms, 3.6, 1e-12);
+    cr_assert_eq(sq_hw_forward_ms(&prm, SQ_STEP_DRAFT_LEVEL, 1, 2, &ms, &err), SQ_OK);
+    cr_assert_float_eq(ms, 0.35, 1e-12);
+    cr_assert_eq(sq_hw_forward_ms(&prm, SQ_STEP_DRAFT_FIRST, 1, 3.5, &ms, &err), SQ_OK);
+    cr_assert_float_eq(ms, 0.6, 1e-12, "constant past the caught-up counts measured");
+    /* no batch 2 in the profile: the steady-stream lookup's error */
+    cr_assert_eq(sq_hw_forward_ms(&prm, SQ_STEP_TARGET, 2, 4, &ms, &err), SQ_EUSAGE);
+    sq_error e2 = {0};
+    cr_assert_eq(sq_hw_forward_ms(&prm, SQ_STEP_DRAFT_LEVEL, 2, 4, &ms, &e2), SQ_OK);
+    cr_assert_float_eq(ms, 0.25, 1e-12, "the fixed model's draft cost");
+    sq_profile_free(t);
+}
+
 Test(step_section, a_draft_profile_of_another_draft_is_refused)
 {
     sq_error err = {0};
