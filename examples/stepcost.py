@@ -94,6 +94,13 @@ def report(out, pairs, threads, settings, prompts):
                 med = [1000.0 * (sum(r["step_tokens"]) / r["steps"]) /
                        r["batch"]["decode"]["step_ms_median"] for r in reps
                        if r.get("batch") and r["batch"].get("decode")]
+                # and from the 10th-percentile step: the steps no other process interrupted
+                p10 = [r["batch"]["decode"]["step_p10_ms"] for r in reps
+                       if r.get("batch") and r["batch"].get("decode")
+                       and "step_p10_ms" in r["batch"]["decode"]]
+                p10 = p10 or [r["batch"]["decode"]["step_ms_p10"] for r in reps
+                              if r.get("batch") and r["batch"].get("decode")
+                              and "step_ms_p10" in r["batch"]["decode"]]
                 plain = [1000.0 * r["generated_tokens"] / r["timing"]["autoregressive_ms"]
                          for r in reps if "autoregressive_ms" in r["timing"]]
                 steps = sum(r["steps"] for r in reps)
@@ -128,6 +135,7 @@ def report(out, pairs, threads, settings, prompts):
                     "measured_wall_tokens_per_s": list(mw),
                     "measured_median_step_tokens_per_s": list(mean_ci(med)) if med else None,
                     "median_step_ratio": mean_ci(med)[0] / pred if med else None,
+                    "measured_p10_step_ms": sum(p10) / len(p10) if p10 else None,
                     "predicted_wall_tokens_per_s": pred_wall,
                     "wall_ratio": mw[0] / pred_wall,
                     "ratio_measured_over_predicted": m[0] / pred,
@@ -152,11 +160,12 @@ def report(out, pairs, threads, settings, prompts):
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         m = r["measured_tokens_per_s"]
-        print("| %s | %d | %s | %d %s | %.3f / %.3f | %.3f / %.3f | %.1f | %.1f [%.1f, %.1f] | "
+        print("| %s | %d | %s | %d %s | %.3f / %.3f | %.3f / %.3f; %.3f | %.1f | %.1f [%.1f, %.1f] | "
               "**%.3f**%s | %.1f, %.3f | %.1f, %.1f, %.3f | %.1f, %.3f | %.1f / %.1f |" % (
                   r["pair"], r["threads"], r["setting"], r["tree"]["size"],
                   r["tree"]["level_widths"], r["predicted_tokens_per_step"],
                   r["measured_tokens_per_step"], r["predicted_step_ms"], r["measured_step_ms"],
+                  r["measured_p10_step_ms"] if r["measured_p10_step_ms"] else float("nan"),
                   r["predicted_tokens_per_s"], m[0], m[1], m[2],
                   r["ratio_measured_over_predicted"], "" if r["within_10pct"] else " (outside 10%)",
                   (r["measured_median_step_tokens_per_s"] or [float("nan")])[0],
