@@ -153,7 +153,7 @@ def report(out, pairs, threads, settings, prompts):
     summary = {"format": "sequoia-stepcost-summary", "version": 1, "rows": rows}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    print("| pair | threads | setting | tree (widths) | tokens/step pred / meas | step ms pred / meas "
+    print("| pair | threads | setting | tree (widths) | tokens/step pred / meas | step ms pred / meas (mean; p10) "
           "| tokens/s predicted | measured decode [95% CI] | meas/pred | from the median step: "
           "meas, meas/pred | wall-clock with prefill: "
           "pred, meas, meas/pred | steady model: pred, meas/pred | plain tokens/s pred / meas (wall) |")
