@@ -574,6 +574,12 @@ static int load_inputs(plan_opts *o, plan_state *st, sq_error *err)
         if ((rc = sq_profile_load(o->target_profile, &st->tprof, err)) ||
             (o->draft_profile && (rc = sq_profile_load(o->draft_profile, &st->dprof, err))))
             return rc;
+        /* profiles that are not physically credible, for every use (the ladder too);
+         * planner/hardware.h */
+        if (!o->hwp.trust &&
+            ((rc = sq_hw_check_profile(st->tprof, o->target_profile, err)) ||
+             (st->dprof && (rc = sq_hw_check_profile(st->dprof, o->draft_profile, err)))))
+            return rc;
         o->hwp.target = st->tprof;
         o->hwp.draft = st->dprof;
         o->hwp.target_file = o->target_profile;

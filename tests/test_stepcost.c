@@ -517,3 +517,33 @@ Test(tools, sequoia_plan_refuses_the_issues_profile_unless_trusted)
     free(tp);
     free(out);
 }
+
+Test(tools, the_ladder_refuses_a_batch_that_falls_unless_trusted)
+{
+    char *dir = tu_tmpdir();
+    char *tp = tu_path(dir, "batch.json"), *out = tu_path(dir, "ladder.json");
+    tu_write(tp, "{\"format\":\"sequoia-profile\",\"version\":2,\"points\":["
+                 "{\"batch\":1,\"tokens\":1,\"median_ms\":10},{\"batch\":1,\"tokens\":4,"
+                 "\"median_ms\":12},{\"batch\":2,\"tokens\":1,\"median_ms\":158},{\"batch\":2,"
+                 "\"tokens\":3,\"median_ms\":25},{\"batch\":2,\"tokens\":8,\"median_ms\":200}]}");
+    char *const a[] = {(char *)bin("SQ_PLAN_BIN"), "-n", "8", "-d", "4", "--ladder",
+                       "--target-profile", tp, "--draft-ms", "1", "--extrapolate", "linear",
+                       "-o", out, NULL, NULL};
+    char *se = NULL;
+    int rc = tu_run(a, NULL, &se);
+    cr_assert_eq(rc, 65, "exit %d: %s", rc, se);
+    cr_assert(strstr(se, tp) && strstr(se, "t(2x3) = 25 ms < t(2x1) = 158 ms"), "%s", se);
+    cr_assert_not(tu_exists(out));
+    free(se);
+    char *const b[] = {(char *)bin("SQ_PLAN_BIN"), "-n", "8", "-d", "4", "--ladder",
+                       "--target-profile", tp, "--draft-ms", "1", "--extrapolate", "linear",
+                       "-o", out, "--trust-profiles", NULL};
+    se = NULL;
+    rc = tu_run(b, NULL, &se);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, se);
+    free(se);
+    tu_rmtree(dir);
+    free(dir);
+    free(tp);
+    free(out);
+}
