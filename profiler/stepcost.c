@@ -141,6 +141,8 @@ static int grow_shape(sq_tree_grow *g, int level, void *user, sq_error *err)
         int rc = sq_tree_grow_add(g, u, c, &ch, err);
         if (rc)
             return rc;
+        for (int i = 0; i < c; i++)
+            ch.tokens[i] = 0;   /* past the vocabulary (a tiny test model): repeated tokens */
         top_k(sq_tree_grow_logits(g, u), V, c < V ? c : V, ch.tokens);
         for (int i = 0; i < c; i++) {
             if (ch.tokens[i] < 0)
@@ -298,8 +300,10 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
                 }
                 memset(&info, 0, sizeof info);
                 hs.levels_seen = 0;
-                if ((rc = sq_specdec_step(sd[i], tok, &info, err)))
+                if ((rc = sq_specdec_step(sd[i], tok, &info, err))) {
+                    sq_step_info_clear(&info);   /* a failed step hands its arrays back */
                     break;
+                }
                 if (!warming) {
                     int n = ns[i];
                     double levels = 0;
