@@ -178,7 +178,7 @@ int sq_hw_forward_ms(const sq_hw_params *prm, sq_step_part part, int batch, doub
 static int check_falls(const sq_profile *p, const char *file, const char *what, sq_error *err)
 {
     sq_profile_fall f[8];
-    int n = sq_profile_falls(p, SQ_PROFILE_FALL_TOL, 1, f, 8);
+    int n = sq_profile_falls(p, SQ_PROFILE_FALL_TOL, SQ_FALLS_FROM_FIRST, f, 8);
     if (n == 0)
         return SQ_OK;
     char text[1024];

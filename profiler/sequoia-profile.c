@@ -78,7 +78,8 @@ static void usage(FILE *fp)
         "                         24,32,48,64, up to the largest --tokens count)\n"
         "      --force            write the profile even when it is not credible: a time that\n"
         "                         falls as the token count grows (beyond 25%% and the points'\n"
-        "                         spread), or rounds that disagree (median p10-p90 spread over\n"
+        "                         spread, or beyond 25%% when every point is noisy), or rounds\n"
+        "                         that disagree (median p10-p90 spread over\n"
         "                         the median), still so after the suspect points are timed again\n"
         "                         (exit 65 without --force)\n"
         "      --offload          CUDA: keep the weights in pinned host memory and stream them to\n"
@@ -622,7 +623,8 @@ static int confirm_points(profile_opts *o, sq_context *const *ctxs, int b, int v
         rc = sq_error_oom(err, "points");
         goto done;
     }
-    int nf = sq_profile_falls(&view, SQ_PROFILE_FALL_TOL, 0, f, np);
+    int nf = sq_profile_falls(&view, SQ_PROFILE_FALL_TOL, st.noisy ? SQ_FALLS_IGNORE_SPREAD : 0,
+                              f, np);
     for (int i = 0; i < np; i++) {
         int pick = st.disagree;
         for (int j = 0; j < nf && !pick; j++)

@@ -11,13 +11,6 @@ void sq_profile_stability(const sq_profile *p, double unstable, double severe, d
                           int cores, int threads, sq_stability *out)
 {
     memset(out, 0, sizeof *out);
-    out->n_falls = sq_profile_falls(p, SQ_PROFILE_FALL_TOL, 0, out->falls,
-                                    SQ_STABILITY_MAX_FALLS);
-    if (p->step && p->step->n[SQ_STEP_TARGET] > 1) {
-        sq_profile view = {.n = p->step->n[SQ_STEP_TARGET], .points = p->step->pts[SQ_STEP_TARGET]};
-        out->n_step_falls = sq_profile_falls(&view, SQ_PROFILE_FALL_TOL, 0, out->step_falls,
-                                             SQ_STABILITY_MAX_FALLS);
-    }
     double *sp = malloc((size_t)(p->n > 0 ? p->n : 1) * sizeof *sp);
     int m = 0;
     for (int i = 0; i < p->n; i++) {
@@ -31,6 +24,17 @@ void sq_profile_stability(const sq_profile *p, double unstable, double severe, d
     }
     out->median_spread = m > 0 ? sq_quantile(sp, m, 0.5) : 0.0;
     free(sp);
+    /* a profile noisy throughout (median spread over `unstable`) has no noise to hide a fall
+     * behind: there a fall beyond the tolerance is one */
+    out->noisy = out->median_spread > unstable;
+    int flags = out->noisy ? SQ_FALLS_IGNORE_SPREAD : 0;
+    out->n_falls = sq_profile_falls(p, SQ_PROFILE_FALL_TOL, flags, out->falls,
+                                    SQ_STABILITY_MAX_FALLS);
+    if (p->step && p->step->n[SQ_STEP_TARGET] > 1) {
+        sq_profile view = {.n = p->step->n[SQ_STEP_TARGET], .points = p->step->pts[SQ_STEP_TARGET]};
+        out->n_step_falls = sq_profile_falls(&view, SQ_PROFILE_FALL_TOL, flags, out->step_falls,
+                                             SQ_STABILITY_MAX_FALLS);
+    }
     out->load1 = load1;
     out->cores = cores;
     out->threads = threads;
@@ -53,8 +57,9 @@ void sq_stability_text(const sq_stability *s, char *buf, size_t cap)
     if (s->n_falls) {
         int n = s->n_falls < SQ_STABILITY_MAX_FALLS ? s->n_falls : SQ_STABILITY_MAX_FALLS;
         sq_profile_falls_text(s->falls, n, text, sizeof text);
-        ADD("the time falls as the token count grows at %d point%s: %s", s->n_falls,
-            s->n_falls == 1 ? "" : "s", text);
+        ADD("the time falls as the token count grows at %d point%s: %s%s", s->n_falls,
+            s->n_falls == 1 ? "" : "s", text, s->noisy ? " (on points whose p10-p90 spread is "
+            "wide throughout)" : "");
     }
     if (s->n_step_falls) {
         int n = s->n_step_falls < SQ_STABILITY_MAX_FALLS ? s->n_step_falls

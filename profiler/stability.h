@@ -5,7 +5,11 @@
  * Refused (without --force) when, after sequoia-profile has timed the suspect points again:
  *   - the time falls as the token count grows: sq_profile_falls (libsequoia/format/profile.h)
  *     over every pair of counts of a batch size, beyond SQ_PROFILE_FALL_TOL, the two points'
- *     p10-p90 spreads and SQ_PROFILE_FALL_FLOOR_MS; also in the step section's target table;
+ *     p10-p90 spreads and SQ_PROFILE_FALL_FLOOR_MS; also in the step section's target table.
+ *     When the profile is noisy throughout (the median spread over `unstable`), the spreads
+ *     hide nothing and are left out: a fall beyond the tolerance and the floor is one (a
+ *     profile taken under load read t(5) = 8.1 ms, t(6) = 4.3 ms with every point's p10-p90
+ *     near 65% of its median);
  *   - the rounds disagree: the median over points of (p90 - p10) / median exceeds `severe`
  *     (SQ_STABILITY_SEVERE: p90 - p10 wider than the median itself at a typical point).
  * Said, not refused: points whose own spread exceeds `unstable` (the existing warning), and
@@ -29,6 +33,7 @@ typedef struct sq_stability {
     int             n_step_falls;                 /* of the step section's target table   */
     sq_profile_fall step_falls[SQ_STABILITY_MAX_FALLS];
     double          median_spread;                /* over the points                       */
+    int             noisy;                        /* median_spread > unstable              */
     int             n_unstable;                   /* points over `unstable`                */
     double          load1;                        /* NAN: unknown                          */
     int             cores, threads;

@@ -656,7 +656,7 @@ static double spread_of(const sq_profile_point *q)
     return isnan(q->p10_ms) || isnan(q->p90_ms) ? 0.0 : q->p90_ms - q->p10_ms;
 }
 
-int sq_profile_falls(const sq_profile *p, double tol, int from_first, sq_profile_fall *out,
+int sq_profile_falls(const sq_profile *p, double tol, int flags, sq_profile_fall *out,
                      int cap)
 {
     int count = 0;
@@ -669,11 +669,11 @@ int sq_profile_falls(const sq_profile *p, double tol, int from_first, sq_profile
             const sq_profile_point *q = &p->points[k];
             int ref = -1;
             double worst_gap = 0;
-            for (int m = i; m < (from_first ? i + 1 : k); m++) {
+            for (int m = i; m < (flags & SQ_FALLS_FROM_FIRST ? i + 1 : k); m++) {
                 const sq_profile_point *r = &p->points[m];
                 double gap = r->median_ms - q->median_ms;
                 double need = tol * r->median_ms;
-                if (need < spread_of(r) + spread_of(q))
+                if (!(flags & SQ_FALLS_IGNORE_SPREAD) && need < spread_of(r) + spread_of(q))
                     need = spread_of(r) + spread_of(q);
                 if (need < SQ_PROFILE_FALL_FLOOR_MS)
                     need = SQ_PROFILE_FALL_FLOOR_MS;

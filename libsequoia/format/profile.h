@@ -153,8 +153,12 @@ int sq_profile_step_ms(const sq_profile *p, sq_step_part part, double x, sq_extr
  * fall as the token count grows, beyond noise. A fall is a point n whose median is below the
  * median of a smaller count m of the same batch by more than `tol` of t(m), by more than the two
  * points' p10-p90 spreads together, and by more than SQ_PROFILE_FALL_FLOOR_MS (timer and
- * scheduling granularity). With `from_first` only m = the batch's smallest count (t(1)) is
- * compared; otherwise every smaller m, and the fall reported is against the slowest of them. */
+ * scheduling granularity). With SQ_FALLS_FROM_FIRST in `flags` only m = the batch's smallest
+ * count (t(1)) is compared; otherwise every smaller m, and the fall reported is against the
+ * slowest of them. SQ_FALLS_IGNORE_SPREAD leaves the spreads out (a fall within the noise of a
+ * profile that is noisy throughout: profiler/stability.h). */
+#define SQ_FALLS_FROM_FIRST 1
+#define SQ_FALLS_IGNORE_SPREAD 2
 #define SQ_PROFILE_FALL_FLOOR_MS 0.01
 #define SQ_PROFILE_FALL_TOL 0.25
 
@@ -166,7 +170,7 @@ typedef struct sq_profile_fall {
 
 /* The falls of p (see above), the first `cap` into out; returns how many there are. */
 SQ_API
-int sq_profile_falls(const sq_profile *p, double tol, int from_first, sq_profile_fall *out,
+int sq_profile_falls(const sq_profile *p, double tol, int flags, sq_profile_fall *out,
                      int cap);
 
 /* "t(3) = 25 ms < t(1) = 158 ms (-84%), t(8) ..." for the first falls (batch-prefixed, "2x3",
