@@ -148,6 +148,10 @@ def report(out, pairs, threads, settings, prompts):
                     "measured_plain_tokens_per_s": list(mp),
                     "plain_ratio": mp[0] / pred_plain if plain else None,
                     "prompts": len(reps), "steps": steps,
+                    # the profiler's own verdict (profiler/stability.h; the script passes
+                    # --force so that every row is measured)
+                    "profiles_credible": bool(tprof.get("stability", {}).get("credible", True)
+                                              and dprof.get("stability", {}).get("credible", True)),
                 }
                 rows.append(row)
     summary = {"format": "sequoia-stepcost-summary", "version": 1, "rows": rows}
@@ -156,12 +160,13 @@ def report(out, pairs, threads, settings, prompts):
     print("| pair | threads | setting | tree (widths) | tokens/step pred / meas | step ms pred / meas (mean; p10) "
           "| tokens/s predicted | measured decode [95% CI] | meas/pred | from the median step: "
           "meas, meas/pred | wall-clock with prefill: "
-          "pred, meas, meas/pred | steady model: pred, meas/pred | plain tokens/s pred / meas (wall) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "pred, meas, meas/pred | steady model: pred, meas/pred | plain tokens/s pred / meas (wall) "
+          "| profiles credible |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         m = r["measured_tokens_per_s"]
         print("| %s | %d | %s | %d %s | %.3f / %.3f | %.3f / %.3f; %.3f | %.1f | %.1f [%.1f, %.1f] | "
-              "**%.3f**%s | %.1f, %.3f | %.1f, %.1f, %.3f | %.1f, %.3f | %.1f / %.1f |" % (
+              "**%.3f**%s | %.1f, %.3f | %.1f, %.1f, %.3f | %.1f, %.3f | %.1f / %.1f | %s |" % (
                   r["pair"], r["threads"], r["setting"], r["tree"]["size"],
                   r["tree"]["level_widths"], r["predicted_tokens_per_step"],
                   r["measured_tokens_per_step"], r["predicted_step_ms"], r["measured_step_ms"],
@@ -173,7 +178,8 @@ def report(out, pairs, threads, settings, prompts):
                   r["predicted_wall_tokens_per_s"], r["measured_wall_tokens_per_s"][0],
                   r["wall_ratio"],
                   r["steady_model_predicted_tokens_per_s"], r["steady_model_ratio"],
-                  r["predicted_plain_tokens_per_s"], r["measured_plain_tokens_per_s"][0]))
+                  r["predicted_plain_tokens_per_s"], r["measured_plain_tokens_per_s"][0],
+                  "yes" if r["profiles_credible"] else "**no**"))
     ok = sum(r["within_10pct"] for r in rows)
     print("\ndecode rate within 10%%: %d of %d (step-cost model); steady-stream model: %d of %d; "
           "wall-clock within 10%%: %d of %d" % (
