@@ -26,7 +26,10 @@ void sq_profile_stability(const sq_profile *p, double unstable, double severe, d
     free(sp);
     /* a profile noisy throughout (median spread over `unstable`) has no noise to hide a fall
      * behind: there a fall beyond the tolerance is one */
-    out->noisy = out->median_spread > unstable;
+    int few = 0;   /* a point of fewer samples than SQ_STABILITY_MIN_SAMPLES */
+    for (int i = 0; i < p->n; i++)
+        few |= p->points[i].samples < SQ_STABILITY_MIN_SAMPLES;
+    out->noisy = out->median_spread > unstable && !few;
     int flags = out->noisy ? SQ_FALLS_IGNORE_SPREAD : 0;
     out->n_falls = sq_profile_falls(p, SQ_PROFILE_FALL_TOL, flags, out->falls,
                                     SQ_STABILITY_MAX_FALLS);

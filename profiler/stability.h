@@ -6,8 +6,10 @@
  *   - the time falls as the token count grows: sq_profile_falls (libsequoia/format/profile.h)
  *     over every pair of counts of a batch size, beyond SQ_PROFILE_FALL_TOL, the two points'
  *     p10-p90 spreads and SQ_PROFILE_FALL_FLOOR_MS; also in the step section's target table.
- *     When the profile is noisy throughout (the median spread over `unstable`), the spreads
- *     hide nothing and are left out: a fall beyond the tolerance and the floor is one (a
+ *     When the profile is noisy throughout (the median spread over `unstable`, every point of
+ *     at least SQ_STABILITY_MIN_SAMPLES samples: with fewer, one preempted sample of a
+ *     microsecond forward makes the spread and the median alike, as in the test suites' tiny
+ *     models at --repeat 2), the spreads hide nothing and are left out: a fall beyond the tolerance and the floor is one (a
  *     profile taken under load read t(5) = 8.1 ms, t(6) = 4.3 ms with every point's p10-p90
  *     near 65% of its median);
  *   - the rounds disagree: the median over points of (p90 - p10) / median exceeds `severe`
@@ -25,6 +27,7 @@
 #include "libsequoia/format/profile.h"
 
 #define SQ_STABILITY_SEVERE 1.0
+#define SQ_STABILITY_MIN_SAMPLES 10
 #define SQ_STABILITY_MAX_FALLS 16
 
 typedef struct sq_stability {
@@ -33,7 +36,7 @@ typedef struct sq_stability {
     int             n_step_falls;                 /* of the step section's target table   */
     sq_profile_fall step_falls[SQ_STABILITY_MAX_FALLS];
     double          median_spread;                /* over the points                       */
-    int             noisy;                        /* median_spread > unstable              */
+    int             noisy;                        /* median_spread > unstable, enough samples */
     int             n_unstable;                   /* points over `unstable`                */
     double          load1;                        /* NAN: unknown                          */
     int             cores, threads;

@@ -97,6 +97,25 @@ Test(stability, a_fall_within_the_points_spread_is_noise)
     sq_profile_free(p);
 }
 
+Test(stability, a_tiny_model_timed_twice_under_a_test_suite_is_not_refused)
+{
+    /* a 14-point sweep of a microsecond model at --repeat 2 beside a parallel test suite: a
+     * preempted sample makes t(10) and t(14) 28 ms (median of two), their p10-p90 as wide */
+    static const int tok[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 13, 14, 15, 16};
+    static const double ms[] = {0.008, 0.012, 0.016, 0.02, 0.024, 0.028, 0.036, 28.06, 0.053,
+                                0.058, 28.57, 0.071, 0.075};
+    sq_profile *p = series(tok, ms, 13, 0.30);
+    for (int i = 0; i < 13; i++)
+        p->points[i].samples = 2;
+    p->points[7].p10_ms = 0.1 * 56.0, p->points[7].p90_ms = 0.9 * 56.0;
+    p->points[10].p10_ms = 0.1 * 57.0, p->points[10].p90_ms = 0.9 * 57.0;
+    sq_stability st;
+    sq_profile_stability(p, 0.25, SQ_STABILITY_SEVERE, 2.25, 2, 2, &st);
+    cr_assert_not(st.noisy, "two samples a point cannot tell a noisy profile");
+    cr_assert_not(st.refuse);
+    sq_profile_free(p);
+}
+
 Test(stability, a_noisy_profile_that_falls_is_refused)
 {
     /* the 18M target at 1 thread beside other sessions' builds (load 3.9): every point's
