@@ -43,7 +43,9 @@ void sq_profile_stability(const sq_profile *p, double unstable, double severe, d
     out->threads = threads;
     out->busy = !isnan(load1) && cores > 0 && load1 > cores - (threads > 0 ? threads : cores) + 0.5;
     out->disagree = out->median_spread > severe;
-    out->refuse = out->n_falls + out->n_step_falls > 0 || out->disagree;
+    out->few = few;
+    /* a point of fewer samples cannot be judged: the problems are said, not refused */
+    out->refuse = (out->n_falls + out->n_step_falls > 0 || out->disagree) && !few;
 }
 
 void sq_stability_text(const sq_stability *s, char *buf, size_t cap)
@@ -74,6 +76,9 @@ void sq_stability_text(const sq_stability *s, char *buf, size_t cap)
     if (s->disagree)
         ADD("%sthe rounds disagree: the median p10-p90 spread is %.0f%% of the median", len ? "; "
             : "", 100 * s->median_spread);
+    if (len && s->few)
+        ADD(" (not refused: fewer than %d samples a point cannot be judged; --repeat %d or more)",
+            SQ_STABILITY_MIN_SAMPLES, SQ_STABILITY_MIN_SAMPLES);
     if (s->busy)
         ADD("%sthe machine was busy at start: load average %.2f on %d cores for %d thread%s",
             len ? "; " : "", s->load1, s->cores, s->threads, s->threads == 1 ? "" : "s");

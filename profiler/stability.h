@@ -14,6 +14,10 @@
  *     near 65% of its median);
  *   - the rounds disagree: the median over points of (p90 - p10) / median exceeds `severe`
  *     (SQ_STABILITY_SEVERE: p90 - p10 wider than the median itself at a typical point).
+ * Only a profile of at least SQ_STABILITY_MIN_SAMPLES samples a point is refused (the default
+ * --repeat 10): with fewer, one preempted sample of a microsecond forward decides a point, and
+ * quick runs (the test suites' tiny models at --repeat 2, beside other tests) would fail at
+ * random; their problems are said.
  * Said, not refused: points whose own spread exceeds `unstable` (the existing warning), and
  * a busy machine at start, a 1-minute load average above cores - threads + 0.5 (the load
  * average counts runnable threads, so on a quiet machine it stays below that; a build or a
@@ -42,7 +46,8 @@ typedef struct sq_stability {
     int             cores, threads;
     int             busy;                         /* load1 > cores - threads + 0.5         */
     int             disagree;                     /* median_spread > severe                */
-    int             refuse;                       /* n_falls + n_step_falls > 0 || disagree */
+    int             few;                          /* a point has < SQ_STABILITY_MIN_SAMPLES */
+    int             refuse;                       /* (falls or disagree) and not few       */
 } sq_stability;
 
 void sq_profile_stability(const sq_profile *p, double unstable, double severe, double load1,

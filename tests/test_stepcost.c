@@ -113,6 +113,15 @@ Test(stability, a_tiny_model_timed_twice_under_a_test_suite_is_not_refused)
     sq_profile_stability(p, 0.25, SQ_STABILITY_SEVERE, 2.25, 2, 2, &st);
     cr_assert_not(st.noisy, "two samples a point cannot tell a noisy profile");
     cr_assert_not(st.refuse);
+    /* both samples of t(8) preempted: a fall beyond the spreads, said but not refused */
+    p->points[7].p10_ms = 27.9, p->points[7].p90_ms = 28.2;
+    p->points[8].p10_ms = 0.052, p->points[8].p90_ms = 0.054;
+    sq_profile_stability(p, 0.25, SQ_STABILITY_SEVERE, 2.25, 2, 2, &st);
+    cr_assert_gt(st.n_falls, 0);
+    cr_assert(st.few && !st.refuse);
+    char text[2048];
+    sq_stability_text(&st, text, sizeof text);
+    cr_assert(strstr(text, "not refused: fewer than 10 samples"), "%s", text);
     sq_profile_free(p);
 }
 
@@ -487,7 +496,7 @@ Test(tools, the_profiler_times_steps_and_refuses_what_is_not_credible, .timeout 
     char cmd[4096];
     /* the refusal through the test hook (no live timing decides it): exit 65, nothing written */
     snprintf(cmd, sizeof cmd, "SQ_TEST_STABILITY_SEVERE=-1 exec '%s' --model '%s' --draft '%s' "
-             "--tokens 1,2,4 --step-tokens 1,2,3 --prefix 8 --repeat 2 --warmup 0 --threads 1 -q "
+             "--tokens 1,2,4 --step-tokens 1,2,3 --prefix 8 --repeat 10 --warmup 0 --threads 1 -q "
              "-o '%s'", bin("SQ_PROFILE_BIN"), cfg, cfg, out);
     char *const sh[] = {"/bin/sh", "-c", cmd, NULL};
     char *se = NULL;
