@@ -281,8 +281,10 @@ typedef struct plan_opts {
 } plan_opts;
 
 enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
-       OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_TRUST_PROFILES, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
+       OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
        OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS };
+
+enum { OPT_TRUST_PROFILES = 1024 };   /* planner/hardware.h, credibility */
 
 #define PARSE_RUN (-1)   /* parse_options: go on and run */
 
@@ -404,6 +406,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_SVG: o->svg_file = optarg; break;
         case OPT_SVG_TABLE: o->svg_table = optarg; break;
         case OPT_TARGET_PROFILE: o->target_profile = optarg; break;
+        case OPT_TRUST_PROFILES: o->hwp.trust = 1; break;
         case OPT_LADDER: o->ladder = 1; break;
         case OPT_OBJECTIVE:
             if ((o->objective = sq_objective_parse(optarg)) < 0) {
@@ -416,7 +419,6 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_ENVELOPES: o->envelopes_file = optarg; break;
         case OPT_LADDER_PLANS: o->ladder_plans = optarg; break;
         case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
-        case OPT_TRUST_PROFILES: o->hwp.trust = 1; break;
         default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
