@@ -101,7 +101,8 @@ say "3. acceptance curves (sequoia-accept)"
 say "4. latency profiles of both models on this machine (sequoia-profile, $THREADS threads)"
 # REUSE=1 keeps the profiles (and the corpus) of an earlier run in OUT_DIR
 [ "${REUSE:-0}" = 1 ] && [ -f "$OUT/profile_target.json" ] && [ -f "$OUT/profile_draft.json" ] || {
-"$PROFILE" --model "$TARGET" --max-tokens 128 --prefix "$PREFIX" --warmup 3 --repeat 21 \
+# --draft: the step section, the cost of a step as decoding runs it (docs/planning.md)
+"$PROFILE" --model "$TARGET" --draft "$DRAFT" --max-tokens 128 --prefix "$PREFIX" --warmup 3 --repeat 21 \
     --threads "$THREADS" -o "$OUT/profile_target.json" --svg "$OUT/profile_target.svg" --quiet
 "$PROFILE" --model "$DRAFT" --max-tokens 128 --prefix "$PREFIX" --warmup 3 --repeat 21 \
     --threads "$THREADS" -o "$OUT/profile_draft.json" --svg "$OUT/profile_draft.svg" --quiet

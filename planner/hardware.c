@@ -10,7 +10,7 @@ sq_hw_params sq_hw_default_params(void)
 {
     return (sq_hw_params){.target = NULL, .draft = NULL, .draft_ms = 0.0,
                           .extrapolate = SQ_EXTRAPOLATE_NONE, .measured_sizes_only = 0,
-                          .target_file = NULL, .draft_file = NULL};
+                          .target_file = NULL, .draft_file = NULL, .trust = 0};
 }
 
 static int profile_ms(const sq_profile *p, const char *which, double x, sq_extrapolate mode,
@@ -25,8 +25,88 @@ static int profile_ms(const sq_profile *p, const char *which, double x, sq_extra
     return SQ_OK;
 }
 
+/* Part `part` of the target profile's step section at x; past the table's range, the
+ * steady-stream time of `steady` (the target's or the draft's profile; NULL: none) scaled by
+ * the in-step/steady ratio at the nearest end of the table, else the table extrapolated with
+ * `mode`. */
+static int step_part_ms(const sq_hw_params *prm, sq_step_part part, const sq_profile *steady,
+                        const char *sname, double x, sq_extrapolate mode, double *ms, sq_error *err)
+{
+    const sq_profile_step *st = prm->target->step;
+    const char *tname = prm->target_file ? prm->target_file : "target profile";
+    int n = st->n[part];
+    if (n == 0 && part == SQ_STEP_OVERHEAD) {   /* not measured: none */
+        *ms = 0.0;
+        return SQ_OK;
+    }
+    if (n == 0 && steady)   /* a section without this table: the steady-stream time */
+        return profile_ms(steady, sname, x, prm->extrapolate, ms, err);
+    if (n > 0 && x >= st->pts[part][0].tokens && x <= st->pts[part][n - 1].tokens)
+        return sq_profile_step_ms(prm->target, part, x, mode, ms, err);
+    if (n > 0 && steady) {
+        const sq_profile_point *end = x < st->pts[part][0].tokens ? &st->pts[part][0]
+                                                                    : &st->pts[part][n - 1];
+        double at_end, here;
+        int rc;
+        if ((rc = profile_ms(steady, sname, end->tokens, prm->extrapolate, &at_end, err)) ||
+            (rc = profile_ms(steady, sname, x, prm->extrapolate, &here, err)))
+            return rc;
+        *ms = here * end->median_ms / at_end;
+        return SQ_OK;
+    }
+    sq_error e = {0};
+    int rc = sq_profile_step_ms(prm->target, part, x, mode, ms, &e);
+    if (rc && err && err->status == SQ_OK)
+        err->cause = e.cause;
+    if (rc)
+        return sq_error_set(err, rc, "%s: step.%s: %s", tname, sq_step_part_name(part), e.msg);
+    return SQ_OK;
+}
+
+/* t_step with the target profile's step section (hardware.h, the in-step model). */
+static int step_ms_in_step(const sq_hw_params *prm, const sq_tree *t, double F, double *ms,
+                           sq_error *err)
+{
+    const char *tname = prm->target_file ? prm->target_file : "target profile";
+    const char *dname = prm->draft_file ? prm->draft_file : "draft profile";
+    double T, O, x;
+    int rc;
+    if ((rc = step_part_ms(prm, SQ_STEP_TARGET, prm->target, tname, t->n, prm->extrapolate, &T,
+                           err)) ||
+        (rc = step_part_ms(prm, SQ_STEP_OVERHEAD, NULL, NULL, t->n, SQ_EXTRAPOLATE_LINEAR, &O,
+                           err)))
+        return rc;
+    if (t->n == 1) {
+        *ms = T + O;
+        return SQ_OK;
+    }
+    double total = T + O;
+    int levels = sq_tree_depth(t);
+    if ((rc = step_part_ms(prm, SQ_STEP_DRAFT_FIRST, prm->draft, dname, F,
+                           SQ_EXTRAPOLATE_CONSTANT, &x, err)))
+        return rc;
+    total += x;
+    int *w = malloc((size_t)levels * sizeof *w);
+    if (!w)
+        return sq_error_oom(err, "level widths");
+    sq_tree_level_widths(t, w);
+    for (int l = 1; l <= levels - 2; l++) {
+        if ((rc = step_part_ms(prm, SQ_STEP_DRAFT_LEVEL, prm->draft, dname, w[l],
+                               prm->extrapolate, &x, err))) {
+            free(w);
+            return rc;
+        }
+        total += x;
+    }
+    free(w);
+    *ms = total;
+    return SQ_OK;
+}
+
 int sq_hw_step_ms(const sq_hw_params *prm, const sq_tree *t, double F, double *ms, sq_error *err)
 {
+    if (prm->target->step)
+        return step_ms_in_step(prm, t, F, ms, err);
     double total;
     const char *tname = prm->target_file ? prm->target_file : "target profile";
     const char *dname = prm->draft_file ? prm->draft_file : "draft profile";
@@ -59,6 +139,108 @@ int sq_hw_step_ms(const sq_hw_params *prm, const sq_tree *t, double F, double *m
     }
     free(w);
     *ms = total;
+    return SQ_OK;
+}
+
+int sq_hw_forward_ms(const sq_hw_params *prm, sq_step_part part, int batch, double x,
+                     double *ms, sq_error *err)
+{
+    const char *tname = prm->target_file ? prm->target_file : "target profile";
+    const char *dname = prm->draft_file ? prm->draft_file : "draft profile";
+    int draft = part == SQ_STEP_DRAFT_FIRST || part == SQ_STEP_DRAFT_LEVEL;
+    if (batch == 1 && prm->target->step)
+        return step_part_ms(prm, part, draft ? prm->draft : prm->target, draft ? dname : tname, x,
+                            part == SQ_STEP_DRAFT_FIRST ? SQ_EXTRAPOLATE_CONSTANT
+                            : part == SQ_STEP_OVERHEAD ? SQ_EXTRAPOLATE_LINEAR : prm->extrapolate,
+                            ms, err);
+    if (part == SQ_STEP_OVERHEAD) {
+        *ms = 0.0;
+        return SQ_OK;
+    }
+    const sq_profile *p = draft ? prm->draft : prm->target;
+    if (!p) {
+        if (!draft)
+            return sq_error_set(err, SQ_EUSAGE, "no target profile");
+        *ms = prm->draft_ms;   /* the fixed model's cost per draft forward */
+        return SQ_OK;
+    }
+    sq_error e = {0};
+    int rc = sq_profile_ms_batch(p, batch, x, prm->extrapolate, ms, &e);
+    if (rc && err && err->status == SQ_OK)
+        err->cause = e.cause;
+    if (rc)
+        return sq_error_set(err, rc, "%s: %s", draft ? dname : tname, e.msg);
+    return SQ_OK;
+}
+
+/* ---- credibility (hardware.h) --------------------------------------------------------------- */
+
+static int check_falls(const sq_profile *p, const char *file, const char *what, sq_error *err)
+{
+    sq_profile_fall f[8];
+    int n = sq_profile_falls(p, SQ_PROFILE_FALL_TOL, SQ_FALLS_FROM_FIRST, f, 8);
+    if (n == 0)
+        return SQ_OK;
+    char text[1024];
+    sq_profile_falls_text(f, n < 8 ? n : 8, text, sizeof text);
+    if (n > 8) {
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len, " and %d more", n - 8);
+    }
+    return sq_error_set(err, SQ_EDATA, "%s: %snot physically credible: %s; a forward of more "
+                        "tokens cannot be faster than one token beyond %.0f%% and the points' "
+                        "noise. The profile was likely taken under load: measure it again on a "
+                        "quiet machine, or pass --trust-profiles to plan from it anyway", file,
+                        what, text, 100 * SQ_PROFILE_FALL_TOL);
+}
+
+int sq_hw_check_profile(const sq_profile *p, const char *file, sq_error *err)
+{
+    int rc = check_falls(p, file, "", err);
+    if (rc || !p->step)
+        return rc;
+    sq_profile view = {.n = p->step->n[SQ_STEP_TARGET], .points = p->step->pts[SQ_STEP_TARGET]};
+    return view.n ? check_falls(&view, file, "step.target: ", err) : SQ_OK;
+}
+
+int sq_hw_check_prediction(const sq_hw_params *prm, int n, double F, double speedup,
+                           sq_error *err)
+{
+    if (!(speedup > F * (1 + SQ_PROFILE_FALL_TOL)))
+        return SQ_OK;
+    const char *tname = prm->target_file ? prm->target_file : "target profile";
+    double t1 = NAN, tn = NAN;
+    sq_profile_ms(prm->target, 1, prm->extrapolate, &t1, NULL);
+    sq_profile_ms(prm->target, n, prm->extrapolate, &tn, NULL);
+    return sq_error_set(err, SQ_EDATA, "%s%s%s: not physically credible: a predicted speedup of "
+                        "%.3gx with %.4g tokens/step at %d tokens (t(%d) = %.4g ms, t(1) = %.4g "
+                        "ms) exceeds tokens/step x %.2f; a step costs at least one forward of "
+                        "the target, which cannot be cheaper than one token's. Measure the "
+                        "profiles again on a quiet machine, or pass --trust-profiles", tname,
+                        prm->draft ? ", " : "", prm->draft ? (prm->draft_file ? prm->draft_file
+                        : "draft profile") : "", speedup, F, n, n, tn, t1,
+                        1 + SQ_PROFILE_FALL_TOL);
+}
+
+/* The draft the target profile's step section was measured with against the draft profile's
+ * model: the same shape, or SQ_EDATA. */
+static int check_step_draft(const sq_hw_params *prm, sq_error *err)
+{
+    if (!prm->target->step || !prm->target->step->draft || !prm->draft || !prm->draft->model)
+        return SQ_OK;
+    static const char *const keys[] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads",
+                                       "vocab_size"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(prm->target->step->draft, keys[i]);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(prm->draft->model, keys[i]);
+        if (cJSON_IsNumber(a) && cJSON_IsNumber(b) && a->valuedouble != b->valuedouble)
+            return sq_error_set(err, SQ_EDATA, "%s: step.draft.%s is %g but %s's model.%s is %g: "
+                                "the step costs were measured with another draft (measure them "
+                                "with sequoia-profile --draft for this pair)",
+                                prm->target_file ? prm->target_file : "target profile", keys[i],
+                                a->valuedouble, prm->draft_file ? prm->draft_file
+                                : "the draft profile", keys[i], b->valuedouble);
+    }
     return SQ_OK;
 }
 
@@ -97,8 +279,26 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
     }
     for (size_t i = 0; i < cells; i++)
         r->speedup_table[i] = NAN;
-    int rc = profile_ms(prm->target, prm->target_file ? prm->target_file : "target profile", 1,
+    int rc;
+    if ((rc = check_step_draft(prm, err)) ||
+        (!prm->trust &&
+         ((rc = sq_hw_check_profile(prm->target, prm->target_file ? prm->target_file
+                                                                   : "target profile", err)) ||
+          (prm->draft && (rc = sq_hw_check_profile(prm->draft, prm->draft_file ? prm->draft_file
+                                                                 : "draft profile", err))))))
+        goto fail;
+    if (prm->target->step) {
+        /* plain decoding as the step section measured it: the forward and the commit */
+        double o1;
+        rc = step_part_ms(prm, SQ_STEP_TARGET, prm->target, prm->target_file ? prm->target_file
+                          : "target profile", 1, prm->extrapolate, &r->target1_ms, err);
+        if (!rc && !(rc = step_part_ms(prm, SQ_STEP_OVERHEAD, NULL, NULL, 1,
+                                       SQ_EXTRAPOLATE_LINEAR, &o1, err)))
+            r->target1_ms += o1;
+    } else {
+        rc = profile_ms(prm->target, prm->target_file ? prm->target_file : "target profile", 1,
                         prm->extrapolate, &r->target1_ms, err);
+    }
     if (rc)
         goto fail;
     double best_rate = -1;
@@ -139,6 +339,9 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
         goto fail;
     }
     r->speedup = r->expected_tokens * r->target1_ms / r->step_ms;
+    if (!prm->trust &&
+        (rc = sq_hw_check_prediction(prm, r->n, r->expected_tokens, r->speedup, err)))
+        goto fail;
     *out = r;
     return SQ_OK;
 fail:
@@ -158,9 +361,14 @@ cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *prm, const char 
                                                              : cJSON_CreateNull());
     sq_json_add(o, "draft_ms", prm->draft ? cJSON_CreateNull() : cJSON_CreateNumber(prm->draft_ms));
     sq_json_add(o, "draft_cost_model",
-                cJSON_CreateString(prm->draft ? "per-level: t_target(n) + t_draft(F) + "
-                                                "sum_{l=1..L-2} t_draft(w_l)"
-                                              : "fixed: t_target(n) + L * draft_ms"));
+                cJSON_CreateString(prm->target->step
+                                   ? "in-step: T(n) + D_first(F) + sum_{l=1..L-2} D_level(w_l) "
+                                     "+ O(n), from the target profile's step section"
+                                   : prm->draft ? "per-level: t_target(n) + t_draft(F) + "
+                                                  "sum_{l=1..L-2} t_draft(w_l)"
+                                                : "fixed: t_target(n) + L * draft_ms"));
+    if (prm->trust)
+        sq_json_add(o, "trusted", cJSON_CreateTrue());
     sq_json_add(o, "candidates", cJSON_CreateString(prm->measured_sizes_only ? "measured sizes"
                                                                              : "all sizes"));
     const char *ex[] = {"none", "linear", "constant"};

@@ -10,7 +10,26 @@
  *   fixed model (only one draft time c is known; the official implementation's model):
  *     t_step = t_target(n) + L · c
  *
- * A root-only tree (n = 1) is plain autoregressive decoding: t_step = t_target(1).
+ *   in-step model (the target profile has a "step" section, sequoia-profile --draft: the
+ *   cost of a step as decoding runs it, libsequoia/format/profile.h):
+ *     t_step = T(n) + D_first(F) + Σ_{l=1..L-2} D_level(w_l) + O(n)
+ *     T: the target's n-token forward inside a step (after the draft's forwards), D_first:
+ *     the draft's first forward (after the target's), D_level: a level's draft forward, O:
+ *     the step's own work outside the forwards. Past the step tables' measured range, T is
+ *     the steady-stream time t_target(n) scaled by T/t_target at the table's nearest end (the
+ *     same for D_* with the draft profile when one is given; otherwise the extrapolation
+ *     mode, constant for D_first, linear for O). The draft profile, when given, must be of
+ *     the draft the step section was measured with (same shape), else SQ_EDATA.
+ *
+ * A root-only tree (n = 1) is plain autoregressive decoding: t_step = t_target(1) (in-step:
+ * T(1) + O(1), the plain decoding's forward and commit).
+ *
+ * Credibility (issue 27; docs/planning.md, "Profiles that are not credible"): unless `trust`
+ * is set, sq_hw_select refuses (SQ_EDATA, naming the file and the token counts) a profile
+ * whose time at n > 1 tokens falls below t(1) beyond SQ_PROFILE_FALL_TOL and noise
+ * (sq_profile_falls with from_first), and a prediction whose speedup exceeds tokens/step x
+ * (1 + SQ_PROFILE_FALL_TOL): a step costs at least one target forward of n >= 1 tokens, which
+ * cannot be cheaper than t(1), so S = F · t(1) / t_step <= F.
  * The choice maximises F / t_step; the predicted speedup against the target alone is
  *   S = F · t_target(1) / t_step.
  * Ties go to the smaller size, then the smaller depth. */
@@ -36,7 +55,20 @@ typedef struct sq_hw_params {
                                               measured (what the official code does)      */
     const char       *target_file;  /* names for messages; NULL: "target profile"         */
     const char       *draft_file;
+    int               trust;        /* plan from profiles and predictions that are not
+                                       physically credible (sequoia-plan --trust-profiles) */
 } sq_hw_params;
+
+/* The credibility check of one profile (see above): SQ_EDATA naming `file` and the token
+ * counts whose time falls below t(1), including the step section's target table. */
+SQ_API
+int sq_hw_check_profile(const sq_profile *p, const char *file, sq_error *err);
+
+/* The speedup bound: SQ_EDATA when S > F · (1 + SQ_PROFILE_FALL_TOL), naming the files, the
+ * tree size n and t_target(n), t_target(1). */
+SQ_API
+int sq_hw_check_prediction(const sq_hw_params *params, int n, double F, double speedup,
+                           sq_error *err);
 
 SQ_API
 sq_hw_params sq_hw_default_params(void);
@@ -63,6 +95,16 @@ void sq_hw_result_free(sq_hw_result *r);
 SQ_API
 int sq_hw_step_ms(const sq_hw_params *params, const sq_tree *t, double F, double *ms,
                   sq_error *err);
+
+/* One forward's time as the step-cost model prices it, for other cost models (the envelope
+ * engines' rounds, planner/dynamic.c): part SQ_STEP_TARGET (the target's forward of x tokens),
+ * SQ_STEP_DRAFT_FIRST or SQ_STEP_DRAFT_LEVEL (the draft's), SQ_STEP_OVERHEAD (the step's own
+ * work), at batch size `batch`. At batch 1 with a step section in the target profile: the
+ * section's time (past its range as sq_hw_step_ms does); otherwise the steady-stream profile's
+ * sq_profile_ms_batch (the draft's for the draft parts; 0 for the overhead). */
+SQ_API
+int sq_hw_forward_ms(const sq_hw_params *params, sq_step_part part, int batch, double x,
+                     double *ms, sq_error *err);
 
 /* The plan's "hardware" section. File names may be NULL. */
 SQ_API

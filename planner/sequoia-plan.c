@@ -103,9 +103,14 @@ static void usage(FILE *fp)
         "\n"
         "Hardware-aware planning (paper §4.1): choose the size n <= N and depth d <= D with the most\n"
         "tokens per second, from measured latency profiles (sequoia-profile):\n"
-        "      --target-profile F the target's forward time against new tokens\n"
+        "      --target-profile F the target's forward time against new tokens; with a step\n"
+        "                         section (sequoia-profile --draft) the step's parts as decoding\n"
+        "                         runs them\n"
         "      --draft-profile F  the draft's: a step costs t_target(n) + t_draft(F) + one draft\n"
         "                         forward per inner level over its nodes\n"
+        "      --trust-profiles   plan from profiles that are not physically credible (a time at\n"
+        "                         n > 1 tokens 25%% below t(1), or a speedup above tokens/step);\n"
+        "                         refused with exit 65 otherwise\n"
         "      --draft-ms X       or one fixed draft cost per level: t_target(n) + levels * X (the\n"
         "                         official implementation's model)\n"
         "      --extrapolate M    beyond a profile's measured tokens: none (an error, the default),\n"
@@ -314,6 +319,8 @@ enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN
        OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS,
        OPT_VLLM_SCHEDULE, OPT_ENVELOPE, OPT_MODE, OPT_TEMPERATURE, OPT_TRIALS, OPT_PATH };
 
+enum { OPT_TRUST_PROFILES = 1024 };   /* planner/hardware.h, credibility */
+
 #define PARSE_RUN (-1)   /* parse_options: go on and run */
 
 /* The options with a value to check beyond a number. */
@@ -379,6 +386,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         {"svg", required_argument, NULL, OPT_SVG},    {"svg-table", required_argument, NULL, OPT_SVG_TABLE},
         {"target-profile", required_argument, NULL, OPT_TARGET_PROFILE},
         {"draft-profile", required_argument, NULL, OPT_DRAFT_PROFILE},
+        {"trust-profiles", no_argument, NULL, OPT_TRUST_PROFILES},
         {"draft-ms", required_argument, NULL, OPT_DRAFT_MS},
         {"extrapolate", required_argument, NULL, OPT_EXTRAPOLATE},
         {"sizes", required_argument, NULL, OPT_SIZES},
@@ -441,6 +449,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_SVG: o->svg_file = optarg; break;
         case OPT_SVG_TABLE: o->svg_table = optarg; break;
         case OPT_TARGET_PROFILE: o->target_profile = optarg; break;
+        case OPT_TRUST_PROFILES: o->hwp.trust = 1; break;
         case OPT_LADDER: o->ladder = 1; break;
         case OPT_OBJECTIVE:
             if ((o->objective = sq_objective_parse(optarg)) < 0) {
@@ -676,6 +685,12 @@ profiles:
     if (o->target_profile) {
         if ((rc = sq_profile_load(o->target_profile, &st->tprof, err)) ||
             (o->draft_profile && (rc = sq_profile_load(o->draft_profile, &st->dprof, err))))
+            return rc;
+        /* profiles that are not physically credible, for every use (the ladder too);
+         * planner/hardware.h */
+        if (!o->hwp.trust &&
+            ((rc = sq_hw_check_profile(st->tprof, o->target_profile, err)) ||
+             (st->dprof && (rc = sq_hw_check_profile(st->dprof, o->draft_profile, err)))))
             return rc;
         o->hwp.target = st->tprof;
         o->hwp.draft = st->dprof;

@@ -16,6 +16,8 @@
 #include "libsequoia/format/profile.h"
 #include "profiler/latency_svg.h"
 #include "profiler/measure.h"
+#include "profiler/stability.h"
+#include "profiler/stepcost.h"
 #include "runtime/arch.h"
 #include "runtime/config.h"
 #include "runtime/memory.h"
@@ -32,6 +34,7 @@ static void usage(FILE *fp)
         "                       [--tokens LIST | --max-tokens N] [--prefix L] [--warmup W]\n"
         "                       [--repeat R] [--threads T] [--no-refine] -o PROFILE.json\n"
         "                       [--svg CURVE.svg] [--offload] [--batch LIST] [--quiet]\n"
+        "                       [--draft DIR|config.json [--step-tokens LIST]] [--force]\n"
         "       " PROG " --model DIR|config.json --dry-run [options as above]\n"
         "       " PROG " --import ENGINE.csv [--engine NAME] -o PROFILE.json [--svg CURVE.svg]\n"
         "\n"
@@ -64,7 +67,22 @@ static void usage(FILE *fp)
         "                         least 100 ms of them (default 2)\n"
         "      --repeat R         timed forwards per point, in rounds of 10 over all points\n"
         "                         (default 10)\n"
-        "      --threads T        CPU threads (default: all cores)\n"
+        "      --threads T        CPU threads (default: all cores)\n");
+    fprintf(fp,
+        "      --draft PATH       also time speculative steps as decoding runs them, with this\n"
+        "                         draft (a directory or a config.json, as --model): the target's\n"
+        "                         forward after the draft's, the draft's first and level\n"
+        "                         forwards, the step's work outside the forwards; written as the\n"
+        "                         profile's \"step\" section, which sequoia-plan plans from\n"
+        "      --step-tokens LIST tree sizes of the timed steps (default 1,2,3,4,5,6,8,10,12,16,\n"
+        "                         24,32,48,64, up to the largest --tokens count)\n"
+        "      --force            write the profile even when it is not credible: a time that\n"
+        "                         falls as the token count grows (beyond 25%% and the points'\n"
+        "                         spread, or beyond 25%% when every point is noisy), or rounds\n"
+        "                         that disagree (median p10-p90 spread over\n"
+        "                         the median), still so after the suspect points are timed again\n"
+        "                         (exit 65 without --force; with --repeat under 10 it is said,\n"
+        "                         not refused)\n"
         "      --offload          CUDA: keep the weights in pinned host memory and stream them to\n"
         "                         the GPU layer by layer (double-buffered), for models larger than\n"
         "                         the GPU's memory; the profile's backend reads cuda-offload\n"
@@ -89,7 +107,8 @@ static void usage(FILE *fp)
         "  " PROG " --model llama2-70b/config.json --backend cuda --offload --repeat 3 -o l40.json\n"
         "  " PROG " --import vllm_latency.csv --engine vllm -o vllm.json\n"
         "\n"
-        "Exit status: 0 success, 64 usage error, 65 invalid input data, 66 input missing,\n"
+        "Exit status: 0 success, 64 usage error, 65 invalid input data or a measured profile that is\n"
+        "not credible (see --force), 66 input missing,\n"
         "70 internal error, 73 cannot create output, 74 I/O error.\n");
 }
 
@@ -205,9 +224,39 @@ static cJSON *model_json(const char *name, const sq_model_config *c, int random)
     return sq_json_build_end(b, m);
 }
 
+/* The "stability" object (docs/formats.md): what profiler/stability.h found. */
+static cJSON *stability_json(const sq_stability *st, int forced)
+{
+    cJSON *o = cJSON_CreateObject();
+    sq_json_add(o, "load_at_start", isnan(st->load1) ? cJSON_CreateNull()
+                                                     : cJSON_CreateNumber(st->load1));
+    sq_json_add(o, "cores", cJSON_CreateNumber(st->cores));
+    sq_json_add(o, "busy_at_start", cJSON_CreateBool(st->busy));
+    sq_json_add(o, "median_spread", cJSON_CreateNumber(st->median_spread));
+    cJSON *falls = cJSON_CreateArray();
+    for (int k = 0; k < 2; k++) {
+        const sq_profile_fall *f = k ? st->step_falls : st->falls;
+        int n = k ? st->n_step_falls : st->n_falls;
+        for (int i = 0; i < n && i < SQ_STABILITY_MAX_FALLS; i++) {
+            cJSON *e = cJSON_CreateObject();
+            sq_json_add(e, "table", cJSON_CreateString(k ? "step.target" : "points"));
+            sq_json_add(e, "batch", cJSON_CreateNumber(f[i].batch));
+            sq_json_add(e, "tokens", cJSON_CreateNumber(f[i].tokens));
+            sq_json_add(e, "median_ms", cJSON_CreateNumber(f[i].ms));
+            sq_json_add(e, "ref_tokens", cJSON_CreateNumber(f[i].ref_tokens));
+            sq_json_add(e, "ref_median_ms", cJSON_CreateNumber(f[i].ref_ms));
+            sq_json_append(falls, e);
+        }
+    }
+    sq_json_add(o, "falls", falls);
+    sq_json_add(o, "credible", cJSON_CreateBool(!st->refuse));
+    sq_json_add(o, "forced", cJSON_CreateBool(forced && st->refuse));
+    return o;
+}
+
 static int write_outputs(const sq_profile *p, const char *out_file, const char *svg_file,
                          const char *title, double unstable, const int *unstable_at, int n_unstable,
-                         sq_error *err)
+                         const sq_stability *stab, int forced, sq_error *err)
 {
     sq_out *o = NULL, *s = NULL;
     int rc;
@@ -241,6 +290,8 @@ static int write_outputs(const sq_profile *p, const char *out_file, const char *
     if (pts)
         sq_json_add(j, "unstable_points", pts);
     sq_json_add(j, "unstable_threshold", cJSON_CreateNumber(unstable));
+    if (stab)
+        sq_json_add(j, "stability", stability_json(stab, forced));
     if (!(j = sq_json_build_end(b, j))) {
         sq_out_abort(o);
         sq_out_abort(s);
@@ -259,6 +310,10 @@ typedef struct profile_opts {
     const char *model_path, *backend, *dtype, *out_file, *svg_file, *import_file, *engine;
     int tokens[MAX_LIST], ntokens, max_tokens, threads, force_random, offload, dry_run;
     int batches[MAX_LIST], nbatches;
+    const char *draft_path;
+    int step_tokens[MAX_LIST], nstep, force;
+    double load1;          /* the 1-minute load average when the run started; NAN unknown */
+    sq_stability stab;
     int prefix_given, max_given;
     sq_backend_kind kind;
     double weight_bytes;   /* weights one forward reads (sq_weights_read_bytes) */
@@ -283,6 +338,8 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         {"offload", no_argument, NULL, 'O'},     {"batch", required_argument, NULL, 'B'},
         {"random-weights", no_argument, NULL, 'r'}, {"dry-run", no_argument, NULL, 'd'},
         {"version", no_argument, NULL, 'V'},
+        {"draft", required_argument, NULL, 'G'}, {"step-tokens", required_argument, NULL, 'K'},
+        {"force", no_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     *o = (profile_opts){.backend = "cpu", .max_tokens = 1024, .mp = sq_measure_default_params()};
@@ -313,6 +370,13 @@ static int parse_options(int argc, char **argv, profile_opts *o)
             o->prefix_given |= c == 'P';
             o->max_given |= c == 'M';
             break;
+        case 'G': o->draft_path = optarg; break;
+        case 'K':
+            if (parse_list_of("--step-tokens", SQ_PROFILE_MAX_TOKENS, optarg, o->step_tokens,
+                              &o->nstep))
+                return SQ_EUSAGE;
+            break;
+        case 'F': o->force = 1; break;
         case 'o': o->out_file = optarg; break;
         case 'S': o->svg_file = optarg; break;
         case 'I': o->import_file = optarg; break;
@@ -351,13 +415,18 @@ static const char *misfit(profile_opts *o)
         return buf;
     }
     /* an output that is an input, or both outputs on one file (issue 14) */
-    sq_path_use in[] = {{"--import", o->import_file}, {"--model", o->model_path}};
+    sq_path_use in[] = {{"--import", o->import_file}, {"--model", o->model_path},
+                        {"--draft", o->draft_path}};
     sq_path_use out[] = {{"-o", o->out_file}, {"--svg", o->svg_file}};
     sq_error e = {0};
-    if (sq_paths_check(in, 2, out, 2, &e)) {
+    if (sq_paths_check(in, 3, out, 2, &e)) {
         snprintf(buf, sizeof buf, "%s", e.msg);
         return buf;
     }
+    if (o->import_file && (o->draft_path || o->nstep))
+        return "--draft/--step-tokens time steps; they do not apply to --import";
+    if (o->nstep && !o->draft_path)
+        return "--step-tokens needs --draft PATH (see --help)";
     if (o->import_file)
         return o->nbatches ? "--batch measures forwards; it does not apply to --import" : NULL;
     if (strcmp(o->backend, "cpu") && strcmp(o->backend, "cuda")) {
@@ -423,7 +492,8 @@ static int import_profile(const profile_opts *o, sq_error *err)
         return rc;
     char title[512];
     snprintf(title, sizeof title, "%s latency (imported from %s)", p->backend, o->import_file);
-    rc = write_outputs(p, o->out_file, o->svg_file, title, o->mp.unstable, NULL, 0, err);
+    rc = write_outputs(p, o->out_file, o->svg_file, title, o->mp.unstable, NULL, 0, NULL, 0,
+                       err);
     sq_profile_free(p);
     return rc;
 }
@@ -534,6 +604,106 @@ static int dry_run(const profile_opts *o, sq_model_config *cfg, int random, sq_e
                            o->model_path, need, need / (1 << 30));
 }
 
+/* The points of one batch size that look not credible (profiler/stability.h) are timed again
+ * once, as one interleaved set, before the profile is judged: a slow spell of a shared machine
+ * does not come back at the same points, a profile taken under sustained load stays wrong.
+ * All points when the rounds disagree, else the points of each fall and their references. */
+static int confirm_points(profile_opts *o, sq_context *const *ctxs, int b, int vocab,
+                          sq_profile_point *pts, int np, sq_error *err)
+{
+    sq_profile view = {.n = np, .points = pts};
+    sq_stability st;
+    sq_profile_stability(&view, o->mp.unstable, SQ_STABILITY_SEVERE, NAN, 0, 0, &st);
+    if (!st.refuse)
+        return SQ_OK;
+    int *again = malloc((size_t)np * sizeof *again), k = 0;
+    sq_profile_fall *f = malloc((size_t)np * sizeof *f);
+    sq_profile_point *got = malloc((size_t)np * sizeof *got);
+    int rc = SQ_OK;
+    if (!again || !f || !got) {
+        rc = sq_error_oom(err, "points");
+        goto done;
+    }
+    int nf = sq_profile_falls(&view, SQ_PROFILE_FALL_TOL, st.noisy ? SQ_FALLS_IGNORE_SPREAD : 0,
+                              f, np);
+    for (int i = 0; i < np; i++) {
+        int pick = st.disagree;
+        for (int j = 0; j < nf && !pick; j++)
+            pick = f[j].tokens == pts[i].tokens || f[j].ref_tokens == pts[i].tokens;
+        if (pick)
+            again[k++] = pts[i].tokens;
+    }
+    if (!o->ps.quiet)
+        fprintf(stderr, PROG ": %d point%s of batch %d look%s unstable; timing %s again\n", k,
+                k == 1 ? "" : "s", b, k == 1 ? "s" : "", k == 1 ? "it" : "them");
+    if ((rc = sq_measure_points(ctxs, b, vocab, again, k, &o->mp, NULL, NULL, 0, k, got, err)))
+        goto done;
+    for (int i = 0, j = 0; i < np && j < k; i++)
+        if (pts[i].tokens == again[j])
+            pts[i] = got[j++];
+done:
+    free(again);
+    free(f);
+    free(got);
+    return rc;
+}
+
+/* --draft: the draft model as --model reads a model (a checkpoint directory, or a config.json
+ * for random weights in the target's dtype); the step section of prof. */
+static int measure_steps(profile_opts *o, const sq_model *target, const sq_context_params *cp,
+                         int biggest, sq_profile *prof, sq_error *err)
+{
+    sq_model *dm = NULL;
+    sq_model_config dcfg;
+    int random = o->force_random || !is_dir(o->draft_path) ||
+                 !(file_exists(o->draft_path, "model.safetensors") ||
+                   file_exists(o->draft_path, "model.safetensors.index.json"));
+    int rc;
+    if (!random) {
+        if ((rc = sq_model_load(o->draft_path, &dm, err)))
+            return rc;
+        dcfg = *sq_model_get_config(dm);
+    } else {
+        char cpath[4096];
+        snprintf(cpath, sizeof cpath, is_dir(o->draft_path) ? "%s/config.json" : "%s",
+                 o->draft_path);
+        if ((rc = sq_model_config_load(cpath, &dcfg, err)))
+            return rc;
+        rc = o->kind == SQ_BACKEND_CUDA
+                 ? sq_model_new_random_device(&dcfg, 4321, &dm, err)
+                 : sq_model_new_random_dtype(&dcfg, 4321, cp->dtype == SQ_DTYPE_AUTO
+                                             ? SQ_DTYPE_BF16 : cp->dtype, &dm, err);
+        if (rc)
+            return rc;
+    }
+    static const int dflt[] = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64};
+    int ns[MAX_LIST], count = 0;
+    if (o->nstep) {
+        memcpy(ns, o->step_tokens, (size_t)o->nstep * sizeof *ns);
+        count = o->nstep;
+    } else {
+        for (size_t i = 0; i < sizeof dflt / sizeof *dflt; i++)
+            if (dflt[i] <= biggest)
+                ns[count++] = dflt[i];
+    }
+    sq_stepcost_params sp = {.measure = o->mp, .max_levels = SQ_STEPCOST_MAX_LEVELS,
+                             .backend = cp->backend, .threads = cp->threads, .dtype = cp->dtype,
+                             .offload = cp->offload};
+    if (!o->ps.quiet)
+        fprintf(stderr, PROG ": speculative steps with the draft %s\n", o->draft_path);
+    sq_profile_step *st = NULL;
+    rc = sq_stepcost_measure(dm, target, ns, count, &sp, on_progress, &o->ps, &st, err);
+    if (!rc && !(st->draft = model_json(o->draft_path, &dcfg, random)))
+        rc = sq_error_oom(err, "the step section");
+    if (!rc)
+        prof->step = st;
+    else if (st) {
+        prof->step = st;   /* freed with the profile's other parts by the caller */
+    }
+    sq_model_free(dm);
+    return rc;
+}
+
 /* Times the sweep at every batch size; fills prof (its strings and points to free). */
 static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
 {
@@ -600,8 +770,12 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
             fprintf(stderr, PROG ": batch %d\n", o->batches[bi]);
         rc = sq_measure_sweep_batch(ctxs, o->batches[bi], cfg.vocab_size, o->tokens, o->ntokens,
                                     &o->mp, on_progress, &o->ps, &pts, &np, err);
-        if (rc)
+        if (!rc)
+            rc = confirm_points(o, ctxs, o->batches[bi], cfg.vocab_size, pts, np, err);
+        if (rc) {
+            free(pts);
             break;
+        }
         sq_profile_point *all = realloc(prof->points, (size_t)(prof->n + np) * sizeof *all);
         if (!all) {
             free(pts);
@@ -612,6 +786,14 @@ static int measure(profile_opts *o, sq_profile *prof, sq_error *err)
         prof->points = all;
         prof->n += np;
         free(pts);
+    }
+    if (!rc && o->draft_path) {
+        /* the sweep's caches go first: the steps make their own */
+        for (int k = 0; k < bmax; k++) {
+            sq_context_free(ctxs[k]);
+            ctxs[k] = NULL;
+        }
+        rc = measure_steps(o, model, &cp, biggest, prof, err);
     }
 done:
     for (int k = 0; k < bmax; k++)
@@ -698,6 +880,7 @@ int main(int argc, char **argv)
     sq_out_install_signal_handlers();
     sq_error err = {0};
     sq_profile prof = {0};
+    o.load1 = sq_load_average();   /* before this run adds its own threads */
     if (o.import_file) {
         rc = import_profile(&o, &err);
     } else if (!(rc = measure(&o, &prof, &err)) && !o.dry_run) {
@@ -707,13 +890,39 @@ int main(int argc, char **argv)
         if (hook)
             o.mp.unstable = atof(hook);
         int n_unstable = unstable_points(&prof, o.mp.unstable, at);
+        /* test hook (tests/test_stepcost.c): a severe threshold below 0 makes the rounds
+         * always disagree, so that the refusal is tested without live timing */
+        const char *sev = getenv("SQ_TEST_STABILITY_SEVERE");
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        sq_profile_stability(&prof, o.mp.unstable, sev ? atof(sev) : SQ_STABILITY_SEVERE, o.load1,
+                             cores > 0 ? (int)cores : 0, prof.threads > 0 ? prof.threads : 1,
+                             &o.stab);
+        char said[4096];
+        sq_stability_text(&o.stab, said, sizeof said);
         char title[600];
         snprintf(title, sizeof title, "%s on %s (%s, prefix %d)", o.model_path, prof.device,
                  prof.dtype, o.mp.prefix);
-        rc = write_outputs(&prof, o.out_file, o.svg_file, title, o.mp.unstable, at, n_unstable,
-                           &err);
-        if (!rc)
+        if (o.stab.refuse && !o.force) {
             print_points(&prof, o.mp.unstable, o.weight_bytes);
+            rc = sq_error_set(&err, SQ_EDATA, "%s: not written: the profile is not credible: "
+                              "%.3000s. Rerun on a quiet machine (or with a higher --repeat), "
+                              "or pass --force to write it anyway", o.out_file, said);
+        } else {
+            if (*said)
+                fprintf(stderr, PROG ": warning: %s%s\n", said, o.stab.refuse
+                        ? " (written because of --force; sequoia-plan refuses a profile whose "
+                          "time falls below t(1), see --trust-profiles)" : "");
+            rc = write_outputs(&prof, o.out_file, o.svg_file, title, o.mp.unstable, at,
+                               n_unstable, &o.stab, o.force, &err);
+            if (!rc)
+                print_points(&prof, o.mp.unstable, o.weight_bytes);
+        }
+    }
+    if (prof.step) {
+        cJSON_Delete(prof.step->draft);
+        for (int k = 0; k < SQ_STEP_PARTS; k++)
+            free(prof.step->pts[k]);
+        free(prof.step);
     }
     free(prof.device);
     free(prof.backend);

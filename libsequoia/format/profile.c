@@ -20,10 +20,47 @@ int sq_extrapolate_parse(const char *s)
     return -1;
 }
 
+static const char *const step_part_names[SQ_STEP_PARTS] = {"target", "draft_first",
+                                                           "draft_level", "overhead"};
+
+const char *sq_step_part_name(sq_step_part part)
+{
+    return part >= 0 && part < SQ_STEP_PARTS ? step_part_names[part] : "?";
+}
+
+static void step_free(sq_profile_step *s)
+{
+    if (!s)
+        return;
+    cJSON_Delete(s->draft);
+    for (int k = 0; k < SQ_STEP_PARTS; k++)
+        free(s->pts[k]);
+    free(s);
+}
+
+static sq_profile_step *step_copy(const sq_profile_step *s)
+{
+    sq_profile_step *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    int ok = !s->draft || (c->draft = cJSON_Duplicate(s->draft, 1));
+    for (int k = 0; k < SQ_STEP_PARTS && ok; k++) {
+        c->n[k] = s->n[k];
+        if (s->n[k] && (ok = !!(c->pts[k] = malloc((size_t)s->n[k] * sizeof *c->pts[k]))))
+            memcpy(c->pts[k], s->pts[k], (size_t)s->n[k] * sizeof *c->pts[k]);
+    }
+    if (!ok) {
+        step_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 void sq_profile_free(sq_profile *p)
 {
     if (!p)
         return;
+    step_free(p->step);
     free(p->device);
     free(p->backend);
     free(p->dtype);
@@ -68,6 +105,97 @@ int sq_profile_validate(const sq_profile *p, const char *file, sq_error *err)
 static char *dup_or(const char *s, const char *dflt)
 {
     return strdup(s ? s : dflt);
+}
+
+/* One point of a "step" table: tokens, median_ms (>= 0: the overhead may round to 0), p10_ms,
+ * p90_ms, samples. */
+static int step_point(const cJSON *e, const char *file, const char *ctx, sq_profile_point *q,
+                      sq_error *err)
+{
+    long long tokens = 0, samples = 0;
+    int rc;
+    q->batch = 1;
+    q->p10_ms = q->p90_ms = NAN;
+    if (!cJSON_IsObject(e))
+        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
+    if ((rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||
+        (rc = sq_json_get_number(e, "median_ms", 1, &q->median_ms, file, ctx, err)) ||
+        (rc = sq_json_get_number(e, "p10_ms", 0, &q->p10_ms, file, ctx, err)) ||
+        (rc = sq_json_get_number(e, "p90_ms", 0, &q->p90_ms, file, ctx, err)) ||
+        (rc = sq_json_get_int(e, "samples", 0, 0, 1LL << 40, &samples, file, ctx, err)))
+        return rc;
+    q->tokens = (int)tokens;
+    q->samples = (int)(samples > (1 << 30) ? (1 << 30) : samples);
+    if (!isfinite(q->median_ms) || q->median_ms < 0)
+        return sq_error_set(err, SQ_EDATA, "%s: %s.median_ms: must be a finite time >= 0", file,
+                            ctx);
+    if (!isnan(q->p10_ms) && (!isfinite(q->p10_ms) || q->p10_ms < 0 || q->p10_ms > q->median_ms))
+        return sq_error_set(err, SQ_EDATA, "%s: %s.p10_ms: must be in [0, median_ms]", file, ctx);
+    if (!isnan(q->p90_ms) && (!isfinite(q->p90_ms) || q->p90_ms < q->median_ms))
+        return sq_error_set(err, SQ_EDATA, "%s: %s.p90_ms: must be finite and >= median_ms", file,
+                            ctx);
+    return SQ_OK;
+}
+
+/* The optional "step" section (profile.h; docs/formats.md). */
+static int step_from_json(const cJSON *o, const char *file, sq_profile_step **out, sq_error *err)
+{
+    *out = NULL;
+    if (!cJSON_IsObject(o))
+        return sq_error_set(err, SQ_EDATA, "%s: step: expected an object", file);
+    sq_profile_step *s = calloc(1, sizeof *s);
+    if (!s)
+        return sq_error_oom(err, "profile step section");
+    int rc = SQ_OK;
+    const cJSON *d = sq_json_field(o, "draft");
+    if (d && !cJSON_IsNull(d) && !(s->draft = cJSON_Duplicate(d, 1)))
+        rc = sq_error_oom(err, "profile step section");
+    for (int k = 0; k < SQ_STEP_PARTS && !rc; k++) {
+        const char *key = step_part_names[k];
+        const cJSON *arr = sq_json_field(o, key);
+        if (!arr)
+            continue;
+        if (!cJSON_IsArray(arr)) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: step.%s: expected an array of points", file, key);
+            break;
+        }
+        int n = cJSON_GetArraySize(arr);
+        if (n > SQ_PROFILE_MAX_POINTS) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: step.%s: %d entries, more than the limit of %d",
+                              file, key, n, SQ_PROFILE_MAX_POINTS);
+            break;
+        }
+        if (n == 0)
+            continue;
+        if (!(s->pts[k] = calloc((size_t)n, sizeof *s->pts[k]))) {
+            rc = sq_error_oom(err, "profile step section");
+            break;
+        }
+        int i = 0;
+        for (const cJSON *e = arr->child; e && !rc; e = e->next, i++) {
+            char ctx[64];
+            snprintf(ctx, sizeof ctx, "step.%s[%d]", key, i);
+            if ((rc = step_point(e, file, ctx, &s->pts[k][i], err)))
+                break;
+            if (i > 0 && s->pts[k][i].tokens <= s->pts[k][i - 1].tokens)
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s.tokens: %d after %d, token counts must "
+                                  "increase strictly", file, ctx, s->pts[k][i].tokens,
+                                  s->pts[k][i - 1].tokens);
+            else if (k != SQ_STEP_OVERHEAD && s->pts[k][i].median_ms <= 0)
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s.median_ms: a forward's time must be > 0",
+                                  file, ctx);
+            s->n[k] = i + 1;
+        }
+    }
+    if (!rc && s->n[SQ_STEP_TARGET] == 0)
+        rc = sq_error_set(err, SQ_EDATA, "%s: step.target: missing or empty, the step section "
+                          "needs the target's forwards", file);
+    if (rc) {
+        step_free(s);
+        return rc;
+    }
+    *out = s;
+    return SQ_OK;
 }
 
 int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, sq_error *err)
@@ -151,6 +279,9 @@ int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, 
     }
     if ((rc = sq_profile_validate(p, file, err)))
         goto fail;
+    const cJSON *step = sq_json_field(root, "step");
+    if (step && !cJSON_IsNull(step) && (rc = step_from_json(step, file, &p->step, err)))
+        goto fail;
     *out = p;
     return SQ_OK;
 fail:
@@ -204,6 +335,26 @@ cJSON *sq_profile_to_json(const sq_profile *p)
         sq_json_append(pts, e);
     }
     sq_json_add(o, "points", pts);
+    if (p->step) {
+        cJSON *st = cJSON_CreateObject();
+        sq_json_add(st, "draft", p->step->draft ? cJSON_Duplicate(p->step->draft, 1)
+                                                : cJSON_CreateNull());
+        for (int k = 0; k < SQ_STEP_PARTS; k++) {
+            cJSON *arr = cJSON_CreateArray();
+            for (int i = 0; i < p->step->n[k]; i++) {
+                const sq_profile_point *q = &p->step->pts[k][i];
+                cJSON *e = cJSON_CreateObject();
+                sq_json_add(e, "tokens", cJSON_CreateNumber(q->tokens));
+                sq_json_add(e, "median_ms", cJSON_CreateNumber(q->median_ms));
+                sq_json_add(e, "p10_ms", num_or_null(q->p10_ms));
+                sq_json_add(e, "p90_ms", num_or_null(q->p90_ms));
+                sq_json_add(e, "samples", cJSON_CreateNumber(q->samples));
+                sq_json_append(arr, e);
+            }
+            sq_json_add(st, step_part_names[k], arr);
+        }
+        sq_json_add(o, "step", st);
+    }
     return sq_json_build_end(b, o);
 }
 
@@ -544,6 +695,11 @@ int sq_profile_slice(const sq_profile *p, int batch, sq_profile **out, sq_error 
     }
     memcpy(s->points, p->points + first, (size_t)n * sizeof *s->points);
     s->n = n;
+    /* the step section is measured at batch 1: it goes with the batch-1 slice */
+    if (p->step && batch == 1 && !(s->step = step_copy(p->step))) {
+        sq_profile_free(s);
+        return sq_error_oom(err, "profile slice");
+    }
     *out = s;
     return SQ_OK;
 }
@@ -565,4 +721,83 @@ double sq_profile_max_spread(const sq_profile *p, int *at)
     if (at)
         *at = w;
     return worst;
+}
+
+int sq_profile_step_ms(const sq_profile *p, sq_step_part part, double x, sq_extrapolate mode,
+                       double *ms, sq_error *err)
+{
+    if (!p->step)
+        return sq_error_set(err, SQ_EUSAGE, "the profile has no step section (measure one with "
+                            "sequoia-profile --draft)");
+    if (part < 0 || part >= SQ_STEP_PARTS || p->step->n[part] == 0)
+        return sq_error_set(err, SQ_EUSAGE, "the profile's step section has no %s points",
+                            sq_step_part_name(part));
+    return run_ms(p->step->pts[part], p->step->n[part], x, mode, ms, err);
+}
+
+/* ---- credibility ------------------------------------------------------------------------- */
+
+static double spread_of(const sq_profile_point *q)
+{
+    return isnan(q->p10_ms) || isnan(q->p90_ms) ? 0.0 : q->p90_ms - q->p10_ms;
+}
+
+int sq_profile_falls(const sq_profile *p, double tol, int flags, sq_profile_fall *out,
+                     int cap)
+{
+    int count = 0;
+    for (int i = 0; i < p->n;) {
+        int j = i;
+        while (j < p->n && p->points[j].batch == p->points[i].batch)
+            j++;
+        /* the run i .. j-1 of one batch size; `worst` is the slowest smaller count so far */
+        for (int k = i + 1; k < j; k++) {
+            const sq_profile_point *q = &p->points[k];
+            int ref = -1;
+            double worst_gap = 0;
+            for (int m = i; m < (flags & SQ_FALLS_FROM_FIRST ? i + 1 : k); m++) {
+                const sq_profile_point *r = &p->points[m];
+                double gap = r->median_ms - q->median_ms;
+                double need = tol * r->median_ms;
+                if (!(flags & SQ_FALLS_IGNORE_SPREAD) && need < spread_of(r) + spread_of(q))
+                    need = spread_of(r) + spread_of(q);
+                if (need < SQ_PROFILE_FALL_FLOOR_MS)
+                    need = SQ_PROFILE_FALL_FLOOR_MS;
+                if (gap > need && gap > worst_gap) {
+                    worst_gap = gap;
+                    ref = m;
+                }
+            }
+            if (ref < 0)
+                continue;
+            if (count < cap)
+                out[count] = (sq_profile_fall){q->batch, q->tokens, p->points[ref].tokens,
+                                               q->median_ms, p->points[ref].median_ms};
+            count++;
+        }
+        i = j;
+    }
+    return count;
+}
+
+void sq_profile_falls_text(const sq_profile_fall *f, int n, char *buf, size_t cap)
+{
+    size_t len = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (int i = 0; i < n && i < 8 && len < cap; i++) {
+        char pt[32], rp[32];
+        if (f[i].batch > 1) {
+            snprintf(pt, sizeof pt, "%dx%d", f[i].batch, f[i].tokens);
+            snprintf(rp, sizeof rp, "%dx%d", f[i].batch, f[i].ref_tokens);
+        } else {
+            snprintf(pt, sizeof pt, "%d", f[i].tokens);
+            snprintf(rp, sizeof rp, "%d", f[i].ref_tokens);
+        }
+        len += (size_t)snprintf(buf + len, cap - len, "%st(%s) = %.4g ms < t(%s) = %.4g ms (%+.0f%%)",
+                                i ? ", " : "", pt, f[i].ms, rp, f[i].ref_ms,
+                                100.0 * (f[i].ms / f[i].ref_ms - 1.0));
+    }
+    if (n > 8 && len < cap)
+        snprintf(buf + len, cap - len, " and %d more", n - 8);
 }

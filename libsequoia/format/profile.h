@@ -13,11 +13,20 @@
  * batch 1 (a "batch" member in it is refused, SQ_EDATA); the writer emits version 1 whenever every point is batch 1, so such profiles stay
  * readable by older builds.
  *
+ * An optional "step" object (sequoia-profile --draft; docs/formats.md, "The step section") holds
+ * the cost of a speculative step as decoding runs it, measured inside real steps of a target and
+ * its draft: the target's forward of n tree nodes after the draft's forwards, the draft's first
+ * forward and its level forwards after the target's, and the step's own work outside the
+ * forwards. It adds no version: a build that does not know it ignores it and plans from the
+ * points, and this build reads profiles without it as before.
+ *
  * Within one batch size `points` is strictly increasing in `tokens`. Times between two measured token counts are
  * interpolated linearly (which preserves monotonicity and never overshoots); times outside the
  * measured range are an error unless an extrapolation mode is chosen. */
 #ifndef SQ_FORMAT_PROFILE_H
 #define SQ_FORMAT_PROFILE_H
+
+#include <stddef.h>
 
 #include <cjson/cJSON.h>
 
@@ -42,6 +51,29 @@ typedef struct sq_profile_point {
     int    samples;    /* 0 when unknown                               */
 } sq_profile_point;
 
+/* The parts of a step (the "step" section's tables, each a run of batch-1 points increasing in
+ * tokens). */
+typedef enum sq_step_part {
+    SQ_STEP_TARGET = 0,   /* "target": the target's forward over the n nodes of a tree inside a
+                             step; n = 1 is plain decoding's one-token forward              */
+    SQ_STEP_DRAFT_FIRST,  /* "draft_first": the draft's first forward of a step, over the
+                             tokens it catches up (right after the target's forward)        */
+    SQ_STEP_DRAFT_LEVEL,  /* "draft_level": one level's draft forward over w nodes          */
+    SQ_STEP_OVERHEAD,     /* "overhead": the step's time outside the forwards (proposals,
+                             verification, KV compaction) by tree size n                    */
+    SQ_STEP_PARTS
+} sq_step_part;
+
+/* The JSON key of a part ("target", "draft_first", "draft_level", "overhead"). */
+SQ_API
+const char *sq_step_part_name(sq_step_part part);
+
+typedef struct sq_profile_step {
+    cJSON            *draft;   /* the draft model's description, verbatim; may be NULL       */
+    int               n[SQ_STEP_PARTS];
+    sq_profile_point *pts[SQ_STEP_PARTS];   /* (n[part]) batch 1, tokens increasing      */
+} sq_profile_step;
+
 typedef struct sq_profile {
     char  *device;     /* "NVIDIA H200", "AMD EPYC ... (2 threads)", "imported"        */
     char  *backend;    /* "cpu", "cuda", "cuda-offload", or the engine for imports   */
@@ -51,6 +83,7 @@ typedef struct sq_profile {
     cJSON *model;      /* model description object, kept verbatim; may be NULL      */
     int    n;          /* points                                                     */
     sq_profile_point *points;  /* (n) strictly increasing in tokens                  */
+    sq_profile_step  *step;    /* the "step" section, or NULL                                */
 } sq_profile;
 
 typedef enum sq_extrapolate {
@@ -108,6 +141,44 @@ int sq_profile_batches(const sq_profile *p, int *out, int cap);
  * SQ_EUSAGE when there are none. */
 SQ_API
 int sq_profile_slice(const sq_profile *p, int batch, sq_profile **out, sq_error *err);
+
+/* Time of a part of a step at x tokens (nodes, caught-up tokens or level width), from the
+ * profile's "step" section, interpolated as sq_profile_ms. SQ_EUSAGE when the profile has no
+ * step section or the part no point (err->cause as sq_profile_ms when x is out of range). */
+SQ_API
+int sq_profile_step_ms(const sq_profile *p, sq_step_part part, double x, sq_extrapolate mode,
+                       double *ms, sq_error *err);
+
+/* ---- credibility (issue 27: profiles taken under load) ---------------------------------------
+ *
+ * A forward over more tokens does more work, so within one batch size a profile's time cannot
+ * fall as the token count grows, beyond noise. A fall is a point n whose median is below the
+ * median of a smaller count m of the same batch by more than `tol` of t(m), by more than the two
+ * points' p10-p90 spreads together, and by more than SQ_PROFILE_FALL_FLOOR_MS (timer and
+ * scheduling granularity). With SQ_FALLS_FROM_FIRST in `flags` only m = the batch's smallest
+ * count (t(1)) is compared; otherwise every smaller m, and the fall reported is against the
+ * slowest of them. SQ_FALLS_IGNORE_SPREAD leaves the spreads out (a fall within the noise of a
+ * profile that is noisy throughout: profiler/stability.h). */
+#define SQ_FALLS_FROM_FIRST 1
+#define SQ_FALLS_IGNORE_SPREAD 2
+#define SQ_PROFILE_FALL_FLOOR_MS 0.01
+#define SQ_PROFILE_FALL_TOL 0.25
+
+typedef struct sq_profile_fall {
+    int    batch, tokens;     /* the point that is too fast                               */
+    int    ref_tokens;        /* the smaller count it falls below                         */
+    double ms, ref_ms;        /* their medians                                            */
+} sq_profile_fall;
+
+/* The falls of p (see above), the first `cap` into out; returns how many there are. */
+SQ_API
+int sq_profile_falls(const sq_profile *p, double tol, int flags, sq_profile_fall *out,
+                     int cap);
+
+/* "t(3) = 25 ms < t(1) = 158 ms (-84%), t(8) ..." for the first falls (batch-prefixed, "2x3",
+ * when b > 1), into buf. */
+SQ_API
+void sq_profile_falls_text(const sq_profile_fall *f, int n, char *buf, size_t cap);
 
 /* The largest relative spread (p90 - p10) / median over the points, and the point with it. */
 SQ_API

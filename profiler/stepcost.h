@@ -1,0 +1,57 @@
+/* The cost of a speculative step as decoding runs it (issue 26; docs/design.md §7.3;
+ * docs/formats.md, "The step section").
+ *
+ * A profile's points time one model's forwards in a steady stream. Inside a decoding step the
+ * target's forward follows the draft's forwards and the draft's first forward follows the
+ * target's (each model's weights and caches pushed out of the CPU's caches by the other's), and
+ * the step does work of its own outside the forwards (proposals, verification, KV compaction):
+ * on the 2-core development VM the 18M target's 3-token forward took 2.40 ms inside the runs
+ * against 2.02 ms profiled. This module times real steps (runtime/specdec.h) of the pair with a
+ * tree of n nodes for every n asked, and splits each step into its parts:
+ *   target:      the target's forward over the n nodes (sq_step_info.target_forward_ms);
+ *   draft_first: the draft's first forward of the step, keyed by the tokens it catches up;
+ *   draft_level: each level's draft forward, keyed by the level's width (timed between the
+ *                grow hook's calls, which bracket every level forward);
+ *   overhead:    step_ms less the forwards (proposals, verification, commits, bookkeeping).
+ * n = 1 is a root-only tree: plain decoding (the target's one-token forward and its commit;
+ * the draft is never run).
+ *
+ * The trees: n nodes on min(n, max_levels) levels, the n - 1 non-root nodes spread evenly over
+ * the levels below the root, each level's nodes the children of the level above's (spread
+ * evenly over them), children proposed as the draft's top-k (the greedy rule); verification is
+ * greedy. The prompt is `prefix` pseudo-random tokens. Steps are timed in interleaved rounds as
+ * the profile's points are (sq_measure_points): each round visits every n once, runs warm-up
+ * steps (at least `warmup` and SQ_MEASURE_WARMUP_MS) and then the next SQ_MEASURE_BLOCK timed
+ * steps, restarting the decoder on the prompt at each visit so that the context stays near
+ * `prefix`. */
+#ifndef SQ_PROFILER_STEPCOST_H
+#define SQ_PROFILER_STEPCOST_H
+
+#include "libsequoia/format/profile.h"
+#include "profiler/measure.h"
+#include "runtime/model.h"
+#include "runtime/specdec.h"
+
+#define SQ_STEPCOST_MAX_LEVELS 5   /* default levels of the measured trees, root included */
+
+typedef struct sq_stepcost_params {
+    sq_measure_params measure;   /* warmup, repeat, prefix, seed                           */
+    int               max_levels;
+    sq_backend_kind   backend;
+    int               threads;
+    sq_weight_dtype   dtype;
+    int               offload;
+} sq_stepcost_params;
+
+/* The level widths (root included) of the measured tree of n nodes: w[0] = 1, levels =
+ * min(n, max_levels), the rest spread evenly, larger levels first. Returns the levels. */
+int sq_stepcost_shape(int n, int max_levels, int *w);
+
+/* Times real steps for every count of ns[0..count) (strictly increasing, each >= 1) and fills
+ * *out (malloc'd; the caller sets its draft description). progress as sq_measure_points'.
+ * Errors: the runtime's (SQ_EUSAGE when prefix + the steps do not fit the models' context). */
+int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int *ns, int count,
+                        const sq_stepcost_params *params, sq_measure_progress progress,
+                        void *user, sq_profile_step **out, sq_error *err);
+
+#endif
