@@ -117,7 +117,8 @@ static void usage(FILE *fp)
         "                         linear or constant\n"
         "      --sizes S          all sizes <= N (default), or only the sizes the target profile\n"
         "                         measured (as the official implementation does)\n"
-        "\n"
+        "\n");
+    fputs(
         "Serving (batch profiles from sequoia-profile --batch): one tree per batch size:\n"
         "      --ladder           with --target-profile and --draft-profile/--draft-ms: -o gets a\n"
         "                         ladder (sequoia-ladder JSON): the best tree, chain and k x L at\n"
@@ -129,7 +130,7 @@ static void usage(FILE *fp)
         "                         num_speculative_tokens_per_batch_size for chains (JSON)\n"
         "      --envelopes FILE   SGLang and TensorRT-LLM dynamic-tree flags by batch (JSON)\n"
         "      --ladder-plans DIR one plan per batch size, DIR/plan-b<batch>.json (for --plan)\n"
-        "      --svg FILE         with --ladder: predicted speedup against batch size\n");
+        "      --svg FILE         with --ladder: predicted speedup against batch size\n", fp);
     fprintf(fp,
         "\n"
         "Engines, exports, imports and pictures:\n");
