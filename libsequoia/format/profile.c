@@ -107,25 +107,39 @@ static char *dup_or(const char *s, const char *dflt)
     return strdup(s ? s : dflt);
 }
 
-/* One point of a "step" table: tokens, median_ms (>= 0: the overhead may round to 0), p10_ms,
- * p90_ms, samples. */
-static int step_point(const cJSON *e, const char *file, const char *ctx, sq_profile_point *q,
-                      sq_error *err)
+/* The members of one point, of the points (with_batch: version 2) or of a "step" table (batch
+ * 1): batch, tokens, median_ms, p10_ms, p90_ms, samples. Their ranges against each other are
+ * checked by the callers (sq_profile_validate, step_point). */
+static int point_fields(const cJSON *e, const char *file, const char *ctx, int with_batch,
+                        sq_profile_point *q, sq_error *err)
 {
-    long long tokens = 0, samples = 0;
+    long long tokens = 0, samples = 0, batch = 1;
     int rc;
-    q->batch = 1;
     q->p10_ms = q->p90_ms = NAN;
     if (!cJSON_IsObject(e))
         return sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
-    if ((rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||
+    if ((with_batch &&
+         (rc = sq_json_get_int(e, "batch", 0, 1, SQ_PROFILE_MAX_BATCH, &batch, file, ctx, err))) ||
+        (rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||
         (rc = sq_json_get_number(e, "median_ms", 1, &q->median_ms, file, ctx, err)) ||
         (rc = sq_json_get_number(e, "p10_ms", 0, &q->p10_ms, file, ctx, err)) ||
         (rc = sq_json_get_number(e, "p90_ms", 0, &q->p90_ms, file, ctx, err)) ||
         (rc = sq_json_get_int(e, "samples", 0, 0, 1LL << 40, &samples, file, ctx, err)))
         return rc;
+    q->batch = (int)batch;
     q->tokens = (int)tokens;
     q->samples = (int)(samples > (1 << 30) ? (1 << 30) : samples);
+    return SQ_OK;
+}
+
+/* One point of a "step" table: tokens, median_ms (>= 0: the overhead may round to 0), p10_ms,
+ * p90_ms, samples. */
+static int step_point(const cJSON *e, const char *file, const char *ctx, sq_profile_point *q,
+                      sq_error *err)
+{
+    int rc = point_fields(e, file, ctx, 0, q, err);
+    if (rc)
+        return rc;
     if (!isfinite(q->median_ms) || q->median_ms < 0)
         return sq_error_set(err, SQ_EDATA, "%s: %s.median_ms: must be a finite time >= 0", file,
                             ctx);
@@ -250,12 +264,6 @@ int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, 
         char ctx[48];
         snprintf(ctx, sizeof ctx, "points[%d]", i);
         sq_profile_point *q = &p->points[i];
-        long long tokens = 0, samples = 0, batch = 1;
-        q->p10_ms = q->p90_ms = NAN;
-        if (!cJSON_IsObject(e)) {
-            rc = sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
-            goto fail;
-        }
         /* version 1 has no batch member: reading past it would take batch-4 points for batch 1
          * (issue 27) */
         if (version < 2 && cJSON_GetObjectItemCaseSensitive(e, "batch")) {
@@ -264,17 +272,8 @@ int sq_profile_from_json(const cJSON *root, const char *file, sq_profile **out, 
                               "version 2 (docs/formats.md)", file, ctx);
             goto fail;
         }
-        if ((version >= 2 &&
-             (rc = sq_json_get_int(e, "batch", 0, 1, SQ_PROFILE_MAX_BATCH, &batch, file, ctx, err))) ||
-            (rc = sq_json_get_int(e, "tokens", 1, 1, SQ_PROFILE_MAX_TOKENS, &tokens, file, ctx, err)) ||
-            (rc = sq_json_get_number(e, "median_ms", 1, &q->median_ms, file, ctx, err)) ||
-            (rc = sq_json_get_number(e, "p10_ms", 0, &q->p10_ms, file, ctx, err)) ||
-            (rc = sq_json_get_number(e, "p90_ms", 0, &q->p90_ms, file, ctx, err)) ||
-            (rc = sq_json_get_int(e, "samples", 0, 0, 1LL << 40, &samples, file, ctx, err)))
+        if ((rc = point_fields(e, file, ctx, version >= 2, q, err)))
             goto fail;
-        q->batch = (int)batch;
-        q->tokens = (int)tokens;
-        q->samples = (int)(samples > (1 << 30) ? (1 << 30) : samples);
         p->n = i + 1;
     }
     if ((rc = sq_profile_validate(p, file, err)))
