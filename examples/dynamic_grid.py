@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from stepcost import decode_rate, load, mean_ci  # noqa: E402
 
 MODES = ("greedy", "topk")
+DEPTH = int(os.environ.get("DEPTH", "9"))
 
 
 def measured(out, tag):
@@ -31,6 +32,25 @@ def measured(out, tag):
              for k in ("draft_forward_ms", "target_forward_ms", "outside_forwards_ms")}
     return {"prompts": len(reps), "steps": steps, "tokens_per_step": toks / steps,
             "tokens_per_s": list(rate), "step_ms": ms, "step_split_ms": split}
+
+
+def static_predicted_tokens_per_s(plans, mode, n, depth):
+    """the hardware-aware summary's predicted speedup of the tree (n, depth) times plain
+    decoding's rate 1000 / target_ms_1 (sequoia-plan prints the speedups with 2 decimals)"""
+    txt = os.path.join(plans, "static_hw_%s_%d.txt" % (mode, n))
+    js = os.path.join(plans, "static_hw_%s_%d.json" % (mode, n))
+    if not (os.path.exists(txt) and os.path.exists(js)):
+        return None
+    cols = None
+    for line in open(txt):
+        f = line.split()
+        if f and f[0] == "n\\d":
+            cols = [int(x) for x in f[1:]]
+        elif cols and f and f[0] == str(n):
+            # a depth bound >= n is unbounded: the table stops at the last column
+            v = f[1 + (cols.index(depth) if depth in cols else len(cols) - 1)].rstrip("*")
+            return None if v == "-" else float(v) * 1000.0 / load(js)["hardware"]["target_ms_1"]
+    return None
 
 
 def env_key(s):
@@ -135,7 +155,10 @@ def main():
             n = int(f.rsplit("_", 1)[1][:-5])
             p = load(f)
             rows_static.append({"mode": mode, "nodes": n, "plan_nodes": p.get("size", n),
+                                "depth": p["depth"], "level_widths": p["level_widths"],
                                 "predicted_tokens_per_step": p["expected_tokens"],
+                                "predicted_tokens_per_s": static_predicted_tokens_per_s(
+                                    P, mode, n, DEPTH),
                                 "measured": measured(out, "static_%s_%d" % (mode, n))})
     rows_static.sort(key=lambda r: (r["mode"], r["nodes"]))
 
@@ -180,9 +203,9 @@ def main():
             pk["pick_over_fastest"], "yes" if pk["within_5pct"] else "**no**"))
 
     print("\n## Static Sequoia trees against the engine's dynamic trees at equal N\n")
-    print("| mode | N | static: tokens/step (pred / meas), tokens/s [95% CI] | best dynamic L,K,N: tokens/step, "
-          "tokens/s [95% CI] | static / dynamic tokens/s | tokens/step |")
-    print("|---|---|---|---|---|---|")
+    print("| mode | N | static tree (widths) | static: tokens/step pred / meas, tokens/s pred / meas [95% CI] "
+          "| best dynamic L,K,N: tokens/step, tokens/s [95% CI] | static / dynamic tokens/s | tokens/step |")
+    print("|---|---|---|---|---|---|---|")
     comp = []
     for s in rows_static:
         if not s["measured"]:
@@ -198,8 +221,10 @@ def main():
              "ratio_tokens_per_s": sm["tokens_per_s"][0] / bm["tokens_per_s"][0],
              "ratio_tokens_per_step": sm["tokens_per_step"] / bm["tokens_per_step"]}
         comp.append(c)
-        print("| %s | %d | %.3f / %.3f, %.0f [%.0f, %.0f] | %s: %.3f, %.0f [%.0f, %.0f] | %.3f | %.3f |" % (
-            s["mode"], s["nodes"], s["predicted_tokens_per_step"], sm["tokens_per_step"],
+        c["static_predicted_tokens_per_s"] = s["predicted_tokens_per_s"]
+        print("| %s | %d | %s | %.3f / %.3f, %s / %.0f [%.0f, %.0f] | %s: %.3f, %.0f [%.0f, %.0f] | %.3f | %.3f |" % (
+            s["mode"], s["nodes"], " ".join(map(str, s["level_widths"])), s["predicted_tokens_per_step"],
+            sm["tokens_per_step"], "%.0f" % s["predicted_tokens_per_s"] if s["predicted_tokens_per_s"] else "-",
             *sm["tokens_per_s"], ",".join(map(str, b["envelope"])), bm["tokens_per_step"],
             *bm["tokens_per_s"], c["ratio_tokens_per_s"], c["ratio_tokens_per_step"]))
     json.dump({"format": "sequoia-dynamic-grid-summary", "version": 1, "picks": picks,

@@ -9,7 +9,8 @@
 #      (sequoia-plan --engine sglang with both profiles, no --envelope) and its prediction
 #      (tokens/step, tokens/s) of every envelope of GRID and of the pick;
 #   3. each envelope run by sequoia-run --engine sglang --envelope L,K,N, each of the 8 prompts of
-#      data/ladder-large/prompts.txt alone (batch 1, what the step section prices), NEW tokens;
+#      data/ladder-large/prompts.txt alone (batch 1, what the step section prices), NEW tokens,
+#      ROUNDS times, every configuration in turn for each prompt;
 #   4. static Sequoia trees of N = 4, 8, 16, 32 nodes (STATIC_N) (sequoia-plan --budget N --depth DEPTH, the
 #      mode's curve) run with sequoia-run --plan on the same prompts;
 #   5. examples/dynamic_grid.py: tables (OUT/results.md), OUT/summary.json, OUT/static-vs-dynamic.svg.
@@ -18,7 +19,8 @@
 #
 # Environment: BUILD (default build), THREADS (1), NEW (200), PREFIX (192: the profiles' KV
 # prefix), REPEAT (21: profile samples per point), DEPTH (9: the static trees' depth bound, the
-# root and L <= 8 levels), GRID (the envelopes), SKIP_PROFILES=1 (keep OUT's profiles),
+# root and L <= 8 levels), GRID (the envelopes), STATIC_N (4 8 16 32), ROUNDS (2: runs of
+# every prompt, interleaved across the configurations), SKIP_PROFILES=1 (keep OUT's profiles),
 # NICE (0). The load average is logged at every stage (OUT/load.log).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: examples/dynamic_grid.sh OUT_DIR" >&2; exit 64; }
@@ -33,6 +35,7 @@ DEPTH=${DEPTH:-9}
 NICE=${NICE:-0}
 GRID=${GRID:-"1,1,2 1,2,3 2,1,3 2,2,3 3,1,4 2,2,4 3,2,6 3,2,8 4,2,8 2,4,8 7,1,8 5,2,16 4,4,16 6,4,16 4,4,32 6,4,32 8,4,32"}
 STATIC_N=${STATIC_N:-"4 8 16 32"}
+ROUNDS=${ROUNDS:-2}
 D=data/models/draft
 T=data/models/target
 PLAN=$BUILD/planner/sequoia-plan
@@ -77,17 +80,15 @@ if [ "${SKIP_PROFILES:-0}" != 1 ]; then
 fi
 PROF="--target-profile $OUT/profile_target.json --draft-profile $OUT/profile_draft.json --trust-profiles"
 
-runs() {   # tag mode plan-args...
-    local tag=$1 mode=$2; shift 2
+run1() {   # tag mode prompt-index round plan-args...
+    local tag=$1 mode=$2 i=$3 r=$4; shift 4
     local extra="--no-baseline"
     [ "$mode" = topk ] && extra="$extra --temperature 1"
-    for i in $(seq 0 $((NP - 1))); do
-        $N "$RUN" --draft "$D" --target "$T" "$@" --prompt "$OUT/prompts/p$i.txt" -n "$NEW" \
-            --mode "$mode" $extra --seed $((1000 + i)) --threads "$THREADS" -q \
-            -o "$OUT/runs/out_${tag}_$i.txt" --report "$OUT/runs/report_${tag}_$i.json" \
-            2> "$OUT/runs/run_${tag}_$i.log" ||
-            { echo "dynamic_grid.sh: sequoia-run failed: $OUT/runs/run_${tag}_$i.log" >&2; exit 1; }
-    done
+    $N "$RUN" --draft "$D" --target "$T" "$@" --prompt "$OUT/prompts/p$i.txt" -n "$NEW" \
+        --mode "$mode" $extra --seed $((1000 + i)) --threads "$THREADS" -q \
+        -o "$OUT/runs/out_${tag}_$i.txt" --report "$OUT/runs/report_${tag}_r${r}_$i.json" \
+        2> "$OUT/runs/run_${tag}_$i.log" ||
+        { echo "dynamic_grid.sh: sequoia-run failed: $OUT/runs/run_${tag}_$i.log" >&2; exit 1; }
 }
 
 for mode in greedy topk; do
@@ -106,16 +107,25 @@ for mode in greedy topk; do
     for n in $STATIC_N; do
         "$PLAN" -a "$C" --curve "${CFG[$mode]}" --budget "$n" --depth "$DEPTH" \
             -o "$OUT/plans/static_${mode}_$n.json" > /dev/null
+        # the hardware-aware summary's table of predicted speedups holds the static tree of
+        # (n, DEPTH) priced by the in-step model (2 decimals)
+        "$PLAN" -a "$C" --curve "${CFG[$mode]}" --budget "$n" --depth "$DEPTH" $PROF \
+            -o "$OUT/plans/static_hw_${mode}_$n.json" > "$OUT/plans/static_hw_${mode}_$n.txt"
     done
-    say "$mode: runs of the envelopes ($envs)"
-    for env in $envs; do
-        runs "env_${mode}_$env" "$mode" --engine sglang --envelope "$env"
-    done
-    say "$mode: runs of the static trees (N = $STATIC_N)"
-    for n in $STATIC_N; do
-        runs "static_${mode}_$n" "$mode" --plan "$OUT/plans/static_${mode}_$n.json"
+    # every configuration once per prompt and round, interleaved, so that a slow spell of the
+    # machine falls on all of them alike
+    for r in $(seq 1 "$ROUNDS"); do
+        say "$mode: round $r of $ROUNDS: envelopes $envs; static trees N = $STATIC_N"
+        for i in $(seq 0 $((NP - 1))); do
+            for env in $envs; do
+                run1 "env_${mode}_$env" "$mode" "$i" "$r" --engine sglang --envelope "$env"
+            done
+            for n in $STATIC_N; do
+                run1 "static_${mode}_$n" "$mode" "$i" "$r" --plan "$OUT/plans/static_${mode}_$n.json"
+            done
+        done
     done
 done
 say "done"
 echo "end: $(date -u +%FT%TZ), uptime: $(uptime)" >> "$OUT/setup.txt"
-python3 examples/dynamic_grid.py "$OUT" | tee "$OUT/results.md"
+DEPTH=$DEPTH python3 examples/dynamic_grid.py "$OUT" | tee "$OUT/results.md"
