@@ -150,6 +150,8 @@ def main():
                              "predicted_tokens_per_step": p["expected_tokens"],
                              "predicted_tokens_per_s": p["hardware"]["tokens_per_second"],
                              "predicted_round_ms": p["hardware"]["round_ms"],
+                             "predicted_round_target_ms": p["hardware"]["round_target_ms"],
+                             "predicted_round_draft_ms": p["hardware"]["round_draft_ms"],
                              "measured": measured(out, "env_%s_%s" % (mode, env))})
         for f in glob.glob(os.path.join(P, "static_%s_*.json" % mode)):
             n = int(f.rsplit("_", 1)[1][:-5])
@@ -163,9 +165,9 @@ def main():
     rows_static.sort(key=lambda r: (r["mode"], r["nodes"]))
 
     print("## Predicted against measured, every envelope (sglang, batch 1)\n")
-    print("| mode | L,K,N | tokens/step pred / meas (ratio) | round ms pred / meas | tokens/s predicted "
-          "| measured [95% CI] | meas/pred | within 10% |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| mode | L,K,N | tokens/step pred / meas (ratio) | round ms pred / meas | target + outside ms "
+          "pred / meas | draft ms pred / meas | tokens/s predicted | measured [95% CI] | meas/pred | within 10% |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows_dyn:
         m = r["measured"]
         if not m:
@@ -173,9 +175,13 @@ def main():
         r["ratio_tokens_per_step"] = m["tokens_per_step"] / r["predicted_tokens_per_step"]
         r["ratio_tokens_per_s"] = m["tokens_per_s"][0] / r["predicted_tokens_per_s"]
         r["within_10pct"] = abs(r["ratio_tokens_per_s"] - 1) <= 0.10
-        print("| %s | %s | %.3f / %.3f (%.3f) | %.3f / %.3f | %.0f | %.0f [%.0f, %.0f] | %.3f | %s |" % (
+        sp = m["step_split_ms"]
+        print("| %s | %s | %.3f / %.3f (%.3f) | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %.0f | %.0f [%.0f, %.0f] "
+              "| %.3f | %s |" % (
             r["mode"], ",".join(map(str, r["envelope"])), r["predicted_tokens_per_step"],
             m["tokens_per_step"], r["ratio_tokens_per_step"], r["predicted_round_ms"], m["step_ms"],
+            r["predicted_round_target_ms"], sp["target_forward_ms"] + sp["outside_forwards_ms"],
+            r["predicted_round_draft_ms"], sp["draft_forward_ms"],
             r["predicted_tokens_per_s"], *m["tokens_per_s"], r["ratio_tokens_per_s"],
             "yes" if r["within_10pct"] else "**no**"))
     ok = [r for r in rows_dyn if r["measured"]]

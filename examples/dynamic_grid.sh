@@ -17,8 +17,8 @@
 #
 #   examples/dynamic_grid.sh OUT_DIR
 #
-# Environment: BUILD (default build), THREADS (1), NEW (200), PREFIX (192: the profiles' KV
-# prefix), REPEAT (21: profile samples per point), DEPTH (9: the static trees' depth bound, the
+# Environment: BUILD (default build), THREADS (1), NEW (200), PREFIX (the profiles' KV prefix;
+# default 64 + NEW / 2, the runs' mean context: the prompts have 64 tokens), REPEAT (21: profile samples per point), DEPTH (9: the static trees' depth bound, the
 # root and L <= 8 levels), GRID (the envelopes), STATIC_N (4 8 16 32), ROUNDS (2: runs of
 # every prompt, interleaved across the configurations), SKIP_PROFILES=1 (keep OUT's profiles),
 # NICE (0). The load average is logged at every stage (OUT/load.log).
@@ -29,7 +29,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 THREADS=${THREADS:-1}
 NEW=${NEW:-200}
-PREFIX=${PREFIX:-192}
+PREFIX=${PREFIX:-$((64 + NEW / 2))}
 REPEAT=${REPEAT:-21}
 DEPTH=${DEPTH:-9}
 NICE=${NICE:-0}
