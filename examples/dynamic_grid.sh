@@ -18,10 +18,11 @@
 #   examples/dynamic_grid.sh OUT_DIR
 #
 # Environment: BUILD (default build), THREADS (1), NEW (200), PREFIX (the profiles' KV prefix;
-# default 64 + NEW / 2, the runs' mean context: the prompts have 64 tokens), REPEAT (21: profile samples per point), DEPTH (9: the static trees' depth bound, the
-# root and L <= 8 levels), GRID (the envelopes), STATIC_N (4 8 16 32), ROUNDS (2: runs of
-# every prompt, interleaved across the configurations), SKIP_PROFILES=1 (keep OUT's profiles),
-# NICE (0). The load average is logged at every stage (OUT/load.log).
+# default 64 + NEW / 2, the runs' mean context: the prompts have 64 tokens), REPEAT (21: profile
+# samples per point), DEPTH (9: the static trees' depth bound, the root and L <= 8 levels),
+# GRID (the envelopes), STATIC_N (4 8 16 32), ROUNDS (2: runs of every prompt, interleaved
+# across the configurations), SKIP_PROFILES=1 (keep OUT's profiles), NICE (0). The load
+# average and uptime are logged at every stage (OUT/load.log).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: examples/dynamic_grid.sh OUT_DIR" >&2; exit 64; }
 case $1 in /*) OUT=$1 ;; *) OUT=$PWD/$1 ;; esac
