@@ -50,6 +50,13 @@ def steady_step_ms(plan, tprof, dprof):
     return t
 
 
+def decode_rate(r):
+    """a run report's decode rate, tokens/s: the tokens the steps produced over the steps' time
+    (the prompt's prefill and the start-up left out, as the ladder's "decode" timing does:
+    runtime/report.h)"""
+    return 1000.0 * sum(r["step_tokens"]) / r["timing"]["step_split"]["steps_ms"]
+
+
 def mean_ci(xs):
     n = len(xs)
     m = sum(xs) / n
@@ -86,8 +93,7 @@ def report(out, pairs, threads, settings, prompts):
                 # decode rate: the tokens the steps produced over the steps' time (the prompts'
                 # prefill and the start-up left out, as the ladder's "decode" timing does:
                 # runtime/report.h); wall: generated tokens over the whole generation
-                spec = [1000.0 * sum(r["step_tokens"]) / r["timing"]["step_split"]["steps_ms"]
-                        for r in reps]
+                spec = [decode_rate(r) for r in reps]
                 wall = [1000.0 * r["generated_tokens"] / r["timing"]["speculative_ms"] for r in reps]
                 # the same from the median step (batch.decode.step_ms_median): what a loaded
                 # machine's preempted steps do not move, the cost model's own accuracy

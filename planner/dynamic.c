@@ -9,6 +9,7 @@
 
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/dynplan.h"
+#include "planner/hardware.h"
 
 /* ---- rules ------------------------------------------------------------------------------------ */
 
@@ -626,10 +627,45 @@ int sq_dyn_predict(const sq_dyn_samples *s, int L, int K, int N, const sq_dyn_pr
 
 /* ---- cost ------------------------------------------------------------------------------------------ */
 
-int sq_dyn_round_ms(sq_engine e, const sq_profile *target, const sq_profile *draft,
-                    double draft_ms, int b, int L, int K, int N, sq_extrapolate x,
-                    sq_dyn_cost *out, sq_error *err)
+/* The in-step model (batch 1, the target profile has a step section): every forward as decoding
+ * runs it (sq_hw_forward_ms), the engine's structure kept. */
+static int round_in_step(sq_engine e, const sq_profile *target, const sq_profile *draft,
+                         double draft_ms, int L, int K, int N, double accepted, sq_extrapolate x,
+                         sq_dyn_cost *out, sq_error *err)
 {
+    sq_hw_params hp = sq_hw_default_params();
+    hp.target = target;
+    hp.draft = draft;
+    hp.draft_ms = draft_ms;
+    hp.extrapolate = x;
+    double t, o, v, d;
+    int rc;
+    if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_TARGET, 1, N, &t, err)) ||
+        (rc = sq_hw_forward_ms(&hp, SQ_STEP_OVERHEAD, 1, N, &o, err)))
+        return rc;
+    /* the first forward catches up the tokens accepted last round; unknown: the engine's own
+     * count (SGLang's extend over the N verified tokens, TensorRT-LLM's L + 1) */
+    double first = accepted > 0 ? accepted : e == SQ_ENGINE_SGLANG ? N : L + 1;
+    if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_FIRST, 1, first, &d, err)))
+        return rc;
+    for (int i = 1; i < L; i++) {
+        if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_LEVEL, 1,
+                                   e == SQ_ENGINE_SGLANG ? K : i * K, &v, err)))
+            return rc;
+        d += v;
+    }
+    out->target_ms = t + o;
+    out->draft_ms = d;
+    out->round_ms = t + o + d;
+    return SQ_OK;
+}
+
+int sq_dyn_round_ms_accepted(sq_engine e, const sq_profile *target, const sq_profile *draft,
+                             double draft_ms, int b, int L, int K, int N, double accepted,
+                             sq_extrapolate x, sq_dyn_cost *out, sq_error *err)
+{
+    if (b == 1 && target->step)
+        return round_in_step(e, target, draft, draft_ms, L, K, N, accepted, x, out, err);
     double t, d = 0, v;
     int rc = sq_profile_ms_batch(target, b, N, x, &t, err);
     if (rc)
@@ -659,6 +695,29 @@ int sq_dyn_round_ms(sq_engine e, const sq_profile *target, const sq_profile *dra
     out->draft_ms = d;
     out->round_ms = t + d;
     return SQ_OK;
+}
+
+int sq_dyn_plain_ms(const sq_profile *target, int b, sq_extrapolate x, double *ms, sq_error *err)
+{
+    if (b != 1 || !target->step)
+        return sq_profile_ms_batch(target, b, 1, x, ms, err);
+    sq_hw_params hp = sq_hw_default_params();
+    hp.target = target;
+    hp.extrapolate = x;
+    double t, o;
+    int rc;
+    if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_TARGET, 1, 1, &t, err)) ||
+        (rc = sq_hw_forward_ms(&hp, SQ_STEP_OVERHEAD, 1, 1, &o, err)))
+        return rc;
+    *ms = t + o;
+    return SQ_OK;
+}
+
+int sq_dyn_round_ms(sq_engine e, const sq_profile *target, const sq_profile *draft,
+                    double draft_ms, int b, int L, int K, int N, sq_extrapolate x,
+                    sq_dyn_cost *out, sq_error *err)
+{
+    return sq_dyn_round_ms_accepted(e, target, draft, draft_ms, b, L, K, N, 0, x, out, err);
 }
 
 /* ---- search ------------------------------------------------------------------------------------------ */
@@ -730,7 +789,7 @@ int sq_dyn_search(const sq_dyn_grid *g, const sq_dyn_search_params *p, sq_dyn_ch
 {
     *n_best = 0;
     double t1;
-    int rc = sq_profile_ms_batch(p->target, p->batch, 1, p->extrapolate, &t1, err);
+    int rc = sq_dyn_plain_ms(p->target, p->batch, p->extrapolate, &t1, err);
     if (rc)
         return rc;
     *plain_tps = p->batch / t1 * 1000.0;
@@ -741,11 +800,12 @@ int sq_dyn_search(const sq_dyn_grid *g, const sq_dyn_search_params *p, sq_dyn_ch
                 if (sq_dyn_envelope_check(p->engine, L, K, N, NULL, NULL) != SQ_OK)
                     continue;
                 sq_dyn_cost c;
-                if ((rc = sq_dyn_round_ms(p->engine, p->target, p->draft, p->draft_ms, p->batch,
-                                          L, K, N, p->extrapolate, &c, err)))
+                double se, E = sq_dyn_grid_at(g, L, K, N, &se);
+                if ((rc = sq_dyn_round_ms_accepted(p->engine, p->target, p->draft, p->draft_ms,
+                                                   p->batch, L, K, N, E, p->extrapolate, &c,
+                                                   err)))
                     break;
                 found = 1;
-                double se, E = sq_dyn_grid_at(g, L, K, N, &se);
                 sq_dyn_choice ch = {L, K, N, E, se, c.round_ms, c.target_ms, c.draft_ms,
                                     p->batch * E / c.round_ms * 1000.0};
                 /* into the sorted list of the cap best */

@@ -148,7 +148,18 @@ int sq_dyn_predict(const sq_dyn_samples *s, int L, int K, int N, const sq_dyn_pr
  *                    over the N verified tokens)
  *   trtllm-dynamic: t_target(b, N) + t_draft(b, L + 1) + sum_{i=1..L-1} t_draft(b, i K)
  *                   (its draft re-runs the growing context: (L+1) + K L (L-1)/2 tokens)
- * With no draft profile, every draft forward costs draft_ms (L forwards a round). */
+ * With no draft profile, every draft forward costs draft_ms (L forwards a round).
+ *
+ * In-step model (batch 1 and the target profile has a "step" section, sequoia-profile --draft;
+ * docs/planning.md, "Dynamic trees"): every forward is priced as decoding runs it
+ * (planner/hardware.h sq_hw_forward_ms), the engine's structure kept:
+ *   sglang:         T(N) + O(N) + D_first(a) + (L - 1) D_level(K)
+ *   trtllm-dynamic: T(N) + O(N) + D_first(a) + sum_{i=1..L-1} D_level(i K)
+ * T: the target's verify inside a step, O: the step's own work, D_first: the draft's first
+ * forward, over the a tokens accepted last round (sq_dyn_round_ms_accepted's `accepted`, the
+ * predicted tokens/step; 0 or sq_dyn_round_ms: the engine's own count, N for SGLang's extend,
+ * L + 1 for TensorRT-LLM), D_level: a level's draft forward. target_ms holds T + O. At batch > 1
+ * or without a step section, the steady-stream model above. */
 typedef struct sq_dyn_cost {
     double target_ms;
     double draft_ms;
@@ -159,6 +170,16 @@ SQ_API
 int sq_dyn_round_ms(sq_engine e, const sq_profile *target, const sq_profile *draft,
                     double draft_ms, int batch, int L, int K, int N, sq_extrapolate x,
                     sq_dyn_cost *out, sq_error *err);
+/* Plain decoding's time per token at batch b: the target's one-token forward, in-step T(1) +
+ * O(1) (batch 1 with a step section, planner/hardware.h), else sq_profile_ms_batch. */
+SQ_API
+int sq_dyn_plain_ms(const sq_profile *target, int batch, sq_extrapolate x, double *ms,
+                    sq_error *err);
+
+SQ_API
+int sq_dyn_round_ms_accepted(sq_engine e, const sq_profile *target, const sq_profile *draft,
+                             double draft_ms, int batch, int L, int K, int N, double accepted,
+                             sq_extrapolate x, sq_dyn_cost *out, sq_error *err);
 
 /* ---- search ----------------------------------------------------------------------------------- */
 

@@ -1043,8 +1043,12 @@ static void dyn_flags(sq_engine e, int L, int K, int N, char *buf, size_t cap)
                  "max_total_draft_tokens: %d", L, K, N - 1);
 }
 
-static const char *dyn_cost_model(sq_engine e, int fixed)
+static const char *dyn_cost_model(sq_engine e, int fixed, int in_step)
 {
+    if (in_step)   /* sq_dyn_round_ms_accepted: batch 1, the target profile's step section */
+        return e == SQ_ENGINE_SGLANG
+            ? "in-step: T(N) + O(N) + D_first(E) + (L - 1) D_level(K)"
+            : "in-step: T(N) + O(N) + D_first(E) + sum_{i=1..L-1} D_level(i K)";
     if (fixed)
         return "t_target(b, N) + L * draft_ms";
     return e == SQ_ENGINE_SGLANG
@@ -1075,7 +1079,8 @@ static cJSON *dyn_hardware_json(const plan_opts *o, const plan_state *st, int ba
     else
         cJSON_AddNumberToObject(h, "draft_ms_per_forward", o->hwp.draft_ms);
     cJSON_AddStringToObject(h, "cost_per_round", dyn_cost_model((sq_engine)o->engine,
-                                                                !o->draft_profile));
+                                                                !o->draft_profile,
+                                                                batch == 1 && st->tprof->step));
     cJSON_AddNumberToObject(h, "batch", batch);
     cJSON_AddNumberToObject(h, "round_ms", best[0].round_ms);
     cJSON_AddNumberToObject(h, "round_target_ms", best[0].target_ms);
@@ -1278,9 +1283,11 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
             sq_dyn_cost c;
             double t1;
             sp.batch = batch;
-            if ((rc = sq_dyn_round_ms(e, st->tprof, st->dprof, o->hwp.draft_ms, batch, plan.steps,
-                                      plan.topk, plan.nodes, o->hwp.extrapolate, &c, err)) ||
-                (rc = sq_profile_ms_batch(st->tprof, batch, 1, o->hwp.extrapolate, &t1, err)))
+            if ((rc = sq_dyn_round_ms_accepted(e, st->tprof, st->dprof, o->hwp.draft_ms, batch,
+                                               plan.steps, plan.topk, plan.nodes,
+                                               plan.expected_tokens, o->hwp.extrapolate, &c,
+                                               err)) ||
+                (rc = sq_dyn_plain_ms(st->tprof, batch, o->hwp.extrapolate, &t1, err)))
                 goto done;
             best[0] = (sq_dyn_choice){plan.steps, plan.topk, plan.nodes, plan.expected_tokens, se,
                                       c.round_ms, c.target_ms, c.draft_ms,
@@ -1383,7 +1390,7 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
         fprintf(fp, "\n");
         if (n_best > 0) {
             fprintf(fp, "hardware:       %s, batch %d, cost per round %s\n", st->tprof->device,
-                    batch, dyn_cost_model(e, !o->draft_profile));
+                    batch, dyn_cost_model(e, !o->draft_profile, batch == 1 && st->tprof->step));
             fprintf(fp, "                %.4g ms/round (target %.4g + draft %.4g), %.1f tokens/s, "
                     "predicted speedup %.3fx over the target alone (%.1f tokens/s)\n",
                     best[0].round_ms, best[0].target_ms, best[0].draft_ms,

@@ -483,6 +483,57 @@ Test(dynamic, cost_per_round_follows_the_engines)
     sq_profile_free(d);
 }
 
+/* A step section on profile t: each part's table at tokens 1..max[part], a + b * tokens. */
+static void add_step(sq_profile *t, const int *max, const double *a, const double *b)
+{
+    t->step = calloc(1, sizeof *t->step);
+    for (int part = 0; part < SQ_STEP_PARTS; part++) {
+        t->step->n[part] = max[part];
+        t->step->pts[part] = calloc((size_t)max[part], sizeof *t->step->pts[part]);
+        for (int x = 1; x <= max[part]; x++)
+            t->step->pts[part][x - 1] = (sq_profile_point){1, x, a[part] + b[part] * x, NAN, NAN,
+                                                           0};
+    }
+}
+
+Test(dynamic, cost_per_round_in_step)
+{
+    int b[2] = {1, 8};
+    sq_profile *t = linear_profile(b, 2, 10, 1, 200), *d = linear_profile(b, 2, 1, 0.1, 200);
+    /* in-step: the verify twice the steady stream (20 + 2n), draft_first 0.5 + 0.1 n (n <= 8),
+     * draft_level 1 + 0.2 w (w <= 8), overhead 0.01 n */
+    const int max[SQ_STEP_PARTS] = {32, 8, 8, 32};
+    const double a[SQ_STEP_PARTS] = {20, 0.5, 1, 0}, sl[SQ_STEP_PARTS] = {2, 0.1, 0.2, 0.01};
+    sq_dyn_cost steady, c;
+    cr_assert_eq(sq_dyn_round_ms(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, SQ_EXTRAPOLATE_NONE,
+                                 &steady, NULL), 0);
+    add_step(t, max, a, sl);
+    sq_error err = {0};
+    /* sglang 3,4,16 after 2 accepted tokens: T(16) + O(16) + D_first(2) + 2 D_level(4) */
+    cr_assert_eq(sq_dyn_round_ms_accepted(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, 2,
+                                          SQ_EXTRAPOLATE_NONE, &c, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(c.target_ms, 52 + 0.16, 1e-9);
+    cr_expect_float_eq(c.draft_ms, 0.7 + 2 * 1.8, 1e-9);
+    cr_expect_float_eq(c.round_ms, 52.16 + 4.3, 1e-9);
+    cr_expect(c.round_ms > steady.round_ms);
+    /* trtllm-dynamic: the levels re-run i K tokens: D_level(4) + D_level(8) */
+    cr_assert_eq(sq_dyn_round_ms_accepted(SQ_ENGINE_TRTLLM_DYNAMIC, t, d, 0, 1, 3, 4, 12, 2,
+                                          SQ_EXTRAPOLATE_NONE, &c, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(c.draft_ms, 0.7 + 1.8 + 2.6, 1e-9);
+    /* accepted unknown: SGLang's extend of N = 16 tokens, past the table: the draft's steady
+     * time scaled at the table's end, 2.6 * D_first(8) / t_draft(8) */
+    cr_assert_eq(sq_dyn_round_ms(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, SQ_EXTRAPOLATE_NONE, &c,
+                                 &err), 0, "%s", err.msg);
+    cr_expect_float_eq(c.draft_ms, 2.6 * 1.3 / 1.8 + 2 * 1.8, 1e-9);
+    /* batch 8: the step section is batch 1; the steady stream prices it as before */
+    cr_assert_eq(sq_dyn_round_ms_accepted(SQ_ENGINE_SGLANG, t, d, 0, 8, 3, 4, 16, 2,
+                                          SQ_EXTRAPOLATE_NONE, &c, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(c.target_ms, 8 * 10 + 8 * 16, 1e-9);
+    cr_expect_float_eq(c.draft_ms, 2 * (8 * 1 + 0.1 * 4 * 8) + 8 * 1 + 0.1 * 16 * 8, 1e-9);
+    sq_profile_free(t);
+    sq_profile_free(d);
+}
+
 Test(dynamic, search_agrees_with_exhaustive_evaluation)
 {
     const double q[4] = {0.6, 0.2, 0.1, 0.05};
