@@ -99,27 +99,7 @@ static int read_rows(const cJSON *arr, int n, int K, const char *file, const cha
     if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
         return sq_error_set(err, SQ_EDATA, "%s: %s: expected an array of %d rows (one per "
                             "sample)", file, ctx, n);
-    int i = 0;
-    const cJSON *row;
-    cJSON_ArrayForEach(row, arr) {
-        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != K)
-            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: expected %d numbers", file, ctx, i, K);
-        int k = 0;
-        double sum = 0;
-        const cJSON *x;
-        cJSON_ArrayForEach(x, row) {
-            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 1))
-                return sq_error_set(err, SQ_EDATA, "%s: %s[%d][%d]: expected a probability in "
-                                    "[0, 1]", file, ctx, i, k);
-            v[(size_t)i * K + k++] = x->valuedouble;
-            sum += x->valuedouble;
-        }
-        if (sum > 1.001)
-            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: the probabilities sum to %.6g > 1",
-                                file, ctx, i, sum);
-        i++;
-    }
-    return SQ_OK;
+    return sq_json_get_unit_rows(arr, K, 1.001, v, file, ctx, err);
 }
 
 int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *config,

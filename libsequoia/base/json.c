@@ -220,6 +220,32 @@ int sq_json_get_numbers(const cJSON *arr, double lo, double hi, size_t max_n, do
     return SQ_OK;
 }
 
+int sq_json_get_unit_rows(const cJSON *arr, int k, double max_row_sum, double *v,
+                          const char *file, const char *ctx, sq_error *err)
+{
+    int i = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, arr) {
+        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != k)
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: expected %d numbers", file, ctx, i, k);
+        int j = 0;
+        double sum = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, row) {
+            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 1))
+                return sq_error_set(err, SQ_EDATA, "%s: %s[%d][%d]: expected a probability in "
+                                    "[0, 1]", file, ctx, i, j);
+            v[(size_t)i * k + j++] = x->valuedouble;
+            sum += x->valuedouble;
+        }
+        if (max_row_sum > 0 && sum > max_row_sum)
+            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: the probabilities sum to %.6g > 1",
+                                file, ctx, i, sum);
+        i++;
+    }
+    return SQ_OK;
+}
+
 /* ---- building trees: counted allocation (json.h, "Building trees") ------------------------ */
 
 static _Thread_local unsigned long alloc_failures;   /* failed cJSON allocations, this thread */

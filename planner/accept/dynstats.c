@@ -367,21 +367,9 @@ static int take_rows(const cJSON *arr, int K, const char *file, const char *ctx,
     if (!g)
         return sq_error_oom(err, ctx);
     *v = g;
-    int i = 0;
-    const cJSON *row;
-    cJSON_ArrayForEach(row, arr) {
-        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != K)
-            return sq_error_set(err, SQ_EDATA, "%s: %s[%d]: expected %d numbers", file, ctx, i, K);
-        int k = 0;
-        const cJSON *x;
-        cJSON_ArrayForEach(x, row) {
-            if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 1))
-                return sq_error_set(err, SQ_EDATA, "%s: %s[%d][%d]: expected a number in [0, 1]",
-                                    file, ctx, i, k);
-            g[((size_t)*n + i) * K + k++] = x->valuedouble;
-        }
-        i++;
-    }
+    int rc = sq_json_get_unit_rows(arr, K, 0, g + (size_t)*n * K, file, ctx, err);
+    if (rc)
+        return rc;
     *n += m;
     return SQ_OK;
 }
