@@ -1056,15 +1056,6 @@ static const char *dyn_cost_model(sq_engine e, int fixed, int in_step)
         : "t_target(b, N) + t_draft(b, L + 1) + sum_{i=1..L-1} t_draft(b, i K)";
 }
 
-static cJSON *dyn_envelope_json(int L, int K, int N)
-{
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddNumberToObject(e, "steps", L);
-    cJSON_AddNumberToObject(e, "topk", K);
-    cJSON_AddNumberToObject(e, "nodes", N);
-    return e;
-}
-
 /* The "hardware" object of a dynamic plan. */
 static cJSON *dyn_hardware_json(const plan_opts *o, const plan_state *st, int batch,
                                 const sq_dyn_choice *best, int n_best, double plain_tps,
@@ -1097,7 +1088,7 @@ static cJSON *dyn_hardware_json(const plan_opts *o, const plan_state *st, int ba
         cJSON *ru = cJSON_CreateArray();
         for (int i = 1; i < n_best; i++) {
             cJSON *r = cJSON_CreateObject();
-            sq_json_add(r, "envelope", dyn_envelope_json(best[i].steps, best[i].topk,
+            sq_json_add(r, "envelope", sq_dynplan_envelope_json(best[i].steps, best[i].topk,
                                                          best[i].nodes));
             cJSON_AddNumberToObject(r, "expected_tokens", best[i].expected_tokens);
             cJSON_AddNumberToObject(r, "round_ms", best[i].round_ms);

@@ -327,7 +327,7 @@ int sq_dynplan_load(const char *file, sq_dynplan **out, sq_error *err)
     return rc;
 }
 
-static cJSON *envelope_json(int L, int K, int N)
+cJSON *sq_dynplan_envelope_json(int L, int K, int N)
 {
     cJSON *e = cJSON_CreateObject();
     cJSON_AddNumberToObject(e, "steps", L);
@@ -346,7 +346,7 @@ cJSON *sq_dynplan_to_json(const sq_dynplan *p)
     cJSON_AddStringToObject(o, "mode", sq_mode_name(p->mode));
     cJSON_AddNumberToObject(o, "temperature", p->temperature);
     cJSON_AddNumberToObject(o, "top_p", p->top_p);
-    sq_json_add(o, "envelope", envelope_json(p->steps, p->topk, p->nodes));
+    sq_json_add(o, "envelope", sq_dynplan_envelope_json(p->steps, p->topk, p->nodes));
     cJSON_AddNumberToObject(o, "expected_tokens", p->expected_tokens);
     if (p->prediction)
         sq_json_add(o, "prediction", cJSON_Duplicate(p->prediction, 1));
@@ -364,7 +364,7 @@ cJSON *sq_dynplan_to_json(const sq_dynplan *p)
             const sq_dynplan_rung *g = &p->ladder[i];
             cJSON *r = cJSON_CreateObject();
             cJSON_AddNumberToObject(r, "batch", g->batch);
-            sq_json_add(r, "envelope", envelope_json(g->steps, g->topk, g->nodes));
+            sq_json_add(r, "envelope", sq_dynplan_envelope_json(g->steps, g->topk, g->nodes));
             cJSON_AddBoolToObject(r, "speculate", g->speculate);
             cJSON_AddNumberToObject(r, "expected_tokens", g->expected_tokens);
             cJSON_AddNumberToObject(r, "tokens_per_second", g->tokens_per_second);

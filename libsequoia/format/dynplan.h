@@ -50,6 +50,10 @@ SQ_BEGIN_DECLS
  * Another engine name is SQ_EUSAGE too. Only the engines' rules, for any int (no overflow): a
  * caller's own limits (the plan file's and the planner's L, K <= 16, N <= 4096 below; the run's
  * grown tree within SQ_PLAN_MAX_NODES) are the caller's. */
+/* The file's "envelope" object {"steps": L, "topk": K, "nodes": N} (NULL if out of memory). */
+SQ_API
+cJSON *sq_dynplan_envelope_json(int steps, int topk, int nodes);
+
 SQ_API
 int sq_dynplan_envelope_check(const char *engine, int steps, int topk, int nodes,
                               const char *what, sq_error *err);
