@@ -534,6 +534,22 @@ static int dup_str(const char *s, char **out, size_t *len, sq_error *err)
 typedef int (*component_parser)(sq_tokenizer *t, const cJSON *n, const char *ctx, int depth,
                                 loadctx *L);
 
+/* The common head of a normalizer, pre-tokenizer, decoder or post-processor: *type is NULL
+ * when n is absent or null (nothing to do), else its "type" string; Sequences nest at most 8
+ * deep. */
+static int component_type(const cJSON *n, const char *ctx, int depth, loadctx *L,
+                          const char **type)
+{
+    *type = NULL;
+    if (!n || cJSON_IsNull(n))
+        return SQ_OK;
+    if (depth > 8)
+        return sq_error_set(L->err, SQ_EDATA, "%s: %s: Sequences nested too deep", L->file, ctx);
+    if (!cJSON_IsObject(n))
+        return sq_error_set(L->err, SQ_EDATA, "%s: %s: expected an object", L->file, ctx);
+    return get_str(n, "type", 1, type, L->file, ctx, L->err);
+}
+
 /* A "Sequence" of one kind: every element of n[key], in order, through `parse`. */
 static int parse_sequence(sq_tokenizer *t, const cJSON *n, const char *key, const char *ctx,
                           int depth, loadctx *L, component_parser parse)
@@ -557,15 +573,9 @@ static int parse_normalizer(sq_tokenizer *t, const cJSON *n, const char *ctx, in
 {
     const char *file = L->file;
     sq_error *err = L->err;
-    if (!n || cJSON_IsNull(n))
-        return SQ_OK;
-    if (depth > 8)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: Sequences nested too deep", file, ctx);
-    if (!cJSON_IsObject(n))
-        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
-    const char *type = NULL;
-    int rc = get_str(n, "type", 1, &type, file, ctx, err);
-    if (rc)
+    const char *type;
+    int rc = component_type(n, ctx, depth, L, &type);
+    if (rc || !type)
         return rc;
     if (strcmp(type, "Sequence") == 0)
         return parse_sequence(t, n, "normalizers", ctx, depth, L, parse_normalizer);
@@ -659,15 +669,9 @@ static int parse_pretokenizer(sq_tokenizer *t, const cJSON *n, const char *ctx, 
 {
     const char *file = L->file;
     sq_error *err = L->err;
-    if (!n || cJSON_IsNull(n))
-        return SQ_OK;
-    if (depth > 8)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: Sequences nested too deep", file, ctx);
-    if (!cJSON_IsObject(n))
-        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
-    const char *type = NULL;
-    int rc = get_str(n, "type", 1, &type, file, ctx, err);
-    if (rc)
+    const char *type;
+    int rc = component_type(n, ctx, depth, L, &type);
+    if (rc || !type)
         return rc;
     op *o = NULL;
     if (strcmp(type, "Sequence") == 0)
@@ -733,17 +737,11 @@ static int parse_decoder(sq_tokenizer *t, const cJSON *n, const char *ctx, int d
 {
     const char *file = L->file;
     sq_error *err = L->err;
-    if (!n || cJSON_IsNull(n))
-        return SQ_OK;
-    if (depth > 8)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: Sequences nested too deep", file, ctx);
-    if (!cJSON_IsObject(n))
-        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
-    t->has_decoder = 1;
-    const char *type = NULL;
-    int rc = get_str(n, "type", 1, &type, file, ctx, err);
-    if (rc)
+    const char *type;
+    int rc = component_type(n, ctx, depth, L, &type);
+    if (rc || !type)
         return rc;
+    t->has_decoder = 1;
     op *o = NULL;
     if (strcmp(type, "Sequence") == 0)
         return parse_sequence(t, n, "decoders", ctx, depth, L, parse_decoder);
@@ -835,15 +833,9 @@ static int parse_post(sq_tokenizer *t, const cJSON *n, const char *ctx, int dept
 {
     const char *file = L->file;
     sq_error *err = L->err;
-    if (!n || cJSON_IsNull(n))
-        return SQ_OK;
-    if (depth > 8)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: Sequences nested too deep", file, ctx);
-    if (!cJSON_IsObject(n))
-        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, ctx);
-    const char *type = NULL;
-    int rc = get_str(n, "type", 1, &type, file, ctx, err);
-    if (rc)
+    const char *type;
+    int rc = component_type(n, ctx, depth, L, &type);
+    if (rc || !type)
         return rc;
     if (strcmp(type, "ByteLevel") == 0)
         return SQ_OK;   /* offsets only */
