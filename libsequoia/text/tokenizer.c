@@ -568,6 +568,24 @@ static int parse_sequence(sq_tokenizer *t, const cJSON *n, const char *key, cons
     return SQ_OK;
 }
 
+/* A "Replace" normalizer or decoder: pattern -> content, appended to ops as `kind`. */
+static int parse_replace(const cJSON *n, const char *ctx, op **ops, int *n_ops, int kind,
+                         loadctx *L)
+{
+    const char *s = NULL;
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s.pattern", ctx);
+    op *o = NULL;
+    int rc;
+    if ((rc = get_str(n, "content", 1, &s, L->file, ctx, L->err)) ||
+        (rc = ops_add(ops, n_ops, &o, L->err)))
+        return rc;
+    o->kind = kind;
+    if ((rc = pattern_parse(sq_json_field(n, "pattern"), &o->pat, L->file, sub, L->err)))
+        return rc;
+    return dup_str(s, &o->str, &o->str_len, L->err);
+}
+
 static int parse_normalizer(sq_tokenizer *t, const cJSON *n, const char *ctx, int depth,
                             loadctx *L)
 {
@@ -588,18 +606,8 @@ static int parse_normalizer(sq_tokenizer *t, const cJSON *n, const char *ctx, in
         o->kind = NORM_PREPEND;
         return dup_str(s, &o->str, &o->str_len, err);
     }
-    if (strcmp(type, "Replace") == 0) {
-        const char *s = NULL;
-        char sub[256];
-        snprintf(sub, sizeof sub, "%s.pattern", ctx);
-        if ((rc = get_str(n, "content", 1, &s, file, ctx, err)) ||
-            (rc = ops_add(&t->norm, &t->n_norm, &o, err)))
-            return rc;
-        o->kind = NORM_REPLACE;
-        if ((rc = pattern_parse(sq_json_field(n, "pattern"), &o->pat, file, sub, err)))
-            return rc;
-        return dup_str(s, &o->str, &o->str_len, err);
-    }
+    if (strcmp(type, "Replace") == 0)
+        return parse_replace(n, ctx, &t->norm, &t->n_norm, NORM_REPLACE, L);
     static const struct { const char *name; int kind; } uni[] = {
         {"NFC", NORM_NFC}, {"NFKC", NORM_NFKC}, {"NFD", NORM_NFD}, {"NFKD", NORM_NFKD}};
     for (size_t i = 0; i < sizeof uni / sizeof uni[0]; i++)
@@ -776,18 +784,8 @@ static int parse_decoder(sq_tokenizer *t, const cJSON *n, const char *ctx, int d
         o->b = (int)stop;
         return dup_str(s, &o->str, &o->str_len, err);
     }
-    if (strcmp(type, "Replace") == 0) {
-        const char *s = NULL;
-        char sub[256];
-        snprintf(sub, sizeof sub, "%s.pattern", ctx);
-        if ((rc = get_str(n, "content", 1, &s, file, ctx, err)) ||
-            (rc = ops_add(&t->dec, &t->n_dec, &o, err)))
-            return rc;
-        o->kind = DEC_REPLACE;
-        if ((rc = pattern_parse(sq_json_field(n, "pattern"), &o->pat, file, sub, err)))
-            return rc;
-        return dup_str(s, &o->str, &o->str_len, err);
-    }
+    if (strcmp(type, "Replace") == 0)
+        return parse_replace(n, ctx, &t->dec, &t->n_dec, DEC_REPLACE, L);
     return sq_error_set(err, SQ_EDATA, "%s: %s.type: decoder \"%s\" is not supported (supported: "
                         "Sequence, ByteLevel, Metaspace, ByteFallback, Fuse, Strip, Replace)",
                         file, ctx, type);
