@@ -331,9 +331,12 @@ static void top_k(const cand *c, int m, int K, int *out)
  * verified path through it, and mx[l][d] (d = 1..min(depth, l)): the largest rank, among the
  * candidates of levels <= l in the engine's order, of the path's nodes of depths 1..d, so that
  * the path reaches depth d in a tree of levels <= l with N - 1 > mx[l][d] draft tokens.
+ * *kept: bit d - 1 set when the path's node of depth d is among the K kept nodes of its level
+ * (the ones the draft reads, sequoia-run's catch-up: docs/planning.md, "Two cost models").
  * Returns the path's depth (levels with an on-path node). */
 static int simulate(const sq_dyn_samples *s, int root, int L, int K, rng64 *r, int text,
-                    trial_ws *ws, int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1])
+                    trial_ws *ws, int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1],
+                    uint32_t *kept)
 {
     /* level 1: the root's top-K; the path goes on at rank tr */
     int tr = draw_rank(s, root, r, text), nxt = s->next[root];
@@ -350,6 +353,7 @@ static int simulate(const sq_dyn_samples *s, int root, int L, int K, rng64 *r, i
     int n_kept = K;
     for (int k = 0; k < K; k++)
         ws->kept[k] = k;
+    *kept = ws->path_at[1] >= 0;   /* level 1: every node is kept */
     for (int l = 2; l <= L; l++) {
         cand *prev = ws->level[l - 1], *cur = ws->level[l];
         for (int i = 0; i < n_kept; i++) {
@@ -367,6 +371,9 @@ static int simulate(const sq_dyn_samples *s, int root, int L, int K, rng64 *r, i
             }
         }
         top_k(cur, n_kept * K, K, ws->kept);
+        for (int k = 0; k < K && ws->path_at[l] >= 0; k++)
+            if (ws->kept[k] == ws->path_at[l])
+                *kept |= 1u << (l - 1);
     }
     int depth = 0;
     for (int d = 1; d <= L && ws->path_at[d] >= 0; d++)
@@ -406,6 +413,14 @@ static int accepted(int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1], int dept
     return a;
 }
 
+/* The tokens sequoia-run's draft catches up after a step that accepted a nodes of a tree of l
+ * levels: the bonus token, plus the last accepted node when the draft did not read it (a node
+ * of level l, or one not kept). */
+static int catchup_of(int a, int l, uint32_t kept)
+{
+    return 1 + (a >= 1 && (a == l || !(kept >> (a - 1) & 1u)));
+}
+
 static int trial_ws_new(trial_ws *ws, int L, int K)
 {
     *ws = (trial_ws){0};
@@ -430,27 +445,30 @@ static rng64 trial_rng(uint64_t seed, uint64_t t)
 
 /* SQ_DYN_METHOD_ROOTS: trial t starts at root roots[t % n_roots], E = 1 + mean length. */
 static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int trials,
-                      uint64_t seed, int text, double *E, double *se, double *p_len,
+                      uint64_t seed, int text, double *E, double *se, double *C, double *p_len,
                       sq_error *err)
 {
     int W = max_nodes + 1;
     size_t cells = (size_t)L * W;
     double *sum = calloc(cells, sizeof *sum), *sum2 = calloc(cells, sizeof *sum2);
+    double *csum = calloc(cells, sizeof *csum);
     long long *reach = calloc((size_t)L + 1, sizeof *reach);
     int *roots = NULL;
     int n_roots = roots_of(s, L, &roots);
     trial_ws ws;
-    int ok = sum && sum2 && reach && n_roots > 0 && trial_ws_new(&ws, L, K) == 0;
+    int ok = sum && sum2 && csum && reach && n_roots > 0 && trial_ws_new(&ws, L, K) == 0;
     int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
+    uint32_t kept;
     for (int t = 0; ok && t < trials; t++) {
         rng64 r = trial_rng(seed, (uint64_t)t);
-        int depth = simulate(s, roots[t % n_roots], L, K, &r, text, &ws, mx);
+        int depth = simulate(s, roots[t % n_roots], L, K, &r, text, &ws, mx, &kept);
         for (int l = 1; l <= L; l++) {
             double *row = sum + (size_t)(l - 1) * W, *row2 = sum2 + (size_t)(l - 1) * W;
             for (int N = 2; N < W; N++) {
-                double len = accepted(mx, depth, l, N);
+                int len = accepted(mx, depth, l, N);
                 row[N] += len;
-                row2[N] += len * len;
+                row2[N] += (double)len * len;
+                csum[(size_t)(l - 1) * W + N] += catchup_of(len, l, kept);
             }
         }
         int len = accepted(mx, depth, L, max_nodes);
@@ -463,6 +481,8 @@ static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int 
                 size_t i = (size_t)(l - 1) * W + N;
                 double m = sum[i] / trials, v = sum2[i] / trials - m * m;
                 E[i] = N < 2 ? 0 : 1.0 + m;
+                if (C)
+                    C[i] = N < 2 ? 0 : csum[i] / trials;
                 if (se)
                     se[i] = N < 2 || trials < 2 || !(v > 0) ? 0.0 : sqrt(v / (trials - 1));
             }
@@ -470,7 +490,7 @@ static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int 
             for (int d = 0; d <= L; d++)
                 p_len[d] = (double)reach[d] / trials;
     }
-    free(sum); free(sum2); free(reach); free(roots);
+    free(sum); free(sum2); free(csum); free(reach); free(roots);
     trial_ws_free(&ws, L);
     return ok ? SQ_OK : sq_error_oom(err, "dynamic prediction");
 }
@@ -482,7 +502,7 @@ static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int 
  * steps, as a decoder counts it; the standard error treats each (run, pass) as a
  * unit (ratio estimator). */
 static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int trials,
-                       uint64_t seed, int text, double *E, double *se, double *p_len,
+                       uint64_t seed, int text, double *E, double *se, double *C, double *p_len,
                        sq_error *err)
 {
     int W = max_nodes + 1, n = s->n;
@@ -492,14 +512,15 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
     size_t per = (size_t)L * L;
     short *mxs = malloc((size_t)passes * n * per * sizeof *mxs + 1);
     unsigned char *dep = malloc((size_t)passes * n + 1);
+    uint32_t *kpt = malloc(((size_t)passes * n + 1) * sizeof *kpt);
     trial_ws ws;
-    int ok = mxs && dep && trial_ws_new(&ws, L, K) == 0;
+    int ok = mxs && dep && kpt && trial_ws_new(&ws, L, K) == 0;
     int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
     for (int pass = 0; ok && pass < passes; pass++)
         for (int x = 0; x < n; x++) {
             rng64 r = trial_rng(seed, (uint64_t)pass * (uint64_t)n + (uint64_t)x);
             size_t at = (size_t)pass * n + x;
-            int depth = simulate(s, x, L, K, &r, text, &ws, mx);
+            int depth = simulate(s, x, L, K, &r, text, &ws, mx, &kpt[at]);
             dep[at] = (unsigned char)depth;
             for (int l = 1; l <= L; l++)
                 for (int d = 1; d <= (depth < l ? depth : l); d++)
@@ -511,7 +532,7 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
     ok = ok && reach;
     for (int l = 1; ok && l <= L; l++)
         for (int N = 2; N < W; N++) {
-            double T = 0, S = 0, TT = 0, SS = 0, TS = 0;
+            double T = 0, S = 0, TT = 0, SS = 0, TS = 0, CU = 0;
             long long units = 0;
             for (int pass = 0; pass < passes; pass++)
                 for (int x0 = 0; x0 < n; x0 = x0 + s->remain[x0] + 1) {
@@ -528,6 +549,7 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
                                 reach[d]++;
                             steps_all++;
                         }
+                        CU += catchup_of(a, l, kpt[at]);
                         int t = a + 1;   /* the last step's tokens past the end count too */
                         tu += t;
                         su += 1;
@@ -539,6 +561,8 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
             size_t i = (size_t)(l - 1) * W + N;
             double R = T / S;
             E[i] = R;
+            if (C)
+                C[i] = CU / S;
             if (se) {
                 double v = TT - 2 * R * TS + R * R * SS;   /* sum of (T_u - R S_u)^2 */
                 se[i] = units > 1 && v > 0 ? sqrt((double)units / (units - 1) * v) / S : 0.0;
@@ -548,6 +572,8 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
         for (int l = 1; l <= L; l++)
             for (int N = 0; N < 2; N++) {
                 E[(size_t)(l - 1) * W + N] = 0;
+                if (C)
+                    C[(size_t)(l - 1) * W + N] = 0;
                 if (se)
                     se[(size_t)(l - 1) * W + N] = 0;
             }
@@ -557,6 +583,7 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
     }
     free(mxs);
     free(dep);
+    free(kpt);
     free(reach);
     trial_ws_free(&ws, L);
     return ok ? SQ_OK : sq_error_oom(err, "dynamic prediction");
@@ -565,6 +592,13 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
 int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
                         const sq_dyn_predict_params *p, double *E, double *se, double *p_len,
                         sq_error *err)
+{
+    return sq_dyn_predict_grid_catchup(s, L, K, max_nodes, p, E, se, NULL, p_len, err);
+}
+
+int sq_dyn_predict_grid_catchup(const sq_dyn_samples *s, int L, int K, int max_nodes,
+                                const sq_dyn_predict_params *p, double *E, double *se,
+                                double *catchup, double *p_len, sq_error *err)
 {
     if (K < 1 || K > s->K || L < 1 || L > SQ_DYN_MAX_STEPS || max_nodes < 2 ||
         max_nodes > SQ_DYN_MAX_NODES)
@@ -578,30 +612,42 @@ int sq_dyn_predict_grid(const sq_dyn_samples *s, int L, int K, int max_nodes,
         return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: the path along the text needs "
                             "the statistics' \"next_rank\" (a corpus with its tokens)");
     if (p && p->method == SQ_DYN_METHOD_ROOTS)
-        return grid_roots(s, L, K, max_nodes, trials, seed, text, E, se, p_len, err);
-    return grid_replay(s, L, K, max_nodes, trials, seed, text, E, se, p_len, err);
+        return grid_roots(s, L, K, max_nodes, trials, seed, text, E, se, catchup, p_len, err);
+    return grid_replay(s, L, K, max_nodes, trials, seed, text, E, se, catchup, p_len, err);
 }
 
 int sq_dyn_predict(const sq_dyn_samples *s, int L, int K, int N, const sq_dyn_predict_params *p,
                    double *expected, double *se, double *p_len, sq_error *err)
 {
+    return sq_dyn_predict_catchup(s, L, K, N, p, expected, se, NULL, p_len, err);
+}
+
+int sq_dyn_predict_catchup(const sq_dyn_samples *s, int L, int K, int N,
+                           const sq_dyn_predict_params *p, double *expected, double *se,
+                           double *catchup, double *p_len, sq_error *err)
+{
     if (N < 2 || N > SQ_DYN_MAX_NODES || L < 1 || L > SQ_DYN_MAX_STEPS)
         return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: L %d, N %d out of range", L, N);
     size_t cells = (size_t)L * (N + 1);
     double *E = malloc(cells * sizeof *E), *S = malloc(cells * sizeof *S);
-    if (!E || !S) {
+    double *C = malloc(cells * sizeof *C);
+    if (!E || !S || !C) {
         free(E);
         free(S);
+        free(C);
         return sq_error_oom(err, "dynamic prediction");
     }
-    int rc = sq_dyn_predict_grid(s, L, K, N, p, E, S, p_len, err);
+    int rc = sq_dyn_predict_grid_catchup(s, L, K, N, p, E, S, C, p_len, err);
     if (!rc) {
         *expected = E[(size_t)(L - 1) * (N + 1) + N];
         if (se)
             *se = S[(size_t)(L - 1) * (N + 1) + N];
+        if (catchup)
+            *catchup = C[(size_t)(L - 1) * (N + 1) + N];
     }
     free(E);
     free(S);
+    free(C);
     return rc;
 }
 

@@ -140,6 +140,21 @@ SQ_API
 int sq_dyn_predict(const sq_dyn_samples *s, int L, int K, int N, const sq_dyn_predict_params *p,
                    double *expected, double *se, double *p_len, sq_error *err);
 
+/* The same two, with sequoia-run's expected draft catch-up per step from the same trials
+ * (catchup: as E, or one number; may be NULL): after a step that accepted a nodes of a tree of
+ * l levels, runtime/specdec.c's draft reads 1 token (the bonus) plus 1 when the last accepted
+ * node is one it did not read: a node of level l, or one not among the K kept nodes of its
+ * level (runtime/dyntree.c reads the root, then the K kept nodes of levels 1 .. l - 1). Averaged
+ * as E is (tokens over steps: the mean over steps). docs/planning.md, "Two cost models". */
+SQ_API
+int sq_dyn_predict_grid_catchup(const sq_dyn_samples *s, int L, int K, int max_nodes,
+                                const sq_dyn_predict_params *p, double *E, double *se,
+                                double *catchup, double *p_len, sq_error *err);
+SQ_API
+int sq_dyn_predict_catchup(const sq_dyn_samples *s, int L, int K, int N,
+                           const sq_dyn_predict_params *p, double *expected, double *se,
+                           double *catchup, double *p_len, sq_error *err);
+
 /* ---- cost per round -----------------------------------------------------------------------
  *
  * One round of batch b (times from the profiles at batch b, sq_profile_ms_batch):
