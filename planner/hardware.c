@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 
 sq_hw_params sq_hw_default_params(void)
 {
@@ -63,83 +64,136 @@ static int step_part_ms(const sq_hw_params *prm, sq_step_part part, const sq_pro
     return SQ_OK;
 }
 
-/* t_step with the target profile's step section (hardware.h, the in-step model). */
-static int step_ms_in_step(const sq_hw_params *prm, const sq_tree *t, double F, double *ms,
-                           sq_error *err)
+/* The draft's forwards of a step after its first: one per level l = 1 .. levels - 2 over
+ * count[l] nodes (the engine's model: the level's width; sequoia-run's: the level's nodes that
+ * have children, the only ones its draft reads). */
+typedef struct step_shape {
+    int     levels;
+    double  first;        /* tokens of the draft's first forward                           */
+    const int *count;     /* (levels) nodes of each level the draft reads                  */
+} step_shape;
+
+/* t_step of a tree of n nodes with the draft's forwards of `sh` (hardware.h: the in-step,
+ * per-level and fixed models), one body for the engine's model and sequoia-run's. */
+static int step_cost(const sq_hw_params *prm, int n, const step_shape *sh, int runtime,
+                     double *ms, sq_error *err)
 {
     const char *tname = prm->target_file ? prm->target_file : "target profile";
     const char *dname = prm->draft_file ? prm->draft_file : "draft profile";
-    double T, O, x;
-    int rc;
-    if ((rc = step_part_ms(prm, SQ_STEP_TARGET, prm->target, tname, t->n, prm->extrapolate, &T,
-                           err)) ||
-        (rc = step_part_ms(prm, SQ_STEP_OVERHEAD, NULL, NULL, t->n, SQ_EXTRAPOLATE_LINEAR, &O,
-                           err)))
+    int in_step = prm->target->step != NULL, rc;
+    double total, x;
+    if (in_step) {
+        double O;
+        if ((rc = step_part_ms(prm, SQ_STEP_TARGET, prm->target, tname, n, prm->extrapolate,
+                               &total, err)) ||
+            (rc = step_part_ms(prm, SQ_STEP_OVERHEAD, NULL, NULL, n, SQ_EXTRAPOLATE_LINEAR, &O,
+                               err)))
+            return rc;
+        total += O;
+    } else if ((rc = profile_ms(prm->target, tname, n, prm->extrapolate, &total, err))) {
         return rc;
-    if (t->n == 1) {
-        *ms = T + O;
+    }
+    if (n == 1) {
+        *ms = total;
         return SQ_OK;
     }
-    double total = T + O;
-    int levels = sq_tree_depth(t);
-    if ((rc = step_part_ms(prm, SQ_STEP_DRAFT_FIRST, prm->draft, dname, F,
-                           SQ_EXTRAPOLATE_CONSTANT, &x, err)))
+    if (!in_step && !prm->draft) {
+        /* the fixed model: the official code's L forwards a step; sequoia-run's draft runs
+         * its catch-up and the levels 1 .. L - 2, L - 1 forwards */
+        *ms = total + (runtime ? sh->levels - 1 : sh->levels) * prm->draft_ms;
+        return SQ_OK;
+    }
+    if ((rc = in_step ? step_part_ms(prm, SQ_STEP_DRAFT_FIRST, prm->draft, dname, sh->first,
+                                     SQ_EXTRAPOLATE_CONSTANT, &x, err)
+                      : profile_ms(prm->draft, dname, sh->first, prm->extrapolate, &x, err)))
         return rc;
     total += x;
-    int *w = malloc((size_t)levels * sizeof *w);
-    if (!w)
-        return sq_error_oom(err, "level widths");
-    sq_tree_level_widths(t, w);
-    for (int l = 1; l <= levels - 2; l++) {
-        if ((rc = step_part_ms(prm, SQ_STEP_DRAFT_LEVEL, prm->draft, dname, w[l],
-                               prm->extrapolate, &x, err))) {
-            free(w);
+    for (int l = 1; l <= sh->levels - 2; l++) {
+        if (sh->count[l] == 0)
+            continue;
+        if ((rc = in_step ? step_part_ms(prm, SQ_STEP_DRAFT_LEVEL, prm->draft, dname,
+                                         sh->count[l], prm->extrapolate, &x, err)
+                          : profile_ms(prm->draft, dname, sh->count[l], prm->extrapolate, &x,
+                                       err)))
             return rc;
-        }
         total += x;
     }
-    free(w);
     *ms = total;
     return SQ_OK;
 }
 
 int sq_hw_step_ms(const sq_hw_params *prm, const sq_tree *t, double F, double *ms, sq_error *err)
 {
-    if (prm->target->step)
-        return step_ms_in_step(prm, t, F, ms, err);
-    double total;
-    const char *tname = prm->target_file ? prm->target_file : "target profile";
-    const char *dname = prm->draft_file ? prm->draft_file : "draft profile";
-    int rc = profile_ms(prm->target, tname, t->n, prm->extrapolate, &total, err);
-    if (rc)
-        return rc;
-    if (t->n == 1) {
-        *ms = total;
-        return SQ_OK;
-    }
     int levels = sq_tree_depth(t);
-    if (!prm->draft) {
-        *ms = total + levels * prm->draft_ms;
-        return SQ_OK;
-    }
-    double x;
-    if ((rc = profile_ms(prm->draft, dname, F, prm->extrapolate, &x, err)))
-        return rc;
-    total += x;
     int *w = malloc((size_t)levels * sizeof *w);
     if (!w)
         return sq_error_oom(err, "level widths");
     sq_tree_level_widths(t, w);
-    for (int l = 1; l <= levels - 2; l++) {
-        if ((rc = profile_ms(prm->draft, dname, w[l], prm->extrapolate, &x, err))) {
-            free(w);
-            return rc;
-        }
-        total += x;
-    }
+    step_shape sh = {levels, F, w};
+    int rc = step_cost(prm, t->n, &sh, 0, ms, err);
     free(w);
-    *ms = total;
+    return rc;
+}
+
+/* ---- sequoia-run's model (hardware.h) ------------------------------------------------------- */
+
+double sq_hw_catchup_of(const sq_tree *t, const double *reach)
+{
+    if (t->n <= 1)
+        return 0.0;   /* plain decoding: the draft is never run */
+    /* a node the draft reads is a node with children (runtime/specdec.c, grow_plan); the
+     * accepted path ends at a leaf with the probability of reaching it */
+    char *inner = calloc((size_t)t->n, 1);
+    double c = 1.0;
+    if (!inner) {
+        for (int v = 1; v < t->n; v++) {   /* no memory: the same sum, quadratic */
+            int leaf = 1;
+            for (int u = v + 1; u < t->n && leaf; u++)
+                leaf = t->parent[u] != v;
+            c += leaf ? reach[v] : 0.0;
+        }
+        return c;
+    }
+    for (int v = 1; v < t->n; v++)
+        inner[t->parent[v]] = 1;
+    for (int v = 1; v < t->n; v++)
+        if (!inner[v])
+            c += reach[v];
+    free(inner);
+    return c;
+}
+
+int sq_hw_catchup(const sq_tree *t, const sq_curve *c, double *catchup, sq_error *err)
+{
+    double *f = malloc((size_t)t->n * sizeof *f);
+    if (!f)
+        return sq_error_oom(err, "catch-up");
+    sq_tree_expected_tokens(t, c, f);
+    *catchup = sq_hw_catchup_of(t, f);
+    free(f);
     return SQ_OK;
+}
+
+int sq_hw_step_ms_runtime(const sq_hw_params *prm, const sq_tree *t, double catchup, double *ms,
+                          sq_error *err)
+{
+    int levels = sq_tree_depth(t);
+    int *k = calloc((size_t)levels, sizeof *k);
+    char *inner = calloc((size_t)t->n, 1);
+    if (!k || !inner) {
+        free(k);
+        free(inner);
+        return sq_error_oom(err, "level counts");
+    }
+    for (int v = 1; v < t->n; v++)
+        inner[t->parent[v]] = 1;
+    for (int v = 1; v < t->n; v++)
+        k[t->depth[v]] += inner[v];
+    step_shape sh = {levels, catchup, k};
+    int rc = step_cost(prm, t->n, &sh, 1, ms, err);
+    free(k);
+    free(inner);
+    return rc;
 }
 
 int sq_hw_forward_ms(const sq_hw_params *prm, sq_step_part part, int batch, double x,
@@ -257,6 +311,7 @@ void sq_hw_result_free(sq_hw_result *r)
     if (!r)
         return;
     free(r->speedup_table);
+    free(r->runtime_speedup_table);
     free(r);
 }
 
@@ -273,12 +328,16 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
     r->D = sq_dp_depth(dp);
     size_t cells = (size_t)(r->N + 1) * (size_t)(r->D + 1);
     r->speedup_table = malloc(cells * sizeof *r->speedup_table);
-    if (!r->speedup_table) {
-        free(r);
+    r->runtime_speedup_table = malloc(cells * sizeof *r->runtime_speedup_table);
+    double *reach = malloc((size_t)(r->N + 1) * sizeof *reach);
+    if (!r->speedup_table || !r->runtime_speedup_table || !reach) {
+        free(reach);
+        sq_hw_result_free(r);
         return sq_error_oom(err, "hardware selection");
     }
     for (size_t i = 0; i < cells; i++)
-        r->speedup_table[i] = NAN;
+        r->speedup_table[i] = r->runtime_speedup_table[i] = NAN;
+    const sq_curve *curve = sq_dp_curve(dp);
     int rc;
     if ((rc = check_step_draft(prm, err)) ||
         (!prm->trust &&
@@ -313,14 +372,21 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
             sq_tree *t;
             if ((rc = sq_dp_tree(dp, n, d, &t, err)))
                 goto fail;
-            double step;
+            double step, rstep = 0, catchup = 0;
             rc = sq_hw_step_ms(prm, t, F, &step, err);
+            if (!rc) {   /* sequoia-run's model of the same tree */
+                sq_tree_expected_tokens(t, curve, reach);
+                catchup = sq_hw_catchup_of(t, reach);
+                rc = sq_hw_step_ms_runtime(prm, t, catchup, &rstep, err);
+            }
             int levels = sq_tree_depth(t);
             sq_tree_free(t);
             if (rc)
                 goto fail;
             double rate = F / step;
             r->speedup_table[(size_t)n * (size_t)(r->D + 1) + (size_t)d] = rate * r->target1_ms;
+            r->runtime_speedup_table[(size_t)n * (size_t)(r->D + 1) + (size_t)d] =
+                F / rstep * r->target1_ms;
             /* strict: ties keep the smaller n (scanned first within a depth) and, across
              * depths, the smaller depth */
             if (rate > best_rate || (rate == best_rate && n < r->n)) {
@@ -330,6 +396,8 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
                 r->levels = levels;
                 r->expected_tokens = F;
                 r->step_ms = step;
+                r->runtime_step_ms = rstep;
+                r->runtime_catchup = catchup;
             }
         }
     }
@@ -339,12 +407,15 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
         goto fail;
     }
     r->speedup = r->expected_tokens * r->target1_ms / r->step_ms;
+    r->runtime_speedup = r->expected_tokens * r->target1_ms / r->runtime_step_ms;
     if (!prm->trust &&
         (rc = sq_hw_check_prediction(prm, r->n, r->expected_tokens, r->speedup, err)))
         goto fail;
+    free(reach);
     *out = r;
     return SQ_OK;
 fail:
+    free(reach);
     sq_hw_result_free(r);
     return rc;
 }
@@ -380,10 +451,26 @@ cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *prm, const char 
     sq_json_add(o, "time_per_token_ms", cJSON_CreateNumber(r->step_ms / r->expected_tokens));
     sq_json_add(o, "tokens_per_second", cJSON_CreateNumber(1e3 * r->expected_tokens / r->step_ms));
     sq_json_add(o, "predicted_speedup", cJSON_CreateNumber(r->speedup));
+    /* sequoia-run's model of the same tree (hardware.h; docs/formats.md) */
+    cJSON *rt = cJSON_CreateObject();
+    sq_json_add(o, SQ_PLAN_HW_RUNTIME, rt);
+    sq_json_add(rt, "cost_model", cJSON_CreateString(
+        prm->target->step ? "in-step: T(n) + O(n) + D_first(c) + sum_{l=1..L-2} D_level(i_l), "
+                            "c = 1 + P(the accepted path ends at a leaf), i_l = the nodes of "
+                            "level l with children"
+        : prm->draft ? "per-level: t_target(n) + t_draft(c) + sum_{l=1..L-2} t_draft(i_l)"
+                     : "fixed: t_target(n) + (L - 1) * draft_ms"));
+    sq_json_add(rt, "draft_catchup_tokens", cJSON_CreateNumber(r->runtime_catchup));
+    sq_json_add(rt, "time_per_step_ms", cJSON_CreateNumber(r->runtime_step_ms));
+    sq_json_add(rt, "time_per_token_ms",
+                cJSON_CreateNumber(r->runtime_step_ms / r->expected_tokens));
+    sq_json_add(rt, "tokens_per_second",
+                cJSON_CreateNumber(1e3 * r->expected_tokens / r->runtime_step_ms));
+    sq_json_add(rt, "predicted_speedup", cJSON_CreateNumber(r->runtime_speedup));
     return sq_json_build_end(b, o);
 }
 
-void sq_hw_print_table(FILE *fp, const sq_hw_result *r)
+static void print_table(FILE *fp, const sq_hw_result *r, const double *table, const char *title)
 {
     /* columns: every depth up to 12, then about 8 more spread to D */
     int cols[64], nc = 0;
@@ -412,14 +499,14 @@ void sq_hw_print_table(FILE *fp, const sq_hw_result *r)
         }
         rows[i] = r->n;
     }
-    fprintf(fp, "predicted speedup by size (rows) and depth bound (columns):\n%6s", "n\\d");
+    fprintf(fp, "%s by size (rows) and depth bound (columns):\n%6s", title, "n\\d");
     for (int c = 0; c < nc; c++)
         fprintf(fp, " %6d", cols[c]);
     fputc('\n', fp);
     for (int i = 0; i < nr; i++) {
         fprintf(fp, "%6d", rows[i]);
         for (int c = 0; c < nc; c++) {
-            double s = r->speedup_table[(size_t)rows[i] * (size_t)(r->D + 1) + (size_t)cols[c]];
+            double s = table[(size_t)rows[i] * (size_t)(r->D + 1) + (size_t)cols[c]];
             int mark = rows[i] == r->n && cols[c] == r->d;
             if (isnan(s))
                 fprintf(fp, " %6s", "-");
@@ -428,4 +515,10 @@ void sq_hw_print_table(FILE *fp, const sq_hw_result *r)
         }
         fputc('\n', fp);
     }
+}
+
+void sq_hw_print_table(FILE *fp, const sq_hw_result *r)
+{
+    print_table(fp, r, r->speedup_table, "predicted speedup");
+    print_table(fp, r, r->runtime_speedup_table, "sequoia-run's predicted speedup");
 }

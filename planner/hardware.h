@@ -21,6 +21,20 @@
  *     mode, constant for D_first, linear for O). The draft profile, when given, must be of
  *     the draft the step section was measured with (same shape), else SQ_EDATA.
  *
+ * These are the ENGINE's model: what a static-tree engine runs (its draft reads F tokens, the
+ * tokens accepted last step, and every node of a level). It drives the choice (sq_hw_select).
+ *
+ * sequoia-run's model (docs/planning.md, "Two cost models"): the same terms, but as
+ * runtime/specdec.c runs them:
+ *     t_step = T(n) + D_first(c) + Σ_{l=1..L-2} D_level(i_l) + O(n)
+ *     (per-level: t_target(n) + t_draft(c) + Σ t_draft(i_l); fixed: t_target(n) + (L-1) · c)
+ *   c = 1 + Σ_{leaves v ≠ root} f(v): the draft keeps in its cache the accepted nodes it ran
+ *     while growing the tree (commit_walk), so its next first forward reads the bonus token
+ *     plus the last accepted node when that node is a leaf (the draft reads only nodes with
+ *     children: grow_plan's expand); f(v) = P(the path reaches v) (sq_tree_expected_tokens),
+ *     and a path ends at a leaf v exactly when it reaches it;
+ *   i_l: the nodes of level l that have children (the only ones the draft reads).
+ *
  * A root-only tree (n = 1) is plain autoregressive decoding: t_step = t_target(1) (in-step:
  * T(1) + O(1), the plain decoding's forward and commit).
  *
@@ -82,6 +96,11 @@ typedef struct sq_hw_result {
     double  target1_ms;      /* t_target(1)                                                  */
     double  speedup;         /* F · t_target(1) / t_step                                     */
     double *speedup_table;   /* (N+1, D+1) S for every evaluated (n, d); NAN elsewhere       */
+    /* sequoia-run's model of the same trees (the choice is the engine model's) */
+    double  runtime_step_ms; /* t_step of the choice as sequoia-run runs it                  */
+    double  runtime_catchup; /* its draft's expected catch-up tokens c                       */
+    double  runtime_speedup; /* F · t_target(1) / runtime_step_ms                            */
+    double *runtime_speedup_table;   /* (N+1, D+1), as speedup_table                          */
 } sq_hw_result;
 
 /* Evaluates every candidate. Errors: SQ_EUSAGE when a needed time is outside a profile's
@@ -96,6 +115,20 @@ SQ_API
 int sq_hw_step_ms(const sq_hw_params *params, const sq_tree *t, double F, double *ms,
                   sq_error *err);
 
+/* sequoia-run's expected draft catch-up of tree t, c = 1 + Σ_{leaves v ≠ root} reach[v]
+ * (reach: f(v) of sq_tree_expected_tokens); 0 for a root-only tree (plain decoding). */
+SQ_API
+double sq_hw_catchup_of(const sq_tree *t, const double *reach);
+/* The same under curve c (its p_by_depth when present). Errors: out of memory. */
+SQ_API
+int sq_hw_catchup(const sq_tree *t, const sq_curve *c, double *catchup, sq_error *err);
+
+/* Cost of one step of tree t as sequoia-run runs it (the model above), its draft catching up
+ * `catchup` tokens (sq_hw_catchup). */
+SQ_API
+int sq_hw_step_ms_runtime(const sq_hw_params *params, const sq_tree *t, double catchup,
+                          double *ms, sq_error *err);
+
 /* One forward's time as the step-cost model prices it, for other cost models (the envelope
  * engines' rounds, planner/dynamic.c): part SQ_STEP_TARGET (the target's forward of x tokens),
  * SQ_STEP_DRAFT_FIRST or SQ_STEP_DRAFT_LEVEL (the draft's), SQ_STEP_OVERHEAD (the step's own
@@ -106,12 +139,14 @@ SQ_API
 int sq_hw_forward_ms(const sq_hw_params *params, sq_step_part part, int batch, double x,
                      double *ms, sq_error *err);
 
-/* The plan's "hardware" section. File names may be NULL. */
+/* The plan's "hardware" section, with sequoia-run's model of the chosen tree under
+ * SQ_PLAN_HW_RUNTIME (libsequoia/format/plan.h). File names may be NULL. */
 SQ_API
 cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *params, const char *target_file,
                      const char *draft_file);
 
-/* A compact table of predicted speedup by size (rows) and depth bound (columns). */
+/* Compact tables of predicted speedup by size (rows) and depth bound (columns): the engine
+ * model's, then sequoia-run's. */
 SQ_API
 void sq_hw_print_table(FILE *fp, const sq_hw_result *r);
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "libsequoia/base/json.h"
+#include "libsequoia/format/plan.h"
 
 /* The one statement of the envelope engines' rules (dynplan.h); the planner (planner/dynamic.c,
  * sq_dyn_envelope_check), the exports (planner/engines.c, sq_engine_envelope_check) and the run
@@ -249,6 +250,8 @@ int sq_dynplan_from_json(const cJSON *root, const char *file, sq_dynplan **out, 
                 goto fail;
             }
         }
+        if ((rc = sq_plan_check_runtime_cost(hw, file, err)))
+            goto fail;
         if (!(p->hardware = cJSON_Duplicate(hw, 1))) {
             rc = sq_error_oom(err, "hardware");
             goto fail;

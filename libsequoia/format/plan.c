@@ -151,6 +151,30 @@ static int check_hardware(const cJSON *hw, const char *file, sq_error *err)
             return sq_error_set(err, SQ_EDATA, "%s: hardware.%s: expected a string or null", file,
                                 strings[i]);
     }
+    return sq_plan_check_runtime_cost(hw, file, err);
+}
+
+int sq_plan_check_runtime_cost(const cJSON *hw, const char *file, sq_error *err)
+{
+    const cJSON *rt = sq_json_field(hw, SQ_PLAN_HW_RUNTIME), *x;
+    if (!rt)
+        return SQ_OK;
+    if (!cJSON_IsObject(rt))
+        return sq_error_set(err, SQ_EDATA, "%s: hardware." SQ_PLAN_HW_RUNTIME ": expected an "
+                            "object", file);
+    cJSON_ArrayForEach(x, rt) {
+        int text = strcmp(x->string, "cost_model") == 0 || strcmp(x->string, "cost_per_round") == 0;
+        int positive = strcmp(x->string, "tokens_per_second") == 0 ||
+                       strcmp(x->string, "predicted_speedup") == 0;
+        if (text && !cJSON_IsString(x))
+            return sq_error_set(err, SQ_EDATA, "%s: hardware." SQ_PLAN_HW_RUNTIME ".%s: expected "
+                                "a string", file, x->string);
+        if (cJSON_IsNumber(x) && (!isfinite(x->valuedouble) || x->valuedouble < 0 ||
+                                  (positive && !(x->valuedouble > 0))))
+            return sq_error_set(err, SQ_EDATA, "%s: hardware." SQ_PLAN_HW_RUNTIME ".%s: %.17g, "
+                                "expected a finite number %s 0", file, x->string, x->valuedouble,
+                                positive ? ">" : ">=");
+    }
     return SQ_OK;
 }
 

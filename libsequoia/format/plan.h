@@ -19,6 +19,12 @@ SQ_BEGIN_DECLS
 #define SQ_PLAN_MAX_NODES (1 << 20)
 #define SQ_PLAN_F_TOL 1e-9         /* expected_tokens must match the nodes this closely */
 
+/* The member of a plan's "hardware" object (static plans and "sequoia-dynamic-plan" alike) that
+ * holds sequoia-run's prediction beside the engine's (docs/formats.md; docs/planning.md, "Two
+ * cost models"): {"cost_model" or "cost_per_round": "...", "draft_catchup_tokens": c, times in
+ * ms and "tokens_per_second", "predicted_speedup"}. */
+#define SQ_PLAN_HW_RUNTIME "sequoia_run"
+
 typedef struct sq_plan {
     sq_tree *tree;
     double   expected_tokens;      /* F(T) under `acceptance`                        */
@@ -51,6 +57,12 @@ SQ_API
 int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_error *err);
 SQ_API
 int sq_plan_load(const char *file, sq_plan **out, sq_error *err);
+
+/* The SQ_PLAN_HW_RUNTIME member of the hardware object hw, when present: an object whose
+ * numbers are finite and >= 0, "tokens_per_second" and "predicted_speedup" > 0, and whose
+ * "cost_model"/"cost_per_round" is a string. SQ_EDATA naming `file` and the field. */
+SQ_API
+int sq_plan_check_runtime_cost(const cJSON *hw, const char *file, sq_error *err);
 
 SQ_END_DECLS
 
