@@ -723,6 +723,31 @@ int sq_dyn_round_ms_accepted(sq_engine e, const sq_profile *target, const sq_pro
     return SQ_OK;
 }
 
+int sq_dyn_round_ms_runtime(const sq_profile *target, const sq_profile *draft, double draft_ms,
+                            int b, int L, int K, int N, double catchup, sq_extrapolate x,
+                            sq_dyn_cost *out, sq_error *err)
+{
+    /* every forward as planner/hardware.h prices it: in-step at batch 1 with a step section,
+     * else the steady-stream profiles (draft_ms a forward without a draft profile) */
+    sq_hw_params hp = sq_hw_default_params();
+    hp.target = target;
+    hp.draft = draft;
+    hp.draft_ms = draft_ms;
+    hp.extrapolate = x;
+    double t, o, d, v = 0;
+    int rc;
+    if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_TARGET, b, N, &t, err)) ||
+        (rc = sq_hw_forward_ms(&hp, SQ_STEP_OVERHEAD, b, N, &o, err)) ||
+        (rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_FIRST, b, catchup, &d, err)) ||
+        (L > 1 && (rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_LEVEL, b, K, &v, err))))
+        return rc;
+    d += (L - 1) * v;
+    out->target_ms = t + o;
+    out->draft_ms = d;
+    out->round_ms = t + o + d;
+    return SQ_OK;
+}
+
 int sq_dyn_plain_ms(const sq_profile *target, int b, sq_extrapolate x, double *ms, sq_error *err)
 {
     if (b != 1 || !target->step)
@@ -765,6 +790,7 @@ void sq_dyn_grid_free(sq_dyn_grid *g)
         return;
     free(g->E);
     free(g->se);
+    free(g->catchup);
     free(g);
 }
 
@@ -781,8 +807,9 @@ int sq_dyn_grid_new(const sq_dyn_samples *s, int Lm, int Km, int Nm,
     if (g) {
         g->E = calloc(cells, sizeof *g->E);
         g->se = calloc(cells, sizeof *g->se);
+        g->catchup = calloc(cells, sizeof *g->catchup);
     }
-    if (!g || !g->E || !g->se) {
+    if (!g || !g->E || !g->se || !g->catchup) {
         sq_dyn_grid_free(g);
         return sq_error_oom(err, "envelope search");
     }
@@ -791,8 +818,9 @@ int sq_dyn_grid_new(const sq_dyn_samples *s, int Lm, int Km, int Nm,
     g->max_nodes = Nm;
     g->trials = p && p->trials > 0 ? p->trials : sq_dyn_predict_default_params().trials;
     for (int K = 1; K <= Km; K++) {
-        int rc = sq_dyn_predict_grid(s, Lm, K, Nm, p, g->E + per * (K - 1), g->se + per * (K - 1),
-                                     NULL, err);
+        int rc = sq_dyn_predict_grid_catchup(s, Lm, K, Nm, p, g->E + per * (K - 1),
+                                             g->se + per * (K - 1), g->catchup + per * (K - 1),
+                                             NULL, err);
         if (rc) {
             sq_dyn_grid_free(g);
             return rc;
@@ -810,6 +838,11 @@ double sq_dyn_grid_at(const sq_dyn_grid *g, int L, int K, int N, double *se)
     return g->E[i];
 }
 
+double sq_dyn_grid_catchup(const sq_dyn_grid *g, int L, int K, int N)
+{
+    return g->catchup[((size_t)(K - 1) * g->max_steps + (L - 1)) * (g->max_nodes + 1) + N];
+}
+
 int sq_dyn_search(const sq_dyn_grid *g, const sq_dyn_search_params *p, sq_dyn_choice *best,
                   int cap, int *n_best, double *plain_tps, sq_error *err)
 {
@@ -825,15 +858,20 @@ int sq_dyn_search(const sq_dyn_grid *g, const sq_dyn_search_params *p, sq_dyn_ch
             for (int N = 2; N <= g->max_nodes && !rc; N++) {
                 if (sq_dyn_envelope_check(p->engine, L, K, N, NULL, NULL) != SQ_OK)
                     continue;
-                sq_dyn_cost c;
+                sq_dyn_cost c, rc_run;
                 double se, E = sq_dyn_grid_at(g, L, K, N, &se);
+                double cu = sq_dyn_grid_catchup(g, L, K, N);
                 if ((rc = sq_dyn_round_ms_accepted(p->engine, p->target, p->draft, p->draft_ms,
                                                    p->batch, L, K, N, E, p->extrapolate, &c,
-                                                   err)))
+                                                   err)) ||
+                    (rc = sq_dyn_round_ms_runtime(p->target, p->draft, p->draft_ms, p->batch, L,
+                                                  K, N, cu, p->extrapolate, &rc_run, err)))
                     break;
                 found = 1;
                 sq_dyn_choice ch = {L, K, N, E, se, c.round_ms, c.target_ms, c.draft_ms,
-                                    p->batch * E / c.round_ms * 1000.0};
+                                    p->batch * E / c.round_ms * 1000.0, cu, rc_run.round_ms,
+                                    rc_run.target_ms, rc_run.draft_ms,
+                                    p->batch * E / rc_run.round_ms * 1000.0};
                 /* into the sorted list of the cap best */
                 if (cap <= 0 || (*n_best == cap && !better(&ch, &best[cap - 1])))
                     continue;

@@ -174,7 +174,15 @@ int sq_dyn_predict_catchup(const sq_dyn_samples *s, int L, int K, int N,
  * forward, over the a tokens accepted last round (sq_dyn_round_ms_accepted's `accepted`, the
  * predicted tokens/step; 0 or sq_dyn_round_ms: the engine's own count, N for SGLang's extend,
  * L + 1 for TensorRT-LLM), D_level: a level's draft forward. target_ms holds T + O. At batch > 1
- * or without a step section, the steady-stream model above. */
+ * or without a step section, the steady-stream model above.
+ *
+ * These are the ENGINE's cost; they drive the envelope search. sequoia-run's round
+ * (sq_dyn_round_ms_runtime; docs/planning.md, "Two cost models") is the same for both engines,
+ * since its draft keeps its cache and reads only the kept nodes:
+ *   T(N) + O(N) + D_first(c) + (L - 1) D_level(K)      (batch 1 with a step section)
+ *   t_target(b, N) + t_draft(b, c) + (L - 1) t_draft(b, K)   (otherwise; no draft profile:
+ *                                                        L forwards of draft_ms)
+ * c: the expected catch-up (sq_dyn_predict_catchup), 1 to 2 tokens. */
 typedef struct sq_dyn_cost {
     double target_ms;
     double draft_ms;
@@ -196,6 +204,12 @@ int sq_dyn_round_ms_accepted(sq_engine e, const sq_profile *target, const sq_pro
                              double draft_ms, int batch, int L, int K, int N, double accepted,
                              sq_extrapolate x, sq_dyn_cost *out, sq_error *err);
 
+/* sequoia-run's round of envelope L,K,N (above), its draft catching up `catchup` tokens. */
+SQ_API
+int sq_dyn_round_ms_runtime(const sq_profile *target, const sq_profile *draft, double draft_ms,
+                            int batch, int L, int K, int N, double catchup, sq_extrapolate x,
+                            sq_dyn_cost *out, sq_error *err);
+
 /* ---- search ----------------------------------------------------------------------------------- */
 
 /* Predictions of every envelope within L <= max_steps, K <= max_topk, N <= max_nodes (one
@@ -204,6 +218,7 @@ typedef struct sq_dyn_grid {
     int     max_steps, max_topk, max_nodes;
     int     trials;
     double *E, *se;   /* [((K - 1) max_steps + L - 1) (max_nodes + 1) + N]                   */
+    double *catchup;  /* the same cells: sequoia-run's expected draft catch-up               */
 } sq_dyn_grid;
 
 SQ_API
@@ -215,12 +230,19 @@ void sq_dyn_grid_free(sq_dyn_grid *g);
 /* Expected tokens of (L, K, N) in the grid (and its standard error into *se, may be NULL). */
 SQ_API
 double sq_dyn_grid_at(const sq_dyn_grid *g, int L, int K, int N, double *se);
+/* sequoia-run's expected draft catch-up of (L, K, N) in the grid. */
+SQ_API
+double sq_dyn_grid_catchup(const sq_dyn_grid *g, int L, int K, int N);
 
 typedef struct sq_dyn_choice {
     int    steps, topk, nodes;
     double expected_tokens, se;
     double round_ms, target_ms, draft_ms;
     double tokens_per_second;   /* batch x expected tokens / round                 */
+    /* sequoia-run's round of the same envelope (sq_dyn_round_ms_runtime) */
+    double catchup;             /* its draft's expected catch-up tokens            */
+    double run_round_ms, run_target_ms, run_draft_ms;
+    double run_tokens_per_second;
 } sq_dyn_choice;
 
 typedef struct sq_dyn_search_params {
@@ -231,8 +253,9 @@ typedef struct sq_dyn_search_params {
     sq_extrapolate     extrapolate;
 } sq_dyn_search_params;
 
-/* Every envelope of the grid that the engine allows, priced at the batch size: the fastest
- * first into best[0 .. *n_best) (*n_best at most `cap`), and *plain_tps the rate of plain
+/* Every envelope of the grid that the engine allows, priced at the batch size by the engine's
+ * cost (sequoia-run's beside it, in the run_* fields): the fastest first into best[0 .. *n_best)
+ * (*n_best at most `cap`), and *plain_tps the rate of plain
  * decoding there (batch / t_target(batch, 1)). Ties go to the smaller N, then L, then K.
  * Errors: the profiles' (a batch size or token count they lack), SQ_EUSAGE when no envelope
  * of the grid keeps the engine's rules. */

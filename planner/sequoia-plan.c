@@ -857,6 +857,10 @@ static int print_report(const plan_opts *o, const plan_state *st, sq_error *err)
                     "%.4g ms/token, predicted speedup %.3fx over the target alone "
                     "(%.4g ms/token)\n", hw->n, hw->d, hw->levels, hw->step_ms,
                     hw->step_ms / hw->expected_tokens, hw->speedup, hw->target1_ms);
+            fprintf(fp, "sequoia-run:    the same tree as sequoia-run runs it (its draft catches "
+                    "up %.3f tokens a step): %.4g ms/step, %.1f tokens/s, predicted speedup "
+                    "%.3fx\n", hw->runtime_catchup, hw->runtime_step_ms,
+                    1e3 * hw->expected_tokens / hw->runtime_step_ms, hw->runtime_speedup);
             sq_hw_print_table(fp, hw);
         }
         print_engine_status(fp, plan->tree, o->max_non_leaves);
@@ -1056,6 +1060,18 @@ static const char *dyn_cost_model(sq_engine e, int fixed, int in_step)
         : "t_target(b, N) + t_draft(b, L + 1) + sum_{i=1..L-1} t_draft(b, i K)";
 }
 
+/* sequoia-run's round (sq_dyn_round_ms_runtime), one line. */
+static const char *dyn_run_cost_model(int fixed, int in_step)
+{
+    if (in_step)
+        return "in-step: T(N) + O(N) + D_first(c) + (L - 1) D_level(K), c = sequoia-run's "
+               "expected draft catch-up";
+    if (fixed)
+        return "t_target(b, N) + L * draft_ms";
+    return "t_target(b, N) + t_draft(b, c) + (L - 1) t_draft(b, K), c = sequoia-run's expected "
+           "draft catch-up";
+}
+
 /* The "hardware" object of a dynamic plan. */
 static cJSON *dyn_hardware_json(const plan_opts *o, const plan_state *st, int batch,
                                 const sq_dyn_choice *best, int n_best, double plain_tps,
@@ -1079,6 +1095,19 @@ static cJSON *dyn_hardware_json(const plan_opts *o, const plan_state *st, int ba
     cJSON_AddNumberToObject(h, "tokens_per_second", best[0].tokens_per_second);
     cJSON_AddNumberToObject(h, "plain_tokens_per_second", plain_tps);
     cJSON_AddNumberToObject(h, "predicted_speedup", best[0].tokens_per_second / plain_tps);
+    /* sequoia-run's round of the same envelope (docs/formats.md, docs/planning.md "Two cost
+     * models") */
+    cJSON *rt = cJSON_CreateObject();
+    cJSON_AddStringToObject(rt, "cost_per_round", dyn_run_cost_model(!o->draft_profile,
+                                                                     batch == 1 &&
+                                                                     st->tprof->step));
+    cJSON_AddNumberToObject(rt, "draft_catchup_tokens", best[0].catchup);
+    cJSON_AddNumberToObject(rt, "round_ms", best[0].run_round_ms);
+    cJSON_AddNumberToObject(rt, "round_target_ms", best[0].run_target_ms);
+    cJSON_AddNumberToObject(rt, "round_draft_ms", best[0].run_draft_ms);
+    cJSON_AddNumberToObject(rt, "tokens_per_second", best[0].run_tokens_per_second);
+    cJSON_AddNumberToObject(rt, "predicted_speedup", best[0].run_tokens_per_second / plain_tps);
+    sq_json_add(h, SQ_PLAN_HW_RUNTIME, rt);
     if (g) {
         cJSON *sr = cJSON_CreateObject();
         cJSON_AddNumberToObject(sr, "max_steps", g->max_steps);
@@ -1093,6 +1122,8 @@ static cJSON *dyn_hardware_json(const plan_opts *o, const plan_state *st, int ba
             cJSON_AddNumberToObject(r, "expected_tokens", best[i].expected_tokens);
             cJSON_AddNumberToObject(r, "round_ms", best[i].round_ms);
             cJSON_AddNumberToObject(r, "tokens_per_second", best[i].tokens_per_second);
+            cJSON_AddNumberToObject(r, "sequoia_run_tokens_per_second",
+                                    best[i].run_tokens_per_second);
             sq_json_append(ru, r);
         }
         sq_json_add(h, "runner_ups", ru);
@@ -1267,22 +1298,28 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
         plan.steps = o->env_L;
         plan.topk = o->env_K;
         plan.nodes = o->env_N;
-        if ((rc = sq_dyn_predict(smp, plan.steps, plan.topk, plan.nodes, &pp,
-                                 &plan.expected_tokens, &se, p_len, err)))
+        double cu = 0;
+        if ((rc = sq_dyn_predict_catchup(smp, plan.steps, plan.topk, plan.nodes, &pp,
+                                         &plan.expected_tokens, &se, &cu, p_len, err)))
             goto done;
         if (o->target_profile) {
-            sq_dyn_cost c;
+            sq_dyn_cost c, cr;
             double t1;
             sp.batch = batch;
             if ((rc = sq_dyn_round_ms_accepted(e, st->tprof, st->dprof, o->hwp.draft_ms, batch,
                                                plan.steps, plan.topk, plan.nodes,
                                                plan.expected_tokens, o->hwp.extrapolate, &c,
                                                err)) ||
+                (rc = sq_dyn_round_ms_runtime(st->tprof, st->dprof, o->hwp.draft_ms, batch,
+                                              plan.steps, plan.topk, plan.nodes, cu,
+                                              o->hwp.extrapolate, &cr, err)) ||
                 (rc = sq_dyn_plain_ms(st->tprof, batch, o->hwp.extrapolate, &t1, err)))
                 goto done;
             best[0] = (sq_dyn_choice){plan.steps, plan.topk, plan.nodes, plan.expected_tokens, se,
                                       c.round_ms, c.target_ms, c.draft_ms,
-                                      batch * plan.expected_tokens / c.round_ms * 1000.0};
+                                      batch * plan.expected_tokens / c.round_ms * 1000.0, cu,
+                                      cr.round_ms, cr.target_ms, cr.draft_ms,
+                                      batch * plan.expected_tokens / cr.round_ms * 1000.0};
             n_best = 1;
             plain = batch / t1 * 1000.0;
         }
@@ -1382,10 +1419,17 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
         if (n_best > 0) {
             fprintf(fp, "hardware:       %s, batch %d, cost per round %s\n", st->tprof->device,
                     batch, dyn_cost_model(e, !o->draft_profile, batch == 1 && st->tprof->step));
-            fprintf(fp, "                %.4g ms/round (target %.4g + draft %.4g), %.1f tokens/s, "
-                    "predicted speedup %.3fx over the target alone (%.1f tokens/s)\n",
-                    best[0].round_ms, best[0].target_ms, best[0].draft_ms,
+            fprintf(fp, "                %s: %.4g ms/round (target %.4g + draft %.4g), %.1f "
+                    "tokens/s, predicted speedup %.3fx over the target alone (%.1f tokens/s)\n",
+                    sq_engine_name(e), best[0].round_ms, best[0].target_ms, best[0].draft_ms,
                     best[0].tokens_per_second, best[0].tokens_per_second / plain, plain);
+            fprintf(fp, "sequoia-run:    cost per round %s\n",
+                    dyn_run_cost_model(!o->draft_profile, batch == 1 && st->tprof->step));
+            fprintf(fp, "                the draft catches up %.3f tokens a round: %.4g ms/round "
+                    "(target %.4g + draft %.4g), %.1f tokens/s, predicted speedup %.3fx\n",
+                    best[0].catchup, best[0].run_round_ms, best[0].run_target_ms,
+                    best[0].run_draft_ms, best[0].run_tokens_per_second,
+                    best[0].run_tokens_per_second / plain);
             for (int i = 1; i < n_best; i++)
                 fprintf(fp, "%s%d,%d,%d: %.4f tokens/step, %.4g ms/round, %.1f tokens/s\n",
                         i == 1 ? "runner-ups:     " : "                ", best[i].steps,
