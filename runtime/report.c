@@ -466,6 +466,13 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
         iv[s] = r->step_tokens[s] - 1;
     sq_json_add(rep, "step_accepted", sq_json_int_array(iv, (size_t)r->steps));
     sq_json_add(rep, "tokens_per_step", ci_json(&pr->ci));
+    /* what sequoia-run's cost model prices as the draft's first forward (docs/planning.md,
+     * "Two cost models"; a plan's hardware.sequoia_run.draft_catchup_tokens) */
+    cJSON *cu = cJSON_CreateObject();
+    sq_json_add(cu, "tokens", cJSON_CreateNumber(r->draft_catchup_tokens));
+    sq_json_add(cu, "per_step", cJSON_CreateNumber(r->steps > 0 ? r->draft_catchup_tokens /
+                                                                      r->steps : 0.0));
+    sq_json_add(rep, "draft_catchup", cu);
     cJSON *pred = cJSON_CreateObject();
     sq_json_add(pred, "expected_tokens",
                 !r->dyn ? cJSON_CreateNumber(r->plan->expected_tokens)

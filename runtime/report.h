@@ -104,6 +104,9 @@ typedef struct sq_run_record {
     double      spec_ms, draft_ms, target_ms, verify_ms;
     /* sums over steps of sq_step_info's finer timing (specdec.h) */
     double      draft_forward_ms, target_forward_ms, commit_ms, steps_ms;
+    /* tokens the draft caught up, summed over every sequence's steps (sq_step_info's
+     * draft_catchup; the report's "draft_catchup") */
+    double      draft_catchup_tokens;
     const int32_t *gen;                    /* (max_new_tokens)                      */
     const int32_t *base;                   /* target alone, or NULL (no baseline)   */
     double      base_ms;

@@ -470,6 +470,9 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     r->plan = st->plan;
     r->depth = sq_specdec_depth(member(st, 0));
     r->steps = st->nsteps;
+    for (int k = 0; k < B; k++)   /* every sequence's steps, pooled like steps */
+        for (int s = 0; s < st->steps[k]; s++)
+            r->draft_catchup_tokens += st->infos[(size_t)k * n + s].draft_catchup;
     r->step_tokens = st->step_tokens;
     r->acc = &st->acc;
     r->spec_ms = st->spec_ms;

@@ -954,6 +954,7 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
         in->tokens = sds[i]->cnt;
         in->visits = sds[i]->cnt;
         in->nodes = sds[i]->n;
+        in->draft_catchup = sds[i]->a;
         in->draft_ms = t1 - t0;
         in->target_ms = t2 - t1;
         in->verify_ms = t3 - t2;

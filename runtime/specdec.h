@@ -86,6 +86,9 @@ typedef struct sq_step_info {
     double draft_forward_ms, target_forward_ms, commit_ms, step_ms;
     double attn_max_diff;   /* with check_attention: max |tree - path| logit difference    */
     int    nodes;           /* nodes of this step's tree (the plan's unless a hook shapes it) */
+    int    draft_catchup;   /* tokens of the draft's first forward (step 1, its catch-up): the
+                               tokens it had not read, 0 for a root-only plan (docs/planning.md,
+                               "Two cost models") */
     /* with params.record_tree: the verified tree (after the prune hook, when one is set),
      * breadth-first as the target read it: tree_n = nodes entries of parents (-1 for the
      * root), tokens and scores (what the grow hook recorded), and the accepted path, the
