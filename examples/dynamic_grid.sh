@@ -14,6 +14,9 @@
 #   4. static Sequoia trees of N = 4, 8, 16, 32 nodes (STATIC_N) (sequoia-plan --budget N --depth DEPTH, the
 #      mode's curve) run with sequoia-run --plan on the same prompts;
 #   5. examples/dynamic_grid.py: tables (OUT/results.md), OUT/summary.json, OUT/static-vs-dynamic.svg.
+#      Measured tokens/s is set against sequoia-run's prediction (the plans' hardware.sequoia_run,
+#      the static summaries' second table; docs/planning.md, "Two cost models"), the engine's
+#      prediction kept beside it.
 #
 #   examples/dynamic_grid.sh OUT_DIR
 #
@@ -108,8 +111,8 @@ for mode in greedy topk; do
     for n in $STATIC_N; do
         "$PLAN" -a "$C" --curve "${CFG[$mode]}" --budget "$n" --depth "$DEPTH" \
             -o "$OUT/plans/static_${mode}_$n.json" > /dev/null
-        # the hardware-aware summary's table of predicted speedups holds the static tree of
-        # (n, DEPTH) priced by the in-step model (2 decimals)
+        # the hardware-aware summary's tables of predicted speedups hold the static tree of
+        # (n, DEPTH) priced by the engine's in-step model and by sequoia-run's (2 decimals)
         "$PLAN" -a "$C" --curve "${CFG[$mode]}" --budget "$n" --depth "$DEPTH" $PROF \
             -o "$OUT/plans/static_hw_${mode}_$n.json" > "$OUT/plans/static_hw_${mode}_$n.txt"
     done
