@@ -483,6 +483,24 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     sq_json_add(pred, "expected_tokens_with_measured_acceptance",
                 r->dyn ? cJSON_CreateNull() : cJSON_CreateNumber(pr->f_measured_acc));
     sq_json_add(pred, "explanation", cJSON_CreateString(pr->explanation));
+    /* speed: against the plan's prediction of sequoia-run's own step (hardware.sequoia_run,
+     * docs/planning.md "Two cost models"), not the engine's; one sequence (what it prices) */
+    const cJSON *rt = !r->dyn && r->plan && r->plan->hardware
+                          ? sq_json_field(r->plan->hardware, SQ_PLAN_HW_RUNTIME) : NULL;
+    const cJSON *ptps = rt ? sq_json_field(rt, "tokens_per_second") : NULL;
+    if (cJSON_IsNumber(ptps) && ptps->valuedouble > 0 && r->steps_ms > 0 &&
+        (!r->batch || r->batch->size == 1)) {
+        double toks = 0;
+        for (int s = 0; s < r->steps; s++)
+            toks += r->step_tokens[s];
+        double measured = 1e3 * toks / r->steps_ms;
+        cJSON *sj = cJSON_CreateObject();
+        sq_json_add(sj, "predicted", cJSON_CreateNumber(ptps->valuedouble));
+        sq_json_add(sj, "predicted_by", cJSON_CreateString("plan hardware." SQ_PLAN_HW_RUNTIME));
+        sq_json_add(sj, "measured_decode", cJSON_CreateNumber(measured));
+        sq_json_add(sj, "ratio", cJSON_CreateNumber(measured / ptps->valuedouble));
+        sq_json_add(pred, "tokens_per_second", sj);
+    }
     sq_json_add(rep, "prediction", pred);
     sq_json_add(rep, "acceptance_measured", acceptance_json(r, pc));
     sq_json_add(rep, "timing", timing_json(r));
