@@ -31,6 +31,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+/* The longest solo stretch (seconds of dispatches run on the caller alone after misses). */
+#define SQ_POOL_SOLO_MAX_S 0.25
+
 /* One part of a dispatch; `part` < `parts`, every part exactly once per dispatch, at most one
  * thread in a given part (so per-part scratch needs no lock). */
 typedef void (*sq_pool_fn)(void *arg, int part, int parts);
@@ -52,17 +55,34 @@ typedef struct sq_pool {
      * that a worker waking late can never claim a part of a later dispatch by mistake */
     _Atomic uint64_t claim;
     atomic_int       left;      /* parts of the current dispatch not finished yet            */
+    _Atomic int64_t  part_ns;   /* the workers' shortest part in it (ns)                     */
     atomic_int       sleeping;  /* workers asleep on `go`                                    */
     atomic_int       stop;
     sq_pool_fn       fn;
     void            *arg;
-    int              solo;      /* dispatches still to run on the caller alone               */
-    int              backoff;   /* the next solo stretch after a miss                        */
-    int              idle_runs; /* dispatches in a row in which the workers took no part     */
-    int              good_runs; /* dispatches in a row that went well                        */
+    /* arrivals: the latest generation a worker has come for, and when (CLOCK_MONOTONIC ns) */
+    _Atomic uint32_t seen;
+    _Atomic int64_t  seen_ns;
+    /* the policy (under run_mu) */
+    double           solo_until; /* dispatches run on the caller alone until then (s)      */
+    double           backoff;    /* the next solo stretch (s)                               */
+    double           ledger;     /* this parallel period: the workers' parts minus the waits */
+    double           ask_t;      /* when the workers were asked for generation ask_gen ...  */
+    uint32_t         ask_gen;    /* ... and have not come yet (asking)                      */
+    double           ask_limit;  /* ... and how long they may take (asleep or awake then)   */
+    int              asking, absent_counted;
     atomic_int       delay_us;  /* tests: a worker sleeps this long before it claims a part  */
     /* counters (read by benchmarks; not synchronised beyond the dispatch lock) */
-    unsigned long    dispatches, misses, solo_runs;
+    unsigned long    dispatches; /* dispatches of several parts                             */
+    unsigned long    solo_runs;  /* of them, run on the caller alone (a solo stretch)       */
+    unsigned long    misses;     /* stalls + absences: each begins a solo stretch           */
+    unsigned long    stalls;     /* the caller waited for a started part (preempted worker) */
+    unsigned long    absences;   /* no worker came in time after being asked                */
+    unsigned long    arrivals;   /* times the workers came after being asked: latency ...  */
+    double           arrive_s, arrive_max_s; /* ... summed, and the largest (s)             */
+    double           waited_s;   /* the caller's waits for parts workers had started (s)    */
+    double           saved_s;    /* the ledgers summed: time the workers saved, net (s)     */
+    double           solo_s;     /* the solo stretches begun, summed (s)                    */
 } sq_pool;
 
 /* Starts n - 1 threads. Returns 0, or -1 when out of memory (nothing to stop then). A thread
