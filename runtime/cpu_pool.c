@@ -15,9 +15,12 @@
  * Longer than the gaps between the forwards of a decoding step (the draft's levels, then the
  * target's verify), shorter than a pause between requests. */
 #define POOL_YIELD_S 4e-3
-/* A stall: the caller, its own parts done, waited longer than this and longer than its own
- * parts took for a part a worker had started (the worker was preempted inside it). */
-#define POOL_MISS_WAIT_S 1e-3
+/* A loss: the waits for parts workers had started (a worker preempted inside one) have cost
+ * more than this beyond what the workers' parts saved since the last miss. */
+#define POOL_LOSS_S 1e-3
+/* What a period may bank against later waits: a few of them, so that when other processes
+ * start to take the cores, a long good period does not hide the losses for long. */
+#define POOL_CREDIT_S 5e-3
 /* An absence: no worker came for a dispatch within this long of being asked. A worker on a
  * free core comes at once when it is awake (spinning or yielding: under a microsecond) and in
  * tens of microseconds when it slept and had to be woken; one that waits for its core behind
@@ -196,7 +199,6 @@ static void miss(sq_pool *p, double now)
         p->backoff = p->backoff * 2 > POOL_SOLO_MAX_S ? POOL_SOLO_MAX_S : p->backoff * 2;
     else if (p->ledger > 0)
         p->backoff = p->backoff / 2 < POOL_SOLO_MIN_S ? POOL_SOLO_MIN_S : p->backoff / 2;
-    p->saved_s += p->ledger;
     p->ledger = 0;
     p->solo_until = now + p->backoff;
     p->solo_s += p->backoff;
@@ -251,12 +253,16 @@ void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts)
         waited = now_s() - t1;
         p->waited_s += waited;
     }
-    const double own = t1 - t0, end = t1 + waited;
+    const double end = t1 + waited;
     /* the ledger: the workers' parts, at the cost of the fastest part of the dispatch (what
      * the caller would have spent on them), minus the wait for them */
     if (mine < parts) {
         const int64_t w = atomic_load_explicit(&p->part_ns, memory_order_relaxed);
-        p->ledger += (double)(w < fastest ? w : fastest) * 1e-9 * (parts - mine) - waited;
+        const double gain = (double)(w < fastest ? w : fastest) * 1e-9 * (parts - mine) - waited;
+        p->saved_s += gain;
+        p->ledger += gain;
+        if (p->ledger > POOL_CREDIT_S)
+            p->ledger = POOL_CREDIT_S;
     }
     /* have the workers come since they were asked? */
     if (p->asking) {
@@ -272,8 +278,8 @@ void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts)
             p->asking = 0;
         }
     }
-    if (waited > POOL_MISS_WAIT_S && waited > own) {
-        p->stalls++;
+    if (p->ledger < -POOL_LOSS_S) {
+        p->losses++;
         miss(p, end);
     } else if (p->asking && !p->absent_counted && end - p->ask_t > p->ask_limit) {
         p->absences++;

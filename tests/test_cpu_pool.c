@@ -10,8 +10,9 @@
  *     dispatches);
  *   - a solo stretch ends after a time, not after a number of dispatches: once it is over, the
  *     next dispatch is offered to the workers again, however few dispatches ran meanwhile;
- *   - a stall (the caller waited for a part a worker started) in a period in which the workers
- *     saved nothing doubles the next solo stretch; a worker that comes back is counted as come. */
+ *   - a loss (the caller waited 200 ms for a part a worker started) in a period in which the
+ *     workers saved nothing is a miss and doubles the next solo stretch; the worker that came
+ *     is counted as come. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -68,7 +69,7 @@ Test(cpu_pool, an_absent_worker_is_one_miss_however_many_dispatches_go_by)
     cr_assert_eq(pool.misses, 1, "%lu misses (%lu absences) for one worker that did not come",
                  pool.misses, pool.absences);
     cr_assert_eq(pool.absences, 1);
-    cr_assert_eq(pool.stalls, 0);
+    cr_assert_eq(pool.losses, 0);
     for (int k = 0; k < 2; k++)
         cr_assert_eq(atomic_load(&j.hits[k]), rounds + 2, "part %d ran %d times", k,
                      atomic_load(&j.hits[k]));
@@ -133,7 +134,7 @@ Test(cpu_pool, a_stall_the_workers_did_not_pay_for_doubles_the_solo_stretch)
     sq_pool_run(&pool, stall_part, &s);
     cr_assert_eq(atomic_load(&s.on_worker), 1, "the worker never entered a part");
     cr_assert_eq(atomic_load(&s.hits[0]) + atomic_load(&s.hits[1]), 2);
-    cr_assert_eq(pool.stalls, 1, "the 200 ms wait for the worker's part is a stall");
+    cr_assert_eq(pool.losses, 1, "the 200 ms wait for the worker's part is a loss");
     cr_assert_eq(pool.misses, 1);
     cr_assert_eq(pool.backoff, 2 * before, "next solo stretch %.4f s, was %.4f s", pool.backoff,
                  before);

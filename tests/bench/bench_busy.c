@@ -91,13 +91,13 @@ static double cpu_s(void)
 
 /* The pool's counters at a moment (runtime/cpu_pool.h). */
 typedef struct counters {
-    unsigned long dispatches, solo_runs, misses, stalls, absences, arrivals;
+    unsigned long dispatches, solo_runs, misses, losses, absences, arrivals;
     double        arrive_s, waited_s, saved_s, solo_s;
 } counters;
 
 static counters snapshot(const sq_pool *p)
 {
-    return (counters){p->dispatches, p->solo_runs, p->misses,   p->stalls,  p->absences,
+    return (counters){p->dispatches, p->solo_runs, p->misses,   p->losses,  p->absences,
                       p->arrivals,   p->arrive_s,  p->waited_s, p->saved_s, p->solo_s};
 }
 
@@ -141,7 +141,7 @@ typedef struct ctx_run {
     sq_context *ctx;
     int         threads;
     float      *logits;
-    double      cpu, wall;   /* the process's CPU time and the wall time of its timed forwards */
+    double      cpu;         /* the process's CPU time in its batches (see batch)            */
 } ctx_run;
 
 static double one_token(ctx_run *c, int C, int32_t token)
@@ -159,24 +159,41 @@ static double one_token(ctx_run *c, int C, int32_t token)
 /* reps rounds; in each, a batch of BATCH one-token forwards on a, then one on b (which goes
  * first alternates), the first forward of a batch untimed and 20 ms of sleep before each batch,
  * so that the other context's pool workers are asleep (runtime/cpu_pool.h: they spin and yield
- * for about 4 ms) and do not take the cores from the one measured; medians into *ta, *tb. */
+ * for about 4 ms) and do not take the cores from the one measured; medians into *ta, *tb.
+ * The process's CPU time is read only before and after each sleep, never between the timed
+ * forwards (reading it makes the kernel update the clocks of the threads running on the other
+ * cores, which changed the timings beside busy loops several-fold): a batch's context is
+ * charged from the end of its sleep to the start of the next one, plus the next sleep (its
+ * workers spinning and yielding after its last forward). */
 #define BATCH 4
+static ctx_run *charged;   /* the context of the batch under way (CPU time goes to it) */
+static double   charged_from;
+
+static void charge_sleep(void)
+{
+    const double t = cpu_s();
+    if (charged)
+        charged->cpu += t - charged_from;
+    usleep(20000);
+    charged_from = cpu_s();
+    if (charged)
+        charged->cpu += charged_from - t;
+}
+
 static void batch(ctx_run *c, int C, int r, double *v)
 {
-    usleep(20000);
+    charge_sleep();
+    charged = c;
     one_token(c, C, (int32_t)(r * 7 + 3) % 200);
-    const double c0 = cpu_s();
-    for (int k = 0; k < BATCH - 1; k++) {
+    for (int k = 0; k < BATCH - 1; k++)
         v[k] = one_token(c, C, (int32_t)(r * 7 + k + 4) % 200);
-        c->wall += v[k];
-    }
-    c->cpu += cpu_s() - c0;
 }
 
 static void phase(ctx_run *a, ctx_run *b, int C, int reps, double *ta, double *tb)
 {
     const int per = BATCH - 1;
-    a->cpu = a->wall = b->cpu = b->wall = 0;
+    a->cpu = b->cpu = 0;
+    charged = NULL;
     double *va = malloc(sizeof *va * (size_t)reps * per);
     double *vb = malloc(sizeof *vb * (size_t)reps * per);
     for (int r = 0; r < reps; r++) {
@@ -188,6 +205,8 @@ static void phase(ctx_run *a, ctx_run *b, int C, int reps, double *ta, double *t
             batch(a, C, r, va + (size_t)r * per);
         }
     }
+    charge_sleep();
+    charged = NULL;
     *ta = median(va, reps * per);
     *tb = median(vb, reps * per);
     free(va);
@@ -276,9 +295,10 @@ int main(int argc, char **argv)
     printf("# one-token forward after %d tokens, medians of %d forwards: %d rounds of a batch of %d "
            "on each thread count (first untimed), interleaved\n", prefix, reps * (BATCH - 1), reps,
            BATCH);
-    printf("# per phase: the medians, their ratio, the CPU time per timed forward of each thread "
-           "count (the process's, over its batches), the load average at the phase's start, and "
-           "the pool's counters (runtime/cpu_pool.h)\n");
+    printf("# per phase: the medians, their ratio, the CPU time per forward of each thread count "
+           "(the process's over its batches, untimed forwards and the workers' idle spinning "
+           "included), the load average at the phase's start, and the pool's counters "
+           "(runtime/cpu_pool.h)\n");
     fflush(stdout);
 
     sq_pool *pool = sq_pool_shared_acquire(threads);   /* the forward's pool: its counters */
@@ -302,7 +322,7 @@ int main(int argc, char **argv)
             char label[64];
             snprintf(label, sizeof label, loaded ? "beside %d busy loops" : "quiet", busy);
             ratio[loaded][k] = tn / t1;
-            const int per = reps * (BATCH - 1);
+            const int per = reps * BATCH;
             printf("run %d, %s (load %.2f): 1 thread %.2f ms, %d threads %.2f ms: %.2fx; CPU per "
                    "forward %.2f / %.2f ms\n",
                    k + 1, label, load, t1 * 1e3, threads, tn * 1e3, tn / t1,
@@ -311,12 +331,12 @@ int main(int argc, char **argv)
             const unsigned long solo = pool->solo_runs - p0.solo_runs;
             const unsigned long came = pool->arrivals - p0.arrivals;
             printf("    pool: %lu dispatches, %lu on the caller alone (%.0f%%; solo stretches "
-                   "begun %.1f ms), %lu misses (%lu stalls, %lu absences), waits for started "
+                   "begun %.1f ms), %lu misses (%lu losses, %lu absences), waits for started "
                    "parts %.2f ms, workers came %lu times (mean %.0f us, max %.0f us), saved "
                    "net %.1f ms\n",
                    d, solo, d ? 100.0 * (double)solo / (double)d : 0.0,
                    (pool->solo_s - p0.solo_s) * 1e3, pool->misses - p0.misses,
-                   pool->stalls - p0.stalls, pool->absences - p0.absences,
+                   pool->losses - p0.losses, pool->absences - p0.absences,
                    (pool->waited_s - p0.waited_s) * 1e3, came,
                    came ? (pool->arrive_s - p0.arrive_s) / (double)came * 1e6 : 0.0,
                    pool->arrive_max_s * 1e6, (pool->saved_s - p0.saved_s) * 1e3);
