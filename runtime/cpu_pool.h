@@ -13,14 +13,22 @@
  *     spin on the dispatch counter for tens of microseconds (a dispatch's gap on a quiet
  *     machine), then call sched_yield for a few milliseconds (free when nothing else wants the
  *     core, the core given away when something does), then sleep on a condition variable;
- *   - falling back to one thread: a dispatch where the caller waited for a started part longer
- *     than a scheduling quantum (a worker preempted inside it) counts as a miss, and so does
- *     the 16th dispatch in a row in which the workers took no part (a worker that takes none
- *     costs only its wake-up: the caller runs its parts); after a miss the following dispatches
- *     run on the calling thread alone, without waking anybody, for a stretch that doubles with
- *     every miss (up to 1024 dispatches) and halves after every 64 dispatches in a row that went
- *     well. Under load a forward thus costs about what it costs on one thread, or less when the
- *     workers still get some time; on free cores nothing changes.
+ *   - falling back to one thread, judged in time and by what the workers saved: each dispatch
+ *     adds to a ledger the workers' parts, at the cost of the dispatch's fastest part (what the
+ *     caller would have spent on them), minus the caller's wait for parts they had started. A
+ *     miss ends a period of dispatches offered to the workers: a loss (the ledger below -1 ms:
+ *     a worker preempted inside its part, or one that shares the caller's core) or an absence
+ *     (no worker came within 50 us of being asked while awake, 1 ms when it had to be woken:
+ *     its core is held by another process; counted once per wait however many dispatches go
+ *     by, since on free cores a short dispatch is over before a wake-up). After a miss the
+ *     dispatches run on the calling thread alone, waking nobody, for a solo stretch of time
+ *     (1 ms to SQ_POOL_SOLO_MAX_S): a period that lost doubles the next stretch, one that
+ *     gained halves it, one in which absent workers did nothing leaves it. The ledger banks at
+ *     most 5 ms, so a long good period absorbs a few waits but not a change of load. Under
+ *     load a forward thus costs about what it costs on one thread, or less while the workers
+ *     still get some time; on free cores a slow wake-up costs a millisecond, not a stretch of
+ *     1024 dispatches (the policy before, counted in dispatches, ran 72% of an idle machine's
+ *     dispatches on the caller alone).
  * Contexts share one pool per thread count in a process (sq_pool_shared_acquire): the draft's
  * and the target's forwards alternate, and two pools would each keep a thread spinning for the
  * other's cores. Details: docs/runtime.md, "Threads on a shared machine". */
@@ -30,6 +38,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+
+/* The longest solo stretch (seconds of dispatches run on the caller alone after misses). */
+#define SQ_POOL_SOLO_MAX_S 0.25
 
 /* One part of a dispatch; `part` < `parts`, every part exactly once per dispatch, at most one
  * thread in a given part (so per-part scratch needs no lock). */
@@ -52,17 +63,34 @@ typedef struct sq_pool {
      * that a worker waking late can never claim a part of a later dispatch by mistake */
     _Atomic uint64_t claim;
     atomic_int       left;      /* parts of the current dispatch not finished yet            */
+    _Atomic int64_t  part_ns;   /* the workers' shortest part in it (ns)                     */
     atomic_int       sleeping;  /* workers asleep on `go`                                    */
     atomic_int       stop;
     sq_pool_fn       fn;
     void            *arg;
-    int              solo;      /* dispatches still to run on the caller alone               */
-    int              backoff;   /* the next solo stretch after a miss                        */
-    int              idle_runs; /* dispatches in a row in which the workers took no part     */
-    int              good_runs; /* dispatches in a row that went well                        */
+    /* arrivals: the latest generation a worker has come for, and when (CLOCK_MONOTONIC ns) */
+    _Atomic uint32_t seen;
+    _Atomic int64_t  seen_ns;
+    /* the policy (under run_mu) */
+    double           solo_until; /* dispatches run on the caller alone until then (s)      */
+    double           backoff;    /* the next solo stretch (s)                               */
+    double           ledger;     /* this parallel period: the workers' parts minus the waits */
+    double           ask_t;      /* when the workers were asked for generation ask_gen ...  */
+    uint32_t         ask_gen;    /* ... and have not come yet (asking)                      */
+    double           ask_limit;  /* ... and how long they may take (asleep or awake then)   */
+    int              asking, absent_counted;
     atomic_int       delay_us;  /* tests: a worker sleeps this long before it claims a part  */
     /* counters (read by benchmarks; not synchronised beyond the dispatch lock) */
-    unsigned long    dispatches, misses, solo_runs;
+    unsigned long    dispatches; /* dispatches of several parts                             */
+    unsigned long    solo_runs;  /* of them, run on the caller alone (a solo stretch)       */
+    unsigned long    misses;     /* losses + absences: each begins a solo stretch           */
+    unsigned long    losses;     /* the ledger fell below -1 ms (waits for started parts)   */
+    unsigned long    absences;   /* no worker came in time after being asked                */
+    unsigned long    arrivals;   /* times the workers came after being asked: latency ...  */
+    double           arrive_s, arrive_max_s; /* ... summed, and the largest (s)             */
+    double           waited_s;   /* the caller's waits for parts workers had started (s)    */
+    double           saved_s;    /* what the ledgers were given: time saved, net (s)        */
+    double           solo_s;     /* the solo stretches begun, summed (s)                    */
 } sq_pool;
 
 /* Starts n - 1 threads. Returns 0, or -1 when out of memory (nothing to stop then). A thread
@@ -82,7 +110,8 @@ void sq_pool_run_parts(sq_pool *p, sq_pool_fn fn, void *arg, int parts);
 void sq_pool_stop(sq_pool *p);
 
 /* Tests: every worker sleeps `us` microseconds after it wakes for a dispatch and before it
- * claims a part (a worker the kernel does not schedule); 0 turns it off. */
+ * comes for it (claims a part, counts as arrived): a worker the kernel does not schedule. 0
+ * turns it off, and ends the sleeps under way within a millisecond (as does sq_pool_stop). */
 void sq_pool_test_delay(sq_pool *p, int us);
 
 /* The process's shared pool of n workers, started on first use and stopped when its last user
