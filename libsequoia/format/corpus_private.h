@@ -65,6 +65,13 @@ struct sq_corpus {
     int            mapped;        /* map_ok and not turned off                            */
     int            bus;           /* this corpus installed the SIGBUS guard (busguard.h)  */
     size_t         page;
+    /* sq_corpus_read of filtered or float16 chunks through the chunk decoder (read_chunks in
+     * corpus_read.c): the chunk, the decoder's scratch, a chunk's rows as float32 */
+    sq_corpus_raw  rd_raw;
+    unsigned char *rd_work;
+    size_t         rd_work_cap;
+    float         *rd_rows;
+    size_t         rd_rows_cap;
 };
 
 struct sq_corpus_writer {

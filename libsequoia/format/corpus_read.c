@@ -749,6 +749,9 @@ void sq_corpus_close(sq_corpus *c)
     free(c->sp_logits);
     free(c->sp_ids);
     free(c->tok_scratch);
+    sq_corpus_raw_clear(&c->rd_raw);
+    free(c->rd_work);
+    free(c->rd_rows);
     free(c->path);
     free(c);
 }
@@ -839,11 +842,74 @@ static int check_finite(sq_corpus *c, const char *name, const float *v, int64_t 
     return SQ_OK;
 }
 
+static int decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
+                      unsigned char **work, size_t *work_cap, int check, sq_error *err);
+static void raw_unmap(sq_corpus_raw *r);
+
+/* Rows [row0, row0 + count) of model k through the chunk decoder (issue 27: the dynamic-tree
+ * statistics read their samples with sq_corpus_read, and HDF5's own path, zlib and a scalar
+ * float16 loop, was a third of a float16 + deflate corpus's estimation). Chunk by chunk: the
+ * stored bytes are mapped (sq_corpus_read_raw), inflated with libdeflate, unshuffled and widened
+ * (decode) straight into out when the chunk's whole rows lie inside the request, else into
+ * scratch and the requested rows copied. The values are the same floats as read_rows' (the
+ * `corpus` suite compares every path), and the finite check is the caller's, over the requested
+ * rows only, as before. */
+static int read_chunks(sq_corpus *c, int k, int64_t row0, int count, float *out, sq_error *err)
+{
+    const corpus_model *m = &c->m[k];
+    const size_t V = (size_t)c->info.vocab;
+    const int64_t cr = m->chunk_rows, end = row0 + count;
+    for (int64_t ch = row0 / cr; ch * cr < end; ch++) {
+        const int64_t c0 = ch * cr;
+        const int64_t a = c0 > row0 ? c0 : row0;
+        const int64_t b = c0 + cr < end ? c0 + cr : end;
+        const int whole = a == c0 && c0 + cr <= end;
+        float *dst = out + (size_t)(a - row0) * V;
+        if (!whole) {
+            size_t need = (size_t)cr * V;
+            if (need > c->rd_rows_cap) {
+                float *p = realloc(c->rd_rows, need * sizeof *p);
+                if (!p)
+                    return sq_error_oom(err, "chunk rows");
+                c->rd_rows = p;
+                c->rd_rows_cap = need;
+            }
+            dst = c->rd_rows;
+        }
+        int rc = sq_corpus_read_raw(c, k, ch, NULL, &c->rd_raw, err);
+        if (!rc)
+            rc = decode_raw(c, &c->rd_raw, dst, &c->rd_work, &c->rd_work_cap, 0, err);
+        if (rc)
+            return rc;
+        if (!whole)
+            memcpy(out + (size_t)(a - row0) * V, c->rd_rows + (size_t)(a - c0) * V,
+                   (size_t)(b - a) * V * sizeof(float));
+    }
+    raw_unmap(&c->rd_raw);
+    return SQ_OK;
+}
+
+/* Whether sq_corpus_read takes read_chunks for model k: mapped, both models' chunks decodable
+ * (sq_corpus_raw_rows), this one chunked with a filter or stored as float16 (unfiltered float32
+ * is a plain copy through HDF5 already), and a chunk's float32 rows at most 64 MiB (the
+ * estimator's limit for raw batches). */
+static int chunks_pay(const sq_corpus *c, const corpus_model *m)
+{
+    return c->mapped && !m->sparse && !m->contiguous && sq_corpus_raw_rows(c) > 0 &&
+           (m->esz == 2 || m->shuffle_at >= 0 || m->deflate_at >= 0) &&
+           (uint64_t)m->chunk_rows * (uint64_t)c->info.vocab * sizeof(float) <= ((uint64_t)64 << 20);
+}
+
 static int read_model(sq_corpus *c, int k, int64_t row0, int count, float *out, sq_error *err)
 {
     corpus_model *m = &c->m[k];
     int V = c->info.vocab;
     int rc;
+    if (chunks_pay(c, m)) {
+        if ((rc = read_chunks(c, k, row0, count, out, err)))
+            return rc;
+        return check_finite(c, m->logits_name, out, row0, count, V, err);
+    }
     if (!m->sparse && m->half) {
         /* The raw halves go to the upper half of out, then widen front to back: element i is
          * read (bytes 2n+2i) before out[i] (bytes 4i..4i+3) is written, and 4i+3 < 2n+2j for
@@ -1240,7 +1306,7 @@ static int widen_f16(const unsigned char *src, size_t n, size_t used, int unshuf
 }
 
 static int decode(const sq_corpus *c, const sq_corpus_raw *r, float *out, unsigned char **work,
-                  size_t *work_cap, struct libdeflate_decompressor *z, sq_error *err)
+                  size_t *work_cap, struct libdeflate_decompressor *z, int check, sq_error *err)
 {
     const corpus_model *m = &c->m[r->model];
     const int V = c->info.vocab;
@@ -1252,6 +1318,10 @@ static int decode(const sq_corpus *c, const sq_corpus_raw *r, float *out, unsign
      * its own */
     const size_t n = m->contiguous ? used : (size_t)m->chunk_rows * (size_t)V;
     const size_t bytes = n * (size_t)m->esz;
+    if (r->rows && !check) {
+        memcpy(out, r->rows, used * sizeof(float));
+        return SQ_OK;
+    }
     if (r->rows)
         return check_finite((sq_corpus *)c, m->logits_name, r->rows, row0, count, V, err);
     const unsigned char *src = r->bytes;
@@ -1287,11 +1357,19 @@ static int decode(const sq_corpus *c, const sq_corpus_raw *r, float *out, unsign
     } else if (!widen_f16(src, n, used, unshuffle, out)) {
         return SQ_OK;   /* no infinity or NaN among the halves: the finite check would pass */
     }
-    return check_finite((sq_corpus *)c, m->logits_name, out, row0, count, V, err);
+    return check ? check_finite((sq_corpus *)c, m->logits_name, out, row0, count, V, err) : SQ_OK;
 }
 
 int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
                          unsigned char **work, size_t *work_cap, sq_error *err)
+{
+    return decode_raw(c, r, out, work, work_cap, 1, err);
+}
+
+/* check 0: no finite check (the caller checks the rows it wants), and rows already in place
+ * (r->rows) are copied to out. */
+static int decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
+                      unsigned char **work, size_t *work_cap, int check, sq_error *err)
 {
     const corpus_model *m = &c->m[r->model];
     struct libdeflate_decompressor *const z =
@@ -1311,10 +1389,10 @@ int sq_corpus_decode_raw(const sq_corpus *c, const sq_corpus_raw *r, float *out,
                                 m->logits_name, (long long)(r->chunk * (int64_t)m->chunk_rows));
         }
         sq_bus_enter(&jb);
-        rc = decode(c, r, out, work, work_cap, z, err);
+        rc = decode(c, r, out, work, work_cap, z, check, err);
         sq_bus_leave();
     } else {
-        rc = decode(c, r, out, work, work_cap, z, err);
+        rc = decode(c, r, out, work, work_cap, z, check, err);
     }
     libdeflate_free_decompressor(z);
     return rc;

@@ -19,8 +19,23 @@
 # The estimator has AVX2 and scalar code paths only (no AVX-512), so on an AVX-512 host it runs
 # its AVX2 path. Needs a python3 with numpy and h5py (SQ_PYTHON, else python3, else
 # /usr/bin/python3). Run it when the machine is quiet for wall-clock figures.
+#
+# Against the official estimators: with OFFICIAL=DIR (a checkout of Infini-AI-Lab/Sequoia, see
+# docs/benchmarks.md), every round also runs tests/bench/official_accept.py on the first
+# OFFICIAL_ROWS rows (default 256) of each corpus, with its two estimators (fast_test: the
+# same Rao-Blackwellised estimator as ours; test_accept: SpecTreeTest, one coin per position)
+# and torch on 1 and 2 threads, in the same interleaved order; the python3 must then also have
+# torch. Their CPU time is that of the estimator's calls only (not reading the corpus, not
+# starting Python), ours that of the whole process, so the ratio is, if anything, unfavourable
+# to ours. Prints their medians, the ratio per core (positions per CPU-second, ours / theirs,
+# at equal threads), and whether the curves agree (official_accept.py --compare). Their runs
+# get OMP_WAIT_POLICY=PASSIVE: torch's OpenMP workers otherwise spin while they wait, which on
+# busy cores bills them CPU time for nothing (and would flatter the ratio).
+#
+# ACCEPT_ARGS: more options for both binaries, e.g. ACCEPT_ARGS='--dynamic-samples 0' (no
+# dynamic-tree statistics: the curves alone, what the official estimators compute).
 set -eu
-[ $# -ge 2 ] || { sed -n '2,21p' "$0" >&2; exit 64; }
+[ $# -ge 2 ] || { sed -n '2,39p' "$0" >&2; exit 64; }
 OLD=$1
 NEW=$2
 ROWS=${3:-1024}
@@ -30,12 +45,19 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 for b in "$OLD" "$NEW"; do
     [ -x "$b" ] || { echo "accept-cpu.sh: $b: not an executable" >&2; exit 66; }
 done
+OFFICIAL=${OFFICIAL:-}
+OFFICIAL_ROWS=${OFFICIAL_ROWS:-256}
+mods='numpy, h5py'
+if [ -n "$OFFICIAL" ]; then
+    [ -d "$OFFICIAL" ] || { echo "accept-cpu.sh: OFFICIAL=$OFFICIAL: not a directory" >&2; exit 66; }
+    mods='numpy, h5py, torch'
+fi
 PY=
 for p in "${SQ_PYTHON:-}" python3 /usr/bin/python3; do
     [ -n "$p" ] || continue
-    if "$p" -c 'import numpy, h5py' 2>/dev/null; then PY=$p; break; fi
+    if "$p" -c "import $mods" 2>/dev/null; then PY=$p; break; fi
 done
-[ -n "$PY" ] || { echo "accept-cpu.sh: no python3 with numpy and h5py" >&2; exit 69; }
+[ -n "$PY" ] || { echo "accept-cpu.sh: no python3 with $mods" >&2; exit 69; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/accept-cpu.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
@@ -44,7 +66,7 @@ isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|f1
 echo "accept-cpu: $(date -u '+%Y-%m-%d %H:%M UTC'); CPU: $cpu ($(nproc) online; $isa)"
 echo "old: $OLD"
 echo "new: $NEW"
-echo "rows $ROWS (16 sequences), V 32000, stochastic T 0.6, W 16, 1 sample; $REPS rounds"
+echo "rows $ROWS (16 sequences), V 32000, stochastic T 0.6, W 16, 1 sample; $REPS rounds${ACCEPT_ARGS:+; options: $ACCEPT_ARGS}"
 
 for c in $(echo "$CORPORA" | tr ',' ' '); do
     case $c in
@@ -77,11 +99,20 @@ wall = time.monotonic() - t0
 if status != 0:
     sys.exit("accept-cpu.sh: %s failed (status %d)" % (sys.argv[1], status))
 print("%.4f %.4f" % (wall, ru.ru_utime + ru.ru_stime))
-' "$1" "$2" -m stochastic -T 0.6 -w 16 -k 1 -j "$3" -q -o "$tmp/out-$4.json"
+' "$1" "$2" -m stochastic -T 0.6 -w 16 -k 1 -j "$3" -q -o "$tmp/out-$4.json" ${ACCEPT_ARGS:-}
+}
+
+# the official estimators: prints "wall cpu" of the estimator's calls (official_accept.py's
+# figures); the curve goes to $tmp/off-<tag>.json
+official() { # estimator corpus threads tag
+    OMP_WAIT_POLICY=PASSIVE "$PY" "$here/tests/bench/official_accept.py" "$OFFICIAL" "$2" --estimator "$1" -T 0.6 -w 16 \
+        --threads "$3" --rows "$OFFICIAL_ROWS" -o "$tmp/off-$4.json" > /dev/null
+    "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print("%.4f %.4f" % (d["wall_s"], d["cpu_s"]))' "$tmp/off-$4.json"
 }
 
 printf '%-5s %-4s %3s %5s | %8s %8s | %s\n' corpus bin thr round wall_s cpu_s "load before -> after"
 : > "$tmp/runs"
+: > "$tmp/offruns"
 r=1
 while [ "$r" -le "$REPS" ]; do
     if [ $((r % 2)) = 1 ]; then order="old new"; else order="new old"; fi
@@ -94,6 +125,17 @@ while [ "$r" -le "$REPS" ]; do
                 l1=$(cut -d' ' -f1 /proc/loadavg)
                 printf '%-5s %-4s %3s %5s | %8s %8s | %s -> %s\n' "$c" "$which" "$t" "$r" "$1" "$2" "$l0" "$l1"
                 echo "$c $which $t $1 $2" >> "$tmp/runs"
+            done
+        done
+        [ -n "$OFFICIAL" ] || continue
+        if [ $((r % 2)) = 1 ]; then eorder="fast_test test_accept"; else eorder="test_accept fast_test"; fi
+        for e in $eorder; do
+            for t in 1 2; do
+                l0=$(cut -d' ' -f1 /proc/loadavg)
+                set -- $(official "$e" "$tmp/$c.h5" "$t" "$e-$c-$t")
+                l1=$(cut -d' ' -f1 /proc/loadavg)
+                printf '%-5s %-11s %3s %5s | %8s %8s | %s -> %s\n' "$c" "$e" "$t" "$r" "$1" "$2" "$l0" "$l1"
+                echo "$c $e $t $1 $2" >> "$tmp/offruns"
             done
         done
     done
@@ -130,4 +172,35 @@ END {
     }
 }' "$tmp/runs" | sort
 echo "outputs of the two binaries identical (the tool string aside): $same"
+if [ -n "$OFFICIAL" ]; then
+    echo
+    echo "official estimators, medians over $REPS rounds ($OFFICIAL_ROWS rows; CPU of the estimator's calls):"
+    printf '%-5s %-11s %3s | %10s | %s\n' corpus estimator thr "pos/CPU-s" "per core, ours / theirs at equal threads: old new"
+    awk -v rows="$ROWS" -v orows="$OFFICIAL_ROWS" '
+function median(s,   n, i, j, t, a) {
+    n = split(s, a, " ")
+    for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+FNR == NR { ours[$1 " " $2 " " $3] = ours[$1 " " $2 " " $3] " " $5; next }
+{ k = $1 " " $2 " " $3; theirs[k] = theirs[k] " " $5; seen[k] = 1 }
+END {
+    for (k in seen) {
+        split(k, x, " ")
+        th = orows / median(theirs[k])
+        o = rows / median(ours[x[1] " old " x[3]]); n = rows / median(ours[x[1] " new " x[3]])
+        printf "%-5s %-11s %3d | %10.1f | %.2fx %.2fx\n", x[1], x[2], x[3], th, o / th, n / th
+    }
+}' "$tmp/runs" "$tmp/offruns" | sort
+    echo "curves: the last round's official (1 thread, $OFFICIAL_ROWS rows) against the new binary on the same rows (8 samples):"
+    for c in $(echo "$CORPORA" | tr ',' ' '); do
+        "$PY" "$here/tests/bench/official_accept.py" --head "$OFFICIAL_ROWS" "$tmp/$c.h5" "$tmp/$c-head.h5"
+        "$NEW" "$tmp/$c-head.h5" -m stochastic -T 0.6 -w 16 -k 8 -q --dynamic-samples 0 \
+            -o "$tmp/ours-$c-head.json"
+        for e in fast_test test_accept; do
+            printf '%-5s %-11s ' "$c" "$e"
+            "$PY" "$here/tests/bench/official_accept.py" --compare "$tmp/ours-$c-head.json" "$tmp/off-$e-$c-1.json"
+        done
+    done
+fi
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
