@@ -348,7 +348,8 @@ void sq_cpu_matmul_typed(sq_pool *pool, float *out, const float *in, const void 
                          sq_weight_dtype wdt, int n, int d_in, int d_out, int accumulate)
 {
     const int skinny = n <= sq_cpu_skinny_rows(wdt);
-    /* columns per part: a multiple of every path's R (12: 3, 4 and 6), 16 for sgemm */
+    /* columns per part: a multiple of every path's main R (12: 3, 4 and 6; the blocks for few
+     * rows leave a part's last columns to blocks of 4 and of 1), 16 for sgemm */
     matmul_job m = {out, in, w, wdt, n, d_in, d_out, accumulate, skinny ? 12 : 16, skinny};
     if (!pool || pool->n < 2 || (double)n * d_in * d_out < MATMUL_PARALLEL_MIN_WORK) {
         matmul_worker(&m, 0, 1);

@@ -164,24 +164,32 @@ static inline __attribute__((always_inline)) float ISA_FN(hsum)(const VF *a)
 #define ISA_HI2 1, 3, 5, 7
 #endif
 
+/* Lanes of a and b (0 .. VL-1 from a, VL .. 2 VL-1 from b), constant indices: GCC 12 and clang
+ * have __builtin_shufflevector; older GCC has __builtin_shuffle with a mask vector. */
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12 && !defined(SQ_CPU_OLD_SHUFFLE))
+#define ISA_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define ISA_SHUF(a, b, ...) __builtin_shuffle(a, b, (VU){__VA_ARGS__})
+#endif
+
 static inline __attribute__((always_inline)) void ISA_FN(half)(VF *z, const VF *x, const VF *y,
                                                                const int w)
 {
     VF a = *x, b = *y, r;
 #if ISA_VL == 16
     if (w == 16)
-        r = __builtin_shufflevector(a, b, ISA_LO16) + __builtin_shufflevector(a, b, ISA_HI16);
+        r = ISA_SHUF(a, b, ISA_LO16) + ISA_SHUF(a, b, ISA_HI16);
     else
 #endif
 #if ISA_VL >= 8
     if (w == 8)
-        r = __builtin_shufflevector(a, b, ISA_LO8) + __builtin_shufflevector(a, b, ISA_HI8);
+        r = ISA_SHUF(a, b, ISA_LO8) + ISA_SHUF(a, b, ISA_HI8);
     else
 #endif
     if (w == 4)
-        r = __builtin_shufflevector(a, b, ISA_LO4) + __builtin_shufflevector(a, b, ISA_HI4);
+        r = ISA_SHUF(a, b, ISA_LO4) + ISA_SHUF(a, b, ISA_HI4);
     else
-        r = __builtin_shufflevector(a, b, ISA_LO2) + __builtin_shufflevector(a, b, ISA_HI2);
+        r = ISA_SHUF(a, b, ISA_LO2) + ISA_SHUF(a, b, ISA_HI2);
     *z = r;
 }
 
@@ -200,7 +208,7 @@ static inline __attribute__((always_inline)) void ISA_FN(reduce)(float *res, VF 
         cnt = nv;
     }
 #ifdef ISA_ORDER
-    v[0] = __builtin_shufflevector(v[0], v[0], ISA_ORDER);
+    v[0] = ISA_SHUF(v[0], v[0], ISA_ORDER);
 #endif
     memcpy(res, v, sizeof(float) * (size_t)m);
 }
@@ -612,6 +620,7 @@ static void ISA_FN(widen)(float *dst, const void *src, int wt, size_t count)
 #undef ISA_LO2
 #undef ISA_HI2
 #undef ISA_ORDER
+#undef ISA_SHUF
 #undef ISA_MADD
 #undef ISA_IN_REG
 #undef VF
