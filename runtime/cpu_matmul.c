@@ -48,6 +48,21 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define SQ_CPU_BLOCK_AVX512_R 6
 #define SQ_CPU_BLOCK_AVX512_J 4
 #define SQ_CPU_BLOCK_AVX512_XFIRST 1
+/* Blocks chosen per row count for products of up to N rows (R x J of each n; R = 0: the main
+ * block), by measurement on single matrices with hot caches, against OpenBLAS's small-matrix
+ * kernels (docs/benchmarks.md, "The skinny product"): on AVX-512 (32 registers) 6 x 1, 4 x 2,
+ * 8 x 3, 5 x 5, 4 x 6 for 1, 2, 3, 5, 6 rows and 4 x 6 (+ 4 x 3) for 9; on AVX2 8 x 1 and 4 x 2;
+ * 8 x 1 on the portable path. */
+#define SQ_CPU_SHAPE_SCALAR_N 1
+#define SQ_CPU_SHAPE_SCALAR_R(n) 8
+#define SQ_CPU_SHAPE_SCALAR_J(n) (n)
+#define SQ_CPU_SHAPE_AVX2_N 2
+#define SQ_CPU_SHAPE_AVX2_R(n) ((n) == 1 ? 8 : 4)
+#define SQ_CPU_SHAPE_AVX2_J(n) (n)
+#define SQ_CPU_SHAPE_AVX512_N 9
+#define SQ_CPU_SHAPE_AVX512_R(n)                                                                \
+    ((n) == 1 ? 6 : (n) == 2 ? 4 : (n) == 3 ? 8 : (n) == 5 ? 5 : (n) == 6 || (n) == 9 ? 4 : 0)
+#define SQ_CPU_SHAPE_AVX512_J(n) ((n) <= 6 ? (n) : (n) == 9 ? 6 : 4)
 
 /* The kernels, once per instruction set. The set is chosen by the CPU's features
  * (__builtin_cpu_supports), not by its model name: GCC's target_clones("arch=...") dispatches on
@@ -59,6 +74,9 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define ISA_R SQ_CPU_BLOCK_SCALAR_R
 #define ISA_J SQ_CPU_BLOCK_SCALAR_J
 #define ISA_XFIRST SQ_CPU_BLOCK_SCALAR_XFIRST
+#define ISA_SHAPE_N SQ_CPU_SHAPE_SCALAR_N
+#define ISA_SHAPE_R SQ_CPU_SHAPE_SCALAR_R
+#define ISA_SHAPE_J SQ_CPU_SHAPE_SCALAR_J
 #include "runtime/cpu_matmul_isa.h"
 #undef ISA_SFX
 #undef ISA_VL
@@ -67,6 +85,9 @@ char *openblas_get_corename(void) __attribute__((weak));
 #undef ISA_R
 #undef ISA_J
 #undef ISA_XFIRST
+#undef ISA_SHAPE_N
+#undef ISA_SHAPE_R
+#undef ISA_SHAPE_J
 
 #if SQ_CPU_X86
 #pragma GCC push_options
@@ -78,6 +99,9 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define ISA_R SQ_CPU_BLOCK_AVX2_R
 #define ISA_J SQ_CPU_BLOCK_AVX2_J
 #define ISA_XFIRST SQ_CPU_BLOCK_AVX2_XFIRST
+#define ISA_SHAPE_N SQ_CPU_SHAPE_AVX2_N
+#define ISA_SHAPE_R SQ_CPU_SHAPE_AVX2_R
+#define ISA_SHAPE_J SQ_CPU_SHAPE_AVX2_J
 #include "runtime/cpu_matmul_isa.h"
 #undef ISA_SFX
 #undef ISA_VL
@@ -86,6 +110,9 @@ char *openblas_get_corename(void) __attribute__((weak));
 #undef ISA_R
 #undef ISA_J
 #undef ISA_XFIRST
+#undef ISA_SHAPE_N
+#undef ISA_SHAPE_R
+#undef ISA_SHAPE_J
 #pragma GCC pop_options
 
 #pragma GCC push_options
@@ -97,6 +124,9 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define ISA_R SQ_CPU_BLOCK_AVX512_R
 #define ISA_J SQ_CPU_BLOCK_AVX512_J
 #define ISA_XFIRST SQ_CPU_BLOCK_AVX512_XFIRST
+#define ISA_SHAPE_N SQ_CPU_SHAPE_AVX512_N
+#define ISA_SHAPE_R SQ_CPU_SHAPE_AVX512_R
+#define ISA_SHAPE_J SQ_CPU_SHAPE_AVX512_J
 #include "runtime/cpu_matmul_isa.h"
 #undef ISA_SFX
 #undef ISA_VL
@@ -105,6 +135,9 @@ char *openblas_get_corename(void) __attribute__((weak));
 #undef ISA_R
 #undef ISA_J
 #undef ISA_XFIRST
+#undef ISA_SHAPE_N
+#undef ISA_SHAPE_R
+#undef ISA_SHAPE_J
 #pragma GCC pop_options
 #endif
 
@@ -315,7 +348,8 @@ void sq_cpu_matmul_typed(sq_pool *pool, float *out, const float *in, const void 
                          sq_weight_dtype wdt, int n, int d_in, int d_out, int accumulate)
 {
     const int skinny = n <= sq_cpu_skinny_rows(wdt);
-    /* columns per part: a multiple of every path's R (12: 3, 4 and 6), 16 for sgemm */
+    /* columns per part: a multiple of every path's main R (12: 3, 4 and 6; the blocks for few
+     * rows leave a part's last columns to blocks of 4 and of 1), 16 for sgemm */
     matmul_job m = {out, in, w, wdt, n, d_in, d_out, accumulate, skinny ? 12 : 16, skinny};
     if (!pool || pool->n < 2 || (double)n * d_in * d_out < MATMUL_PARALLEL_MIN_WORK) {
         matmul_worker(&m, 0, 1);

@@ -6,7 +6,8 @@
  * the packing of w costs as much as the product, and OpenBLAS reaches 5-30 GFLOP/s on such
  * shapes where the machine streams the weights at memory speed. This kernel reads every weight
  * row exactly once, straight from the model's array, and multiplies a block of R weight rows into
- * J input rows held in registers (R x J per instruction set, runtime/cpu_matmul_isa.h), so for
+ * J input rows held in registers (R x J per instruction set, and for the fewest rows per row
+ * count; each input row's R sums reduced together at the end: runtime/cpu_matmul_isa.h), so for
  * small n a forward costs what reading the weights costs (docs/runtime.md, "The CPU forward" and
  * "The skinny product per instruction set"). The caller splits the output columns over threads.
  *

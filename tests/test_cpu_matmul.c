@@ -642,3 +642,86 @@ Test(cpu_matmul, every_path_and_row_count_equals_the_double_reference)
     sq_cpu_isa_set(SQ_CPU_ISA_AUTO);
     sq_pool_stop(&pool);
 }
+
+/* The sum of one element in the order runtime/cpu_matmul.h documents for a path of vl lanes:
+ * vl interleaved partial sums over the first d_in & ~(vl - 1) terms (fused multiply-adds where
+ * the path has FMA), added as a tree of halves (16 -> 8 -> 4 -> 2 -> 1), then the remaining
+ * terms one at a time. */
+static float ordered_dot(const float *x, const float *w, int d_in, int vl, int fused)
+{
+    float p[16] = {0};
+    const int kv = d_in & ~(vl - 1);
+    for (int k = 0; k < kv; k++)
+        p[k % vl] = fused ? fmaf(w[k], x[k], p[k % vl]) : p[k % vl] + w[k] * x[k];
+    for (int h = vl / 2; h >= 1; h /= 2)
+        for (int t = 0; t < h; t++)
+            p[t] = p[t] + p[t + h];
+    float s = p[0];
+    for (int k = kv; k < d_in; k++)
+        s += w[k] * x[k];
+    return s;
+}
+
+Test(cpu_matmul, every_block_sums_in_the_documented_order_bitwise)
+{
+    /* each path forced; every row count whose block is its own (1 .. 12: the blocks chosen per
+     * row count, the main block and its partial blocks) and a few above; widths below, at and
+     * above multiples of the vector, heights that leave columns for the blocks of 4 and of 1;
+     * with and without accumulation, whole and split column ranges: every element is bitwise
+     * the documented order's, whichever block computed it (the batched reduction of a block's
+     * accumulators gives each the horizontal sum's adds) */
+    static const int ins[] = {1, 4, 15, 16, 17, 33, 64, 100, 255, 256, 257};
+    static const int outs[] = {1, 5, 7, 12, 13, 37};
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 17, 24, 33, 64};
+    unsigned seed = 99;
+    int ran = 0;
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (!sq_cpu_isa_supported(isas[k]))
+            continue;
+        cr_assert_eq(sq_cpu_isa_set(isas[k]), 0);
+        ran++;
+        const int vl = isas[k] == SQ_CPU_ISA_AVX512 ? 16 : isas[k] == SQ_CPU_ISA_AVX2 ? 8 : 4;
+        const int fused = isas[k] != SQ_CPU_ISA_SCALAR;
+        for (size_t q = 0; q < sizeof ns / sizeof *ns; q++)
+            for (int v = 0; v < 4; v++) {
+                const int n = ns[q];
+                const int d_in = ins[(q * 3 + (size_t)v * 5 + k) % 11];
+                const int d_out = outs[(q + (size_t)v * 2 + k) % 6];
+                const int acc = v % 2;
+                float *in = malloc(sizeof(float) * (size_t)n * d_in);
+                float *w = malloc(sizeof(float) * (size_t)d_out * d_in);
+                float *out = malloc(sizeof(float) * (size_t)n * d_out);
+                float *out0 = malloc(sizeof(float) * (size_t)n * d_out);
+                for (int i = 0; i < n * d_in; i++)
+                    in[i] = frand(&seed);
+                for (int i = 0; i < d_out * d_in; i++)
+                    w[i] = frand(&seed);
+                for (int i = 0; i < n * d_out; i++)
+                    out[i] = out0[i] = frand(&seed);
+                if (v < 2) {
+                    sq_cpu_matmul_skinny(out, in, w, n, d_in, d_out, acc, 0, d_out);
+                } else {
+                    int mid = d_out / 3 | 1;
+                    if (mid > d_out)
+                        mid = d_out;
+                    sq_cpu_matmul_skinny(out, in, w, n, d_in, d_out, acc, 0, mid);
+                    sq_cpu_matmul_skinny(out, in, w, n, d_in, d_out, acc, mid, d_out);
+                }
+                for (int i = 0; i < n; i++)
+                    for (int o = 0; o < d_out; o++) {
+                        float s = ordered_dot(in + (size_t)i * d_in, w + (size_t)o * d_in, d_in,
+                                              vl, fused);
+                        float want = acc ? out0[(size_t)i * d_out + o] + s : s;
+                        float got = out[(size_t)i * d_out + o];
+                        cr_assert(memcmp(&got, &want, sizeof got) == 0,
+                                  "%s n %d d_in %d d_out %d acc %d split %d: row %d column %d "
+                                  "is %a, the documented order gives %a",
+                                  sq_cpu_isa_name(isas[k]), n, d_in, d_out, acc, v >= 2, i, o,
+                                  got, want);
+                    }
+                free(in), free(w), free(out), free(out0);
+            }
+    }
+    cr_assert_geq(ran, 1);
+    sq_cpu_isa_set(SQ_CPU_ISA_AUTO);
+}
