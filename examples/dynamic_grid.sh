@@ -4,12 +4,13 @@
 # docs/benchmarks.md, "Static trees against dynamic trees"; data/dynamic-grid/README.md):
 #   1. the target's profile with its step section (sequoia-profile --draft) and the draft's
 #      profile, shipped pair (data/models/draft drafting data/models/target), THREADS threads;
-#   2. for greedy (curves data/dynamic/curves-shipped-greedy.json, greedy@T0) and target-only
-#      sampling at T = 1 (data/dynamic/curves-shipped-T1.json, topk@T1): the planner's pick
+#   2. for greedy (curves CURVES_GREEDY, default data/dynamic/curves-shipped-greedy.json, greedy@T0)
+#      and target-only sampling at T = 1 (CURVES_T1, default data/dynamic/curves-shipped-T1.json,
+#      topk@T1): the planner's pick
 #      (sequoia-plan --engine sglang with both profiles, no --envelope) and its prediction
 #      (tokens/step, tokens/s) of every envelope of GRID and of the pick;
-#   3. each envelope run by sequoia-run --engine sglang --envelope L,K,N, each of the 8 prompts of
-#      data/ladder-large/prompts.txt alone (batch 1, what the step section prices), NEW tokens,
+#   3. each envelope run by sequoia-run --engine sglang --envelope L,K,N, each prompt of PROMPTS
+#      (default the 8 of data/ladder-large/prompts.txt; sequences separated by empty lines) alone (batch 1, what the step section prices), NEW tokens,
 #      ROUNDS times, every configuration in turn for each prompt;
 #   4. static Sequoia trees of N = 4, 8, 16, 32 nodes (STATIC_N) (sequoia-plan --budget N --depth DEPTH, the
 #      mode's curve) run with sequoia-run --plan on the same prompts;
@@ -23,13 +24,22 @@
 # Environment: BUILD (default build), THREADS (1), NEW (200), PREFIX (the profiles' KV prefix;
 # default 64 + NEW / 2, the runs' mean context: the prompts have 64 tokens), REPEAT (21: profile
 # samples per point), DEPTH (9: the static trees' depth bound, the root and L <= 8 levels),
-# GRID (the envelopes), STATIC_N (4 8 16 32), ROUNDS (2: runs of every prompt, interleaved
+# GRID (the envelopes), PROMPTS, CURVES_GREEDY, CURVES_T1 (paths relative to the caller's
+# directory or absolute; the curves should come from other prompts than PROMPTS), STATIC_N
+# (4 8 16 32), ROUNDS (2: runs of every prompt, interleaved
 # across the configurations), SKIP_PROFILES=1 (keep OUT's profiles), NICE (0). The load
 # average and uptime are logged at every stage (OUT/load.log).
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: examples/dynamic_grid.sh OUT_DIR" >&2; exit 64; }
-case $1 in /*) OUT=$1 ;; *) OUT=$PWD/$1 ;; esac
+abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
+OUT=$(abs "$1")
+[ -n "${PROMPTS:-}" ] && PROMPTS=$(abs "$PROMPTS")
+[ -n "${CURVES_GREEDY:-}" ] && CURVES_GREEDY=$(abs "$CURVES_GREEDY")
+[ -n "${CURVES_T1:-}" ] && CURVES_T1=$(abs "$CURVES_T1")
 cd "$(dirname "$0")/.."
+PROMPTS=${PROMPTS:-data/ladder-large/prompts.txt}
+CURVES_GREEDY=${CURVES_GREEDY:-data/dynamic/curves-shipped-greedy.json}
+CURVES_T1=${CURVES_T1:-data/dynamic/curves-shipped-T1.json}
 BUILD=${BUILD:-build}
 THREADS=${THREADS:-1}
 NEW=${NEW:-200}
@@ -49,7 +59,7 @@ N="nice -n $NICE"
 for tool in "$PLAN" "$PROFILE" "$RUN"; do
     [ -x "$tool" ] || { echo "dynamic_grid.sh: $tool is missing: build first" >&2; exit 66; }
 done
-declare -A CURVES=([greedy]=data/dynamic/curves-shipped-greedy.json [topk]=data/dynamic/curves-shipped-T1.json)
+declare -A CURVES=([greedy]=$CURVES_GREEDY [topk]=$CURVES_T1)
 declare -A CFG=([greedy]=greedy@T0 [topk]=topk@T1)
 mkdir -p "$OUT/runs" "$OUT/plans" "$OUT/prompts"
 load() { cut -d' ' -f1-3 /proc/loadavg; }
@@ -57,15 +67,16 @@ say() { printf '== %s (load %s)\n' "$*" "$(load)" >&2; echo "$(date -u +%TZ) $* 
 {
     echo "command: BUILD=$BUILD THREADS=$THREADS NEW=$NEW PREFIX=$PREFIX REPEAT=$REPEAT DEPTH=$DEPTH NICE=$NICE examples/dynamic_grid.sh $OUT"
     echo "grid: $GRID"
+    echo "prompts: $PROMPTS; curves: $CURVES_GREEDY, $CURVES_T1"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
     echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, $(grep -o -w 'avx2\|avx512f' /proc/cpuinfo | sort -u | tr '\n' ' ')"
     echo "start: $(date -u +%FT%TZ), uptime: $(uptime)"
 } > "$OUT/setup.txt"
 lscpu > "$OUT/lscpu.txt" 2>/dev/null || true
-# the 8 prompts (blank-line separated token ids), one file each
-python3 - "$OUT/prompts" <<'PY'
+# the prompts (blank-line separated token ids), one file each
+python3 - "$OUT/prompts" "$PROMPTS" <<'PY'
 import sys
-text = open("data/ladder-large/prompts.txt").read()
+text = open(sys.argv[2]).read()
 ps = [p.strip() for p in text.split("\n\n") if p.strip()]
 for i, p in enumerate(ps):
     open("%s/p%d.txt" % (sys.argv[1], i), "w").write(p + "\n")
