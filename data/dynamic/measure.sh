@@ -9,7 +9,8 @@
 # Writes OUT/NAME.json and OUT/NAME.txt (NAME default "measured"); see data/dynamic/README.md.
 # Every run's row is kept in OUT/NAME.rows/ as it finishes, and a row already there is not run
 # again, so a stopped measurement resumes where it stopped (delete the folder to start over).
-# PAIRS: the pairs (default "shipped large"); KEEP: a folder that keeps every run's report.
+# PAIRS: the pairs (default "shipped large"); KEEP: a folder that keeps every run's report;
+# TABLES_ONLY=1: run nothing, write the tables from the rows there are.
 #   usage: data/dynamic/measure.sh [BUILD [OUT]]   (from the source root)
 set -eu
 BUILD=${1:-build}
@@ -34,7 +35,7 @@ for pair in ${PAIRS:-shipped large}; do
     for mode in $MODES; do
         for env in $ENVELOPES; do
             row="$ROWS/$pair-$mode-$env.json"
-            [ -s "$row" ] && continue
+            [ -s "$row" ] || [ "${TABLES_ONLY:-0}" = 1 ] && continue
             extra="--no-baseline"
             [ $mode = greedy ] && [ "$VALIDATE" = 1 ] && extra="--validate"
             [ $mode != greedy ] && extra="$extra --temperature 1 --seed 1"
@@ -63,8 +64,9 @@ done
 python3 - "$OUT" "$NAME" "${PAIRS:-shipped large}" "$MODES" "$ENVELOPES" <<'PY'
 import json, os, sys
 out, name = sys.argv[1], sys.argv[2]
-rows = [json.load(open("%s/%s.rows/%s-%s-%s.json" % (out, name, p, m, e)))
-        for p in sys.argv[3].split() for m in sys.argv[4].split() for e in sys.argv[5].split()]
+rows = [json.load(open(f)) for f in ("%s/%s.rows/%s-%s-%s.json" % (out, name, p, m, e)
+        for p in sys.argv[3].split() for m in sys.argv[4].split() for e in sys.argv[5].split())
+        if os.path.exists(f)]   # a row not measured (yet) is left out
 json.dump({"format": "sequoia-dynamic-measured", "version": 1, "rows": rows},
           open("%s/%s.json" % (out, name), "w"), indent=1)
 with open("%s/%s.txt" % (out, name), "w") as f:

@@ -58,7 +58,7 @@ for f in FOLDS:
         if k not in keys:
             keys.append(k)
 
-print("%-8s %-7s %-8s %5s %6s %8s %15s %9s %7s %9s %7s" % (
+print("%-8s %-10s %-8s %5s %6s %8s %15s %9s %7s %9s %7s" % (
     "pair", "mode", "L,K,N", "runs", "curves", "measured", "ci95", "held-out", "diff",
     "in-sample", "diff"))
 summary = {}
@@ -75,7 +75,7 @@ for pair, mode, env in keys:
         lo, hi = r["ci95"]
         dh = 100 * (ho[0] / x - 1)
         di = 100 * (ins[0] / x - 1) if ins else float("nan")
-        print("%-8s %-7s %-8s %5s %6s %8.3f %7.3f..%-6.3f %9.3f %+6.1f%% %9.3f %+6.1f%%" % (
+        print("%-8s %-10s %-8s %5s %6s %8.3f %7.3f..%-6.3f %9.3f %+6.1f%% %9.3f %+6.1f%%" % (
             pair, mode, env, f, OTHER[f], x, lo, hi, ho[0], dh, ins[0] if ins else float("nan"),
             di))
         s = summary.setdefault((pair, mode), {"ho": [], "ins": [], "inci": 0, "half": [],
@@ -92,14 +92,14 @@ for pair, mode, env in keys:
         s["half"].append(100 * (hi - lo) / 2 / x)
 
 print()
-print("%-8s %-7s %-10s %-17s %-26s %-22s %-9s %-9s %s" % (
+print("%-8s %-10s %-10s %-17s %-26s %-22s %-9s %-9s %s" % (
     "pair", "mode", "held-out", "per fold", "held-out range (mean abs)", "in-sample within 5%",
     "in ci95", "in both", "run ci95 half-width"))
-print("%-8s %-7s %-10s %-17s %-26s %-22s %-9s %-9s" % ("", "", "within 5%", "runs A, runs B",
+print("%-8s %-10s %-10s %-17s %-26s %-22s %-9s %-9s" % ("", "", "within 5%", "runs A, runs B",
                                                         "", "", "of runs", "ci95s"))
 for (pair, mode), s in summary.items():
     ho, ins = s["ho"], s["ins"]
-    print("%-8s %-7s %-10s %-17s %-26s %-22s %-9s %-9s %.1f%%..%.1f%%" % (
+    print("%-8s %-10s %-10s %-17s %-26s %-22s %-9s %-9s %.1f%%..%.1f%%" % (
         pair, mode, "%d/%d" % (sum(abs(v) <= 5 for v in ho), len(ho)),
         ", ".join("%d/%d" % (sum(abs(v) <= 5 for v in s["fold"].get(f, [])),
                              len(s["fold"].get(f, []))) for f in FOLDS),
@@ -125,7 +125,7 @@ for pair, mode in summary:
         if a and b:
             diffs.append(100 * (b["tokens_per_step"] / a["tokens_per_step"] - 1))
     if diffs:
-        print("  %-8s %-7s %+.1f%% .. %+.1f%% (mean %+.1f%%)" % (pair, mode, min(diffs), max(diffs),
+        print("  %-8s %-10s %+.1f%% .. %+.1f%% (mean %+.1f%%)" % (pair, mode, min(diffs), max(diffs),
                                                        sum(diffs) / len(diffs)))
 
 # The main curves of data/dynamic/ (32 prompts of the file's first 32 KiB x 128 tokens) against
@@ -148,6 +148,6 @@ for pair, mode in summary:
         diffs = [100 * (pred[k[2]] / r["tokens_per_step"] - 1) for k, r in meas[f].items()
                  if k[:2] == (pair, mode) and k[2] in pred]
         if diffs:
-            print("  %-8s %-7s runs %s: %d/%d within 5%%, %+.1f%% .. %+.1f%%" % (
+            print("  %-8s %-10s runs %s: %d/%d within 5%%, %+.1f%% .. %+.1f%%" % (
                 pair, mode, f, sum(abs(v) <= 5 for v in diffs), len(diffs), min(diffs),
                 max(diffs)))
