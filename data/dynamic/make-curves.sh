@@ -11,7 +11,7 @@
 # corpus: the text up to a sampled position, then the best draft token the text did not take. 
 # Environment: BUILD (default build), THREADS (default 1), NEW_TOKENS (default 128), SAMPLES (the
 # statistics' positions, default 4096), PROMPTS (a file of other 64-token prompts, separated by
-# empty lines), OUTDIR (default data/dynamic).
+# empty lines), OUTDIR (default data/dynamic), MODES (default "greedy T1": which corpora).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=$1 DRAFT=$2 TARGET=$3
@@ -36,7 +36,7 @@ else
     done
 fi
 BATCH=$(grep -c . "$TMP/prompts.txt")
-for m in greedy T1; do
+for m in ${MODES:-greedy T1}; do
     if [ $m = greedy ]; then opts=(--mode greedy); accept=(--mode greedy);
     else opts=(--mode topk --temperature 1 --seed 7); accept=(--mode topk,stochastic --temperature 1); fi
     "$RUN" --draft "$DRAFT" --target "$TARGET" --plan "$TMP/root.json" --prompt "$TMP/prompts.txt" \

@@ -7,22 +7,25 @@
 # The same envelope predicts the same for SGLang and TensorRT-LLM (one algorithm); each row says
 # which engines allow it (PAIRS: the pairs, default "shipped large target-large"). The corpora are the target's own decoding (greedy, and sampled at T = 1),
 # so greedy and topk follow the text (--path text); stochastic draws its accepted child
-# (--path draw). Environment: BUILD (default build), TRIALS (default 100000).
+# (--path draw). Environment: BUILD (default build), TRIALS (default 100000), DIR (the folder of
+# the curves and of the tables, default data/dynamic), ENVELOPES and CONFIGS (default
+# "greedy@T0 topk@T1 stochastic@T1") to predict fewer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 TRIALS=${TRIALS:-100000}
 PLAN=$BUILD/planner/sequoia-plan
 # the runtime's measured envelopes (data/dynamic/measured.txt on main) first, then more
-ENVELOPES="4,1,5 2,2,4 3,4,8 5,4,8 7,2,12 5,4,16 3,8,16 6,4,24 4,8,32 8,4,32 8,8,64 1,1,2 2,1,3 3,1,4 5,1,6 8,1,9 3,2,6 4,2,8 4,4,16 2,8,16 6,8,32"
+DIR=${DIR:-data/dynamic}
+ENVELOPES=${ENVELOPES:-"4,1,5 2,2,4 3,4,8 5,4,8 7,2,12 5,4,16 3,8,16 6,4,24 4,8,32 8,4,32 8,8,64 1,1,2 2,1,3 3,1,4 5,1,6 8,1,9 3,2,6 4,2,8 4,4,16 2,8,16 6,8,32"}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dynpred.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 for pair in ${PAIRS:-shipped large target-large}; do
-    for cfg in greedy@T0 topk@T1 stochastic@T1; do
-        case $cfg in greedy*) curves=data/dynamic/curves-$pair-greedy.json ;;
-                     *) curves=data/dynamic/curves-$pair-T1.json ;; esac
+    for cfg in ${CONFIGS:-greedy@T0 topk@T1 stochastic@T1}; do
+        case $cfg in greedy*) curves=$DIR/curves-$pair-greedy.json ;;
+                     *) curves=$DIR/curves-$pair-T1.json ;; esac
         [ -f "$curves" ] || continue
-        out=data/dynamic/predicted-$pair-${cfg%%@*}.txt
+        out=$DIR/predicted-$pair-${cfg%%@*}.txt
         path=text; [ "${cfg%%@*}" = stochastic ] && path=draw
         {
             echo "# predicted tokens/step, $pair pair, $cfg, from $curves ($TRIALS trials)"
