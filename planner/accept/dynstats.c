@@ -43,6 +43,18 @@ static void top_values(const double *p, int V, int K, double *out, int *ids)
     int idx[SQ_DYNSTATS_MAX_TOPK];
     int n = 0;
     for (int v = 0; v < V; v++) {
+        if (n == K && (v & 7) == 0 && v + 8 <= V) {
+            /* a block of 8 below the K-th largest is skipped whole (the same test as below,
+             * in a form the compiler vectorises) */
+            double thr = p[idx[K - 1]];
+            int any = 0;
+            for (int j = 0; j < 8; j++)
+                any |= p[v + j] > thr;
+            if (!any) {
+                v += 7;
+                continue;
+            }
+        }
         if (n == K && !(p[v] > p[idx[n - 1]]))
             continue;
         int j = n < K ? n++ : K - 1;
