@@ -16,6 +16,8 @@
 #include <hdf5.h>
 
 #include "planner/accept/accept.h"
+#include "planner/accept/dynstats.h"
+#include "libsequoia/base/json.h"
 #include "planner/regress.h"
 #include "libsequoia/verify/formulas.h"
 #include "libsequoia/format/corpus.h"
@@ -1392,6 +1394,142 @@ Test(accept, depth_rows_of_sampled_modes_do_not_depend_on_threads_or_batches, .t
     }
     unlink(path);
     free(path);
+    free(t);
+    free(d);
+    tu_rmtree(dir);
+    free(dir);
+}
+
+/* ---- the dynamic-tree statistics in the estimator's pass (planner/accept/dynstats.h) --------- */
+
+/* A corpus with tokens: nseq sequences of lens[] rows, chunks of 4 rows (float16 + deflate when
+ * half), rows taken from t and d starting at row `first`. */
+static char *write_token_corpus(const char *dir, const char *name, const int *lens, int nseq,
+                                const float *t, const float *d, int first, int V, int half)
+{
+    char *path = tu_path(dir, name);
+    sq_error err = {0};
+    sq_corpus_writer_params wp = sq_corpus_writer_default_params();
+    wp.vocab = V;
+    wp.chunk_rows = 4;
+    wp.half = half;
+    wp.compression = half ? 1 : 0;
+    sq_corpus_writer *w;
+    cr_assert_eq(sq_corpus_writer_open(path, &wp, &w, &err), SQ_OK, "%s", err.msg);
+    int row = first;
+    for (int s = 0; s < nseq; s++) {
+        int32_t tok[64];
+        cr_assert(lens[s] <= 64);
+        for (int i = 0; i < lens[s]; i++)
+            tok[i] = (int32_t)((row + i) * 7 % V);
+        cr_assert_eq(sq_corpus_writer_append(w, t + (size_t)row * V, d + (size_t)row * V, tok,
+                                             lens[s], &err), SQ_OK, "%s", err.msg);
+        cr_assert_eq(sq_corpus_writer_end_sequence(w, &err), SQ_OK, "%s", err.msg);
+        row += lens[s];
+    }
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), SQ_OK, "%s", err.msg);
+    return path;
+}
+
+/* The statistics computed by sq_accept_run's workers (sq_dynstats_hook) are the same bits, and
+ * write the same branch file, as their own pass (sq_dynstats_run, the sampled rows read and their
+ * distributions computed there, as before issue 27's second round), whatever the threads, the
+ * batches and the way the corpus is read; with a temperature of 1 (the draft's top-K softmax), a
+ * specinfer curve (skipped), top-p, two draws, and two corpora. */
+Test(accept, dynamic_statistics_in_the_pass_equal_their_own_pass, .timeout = 120)
+{
+    enum { V = 40, N = 130 };
+    float *t, *d;
+    depth_logits(N, V, &t, &d);
+    char *dir = tu_tmpdir();
+    const int lens_a[3] = {37, 50, 13}, lens_b[2] = {20, 10};
+    char *pa = write_token_corpus(dir, "a.h5", lens_a, 3, t, d, 0, V, 0);
+    char *pb = write_token_corpus(dir, "b.h5", lens_b, 2, t, d, 100, V, 1);
+    sq_error err = {0};
+    sq_corpus *c[2];
+    cr_assert_eq(sq_corpus_open(pa, &c[0], &err), SQ_OK, "%s", err.msg);
+    cr_assert_eq(sq_corpus_open(pb, &c[1], &err), SQ_OK, "%s", err.msg);
+    const char *files[2] = {pa, pb};
+    const uint64_t keys[2] = {11, 12};
+    const sq_accept_config cfg[6] = {
+        {SQ_MODE_SPECINFER, 1.0, 1.0},  {SQ_MODE_GREEDY, 0.0, 1.0},
+        {SQ_MODE_TOPK, 0.8, 1.0},       {SQ_MODE_STOCHASTIC, 0.8, 1.0},
+        {SQ_MODE_STOCHASTIC, 1.0, 0.9}, {SQ_MODE_STOCHASTIC, 1.0, 1.0}};
+    sq_dynstats_params dp = sq_dynstats_default_params();
+    dp.topk = 5;
+    dp.segment = 7;
+    dp.max_samples = 45;
+    dp.samples = 2;
+    dp.seed = 5;
+    dp.skip = 2;
+    dp.branch_every = 3;
+    char *br_ref = tu_path(dir, "branches-ref.txt");
+    dp.branches = br_ref;
+    cJSON *ref = NULL;
+    cr_assert_eq(sq_dynstats_run(c, files, keys, 2, cfg, 6, &dp, &ref, &err), SQ_OK, "%s",
+                 err.msg);
+    cr_assert(ref);
+    char *want = cJSON_PrintUnformatted(ref);
+    char *want_br = tu_read(br_ref, NULL);
+    cr_assert(want && want_br && strlen(want_br) > 0);
+    const struct { int threads; size_t batch; int read; } runs[] = {
+        {1, 16u << 20, SQ_ACCEPT_READ_AUTO}, {3, (size_t)V * 2 * sizeof(float) * 4,
+        SQ_ACCEPT_READ_AUTO}, {2, (size_t)V * 2 * sizeof(float) * 8, SQ_ACCEPT_READ_ROWS}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        char *br = tu_path(dir, "branches.txt");
+        dp.branches = br;
+        sq_dynstats *ds = NULL;
+        cr_assert_eq(sq_dynstats_begin(c, keys, 2, cfg, 6, &dp, &ds, &err), SQ_OK, "%s", err.msg);
+        cr_assert(ds);
+        sq_accept_params prm = sq_accept_default_params();
+        prm.width = 3;   /* narrower than topk: the curves' width does not matter */
+        prm.samples = 2;
+        prm.seed = 5;
+        prm.threads = runs[r].threads;
+        prm.batch_bytes = runs[r].batch;
+        prm.read = runs[r].read;
+        sq_accept_stats *st[6];
+        for (int j = 0; j < 6; j++)
+            st[j] = sq_accept_stats_new(3);
+        for (int f = 0; f < 2; f++) {
+            prm.hook = sq_dynstats_hook(ds, f);
+            cr_assert_eq(sq_accept_run(c[f], files[f], keys[f], cfg, 6, &prm, st, &err), SQ_OK,
+                         "%s", err.msg);
+        }
+        cJSON *got = NULL;
+        cr_assert_eq(sq_dynstats_finish(ds, NULL, &got, &err), SQ_OK, "%s", err.msg);
+        char *have = cJSON_PrintUnformatted(got);
+        char *have_br = tu_read(br, NULL);
+        cr_assert(have && have_br);
+        cr_assert_str_eq(have, want, "run %zu", r);
+        cr_assert_str_eq(have_br, want_br, "run %zu", r);
+        free(have);
+        free(have_br);
+        cJSON_Delete(got);
+        sq_dynstats_free(ds);
+        for (int j = 0; j < 6; j++)
+            sq_accept_stats_free(st[j]);
+        unlink(br);
+        free(br);
+    }
+    /* what the statistics hold: the sampled positions, 5 configurations, ranks */
+    /* a: 45 of its 94 usable positions; b: all of its 26 (30 less 2 per sequence) */
+    cr_assert_eq(cJSON_GetArraySize(sq_json_field(ref, "draft_topk")), 71);
+    cr_assert_eq(cJSON_GetArraySize(sq_json_field(sq_json_field(ref, "accept"),
+                                                  "stochastic@T1")), 71);
+    cr_assert_eq(cJSON_GetArraySize(sq_json_field(ref, "accept")), 5);
+    cr_assert(sq_json_field(ref, "next_rank"));
+    free(want);
+    free(want_br);
+    cJSON_Delete(ref);
+    unlink(br_ref);
+    free(br_ref);
+    sq_corpus_close(c[0]);
+    sq_corpus_close(c[1]);
+    unlink(pa);
+    unlink(pb);
+    free(pa);
+    free(pb);
     free(t);
     free(d);
     tu_rmtree(dir);

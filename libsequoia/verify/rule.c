@@ -288,9 +288,13 @@ __attribute__((target("avx2"))) static void exp_stage1(const float *logits, int 
 {
     const __m256d hi = _mm256_set1_pd(exp_ln2_hi), lo = _mm256_set1_pd(exp_ln2_lo);
     const __m256d inv = _mm256_set1_pd(exp_inv_ln2);
+    /* x / 1 is x exactly (IEEE division by one): the draft's temperature-1 softmax
+     * (planner/accept/dynstats.c) skips the division, same bits */
+    const int unit = _mm256_movemask_pd(_mm256_cmp_pd(vt, _mm256_set1_pd(1.0), _CMP_EQ_OQ)) == 0xF;
     for (int j = 0; j < n; j += 4) {
-        __m256d x = _mm256_div_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + j)), vmx),
-                                  vt);
+        __m256d x = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + j)), vmx);
+        if (!unit)
+            x = _mm256_div_pd(x, vt);
         __m256d k = _mm256_round_pd(_mm256_mul_pd(x, inv),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, hi)), _mm256_mul_pd(k, lo));

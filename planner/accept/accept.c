@@ -805,6 +805,7 @@ typedef struct run_ctx {
     const sq_corpus *corpus;
     int chunk_rows;
     const char *file;
+    const sq_accept_hook *hook; /* params->hook                               */
     slot slots[2];
     pthread_mutex_t mu;
     pthread_cond_t work;        /* workers: work may be available, or stop     */
@@ -819,6 +820,7 @@ typedef struct worker {
     double *P, *Q;              /* (V)                                        */
     unsigned char *work;        /* chunk decoding scratch                     */
     size_t work_cap;
+    int index;                  /* 0 .. threads - 1 (the hook's thread index) */
     pthread_t thread;
 } worker;
 
@@ -830,6 +832,10 @@ static void compute_row(worker *w, const slot *sl, int i)
     const float *d = sl->drow[i];
     double pt = NAN, pp = NAN, qt = NAN, qp = NAN;   /* settings P and Q were computed for */
     uint64_t row_key = mix64(mix64(c->seed) ^ mix64(c->key ^ mix64((uint64_t)(sl->row0 + i))));
+    const sq_accept_hook *h = c->hook;
+    const int hooked = h && h->wants(h->user, sl->row0 + i);
+    if (hooked)
+        h->row(h->user, w->index, sl->row0 + i, -1, t, d, NULL, NULL);
     for (int j = 0; j < c->n_cfg; j++) {
         const sq_accept_config *cfg = &c->cfg[j];
         double *a = sl->res + ((size_t)i * (size_t)c->n_cfg + (size_t)j) * (size_t)W;
@@ -848,6 +854,12 @@ static void compute_row(worker *w, const slot *sl, int i)
             gsl_rng_set(w->rng, (unsigned long)(mix64(row_key ^ c->cfg_keys[j]) & 0xffffffffu));
         }
         sq_accept_position(cfg, t, d, w->P, w->Q, V, W, c->samples, w->rng, a, w->ws);
+        if (hooked) {
+            int greedy = cfg->mode == SQ_MODE_GREEDY;
+            int q_ok = !greedy && qt == cfg->temperature && qp == cfg->top_p;
+            h->row(h->user, w->index, sl->row0 + i, j, t, d, greedy ? NULL : w->P,
+                   q_ok ? w->Q : NULL);
+        }
     }
 }
 
@@ -1259,10 +1271,11 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     run_ctx ctx = {
         .cfg = cfg, .n_cfg = n_cfg, .V = V, .W = W, .samples = params->samples,
         .seed = params->seed, .key = key, .cfg_keys = cfg_keys, .file = file,
-        .corpus = corpus, .chunk_rows = raw_rows,
+        .corpus = corpus, .chunk_rows = raw_rows, .hook = params->hook,
     };
     for (int t = 0; t < threads; t++) {
         ws[t].ctx = &ctx;
+        ws[t].index = t;
         ws[t].ws = sq_accept_ws_new(V, W);
         ws[t].rng = gsl_rng_alloc(gsl_rng_mt19937);
         ws[t].P = malloc((size_t)V * sizeof(double));
@@ -1273,6 +1286,8 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
         }
     }
 
+    if (params->hook && (rc = params->hook->begin(params->hook->user, threads, err)))
+        goto done;
     size_t half = (size_t)room * (size_t)V;
     const int per_model = raw_rows > 0 ? (int)((batch + raw_rows - 1) / raw_rows) + 1 : 0;
     if (raw_rows > 0) {

@@ -169,7 +169,27 @@ typedef struct sq_accept_params {
      * NULL. */
     void   (*progress)(void *user, int64_t done, int64_t total);
     void    *user;
+    /* More work on some rows, in the same pass (the dynamic-tree statistics, dynstats.h: each
+     * row read and decoded once, in the workers); NULL: none. */
+    const struct sq_accept_hook *hook;
 } sq_accept_params;
+
+/* A hook into sq_accept_run's workers. begin(user, threads) is called once before the workers
+ * start (threads: how many may call row at the same time, each with its own index in
+ * [0, threads)); a non-zero return (an sq_status, the message in *err) stops the run. Then, for
+ * every row r with wants(user, r): row(user, thread, r, -1, t, d, NULL, NULL) before the row's
+ * curves (t, d: its logits, V each), and row(user, thread, r, j, t, d, P, Q) after the curve of
+ * each configuration j, with P and Q the target's and the draft's distributions at cfg[j]'s
+ * temperature and top-p exactly as sq_accept_probs computed them for that curve, or NULL where
+ * the curve did not need them (P for greedy; Q for greedy and topk). A failure inside row is
+ * the hook's to record and report. */
+typedef struct sq_accept_hook {
+    int  (*begin)(void *user, int threads, sq_error *err);
+    int  (*wants)(void *user, int64_t row);
+    void (*row)(void *user, int thread, int64_t row, int j, const float *target,
+                const float *draft, const double *P, const double *Q);
+    void  *user;
+} sq_accept_hook;
 
 /* width 16, samples 1, seed 0, threads 0, batch_bytes 16 MiB, read AUTO, depths 0. */
 sq_accept_params sq_accept_default_params(void);

@@ -1,5 +1,7 @@
 /* The corpus statistics of the dynamic-tree prediction (dynstats.h; docs/planning.md, "Dynamic
- * trees"). One thread: a few thousand positions, read segment by segment. */
+ * trees"). The sampled rows are computed inside sq_accept_run's pass (sq_dynstats_hook: each row
+ * read and decoded once, in its worker threads, with the distributions the curves computed), or
+ * by sq_dynstats_run's own pass; both call dyn_row, and give the same bits. */
 #include "planner/accept/dynstats.h"
 
 #include <math.h>
@@ -41,6 +43,18 @@ static void top_values(const double *p, int V, int K, double *out, int *ids)
     int idx[SQ_DYNSTATS_MAX_TOPK];
     int n = 0;
     for (int v = 0; v < V; v++) {
+        if (n == K && (v & 7) == 0 && v + 8 <= V) {
+            /* a block of 8 below the K-th largest is skipped whole (the same test as below,
+             * in a form the compiler vectorises) */
+            double thr = p[idx[K - 1]];
+            int any = 0;
+            for (int j = 0; j < 8; j++)
+                any |= p[v + j] > thr;
+            if (!any) {
+                v += 7;
+                continue;
+            }
+        }
         if (n == K && !(p[v] > p[idx[n - 1]]))
             continue;
         int j = n < K ? n++ : K - 1;
@@ -170,9 +184,109 @@ static cJSON *build_json(int K, uint64_t seed, int n_files, const int *segs, int
     return sq_json_build_end(b, root);
 }
 
-int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const uint64_t *keys,
-                    int n_files, const sq_accept_config *cfg_in, int n_cfg_in,
-                    const sq_dynstats_params *prm, cJSON **out, sq_error *err)
+/* One run's statistics: the samples planned by sq_dynstats_begin, filled row by row by
+ * dyn_row (in sq_accept_run's workers, or by sq_dynstats_run's own pass), finished by
+ * sq_dynstats_finish. */
+typedef struct dyn_thread {
+    sq_accept_ws *ws;   /* (V, K) */
+    gsl_rng *rng;
+    double *Q1;         /* (V) the draft at temperature 1 */
+} dyn_thread;
+
+struct sq_dynstats {
+    sq_dynstats_params prm;
+    sq_corpus *const *corpora;
+    const uint64_t *keys;
+    int n_files, V, K;
+    sq_accept_config cfg[SQ_ACCEPT_MAX_CONFIGS];   /* the qualifying configurations */
+    int n_cfg;
+    int map[SQ_ACCEPT_MAX_CONFIGS];   /* the caller's configuration j -> its index here, or -1 */
+    seg *segs;
+    int n_segs, n;
+    int *seg_first;   /* (n_files + 1) each corpus's first segment                    */
+    int *seg_at;      /* (n_segs) the sample index of each segment's first position    */
+    double *q;        /* (n, K) the draft's sorted top-K at temperature 1               */
+    int *ids;         /* (n, K) their tokens                                            */
+    double *a;        /* (n_cfg, n, K)                                                  */
+    dyn_thread *th;
+    int n_th;
+    int file;         /* the corpus of the current pass                                 */
+    sq_accept_hook hook;
+};
+
+/* The sample index of row `row` of the current corpus, or -1 when it is not sampled. */
+static int sample_of(const sq_dynstats *ds, int64_t row)
+{
+    int lo = ds->seg_first[ds->file], hi = ds->seg_first[ds->file + 1];
+    while (lo < hi) {   /* the first segment that ends past row (sorted by row0) */
+        int mid = (lo + hi) / 2;
+        if (ds->segs[mid].row0 + ds->segs[mid].len <= row)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == ds->seg_first[ds->file + 1] || row < ds->segs[lo].row0)
+        return -1;
+    return ds->seg_at[lo] + (int)(row - ds->segs[lo].row0);
+}
+
+static int hook_wants(void *user, int64_t row)
+{
+    return sample_of(user, row) >= 0;
+}
+
+static int hook_begin(void *user, int threads, sq_error *err)
+{
+    sq_dynstats *ds = user;
+    if (threads <= ds->n_th)
+        return SQ_OK;
+    dyn_thread *t = realloc(ds->th, (size_t)threads * sizeof *t);
+    if (!t)
+        return sq_error_oom(err, "dynamic statistics' threads");
+    ds->th = t;
+    for (; ds->n_th < threads; ds->n_th++) {
+        dyn_thread *d = &ds->th[ds->n_th];
+        d->ws = sq_accept_ws_new(ds->V, ds->K);
+        d->rng = gsl_rng_alloc(gsl_rng_mt19937);
+        d->Q1 = malloc((size_t)ds->V * sizeof *d->Q1);
+        if (!d->ws || !d->rng || !d->Q1) {
+            ds->n_th++;   /* freed by sq_dynstats_free */
+            return sq_error_oom(err, "dynamic statistics' threads");
+        }
+    }
+    return SQ_OK;
+}
+
+/* The statistics of one sampled row: j = -1, the draft's top-K at temperature 1; j >= 0, the
+ * acceptance vector of the caller's configuration j, P and Q its distributions (as
+ * sq_accept_hook says). The same bits whichever thread computes it: each sample has its own
+ * random stream. */
+static void dyn_row(void *user, int thread, int64_t row, int j, const float *t, const float *d,
+                    const double *P, const double *Q)
+{
+    sq_dynstats *ds = user;
+    int at = sample_of(ds, row);
+    if (at < 0)
+        return;
+    dyn_thread *th = &ds->th[thread];
+    const int V = ds->V, K = ds->K;
+    if (j < 0) {
+        sq_accept_probs(d, V, 1.0, 1.0, th->Q1, th->ws);
+        top_values(th->Q1, V, K, ds->q + (size_t)at * K, ds->ids + (size_t)at * K);
+        return;
+    }
+    int k = ds->map[j];
+    if (k < 0)
+        return;
+    gsl_rng_set(th->rng, (unsigned long)(mix64(ds->prm.seed ^ mix64(ds->keys[ds->file] ^
+                mix64((uint64_t)row * 64 + (uint64_t)k))) | 1));
+    sq_accept_position(&ds->cfg[k], t, d, P, Q, V, K, ds->prm.samples, th->rng,
+                       ds->a + ((size_t)k * ds->n + at) * K, th->ws);
+}
+
+int sq_dynstats_begin(sq_corpus *const *corpora, const uint64_t *keys, int n_files,
+                      const sq_accept_config *cfg_in, int n_cfg_in,
+                      const sq_dynstats_params *prm, sq_dynstats **out, sq_error *err)
 {
     *out = NULL;
     if (prm->max_samples <= 0 || n_files <= 0)
@@ -180,65 +294,126 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
     if (prm->topk < 1 || prm->topk > SQ_DYNSTATS_MAX_TOPK || prm->segment < 1)
         return sq_error_set(err, SQ_EUSAGE, "dynamic statistics: topk %d (1..%d), segment %d",
                             prm->topk, SQ_DYNSTATS_MAX_TOPK, prm->segment);
-    sq_accept_config cfg[SQ_ACCEPT_MAX_CONFIGS];
-    int n_cfg = 0;
-    for (int j = 0; j < n_cfg_in; j++)
-        if (cfg_in[j].mode != SQ_MODE_SPECINFER)
-            cfg[n_cfg++] = cfg_in[j];
-    if (n_cfg == 0)
+    sq_dynstats *ds = calloc(1, sizeof *ds);
+    if (!ds)
+        return sq_error_oom(err, "dynamic statistics");
+    ds->prm = *prm;
+    ds->corpora = corpora;
+    ds->keys = keys;
+    ds->n_files = n_files;
+    for (int j = 0; j < n_cfg_in; j++) {
+        ds->map[j] = -1;
+        if (cfg_in[j].mode != SQ_MODE_SPECINFER) {
+            ds->map[j] = ds->n_cfg;
+            ds->cfg[ds->n_cfg++] = cfg_in[j];
+        }
+    }
+    if (ds->n_cfg == 0) {
+        free(ds);
         return SQ_OK;
-    int V = sq_corpus_get_info(corpora[0])->vocab;
-    const int K = prm->topk < V ? prm->topk : V;   /* a vocabulary smaller than K: all of it */
-    (void)files;
-
-    seg *segs = NULL;
-    int n_segs = 0, cap = 0, rc = SQ_OK;
+    }
+    ds->V = sq_corpus_get_info(corpora[0])->vocab;
+    ds->K = prm->topk < ds->V ? prm->topk : ds->V;   /* a vocabulary smaller than K: all of it */
+    int cap = 0, rc = SQ_OK;
+    ds->seg_first = calloc((size_t)n_files + 1, sizeof *ds->seg_first);
+    if (!ds->seg_first)
+        rc = sq_error_oom(err, "dynamic statistics");
     for (int f = 0; f < n_files && !rc; f++) {
         const sq_corpus_info *in = sq_corpus_get_info(corpora[f]);
         int budget = prm->max_samples;   /* per corpus: a merge of shards is then exact */
+        ds->seg_first[f] = ds->n_segs;
         rc = plan_segments(sq_corpus_seq_offsets(corpora[f]), in->sequences, prm->segment,
-                           prm->skip, budget, f, &segs, &n_segs, &cap, err);
+                           prm->skip, budget, f, &ds->segs, &ds->n_segs, &cap, err);
     }
-    int n = 0;
-    for (int i = 0; i < n_segs; i++)
-        n += segs[i].len;
-
-    float *tl = malloc((size_t)prm->segment * (size_t)V * sizeof *tl);
-    int32_t *tok = malloc((size_t)prm->segment * sizeof *tok);
-    int *nrank = malloc(((size_t)n + 1) * sizeof *nrank), has_tokens = 1;
-    float *dl = malloc((size_t)prm->segment * (size_t)V * sizeof *dl);
-    double *P = malloc((size_t)V * sizeof *P), *Q = malloc((size_t)V * sizeof *Q);
-    double *q = calloc((size_t)n * (size_t)K + 1, sizeof *q);
-    double *a = calloc((size_t)n * (size_t)K * (size_t)n_cfg + 1, sizeof *a);
-    sq_accept_ws *ws = sq_accept_ws_new(V, K);
-    gsl_rng *rng = gsl_rng_alloc(gsl_rng_mt19937);
-    if (!rc && (!tl || !tok || !nrank || !dl || !P || !Q || !q || !a || !ws || !rng))
+    if (!rc) {
+        ds->seg_first[n_files] = ds->n_segs;
+        if (!(ds->seg_at = malloc(((size_t)ds->n_segs + 1) * sizeof *ds->seg_at)))
+            rc = sq_error_oom(err, "dynamic statistics");
+        for (int i = 0; !rc && i < ds->n_segs; i++) {
+            ds->seg_at[i] = ds->n;
+            ds->n += ds->segs[i].len;
+        }
+    }
+    const size_t nK = (size_t)ds->n * (size_t)ds->K;
+    if (!rc && (!(ds->q = calloc(nK + 1, sizeof *ds->q)) ||
+                !(ds->ids = calloc(nK + 1, sizeof *ds->ids)) ||
+                !(ds->a = calloc(nK * (size_t)ds->n_cfg + 1, sizeof *ds->a))))
         rc = sq_error_oom(err, "dynamic statistics");
+    ds->hook = (sq_accept_hook){.begin = hook_begin, .wants = hook_wants, .row = dyn_row,
+                                .user = ds};
+    if (rc) {
+        sq_dynstats_free(ds);
+        return rc;
+    }
+    *out = ds;
+    return SQ_OK;
+}
 
-    /* --dynamic-branches: for every branch_every-th sample, where an off-path context starts */
+const sq_accept_hook *sq_dynstats_hook(sq_dynstats *ds, int file)
+{
+    SQ_ASSERT(file >= 0 && file < ds->n_files);
+    ds->file = file;
+    return &ds->hook;
+}
+
+void sq_dynstats_free(sq_dynstats *ds)
+{
+    if (!ds)
+        return;
+    for (int t = 0; t < ds->n_th; t++) {
+        sq_accept_ws_free(ds->th[t].ws);
+        if (ds->th[t].rng)
+            gsl_rng_free(ds->th[t].rng);
+        free(ds->th[t].Q1);
+    }
+    free(ds->th);
+    free(ds->segs);
+    free(ds->seg_first);
+    free(ds->seg_at);
+    free(ds->q);
+    free(ds->ids);
+    free(ds->a);
+    free(ds);
+}
+
+int sq_dynstats_finish(sq_dynstats *ds, sq_corpus *offpath, cJSON **out, sq_error *err)
+{
+    *out = NULL;
+    const sq_dynstats_params *prm = &ds->prm;
+    const int V = ds->V, K = ds->K, n = ds->n, n_segs = ds->n_segs, n_cfg = ds->n_cfg;
+    const seg *segs = ds->segs;
+    double *q = ds->q, *a = ds->a;
+    int rc = SQ_OK, has_tokens = 1, at = 0;
+    int32_t *tok = malloc((size_t)prm->segment * sizeof *tok);
+    int *nrank = malloc(((size_t)n + 1) * sizeof *nrank);
+    float *tl = NULL, *dl = NULL;
+    if (!tok || !nrank)
+        rc = sq_error_oom(err, "dynamic statistics");
+    else
+        rc = hook_begin(ds, 1, err);   /* thread 0's state: the off-path rows */
+
+    /* The text's next tokens: the rank of each among the draft's top-K, and for every
+     * branch_every-th sample (--dynamic-branches) the best draft token that is not the text's:
+     * the strongest rejected sibling, where an off-path context starts. */
     sq_out *bout = NULL;
     if (!rc && prm->branches && (rc = sq_out_open(&bout, prm->branches, err)))
         bout = NULL;
-    int at = 0;
     for (int i = 0; i < n_segs && !rc; i++) {
         const seg *g = &segs[i];
-        if ((rc = sq_corpus_read(corpora[g->file], g->row0, g->len, tl, dl, tok, err)))
+        if ((rc = sq_corpus_read(ds->corpora[g->file], g->row0, g->len, NULL, NULL, tok, err)))
             break;
-        has_tokens &= sq_corpus_get_info(corpora[g->file])->has_tokens;
-        for (int r = 0; r < g->len && !rc; r++, at++) {
-            const float *t = tl + (size_t)r * V, *d = dl + (size_t)r * V;
-            sq_accept_probs(d, V, 1.0, 1.0, Q, ws);   /* returns the support's size */
-            int ids[SQ_DYNSTATS_MAX_TOPK];
-            top_values(Q, V, K, q + (size_t)at * K, ids);
-            nrank[at] = -1;   /* the rank of the text's next token among them */
+        has_tokens &= sq_corpus_get_info(ds->corpora[g->file])->has_tokens;
+        for (int r = 0; r < g->len; r++, at++) {
+            const int *ids = ds->ids + (size_t)at * K;
+            nrank[at] = -1;
             for (int k = 0; k < K; k++)
                 if (ids[k] >= 0 && ids[k] == tok[r])
                     nrank[at] = k;
             if (bout && tok[r] >= 0 && at % (prm->branch_every > 0 ? prm->branch_every : 1) == 0) {
-                /* the best draft token that is not the text's: the strongest rejected sibling */
                 int w = ids[0] == tok[r] ? (K > 1 ? ids[1] : -1) : ids[0];
-                const int64_t *off = sq_corpus_seq_offsets(corpora[g->file]);
-                int64_t row = g->row0 + r, lo = 0, hi = sq_corpus_get_info(corpora[g->file])->sequences;
+                const int64_t *off = sq_corpus_seq_offsets(ds->corpora[g->file]);
+                int64_t row = g->row0 + r, lo = 0;
+                int64_t hi = sq_corpus_get_info(ds->corpora[g->file])->sequences;
                 while (hi - lo > 1) {   /* the sequence holding row */
                     int64_t mid = (lo + hi) / 2;
                     if (off[mid] <= row)
@@ -250,20 +425,8 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
                     fprintf(sq_out_stream(bout), "%d %lld %lld %d\n", g->file, (long long)lo,
                             (long long)(row - off[lo]), w);
             }
-            for (int j = 0; j < n_cfg && !rc; j++) {
-                const sq_accept_config *c = &cfg[j];
-                if (c->mode != SQ_MODE_GREEDY) {
-                    sq_accept_probs(t, V, c->temperature, c->top_p, P, ws);
-                    sq_accept_probs(d, V, c->temperature, c->top_p, Q, ws);
-                }
-                gsl_rng_set(rng, (unsigned long)(mix64(prm->seed ^ mix64(keys[g->file] ^
-                            mix64((uint64_t)(g->row0 + r) * 64 + (uint64_t)j))) | 1));
-                sq_accept_position(c, t, d, P, Q, V, K, prm->samples, rng,
-                                   a + ((size_t)j * n + at) * K, ws);
-            }
         }
     }
-
     if (bout) {
         if (!rc)
             rc = sq_out_commit(bout, err);
@@ -273,22 +436,23 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
     /* --dynamic-offpath: the draft's sorted top-K at the last row of every sequence */
     double *offq = NULL;
     int n_off = 0;
-    if (!rc && prm->offpath) {
-        const sq_corpus_info *oi = sq_corpus_get_info(prm->offpath);
-        const int64_t *off = sq_corpus_seq_offsets(prm->offpath);
+    if (!rc && offpath) {
+        const sq_corpus_info *oi = sq_corpus_get_info(offpath);
+        const int64_t *off = sq_corpus_seq_offsets(offpath);
         if (oi->vocab != V)
             rc = sq_error_set(err, SQ_EDATA, "%s: vocabulary %d, the corpus has %d",
                               prm->offpath_file, oi->vocab, V);
-        else if (!(offq = malloc(((size_t)oi->sequences + 1) * K * sizeof *offq)))
+        else if (!(offq = malloc(((size_t)oi->sequences + 1) * K * sizeof *offq)) ||
+                 !(tl = malloc((size_t)V * sizeof *tl)) || !(dl = malloc((size_t)V * sizeof *dl)))
             rc = sq_error_oom(err, "off-path statistics");
         for (int64_t sq = 0; !rc && sq < oi->sequences; sq++) {
             if (off[sq + 1] <= off[sq])
                 continue;
-            if ((rc = sq_corpus_read(prm->offpath, off[sq + 1] - 1, 1, tl, dl, NULL, err)))
+            if ((rc = sq_corpus_read(offpath, off[sq + 1] - 1, 1, tl, dl, NULL, err)))
                 break;
             int ids[SQ_DYNSTATS_MAX_TOPK];
-            sq_accept_probs(dl, V, 1.0, 1.0, Q, ws);
-            top_values(Q, V, K, offq + (size_t)n_off * K, ids);
+            sq_accept_probs(dl, V, 1.0, 1.0, ds->th[0].Q1, ds->th[0].ws);
+            top_values(ds->th[0].Q1, V, K, offq + (size_t)n_off * K, ids);
             for (int k = 0; k < K; k++)
                 offq[(size_t)n_off * K + k] = round5(offq[(size_t)n_off * K + k]);
             n_off++;
@@ -307,7 +471,7 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
         const char *names[SQ_ACCEPT_MAX_CONFIGS];
         char nbuf[SQ_ACCEPT_MAX_CONFIGS][128];
         for (int j = 0; j < n_cfg; j++) {
-            sq_accept_config_name(&cfg[j], nbuf[j], sizeof nbuf[j]);
+            sq_accept_config_name(&ds->cfg[j], nbuf[j], sizeof nbuf[j]);
             names[j] = nbuf[j];
         }
         if (!rows)
@@ -318,7 +482,7 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
                 rows[3 * i + 1] = segs[i].len;
                 rows[3 * i + 2] = segs[i].file;
             }
-            if (!(root = build_json(K, prm->seed, n_files, rows, n_segs, q, has_tokens ? nrank
+            if (!(root = build_json(K, prm->seed, ds->n_files, rows, n_segs, q, has_tokens ? nrank
                                     : NULL, n, names, n_cfg, a)))
                 rc = sq_error_oom(err, "dynamic statistics' JSON");
             if (!rc && n_off > 0) {
@@ -335,21 +499,66 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
             free(rows);
         }
     }
-    free(segs);
     free(offq);
     free(tok);
     free(nrank);
     free(tl);
     free(dl);
+    if (rc) {
+        cJSON_Delete(root);
+        return rc;
+    }
+    *out = root;
+    return SQ_OK;
+}
+
+int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const uint64_t *keys,
+                    int n_files, const sq_accept_config *cfg, int n_cfg,
+                    const sq_dynstats_params *prm, cJSON **out, sq_error *err)
+{
+    *out = NULL;
+    (void)files;
+    sq_dynstats *ds = NULL;
+    int rc = sq_dynstats_begin(corpora, keys, n_files, cfg, n_cfg, prm, &ds, err);
+    if (rc || !ds)
+        return rc;
+    const int V = ds->V;
+    float *tl = malloc((size_t)prm->segment * (size_t)V * sizeof *tl);
+    float *dl = malloc((size_t)prm->segment * (size_t)V * sizeof *dl);
+    double *P = malloc((size_t)V * sizeof *P), *Q = malloc((size_t)V * sizeof *Q);
+    if (!tl || !dl || !P || !Q)
+        rc = sq_error_oom(err, "dynamic statistics");
+    if (!rc)
+        rc = hook_begin(ds, 1, err);
+    /* its own pass: the sampled rows read segment by segment, the distributions computed here */
+    for (int i = 0; i < ds->n_segs && !rc; i++) {
+        const seg *g = &ds->segs[i];
+        ds->file = g->file;
+        if ((rc = sq_corpus_read(corpora[g->file], g->row0, g->len, tl, dl, NULL, err)))
+            break;
+        for (int r = 0; r < g->len; r++) {
+            const float *t = tl + (size_t)r * V, *d = dl + (size_t)r * V;
+            int64_t row = g->row0 + r;
+            dyn_row(ds, 0, row, -1, t, d, NULL, NULL);
+            for (int j = 0; j < n_cfg; j++) {
+                if (ds->map[j] < 0)
+                    continue;
+                const sq_accept_config *c = &cfg[j];
+                if (c->mode != SQ_MODE_GREEDY) {
+                    sq_accept_probs(t, V, c->temperature, c->top_p, P, ds->th[0].ws);
+                    sq_accept_probs(d, V, c->temperature, c->top_p, Q, ds->th[0].ws);
+                }
+                dyn_row(ds, 0, row, j, t, d, P, Q);
+            }
+        }
+    }
+    free(tl);
+    free(dl);
     free(P);
     free(Q);
-    free(q);
-    free(a);
-    sq_accept_ws_free(ws);
-    if (rng)
-        gsl_rng_free(rng);
     if (!rc)
-        *out = root;
+        rc = sq_dynstats_finish(ds, prm->offpath, out, err);
+    sq_dynstats_free(ds);
     return rc;
 }
 

@@ -71,10 +71,26 @@ typedef struct sq_dynstats_params {
 
 sq_dynstats_params sq_dynstats_default_params(void);
 
-/* Samples one or more corpora (files[f], corpora[f]; keys[f] as in sq_accept_run) for the
- * configurations cfg[0..n_cfg) (specinfer ones are skipped) and returns the "dynamic" object in
- * *out (NULL when no configuration qualifies or max_samples is 0). The budget of samples is shared
- * by the corpora in proportion to their rows. */
+/* The statistics in the estimator's pass (docs/estimator.md, "The dynamic-tree statistics"):
+ * sq_dynstats_begin plans the samples of one or more corpora (corpora[f], keys[f] as in
+ * sq_accept_run) for the configurations cfg[0..n_cfg) (specinfer ones are skipped; the budget is
+ * per corpus) and sets *out to NULL when no configuration qualifies or max_samples is 0. For each
+ * corpus f, sq_accept_run with the same cfg and params.hook = sq_dynstats_hook(ds, f) computes
+ * its sampled rows in its workers (each row read and decoded once; the softmaxes of the curves
+ * reused). sq_dynstats_finish then reads the sampled rows' tokens, writes params->branches, adds
+ * the off-path pool of `offpath` (params->offpath_file names it; may be NULL) and returns the
+ * "dynamic" object in *out. The corpora and keys must outlive ds. */
+typedef struct sq_dynstats sq_dynstats;
+int sq_dynstats_begin(sq_corpus *const *corpora, const uint64_t *keys, int n_files,
+                      const sq_accept_config *cfg, int n_cfg, const sq_dynstats_params *params,
+                      sq_dynstats **out, sq_error *err);
+const sq_accept_hook *sq_dynstats_hook(sq_dynstats *ds, int file);
+int sq_dynstats_finish(sq_dynstats *ds, sq_corpus *offpath, cJSON **out, sq_error *err);
+void sq_dynstats_free(sq_dynstats *ds);
+
+/* The same statistics by a pass of their own over the sampled rows only (read segment by
+ * segment, the distributions computed here; params->offpath as `offpath` above): the same bits
+ * as the hooked pass (tests compare them). *out NULL when off, as above. */
 int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const uint64_t *keys,
                     int n_files, const sq_accept_config *cfg, int n_cfg,
                     const sq_dynstats_params *params, cJSON **out, sq_error *err);

@@ -283,29 +283,18 @@ typedef struct est_opts {
     int quiet;
 } est_opts;
 
-/* The dynamic-tree statistics under the curves file's key "dynamic" (dynstats.h), with the
- * same corpus keys as the curves' random streams. */
-static int add_dynamic(sq_corpus **corp, char **files, char (*hex)[SQ_SHA256_HEX], int n_files,
-                       const sq_accept_config *cfg, int n_cfg, const est_opts *o, cJSON *root,
-                       sq_error *err)
+/* The dynamic-tree statistics under the curves file's key "dynamic" (dynstats.h), computed in
+ * the curves' pass (ds, with the same corpus keys as the curves' random streams). */
+static int add_dynamic(sq_dynstats *ds, const est_opts *o, cJSON *root, sq_error *err)
 {
-    uint64_t *keys = calloc((size_t)n_files, sizeof *keys);
-    if (!keys)
-        return sq_error_oom(err, "corpus keys");
-    for (int f = 0; f < n_files; f++)
-        keys[f] = corpus_key(hex[f]);
-    sq_dynstats_params dp = o->dyn;
-    dp.seed = o->params.seed;
-    dp.samples = o->params.samples;
     cJSON *dyn = NULL;
+    sq_corpus *offpath = NULL;
     int rc = SQ_OK;
-    if (dp.offpath_file)
-        rc = sq_corpus_open(dp.offpath_file, &dp.offpath, err);
-    if (!rc)
-        rc = sq_dynstats_run(corp, (const char *const *)files, keys, n_files, cfg, n_cfg, &dp,
-                             &dyn, err);
-    sq_corpus_close(dp.offpath);
-    free(keys);
+    if (o->dyn.offpath_file)
+        rc = sq_corpus_open(o->dyn.offpath_file, &offpath, err);
+    if (!rc && ds)   /* NULL: the statistics are off (the off-path corpus is checked still) */
+        rc = sq_dynstats_finish(ds, offpath, &dyn, err);
+    sq_corpus_close(offpath);
     if (!rc && dyn && !cJSON_AddItemToObject(root, SQ_DYNSTATS_KEY, dyn)) {
         cJSON_Delete(dyn);
         rc = sq_error_oom(err, "the dynamic statistics");
@@ -384,7 +373,9 @@ static int estimate(char **files, int n_files, est_opts *o)
     sq_curve_set set = {0};
     sq_out *out = NULL;
     cJSON *root = NULL;
-    if (!corp || !hex || !names || !hexp || !stats || !dstats) {
+    uint64_t *keys = calloc((size_t)n_files, sizeof *keys);
+    sq_dynstats *ds = NULL;
+    if (!corp || !hex || !names || !hexp || !stats || !dstats || !keys) {
         rc = sq_error_oom(&err, "corpus list");
         goto done;
     }
@@ -438,6 +429,7 @@ static int estimate(char **files, int n_files, est_opts *o)
             }
         names[f] = base_name(files[f]);
         hexp[f] = hex[f];
+        keys[f] = corpus_key(hex[f]);
     }
     if (sparse)
         fprintf(stderr, PROG ": notice: %s\n", sq_accept_sparse_note);
@@ -461,6 +453,11 @@ static int estimate(char **files, int n_files, est_opts *o)
             rc = sq_error_oom(&err, "statistics");
             goto done;
         }
+    sq_dynstats_params dp = o->dyn;
+    dp.seed = o->params.seed;
+    dp.samples = o->params.samples;
+    if ((rc = sq_dynstats_begin(corp, keys, n_files, cfg, n_cfg, &dp, &ds, &err)))
+        goto done;
     double t0 = now_s();
     int64_t total_rows = 0;
     for (int f = 0; f < n_files; f++) {
@@ -472,8 +469,8 @@ static int estimate(char **files, int n_files, est_opts *o)
         pr.progress = sq_progress_callback;
         pr.user = &ps;
         pr.depth_stats = dstats;
-        uint64_t key = corpus_key(hex[f]);
-        rc = sq_accept_run(corp[f], files[f], key, cfg, n_cfg, &pr, stats, &err);
+        pr.hook = ds ? sq_dynstats_hook(ds, f) : NULL;
+        rc = sq_accept_run(corp[f], files[f], keys[f], cfg, n_cfg, &pr, stats, &err);
         sq_progress_end(&ps);
         if (rc)
             goto done;
@@ -526,7 +523,7 @@ static int estimate(char **files, int n_files, est_opts *o)
         rc = sq_error_oom(&err, "the curve file's JSON tree");
         goto done;
     }
-    if ((rc = add_dynamic(corp, files, hex, n_files, cfg, n_cfg, o, root, &err)))
+    if ((rc = add_dynamic(ds, o, root, &err)))
         goto done;
     sq_json_print(sq_out_stream(out), root);
     rc = sq_out_commit(out, &err);
@@ -574,6 +571,8 @@ done:
     free(hex);
     free(names);
     free(hexp);
+    free(keys);
+    sq_dynstats_free(ds);
     if (rc)
         fprintf(stderr, PROG ": %s\n", err.msg);
     return rc;
