@@ -653,37 +653,53 @@ int sq_dyn_predict_catchup(const sq_dyn_samples *s, int L, int K, int N,
 
 /* ---- cost ------------------------------------------------------------------------------------------ */
 
-/* The in-step model (batch 1, the target profile has a step section): every forward as decoding
- * runs it (sq_hw_forward_ms), the engine's structure kept. */
-static int round_in_step(sq_engine e, const sq_profile *target, const sq_profile *draft,
-                         double draft_ms, int L, int K, int N, double accepted, sq_extrapolate x,
-                         sq_dyn_cost *out, sq_error *err)
+/* A round priced forward by forward as planner/hardware.h does (sq_hw_forward_ms: in-step at
+ * batch 1 with a step section, else the steady-stream profiles): the target's verify of N and
+ * the step's own work, the draft's first forward over `first` tokens, then L - 1 level forwards
+ * of K tokens each (grow = 0) or of i K at level i (grow = 1, TensorRT-LLM's growing context). */
+static int priced_round(const sq_profile *target, const sq_profile *draft, double draft_ms, int b,
+                        int L, int K, int N, double first, int grow, sq_extrapolate x,
+                        sq_dyn_cost *out, sq_error *err)
 {
     sq_hw_params hp = sq_hw_default_params();
     hp.target = target;
     hp.draft = draft;
     hp.draft_ms = draft_ms;
     hp.extrapolate = x;
-    double t, o, v, d;
+    double t, o, d, v = 0;
     int rc;
-    if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_TARGET, 1, N, &t, err)) ||
-        (rc = sq_hw_forward_ms(&hp, SQ_STEP_OVERHEAD, 1, N, &o, err)))
+    if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_TARGET, b, N, &t, err)) ||
+        (rc = sq_hw_forward_ms(&hp, SQ_STEP_OVERHEAD, b, N, &o, err)) ||
+        (rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_FIRST, b, first, &d, err)))
         return rc;
-    /* the first forward catches up the tokens accepted last round; unknown: the engine's own
-     * count (SGLang's extend over the N verified tokens, TensorRT-LLM's L + 1) */
-    double first = accepted > 0 ? accepted : e == SQ_ENGINE_SGLANG ? N : L + 1;
-    if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_FIRST, 1, first, &d, err)))
-        return rc;
-    for (int i = 1; i < L; i++) {
-        if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_LEVEL, 1,
-                                   e == SQ_ENGINE_SGLANG ? K : i * K, &v, err)))
+    if (grow) {
+        for (int i = 1; i < L; i++) {
+            if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_LEVEL, b, i * K, &v, err)))
+                return rc;
+            d += v;
+        }
+    } else if (L > 1) {
+        if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_LEVEL, b, K, &v, err)))
             return rc;
-        d += v;
+        d += (L - 1) * v;
     }
     out->target_ms = t + o;
     out->draft_ms = d;
     out->round_ms = t + o + d;
     return SQ_OK;
+}
+
+/* The engine's in-step model (batch 1, the target profile has a step section): the engine's
+ * structure, every forward as decoding runs it. */
+static int round_in_step(sq_engine e, const sq_profile *target, const sq_profile *draft,
+                         double draft_ms, int L, int K, int N, double accepted, sq_extrapolate x,
+                         sq_dyn_cost *out, sq_error *err)
+{
+    /* the first forward catches up the tokens accepted last round; unknown: the engine's own
+     * count (SGLang's extend over the N verified tokens, TensorRT-LLM's L + 1) */
+    double first = accepted > 0 ? accepted : e == SQ_ENGINE_SGLANG ? N : L + 1;
+    return priced_round(target, draft, draft_ms, 1, L, K, N, first, e != SQ_ENGINE_SGLANG, x, out,
+                        err);
 }
 
 int sq_dyn_round_ms_accepted(sq_engine e, const sq_profile *target, const sq_profile *draft,
@@ -727,25 +743,8 @@ int sq_dyn_round_ms_runtime(const sq_profile *target, const sq_profile *draft, d
                             int b, int L, int K, int N, double catchup, sq_extrapolate x,
                             sq_dyn_cost *out, sq_error *err)
 {
-    /* every forward as planner/hardware.h prices it: in-step at batch 1 with a step section,
-     * else the steady-stream profiles (draft_ms a forward without a draft profile) */
-    sq_hw_params hp = sq_hw_default_params();
-    hp.target = target;
-    hp.draft = draft;
-    hp.draft_ms = draft_ms;
-    hp.extrapolate = x;
-    double t, o, d, v = 0;
-    int rc;
-    if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_TARGET, b, N, &t, err)) ||
-        (rc = sq_hw_forward_ms(&hp, SQ_STEP_OVERHEAD, b, N, &o, err)) ||
-        (rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_FIRST, b, catchup, &d, err)) ||
-        (L > 1 && (rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_LEVEL, b, K, &v, err))))
-        return rc;
-    d += (L - 1) * v;
-    out->target_ms = t + o;
-    out->draft_ms = d;
-    out->round_ms = t + o + d;
-    return SQ_OK;
+    /* sequoia-run's draft: the catch-up, then K kept nodes a level, whatever the engine */
+    return priced_round(target, draft, draft_ms, b, L, K, N, catchup, 0, x, out, err);
 }
 
 int sq_dyn_plain_ms(const sq_profile *target, int b, sq_extrapolate x, double *ms, sq_error *err)
