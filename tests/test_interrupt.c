@@ -93,9 +93,12 @@ static pid_t spawn(char *const argv[])
     pid_t pid = fork();
     cr_assert_neq(pid, -1);
     if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        int fe = open(stderr_file[0] ? stderr_file : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC,
-                      0644);
+        /* standard output into an unlinked temporary file (tests write to no real /dev path) */
+        char out[] = "/tmp/sq-interrupt-out-XXXXXX";
+        int fd = mkstemp(out);
+        if (fd >= 0)
+            unlink(out);
+        int fe = stderr_file[0] ? open(stderr_file, O_WRONLY | O_CREAT | O_TRUNC, 0644) : -1;
         dup2(fd, STDOUT_FILENO);
         dup2(fe >= 0 ? fe : fd, STDERR_FILENO);
         execv(argv[0], argv);

@@ -31,7 +31,7 @@ SQ_BUNDLE_OUT=$TREE/.gpu-bundle/sequoia-gpu-bundle.tar.gz \
 
 # 2. the tree as the GPU machine receives it
 git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -C "$TREE" -xf -
-if ls -d "$TREE"/build* > /dev/null 2>&1; then
+if [ -n "$(find "$TREE" -maxdepth 1 -name "build*")" ]; then
     echo "rehearse.sh: a build folder would travel with the tree" >&2
     exit 1
 fi

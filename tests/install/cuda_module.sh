@@ -29,7 +29,7 @@ plan=$(find "$root" -path '*/bin/sequoia-plan')
 echo "installed: $run, $module"
 
 "$plan" -a "$src/data/pipeline/curves.json" -c greedy@T0 -n 1 -d 1 -o "$scratch/root.json" \
-    > /dev/null
+    > "$scratch/plan.txt"
 echo "10 20 30 40" > "$scratch/prompt.txt"
 set -- --draft "$src/data/models/draft" --target "$src/data/models/target" \
     --plan "$scratch/root.json" --prompt "$scratch/prompt.txt" -n 2 --no-baseline --mode greedy \

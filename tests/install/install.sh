@@ -25,7 +25,7 @@ if [ "$fuzz" = "true" ]; then
     exit 77
 fi
 for p in pkg-config python3 nm; do
-    command -v "$p" >/dev/null || { echo "install test: $p not found"; exit 77; }
+    command -v "$p" >&2 || { echo "install test: $p not found"; exit 77; }
 done
 
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/sq-install-test.XXXXXX")
@@ -63,7 +63,7 @@ case $cc in
     *) cxx_guess=c++ ;;
 esac
 cxx=${CXX:-$cxx_guess}
-command -v "${cxx%% *}" >/dev/null ||
+command -v "${cxx%% *}" >&2 ||
     { echo "FAIL: no C++ compiler '$cxx' (setup.sh installs g++; or set CXX)"; exit 1; }
 echo "C++ compiler: $cxx"
 

