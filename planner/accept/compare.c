@@ -16,6 +16,33 @@ static cJSON *jnum(double v)
     return cJSON_CreateNumber(isfinite(v) ? v : 0.0);
 }
 
+/* One rank's row of the JSON report (whole curves and each depth alike). */
+static cJSON *rank_json(int k, const sq_accept_rank_change *r)
+{
+    cJSON *jk = cJSON_CreateObject();
+    sq_json_add(jk, "rank", cJSON_CreateNumber(k + 1));
+    sq_json_add(jk, "baseline", jnum(r->base));
+    sq_json_add(jk, "new", jnum(r->now));
+    sq_json_add(jk, "change", jnum(r->change));
+    sq_json_add(jk, "z", !isnan(r->z) ? jnum(r->z) : cJSON_CreateNull());
+    return jk;
+}
+
+/* The optimal tree's F, baseline against new, with its standard error (sF <= 0: none) and
+ * where that error came from. */
+static cJSON *optimal_F_json(double Fb, double Fn, double sF, const char *how_b, const char *how_n)
+{
+    double dF = Fn - Fb;
+    cJSON *jf = cJSON_CreateObject();
+    sq_json_add(jf, "baseline", jnum(Fb));
+    sq_json_add(jf, "new", jnum(Fn));
+    sq_json_add(jf, "change", jnum(dF));
+    sq_json_add(jf, "stderr", sF > 0 ? jnum(sF) : cJSON_CreateNull());
+    sq_json_add(jf, "z", sF > 0 ? jnum(dF / sF) : cJSON_CreateNull());
+    sq_json_add(jf, "error_from", cJSON_CreateString(strcmp(how_b, how_n) ? how_n : how_b));
+    return jf;
+}
+
 /* The depth-dependent part (issue 27): depths 1 .. max(rows) of both curves, each depth's
  * vector as a flat curve (a curve without p_by_depth is p at every depth; one with fewer rows
  * reuses its last), compared like a whole curve: ranks with z-scores, and the optimal tree's F
@@ -51,13 +78,7 @@ static int compare_depths(const sq_curve *cb, const char *base_file, int i, cons
         int worst_k = 0;
         for (int k = 0; k < W; k++) {
             sq_accept_rank_change r = sq_accept_rank_compare(&rb, &rn, k);
-            cJSON *jk = cJSON_CreateObject();
-            sq_json_append(jr, jk);
-            sq_json_add(jk, "rank", cJSON_CreateNumber(k + 1));
-            sq_json_add(jk, "baseline", jnum(r.base));
-            sq_json_add(jk, "new", jnum(r.now));
-            sq_json_add(jk, "change", jnum(r.change));
-            sq_json_add(jk, "z", !isnan(r.z) ? jnum(r.z) : cJSON_CreateNull());
+            sq_json_append(jr, rank_json(k, &r));
             if (!isnan(r.z) && (isnan(worst) || r.z < worst)) {
                 worst = r.z;
                 worst_k = k + 1;
@@ -89,15 +110,7 @@ static int compare_depths(const sq_curve *cb, const char *base_file, int i, cons
             else
                 REPORT("       -");
             REPORT("%s\n", dd ? "  SIGNIFICANT DROP" : "");
-            cJSON *jf = cJSON_CreateObject();
-            sq_json_add(row, "optimal_F", jf);
-            sq_json_add(jf, "baseline", jnum(Fb));
-            sq_json_add(jf, "new", jnum(Fn));
-            sq_json_add(jf, "change", jnum(dF));
-            sq_json_add(jf, "stderr", sF > 0 ? jnum(sF) : cJSON_CreateNull());
-            sq_json_add(jf, "z", sF > 0 ? jnum(dF / sF) : cJSON_CreateNull());
-            sq_json_add(jf, "error_from",
-                        cJSON_CreateString(strcmp(how_b, how_n) ? how_n : how_b));
+            sq_json_add(row, "optimal_F", optimal_F_json(Fb, Fn, sF, how_b, how_n));
             sq_json_add(row, "significant_drop", cJSON_CreateBool(dd));
             *drop |= dd;
         }
@@ -195,13 +208,7 @@ int sq_accept_compare(const char *base_file, const char *new_file,
                 REPORT("  %+7.2f\n", r.z);
             else
                 REPORT("        -\n");
-            cJSON *jk = cJSON_CreateObject();
-            sq_json_append(jr, jk);
-            sq_json_add(jk, "rank", cJSON_CreateNumber(k + 1));
-            sq_json_add(jk, "baseline", jnum(r.base));
-            sq_json_add(jk, "new", jnum(r.now));
-            sq_json_add(jk, "change", jnum(r.change));
-            sq_json_add(jk, "z", !isnan(r.z) ? jnum(r.z) : cJSON_CreateNull());
+            sq_json_append(jr, rank_json(k, &r));
         }
         double Fb, Fn;
         double *gb = malloc((size_t)cb->width * sizeof *gb);
@@ -242,14 +249,7 @@ int sq_accept_compare(const char *base_file, const char *new_file,
         if (strcmp(how_b, "full covariance") || strcmp(how_n, "full covariance"))
             REPORT("  note: error of F from %s / %s\n", how_b, how_n);
         REPORT("  %s\n", drop ? "SIGNIFICANT DROP" : "no significant drop");
-        cJSON *jf = cJSON_CreateObject();
-        sq_json_add(jc, "optimal_F", jf);
-        sq_json_add(jf, "baseline", jnum(Fb));
-        sq_json_add(jf, "new", jnum(Fn));
-        sq_json_add(jf, "change", jnum(dF));
-        sq_json_add(jf, "stderr", sF > 0 ? jnum(sF) : cJSON_CreateNull());
-        sq_json_add(jf, "z", sF > 0 ? jnum(dF / sF) : cJSON_CreateNull());
-        sq_json_add(jf, "error_from", cJSON_CreateString(strcmp(how_b, how_n) ? how_n : how_b));
+        sq_json_add(jc, "optimal_F", optimal_F_json(Fb, Fn, sF, how_b, how_n));
         if (cb->depth_rows || cn->depth_rows) {
             int ddrop = 0;
             if ((rc = compare_depths(cb, base_file, i, cn, new_file, j, o, jc, &ddrop, err)))
