@@ -305,6 +305,21 @@ static cJSON *num_or_null(double x)
     return isnan(x) ? cJSON_CreateNull() : cJSON_CreateNumber(x);
 }
 
+/* One timed point (a steady-stream point, with its batch when the profile has batches, or a
+ * step section's). */
+static cJSON *point_json(const sq_profile_point *q, int with_batch)
+{
+    cJSON *e = cJSON_CreateObject();
+    if (with_batch)
+        sq_json_add(e, "batch", cJSON_CreateNumber(q->batch));
+    sq_json_add(e, "tokens", cJSON_CreateNumber(q->tokens));
+    sq_json_add(e, "median_ms", cJSON_CreateNumber(q->median_ms));
+    sq_json_add(e, "p10_ms", num_or_null(q->p10_ms));
+    sq_json_add(e, "p90_ms", num_or_null(q->p90_ms));
+    sq_json_add(e, "samples", cJSON_CreateNumber(q->samples));
+    return e;
+}
+
 cJSON *sq_profile_to_json(const sq_profile *p)
 {
     int batched = 0;
@@ -322,16 +337,7 @@ cJSON *sq_profile_to_json(const sq_profile *p)
     sq_json_add(o, "model", p->model ? cJSON_Duplicate(p->model, 1) : cJSON_CreateNull());
     cJSON *pts = cJSON_CreateArray();
     for (int i = 0; i < p->n && pts; i++) {
-        const sq_profile_point *q = &p->points[i];
-        cJSON *e = cJSON_CreateObject();
-        if (batched)
-            sq_json_add(e, "batch", cJSON_CreateNumber(q->batch));
-        sq_json_add(e, "tokens", cJSON_CreateNumber(q->tokens));
-        sq_json_add(e, "median_ms", cJSON_CreateNumber(q->median_ms));
-        sq_json_add(e, "p10_ms", num_or_null(q->p10_ms));
-        sq_json_add(e, "p90_ms", num_or_null(q->p90_ms));
-        sq_json_add(e, "samples", cJSON_CreateNumber(q->samples));
-        sq_json_append(pts, e);
+        sq_json_append(pts, point_json(&p->points[i], batched));
     }
     sq_json_add(o, "points", pts);
     if (p->step) {
@@ -341,14 +347,7 @@ cJSON *sq_profile_to_json(const sq_profile *p)
         for (int k = 0; k < SQ_STEP_PARTS; k++) {
             cJSON *arr = cJSON_CreateArray();
             for (int i = 0; i < p->step->n[k]; i++) {
-                const sq_profile_point *q = &p->step->pts[k][i];
-                cJSON *e = cJSON_CreateObject();
-                sq_json_add(e, "tokens", cJSON_CreateNumber(q->tokens));
-                sq_json_add(e, "median_ms", cJSON_CreateNumber(q->median_ms));
-                sq_json_add(e, "p10_ms", num_or_null(q->p10_ms));
-                sq_json_add(e, "p90_ms", num_or_null(q->p90_ms));
-                sq_json_add(e, "samples", cJSON_CreateNumber(q->samples));
-                sq_json_append(arr, e);
+                sq_json_append(arr, point_json(&p->step->pts[k][i], 0));
             }
             sq_json_add(st, step_part_names[k], arr);
         }
