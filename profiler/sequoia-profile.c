@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "libsequoia/base/cli.h"
@@ -16,6 +17,7 @@
 #include "libsequoia/format/profile.h"
 #include "profiler/latency_svg.h"
 #include "profiler/measure.h"
+#include "profiler/merge.h"
 #include "profiler/stability.h"
 #include "profiler/stepcost.h"
 #include "runtime/arch.h"
@@ -37,6 +39,7 @@ static void usage(FILE *fp)
         "                       [--draft DIR|config.json [--step-tokens LIST]] [--force]\n"
         "       " PROG " --model DIR|config.json --dry-run [options as above]\n"
         "       " PROG " --import ENGINE.csv [--engine NAME] -o PROFILE.json [--svg CURVE.svg]\n"
+        "       " PROG " --merge A.json B.json ... -o PROFILE.json [--svg CURVE.svg] [--force]\n"
         "\n"
         "Times the runtime's forward over n new tokens on top of a KV prefix of L tokens and\n"
         "writes the latency profile that sequoia-plan --target-profile/--draft-profile reads.\n"
@@ -91,6 +94,13 @@ static void usage(FILE *fp)
         "      --import CSV       turn another engine's measurements (header tokens,ms; or s, us;\n"
         "                         batch,tokens,ms for a batch profile) into a profile\n"
         "      --engine NAME      the engine named in an imported profile (default: imported)\n"
+        "      --merge FILE...    pool profiles of one setup taken at different times (the same\n"
+        "                         model, backend, dtype, device, threads, prefix, batch sizes,\n"
+        "                         token counts and step section; else exit 65 naming the file\n"
+        "                         and the field) into one: each point the median of the files'\n"
+        "                         medians (p10, p90: the median of theirs), samples summed; the\n"
+        "                         result records its sources and their time span (\"merged\")\n"
+        "                         and is judged credible as a measured profile is (see --force)\n"
         "      --dry-run          read the model's shape and check the options against it (context,\n"
         "                         dtype, the CPU's memory) as a run would, print what the run would\n"
         "                         time and allocate, and stop before making or mapping any weights;\n"
@@ -106,6 +116,7 @@ static void usage(FILE *fp)
         "  " PROG " --model draft/ --tokens 1,2,4,8,16,32 --repeat 20 -o draft.json\n"
         "  " PROG " --model llama2-70b/config.json --backend cuda --offload --repeat 3 -o l40.json\n"
         "  " PROG " --import vllm_latency.csv --engine vllm -o vllm.json\n"
+        "  " PROG " --merge slice0.json slice1.json slice2.json -o pooled.json\n"
         "\n"
         "Exit status: 0 success, 64 usage error, 65 invalid input data or a measured profile that is\n"
         "not credible (see --force), 66 input missing,\n"
@@ -254,9 +265,10 @@ static cJSON *stability_json(const sq_stability *st, int forced)
     return o;
 }
 
+/* extra: members added to the profile's top level (measured_at, merged), or NULL. */
 static int write_outputs(const sq_profile *p, const char *out_file, const char *svg_file,
                          const char *title, double unstable, const int *unstable_at, int n_unstable,
-                         const sq_stability *stab, int forced, sq_error *err)
+                         const sq_stability *stab, int forced, const cJSON *extra, sq_error *err)
 {
     sq_out *o = NULL, *s = NULL;
     int rc;
@@ -292,6 +304,8 @@ static int write_outputs(const sq_profile *p, const char *out_file, const char *
     sq_json_add(j, "unstable_threshold", cJSON_CreateNumber(unstable));
     if (stab)
         sq_json_add(j, "stability", stability_json(stab, forced));
+    for (const cJSON *x = extra ? extra->child : NULL; x; x = x->next)
+        sq_json_add(j, x->string, cJSON_Duplicate(x, 1));
     if (!(j = sq_json_build_end(b, j))) {
         sq_out_abort(o);
         sq_out_abort(s);
@@ -312,6 +326,11 @@ typedef struct profile_opts {
     int batches[MAX_LIST], nbatches;
     const char *draft_path;
     int step_tokens[MAX_LIST], nstep, force;
+    int merge;             /* --merge: the operands are the profiles to pool              */
+    char *const *merge_files;
+    int n_merge;
+    const char *measuring; /* the first option given that measures (refused with --merge) */
+    time_t started;        /* when the measurement began                                  */
     double load1;          /* the 1-minute load average when the run started; NAN unknown */
     sq_stability stab;
     int prefix_given, max_given;
@@ -339,7 +358,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         {"random-weights", no_argument, NULL, 'r'}, {"dry-run", no_argument, NULL, 'd'},
         {"version", no_argument, NULL, 'V'},
         {"draft", required_argument, NULL, 'G'}, {"step-tokens", required_argument, NULL, 'K'},
-        {"force", no_argument, NULL, 'F'},
+        {"force", no_argument, NULL, 'F'}, {"merge", no_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     *o = (profile_opts){.backend = "cpu", .max_tokens = 1024, .mp = sq_measure_default_params()};
@@ -351,6 +370,16 @@ static int parse_options(int argc, char **argv, profile_opts *o)
                  : c == 'R' ? &o->mp.repeat : &o->threads;
         const char *name = c == 'M' ? "--max-tokens" : c == 'P' ? "--prefix" : c == 'W'
                          ? "--warmup" : c == 'R' ? "--repeat" : "--threads";
+        /* the options that only a measurement (or an import) reads */
+        static const struct { char c; const char *name; } meas[] = {
+            {'m', "--model"}, {'b', "--backend"}, {'D', "--dtype"}, {'T', "--tokens"},
+            {'M', "--max-tokens"}, {'P', "--prefix"}, {'W', "--warmup"}, {'R', "--repeat"},
+            {'t', "--threads"}, {'I', "--import"}, {'E', "--engine"}, {'r', "--random-weights"},
+            {'n', "--no-refine"}, {'O', "--offload"}, {'B', "--batch"}, {'d', "--dry-run"},
+            {'G', "--draft"}, {'K', "--step-tokens"}};
+        for (size_t k = 0; k < sizeof meas / sizeof *meas && !o->measuring; k++)
+            if (meas[k].c == c)
+                o->measuring = meas[k].name;
         switch (c) {
         case 'm': o->model_path = optarg; break;
         case 'b': o->backend = optarg; break;
@@ -377,6 +406,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
                 return SQ_EUSAGE;
             break;
         case 'F': o->force = 1; break;
+        case 'X': o->merge = 1; break;
         case 'o': o->out_file = optarg; break;
         case 'S': o->svg_file = optarg; break;
         case 'I': o->import_file = optarg; break;
@@ -391,11 +421,41 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         default: return sq_cli_bad_option(PROG, c, argv, optind);
         }
     }
-    if (optind < argc) {
+    if (o->merge) {
+        o->merge_files = argv + optind;
+        o->n_merge = argc - optind;
+    } else if (optind < argc) {
         fprintf(stderr, PROG ": unexpected argument '%s' (see --help)\n", argv[optind]);
         return SQ_EUSAGE;
     }
     return PARSE_RUN;
+}
+
+/* --merge: profiles to pool, no measuring option, no output that is an input. */
+static const char *misfit_merge(const profile_opts *o, char *buf, size_t cap)
+{
+    if (o->measuring) {
+        snprintf(buf, cap, "--merge pools profiles already taken; %s measures (see --help)",
+                 o->measuring);
+        return buf;
+    }
+    if (o->n_merge < 1)
+        return "--merge: give the profiles to pool, e.g. --merge a.json b.json -o pooled.json";
+    if (o->n_merge > MAX_LIST) {
+        snprintf(buf, cap, "--merge: %d profiles, more than the limit of %d", o->n_merge,
+                 MAX_LIST);
+        return buf;
+    }
+    sq_path_use in[MAX_LIST];
+    for (int i = 0; i < o->n_merge; i++)
+        in[i] = (sq_path_use){"--merge", o->merge_files[i]};
+    sq_path_use out[] = {{"-o", o->out_file}, {"--svg", o->svg_file}};
+    sq_error e = {0};
+    if (sq_paths_check(in, o->n_merge, out, 2, &e)) {
+        snprintf(buf, cap, "%s", e.msg);
+        return buf;
+    }
+    return NULL;
 }
 
 /* Checks the options that depend on each other, settles the backend, dtype and token counts;
@@ -405,6 +465,8 @@ static const char *misfit(profile_opts *o)
     static char buf[SQ_ERROR_MSG_MAX + 64];
     if (!o->out_file && !o->dry_run)
         return "-o PROFILE.json is required (see --help)";
+    if (o->merge)
+        return misfit_merge(o, buf, sizeof buf);
     if (o->dry_run && o->import_file)
         return "--dry-run checks a --model; it does not apply to --import";
     if (!!o->model_path == !!o->import_file)
@@ -492,9 +554,150 @@ static int import_profile(const profile_opts *o, sq_error *err)
         return rc;
     char title[512];
     snprintf(title, sizeof title, "%s latency (imported from %s)", p->backend, o->import_file);
-    rc = write_outputs(p, o->out_file, o->svg_file, title, o->mp.unstable, NULL, 0, NULL, 0,
+    rc = write_outputs(p, o->out_file, o->svg_file, title, o->mp.unstable, NULL, 0, NULL, 0, NULL,
                        err);
     sq_profile_free(p);
+    return rc;
+}
+
+/* t as "2026-12-01T18:58:06Z" (UTC) into buf[32]. */
+static void utc_text(time_t t, char *buf)
+{
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || !strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm))
+        snprintf(buf, 32, "unknown");
+}
+
+/* "2026-12-01T18:58:06Z" back to a time; -1 when s is not of that form. */
+static time_t utc_parse(const char *s)
+{
+    struct tm tm = {0};
+    char z = 0;
+    if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%c", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                     &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &z) != 7 || z != 'Z')
+        return (time_t)-1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return timegm(&tm);
+}
+
+/* {"start": ..., "end": ...}: the "measured_at" object (docs/formats.md); NULL if out of
+ * memory. */
+static cJSON *measured_at_json(time_t start, time_t end)
+{
+    char a[32], b[32];
+    utc_text(start, a);
+    utc_text(end, b);
+    sq_json_build bl = sq_json_build_begin();
+    cJSON *o = cJSON_CreateObject();
+    sq_json_add(o, "start", cJSON_CreateString(a));
+    sq_json_add(o, "end", cJSON_CreateString(b));
+    return sq_json_build_end(bl, o);
+}
+
+/* When a source profile was taken: its "measured_at" (start, end), else the file's modification
+ * time for both (profiles written before measured_at was recorded); *from_mtime says which. */
+static void source_time(const cJSON *root, const char *file, time_t *start, time_t *end,
+                        int *from_mtime)
+{
+    const cJSON *m = sq_json_field(root, "measured_at");
+    *start = utc_parse(cJSON_GetStringValue(sq_json_field(m, "start")));
+    *end = utc_parse(cJSON_GetStringValue(sq_json_field(m, "end")));
+    *from_mtime = 0;
+    if (*start == (time_t)-1 || *end == (time_t)-1 || *end < *start) {
+        struct stat st;
+        *start = *end = stat(file, &st) == 0 ? st.st_mtime : (time_t)-1;
+        *from_mtime = 1;
+    }
+}
+
+static int judge_and_write(profile_opts *o, const sq_profile *prof, const char *title,
+                           const cJSON *extra, sq_error *err);
+
+/* --merge: the operands pooled (profiler/merge.h), judged as a measured profile is, written with
+ * "measured_at" (the sources' span) and "merged" (docs/formats.md, "Merged profiles"). */
+static int merge_profiles(profile_opts *o, sq_error *err)
+{
+    int n = o->n_merge, rc = SQ_OK;
+    sq_profile **in = calloc((size_t)n, sizeof *in);
+    time_t *t0 = calloc((size_t)n, sizeof *t0), *t1 = calloc((size_t)n, sizeof *t1);
+    int *mt = calloc((size_t)n, sizeof *mt);
+    sq_profile *m = NULL;
+    cJSON *extra = NULL;
+    if (!in || !t0 || !t1 || !mt) {
+        rc = sq_error_oom(err, "--merge");
+        goto done;
+    }
+    for (int i = 0; i < n && !rc; i++) {
+        cJSON *root = NULL;
+        if (!(rc = sq_json_load(o->merge_files[i], &root, err)))
+            rc = sq_profile_from_json(root, o->merge_files[i], &in[i], err);
+        if (!rc)
+            source_time(root, o->merge_files[i], &t0[i], &t1[i], &mt[i]);
+        cJSON_Delete(root);
+    }
+    sq_merge_drift drift;
+    if (rc || (rc = sq_profile_merge((const sq_profile *const *)in,
+                                     (const char *const *)o->merge_files, n, &m, &drift, err)))
+        goto done;
+    time_t lo = (time_t)-1, hi = (time_t)-1;
+    for (int i = 0; i < n; i++) {
+        if (t0[i] != (time_t)-1 && (lo == (time_t)-1 || t0[i] < lo))
+            lo = t0[i];
+        if (t1[i] != (time_t)-1 && (hi == (time_t)-1 || t1[i] > hi))
+            hi = t1[i];
+    }
+    sq_json_build b = sq_json_build_begin();
+    extra = cJSON_CreateObject();
+    if (lo != (time_t)-1 && hi != (time_t)-1)
+        sq_json_add(extra, "measured_at", measured_at_json(lo, hi));
+    cJSON *mg = cJSON_CreateObject();
+    sq_json_add(mg, "sources", cJSON_CreateNumber(n));
+    sq_json_add(mg, "span_s", lo != (time_t)-1 && hi != (time_t)-1
+                              ? cJSON_CreateNumber((double)(hi - lo)) : cJSON_CreateNull());
+    sq_json_add(mg, "pool", cJSON_CreateString("median of the sources' medians (p10, p90: the "
+                                               "median of theirs; samples summed)"));
+    cJSON *files = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *f = cJSON_CreateObject();
+        sq_json_add(f, "file", cJSON_CreateString(o->merge_files[i]));
+        sq_json_add(f, "measured_at", t0[i] != (time_t)-1 ? measured_at_json(t0[i], t1[i])
+                                                          : cJSON_CreateNull());
+        sq_json_add(f, "time_from", cJSON_CreateString(mt[i] ? "mtime" : "measured_at"));
+        sq_json_append(files, f);
+    }
+    sq_json_add(mg, "files", files);
+    cJSON *dr = cJSON_CreateObject();
+    sq_json_add(dr, "median", cJSON_CreateNumber(drift.median));
+    sq_json_add(dr, "max", cJSON_CreateNumber(drift.max));
+    sq_json_add(dr, "max_batch", cJSON_CreateNumber(drift.max_batch));
+    sq_json_add(dr, "max_tokens", cJSON_CreateNumber(drift.max_tokens));
+    sq_json_add(mg, "drift", dr);
+    sq_json_add(extra, "merged", mg);
+    if (!(extra = sq_json_build_end(b, extra))) {
+        rc = sq_error_oom(err, "--merge");
+        goto done;
+    }
+    if (!o->ps.quiet)
+        fprintf(stderr, PROG ": pooled %d profile%s over %.0f s; the sources' medians spread by "
+                "%.1f%% at the median point, %.1f%% at most (%d tokens%s)\n", n,
+                n == 1 ? "" : "s", lo != (time_t)-1 && hi != (time_t)-1 ? (double)(hi - lo) : 0.0,
+                100 * drift.median, 100 * drift.max, drift.max_tokens,
+                drift.max_batch > 1 ? ", batch > 1" : "");
+    char title[600];
+    const char *name = cJSON_GetStringValue(sq_json_field(m->model, "name"));
+    snprintf(title, sizeof title, "%.200s on %.200s (%s, prefix %d, %d profiles pooled)",
+             name ? name : "model", m->device, m->dtype, m->prefix, n);
+    rc = judge_and_write(o, m, title, extra, err);
+done:
+    for (int i = 0; in && i < n; i++)
+        sq_profile_free(in[i]);
+    free(in);
+    free(t0);
+    free(t1);
+    free(mt);
+    sq_profile_free(m);
+    cJSON_Delete(extra);
     return rc;
 }
 
@@ -849,11 +1052,14 @@ static void print_points(const sq_profile *prof, double unstable, double weight_
            "weights GB/s");
     for (int i = 0; i < prof->n; i++) {
         const sq_profile_point *p = &prof->points[i];
-        printf("%6d %8d %12.4f %12.4f %12.4f %12.2f%s\n", p->batch, p->tokens, p->median_ms,
-               p->p10_ms, p->p90_ms, weight_bytes / (p->median_ms * 1e6),
+        char gbs[32] = "-";   /* a merged profile: the weights' bytes are not known */
+        if (weight_bytes > 0)
+            snprintf(gbs, sizeof gbs, "%.2f", weight_bytes / (p->median_ms * 1e6));
+        printf("%6d %8d %12.4f %12.4f %12.4f %12s%s\n", p->batch, p->tokens, p->median_ms,
+               p->p10_ms, p->p90_ms, gbs,
                (p->p90_ms - p->p10_ms) / p->median_ms > unstable ? "  unstable" : "");
     }
-    for (int i = 0; i < prof->n; i++)
+    for (int i = 0; i < prof->n && weight_bytes > 0; i++)
         if (prof->points[i].batch == 1 && prof->points[i].tokens == 1) {
             fprintf(stderr, PROG ": decode (1 token): %.3f ms, %.3f GB of %s weights read per "
                     "forward: %.2f GB/s%s%s\n", prof->points[i].median_ms, weight_bytes / 1e9,
@@ -862,6 +1068,43 @@ static void print_points(const sq_profile *prof, double unstable, double weight_
                     strcmp(prof->backend, "cpu") ? "" : cpu_kernels_note());
             break;
         }
+}
+
+/* The profile judged (profiler/stability.h; a merged one with the load unknown) and written,
+ * or refused when it is not credible and --force is not given; the table of points on stdout. */
+static int judge_and_write(profile_opts *o, const sq_profile *prof, const char *title,
+                           const cJSON *extra, sq_error *err)
+{
+    int at[MAX_LIST + 64], rc;
+    /* test hook (tests/test_hostile.c): a threshold below 0 calls every point unstable */
+    const char *hook = getenv("SQ_TEST_UNSTABLE_THRESHOLD");
+    if (hook)
+        o->mp.unstable = atof(hook);
+    int n_unstable = unstable_points(prof, o->mp.unstable, at);
+    /* test hook (tests/test_stepcost.c): a severe threshold below 0 makes the rounds
+     * always disagree, so that the refusal is tested without live timing */
+    const char *sev = getenv("SQ_TEST_STABILITY_SEVERE");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    sq_profile_stability(prof, o->mp.unstable, sev ? atof(sev) : SQ_STABILITY_SEVERE,
+                         o->merge ? NAN : o->load1, cores > 0 ? (int)cores : 0,
+                         prof->threads > 0 ? prof->threads : 1, &o->stab);
+    char said[4096];
+    sq_stability_text(&o->stab, said, sizeof said);
+    if (o->stab.refuse && !o->force) {
+        print_points(prof, o->mp.unstable, o->weight_bytes);
+        return sq_error_set(err, SQ_EDATA, "%s: not written: the profile is not credible: "
+                            "%.3000s. Rerun on a quiet machine (or with a higher --repeat), "
+                            "or pass --force to write it anyway", o->out_file, said);
+    }
+    if (*said)
+        fprintf(stderr, PROG ": warning: %s%s\n", said, o->stab.refuse
+                ? " (written because of --force; sequoia-plan refuses a profile whose "
+                  "time falls below t(1), see --trust-profiles)" : "");
+    rc = write_outputs(prof, o->out_file, o->svg_file, title, o->mp.unstable, at, n_unstable,
+                       &o->stab, o->force, extra, err);
+    if (!rc)
+        print_points(prof, o->mp.unstable, o->weight_bytes);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -881,42 +1124,24 @@ int main(int argc, char **argv)
     sq_error err = {0};
     sq_profile prof = {0};
     o.load1 = sq_load_average();   /* before this run adds its own threads */
+    o.started = time(NULL);
     if (o.import_file) {
         rc = import_profile(&o, &err);
+    } else if (o.merge) {
+        rc = merge_profiles(&o, &err);
     } else if (!(rc = measure(&o, &prof, &err)) && !o.dry_run) {
-        int at[MAX_LIST + 64];
-        /* test hook (tests/test_hostile.c): a threshold below 0 calls every point unstable */
-        const char *hook = getenv("SQ_TEST_UNSTABLE_THRESHOLD");
-        if (hook)
-            o.mp.unstable = atof(hook);
-        int n_unstable = unstable_points(&prof, o.mp.unstable, at);
-        /* test hook (tests/test_stepcost.c): a severe threshold below 0 makes the rounds
-         * always disagree, so that the refusal is tested without live timing */
-        const char *sev = getenv("SQ_TEST_STABILITY_SEVERE");
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        sq_profile_stability(&prof, o.mp.unstable, sev ? atof(sev) : SQ_STABILITY_SEVERE, o.load1,
-                             cores > 0 ? (int)cores : 0, prof.threads > 0 ? prof.threads : 1,
-                             &o.stab);
-        char said[4096];
-        sq_stability_text(&o.stab, said, sizeof said);
+        cJSON *extra = cJSON_CreateObject();
+        cJSON *at = measured_at_json(o.started, time(NULL));
+        if (extra && at)
+            cJSON_AddItemToObject(extra, "measured_at", at);
+        else
+            cJSON_Delete(at);
         char title[600];
         snprintf(title, sizeof title, "%s on %s (%s, prefix %d)", o.model_path, prof.device,
                  prof.dtype, o.mp.prefix);
-        if (o.stab.refuse && !o.force) {
-            print_points(&prof, o.mp.unstable, o.weight_bytes);
-            rc = sq_error_set(&err, SQ_EDATA, "%s: not written: the profile is not credible: "
-                              "%.3000s. Rerun on a quiet machine (or with a higher --repeat), "
-                              "or pass --force to write it anyway", o.out_file, said);
-        } else {
-            if (*said)
-                fprintf(stderr, PROG ": warning: %s%s\n", said, o.stab.refuse
-                        ? " (written because of --force; sequoia-plan refuses a profile whose "
-                          "time falls below t(1), see --trust-profiles)" : "");
-            rc = write_outputs(&prof, o.out_file, o.svg_file, title, o.mp.unstable, at,
-                               n_unstable, &o.stab, o.force, &err);
-            if (!rc)
-                print_points(&prof, o.mp.unstable, o.weight_bytes);
-        }
+        rc = extra ? judge_and_write(&o, &prof, title, extra, &err)
+                   : sq_error_oom(&err, "the profile's JSON tree");
+        cJSON_Delete(extra);
     }
     if (prof.step) {
         cJSON_Delete(prof.step->draft);
