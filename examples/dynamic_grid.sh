@@ -37,7 +37,8 @@
 # (4 8 16 32), ROUNDS (2: runs of every prompt, interleaved across the configurations),
 # PICK_OPTS (--cost-model sequoia-run: how sequoia-plan picks the envelope; set it empty for a
 # sequoia-plan without that option), SKIP_PROFILES=1 (no new slices: pool OUT/profiles' as they
-# are), PRICE_ONLY=1 (no slices and no runs: pool, price and tabulate what OUT holds again),
+# are), PRICE_ONLY=1 (no slices and no runs: pool, price and tabulate what OUT holds again;
+# give the NEW, THREADS and ROUNDS it ran with, for a pick it must still run),
 # NICE (0). The load average and uptime are logged at every stage (OUT/load.log); the total time
 # is printed at the end and kept in OUT/setup.txt.
 set -euo pipefail
@@ -94,15 +95,18 @@ if [ "$PRICE_ONLY" != 1 ]; then
     } > "$OUT/setup.txt"
     lscpu > "$OUT/lscpu.txt" 2>/dev/null || true
 fi
-# the prompts (blank-line separated token ids), one file each
-python3 - "$OUT/prompts" "$PROMPTS" > /dev/null <<'PY'
+# the prompts (blank-line separated token ids), one file each (PRICE_ONLY: the ones OUT ran)
+if [ "$PRICE_ONLY" != 1 ]; then
+    rm -f "$OUT"/prompts/p*.txt
+    python3 - "$OUT/prompts" "$PROMPTS" > /dev/null <<'PY'
 import sys
 text = open(sys.argv[2]).read()
 ps = [p.strip() for p in text.split("\n\n") if p.strip()]
 for i, p in enumerate(ps):
     open("%s/p%d.txt" % (sys.argv[1], i), "w").write(p + "\n")
 PY
-NP=$(ls "$OUT/prompts" | wc -l)
+fi
+NP=$(ls "$OUT"/prompts/p*.txt | wc -l)
 
 # One profile slice: the target with its step section and the draft, short (SLICE_REPEAT samples
 # a point). Each is written whatever the profiler's verdict (--force): a slice is one sample of
