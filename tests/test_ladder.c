@@ -164,6 +164,81 @@ Test(ladder, each_rung_is_the_hardware_choice_at_its_batch_size)
     sq_curve_clear(&c);
 }
 
+/* A draft whose forward grows with its rows: the engine's model (first forward over F tokens,
+ * every node of a level) and sequoia-run's (over c tokens, the nodes with children) differ. */
+static double draft_rows(int b, int n) { return 0.2 + 0.05 * b * n; }
+
+/* Each rung's sequoia-run prediction (planner/hardware.h, "Two cost models") equals the plan
+ * written for that batch size alone (sq_hw_select on the profiles sliced at b), under either
+ * cost model; with --cost-model sequoia-run the rung's tree is the argmax of sequoia-run's
+ * speedup over every (n, d), and the engine model's ladder is the one before the option. */
+Test(ladder, rungs_carry_sequoia_runs_prediction_under_either_cost_model)
+{
+    sq_curve c;
+    curve(&c);
+    sq_dp *dp = solve(&c, 32, 6);
+    int b[] = {1, 2, 4, 8};
+    sq_profile *t = batch_profile(b, 4, 32, knee), *d = batch_profile(b, 4, 32, draft_rows);
+    for (int m = 0; m < 2; m++) {
+        sq_ladder_params prm = {.target = t, .draft = d, .objective = SQ_OBJECTIVE_LATENCY,
+                                .extrapolate = SQ_EXTRAPOLATE_NONE, .cost_model = m};
+        sq_ladder *l;
+        sq_error err = {0};
+        cr_assert_eq(sq_ladder_solve(dp, &c, &prm, &l, &err), 0, "%s", err.msg);
+        cr_assert_eq(l->n, 4);
+        for (int i = 0; i < 4; i++) {
+            const sq_ladder_choice *best = &l->rungs[i].best;
+            sq_profile *ts, *ds;
+            cr_assert_eq(sq_profile_slice(t, b[i], &ts, &err), 0);
+            cr_assert_eq(sq_profile_slice(d, b[i], &ds, &err), 0);
+            sq_hw_params hw = sq_hw_default_params();
+            hw.target = ts;
+            hw.draft = ds;
+            hw.cost_model = m;
+            sq_hw_result *r;
+            cr_assert_eq(sq_hw_select(dp, &hw, &r, &err), 0, "%s", err.msg);
+            cr_assert_eq(best->size, r->n, "model %d batch %d", m, b[i]);
+            cr_assert_float_eq(best->run_step_ms, r->runtime_step_ms, 1e-12);
+            cr_assert_float_eq(best->run_catchup, r->runtime_catchup, 1e-12);
+            cr_assert_float_eq(best->run_speedup, r->runtime_speedup, 1e-12);
+            cr_assert_float_eq(best->run_tokens_per_s,
+                               1e3 * b[i] * r->expected_tokens / r->runtime_step_ms, 1e-9);
+            cr_assert_float_eq(best->speedup, r->speedup, 1e-12);
+            cr_assert_float_eq(best->gain, m ? best->run_speedup : best->speedup, 1e-15);
+            /* the argmax of the chosen model's speedup over every candidate */
+            const double *tab = m ? r->runtime_speedup_table : r->speedup_table;
+            for (int n = 1; n <= r->N; n++)
+                for (int dd = 1; dd <= r->D; dd++) {
+                    double v = tab[(size_t)n * (size_t)(r->D + 1) + (size_t)dd];
+                    cr_assert(!(v > best->gain * (1 + 1e-12)), "model %d batch %d: (%d, %d) "
+                              "%.6f beats the rung's %.6f", m, b[i], n, dd, v, best->gain);
+                }
+            sq_hw_result_free(r);
+            sq_profile_free(ts);
+            sq_profile_free(ds);
+        }
+        /* the ladder file: every choice's sequoia_run, and who chose */
+        cJSON *j = sq_ladder_to_json(l, &prm);
+        const cJSON *r0 = cJSON_GetArrayItem(sq_json_field(j, "rungs"), 0);
+        const cJSON *rt = sq_json_field(sq_json_field(r0, "tree"), "sequoia_run");
+        cr_assert(cJSON_IsObject(rt));
+        cr_assert_float_eq(sq_json_field(rt, "tokens_per_second")->valuedouble,
+                           l->rungs[0].best.run_tokens_per_s, 1e-12);
+        cr_assert(sq_json_field(sq_json_field(r0, "chain"), "sequoia_run"));
+        const cJSON *by = sq_json_field(j, "chosen_by");
+        if (m)
+            cr_assert(cJSON_IsString(by) && !strcmp(by->valuestring, "sequoia-run"));
+        else
+            cr_assert_null(by, "the engine's ladder says nothing new");
+        cJSON_Delete(j);
+        sq_ladder_free(l);
+    }
+    sq_profile_free(t);
+    sq_profile_free(d);
+    sq_dp_free(dp);
+    sq_curve_clear(&c);
+}
+
 Test(ladder, crossover_where_the_forward_stops_being_memory_bound)
 {
     /* Draft free (fixed model, 0 ms). t = 1 + 0.25·max(0, b·n − 8): at batch b a tree of n ≤ 8/b
