@@ -467,6 +467,11 @@ cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *prm, const char 
     sq_json_add(o, "extrapolate", cJSON_CreateString(ex[prm->extrapolate]));
     sq_json_add(o, "search_budget", cJSON_CreateNumber(r->N));
     sq_json_add(o, "search_depth", cJSON_CreateNumber(r->D));
+    /* the batch size the profile priced (its smallest; docs/formats.md): written when it is not
+     * 1, so that sequoia-run compares like with like (tokens_per_second is per sequence) */
+    int pb = prm->target->n > 0 ? prm->target->points[0].batch : 1;
+    if (pb != 1)
+        sq_json_add(o, "batch", cJSON_CreateNumber(pb));
     sq_json_add(o, "target_ms_1", cJSON_CreateNumber(r->target1_ms));
     sq_json_add(o, "time_per_step_ms", cJSON_CreateNumber(r->step_ms));
     sq_json_add(o, "time_per_token_ms", cJSON_CreateNumber(r->step_ms / r->expected_tokens));

@@ -202,7 +202,8 @@ void sq_run_speed_of(const sq_run_record *r, sq_run_speed *out)
         snprintf(out->note, sizeof out->note, "not compared: no decoding step was timed");
     else {
         out->comparable = 1;
-        out->predicted = ptps->valuedouble;
+        /* a static plan's rate is per sequence, a dynamic plan's over the batch */
+        out->predicted = ptps->valuedouble * (r->dyn ? 1 : out->plan_batch);
         out->ratio = out->measured / out->predicted;
     }
 }

@@ -136,13 +136,14 @@ int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err
 /* The measured decoding speed against the plan's prediction of sequoia-run's own
  * (hardware.sequoia_run.tokens_per_second, docs/planning.md "Two cost models"), for static and
  * dynamic plans alike: the one place that decides whether they compare. The plan priced batch
- * hardware.batch (a static plan's section has none: batch 1); the run compares when it decoded
- * that many sequences together. */
+ * hardware.batch (absent: batch 1); the run compares when it decoded that many sequences
+ * together. A static plan's tokens_per_second is per sequence (F / t_step), a dynamic plan's over
+ * the batch: `predicted` is over the batch for both. */
 typedef struct sq_run_speed {
     int    have_plan;     /* the plan has a hardware section (else nothing to say)            */
     int    comparable;    /* predicted and ratio are set                                      */
     int    plan_batch;    /* the batch the plan priced                                        */
-    double predicted;     /* tokens/s, NAN when the section has no sequoia_run                */
+    double predicted;     /* tokens/s over the batch, NAN when not comparable                 */
     double measured;      /* Σ step_tokens over the batch steps' time (tokens/s of the batch) */
     double ratio;         /* measured / predicted                                             */
     char   note[256];     /* why not comparable ("" when comparable)                          */

@@ -56,9 +56,9 @@ static void usage(FILE *fp)
         "      --draft DIR          draft model directory\n"
         "      --target DIR         target model directory\n"
         "  -p, --plan FILE          tree plan (sequoia-plan v1), or a dynamic plan\n"
-        "                           (sequoia-dynamic-plan: its engine and envelope, run as\n"
-        "                           --engine/--envelope; a --mode or --temperature other than\n"
-        "                           the plan's is a warning)\n");
+        "                           (sequoia-dynamic-plan: its engine, envelope, mode and\n"
+        "                           temperature are the run's, as --engine/--envelope; one of\n"
+        "                           those options that differs from the plan's is refused)\n");
     fprintf(fp,
         "      --engine NAME        instead of --plan: grow each step's tree as the engine does,\n"
         "                           sglang or trtllm-dynamic (a dynamic tree: the draft's top-K\n"
