@@ -1066,6 +1066,61 @@ Test(dynamic, plan_cost_model_chooses_and_the_ladder_carries_both, .timeout = 12
     tu_rmtree(dir);
 }
 
+/* The keys of --cost-model in a dynamic plan: a rung's sequoia_run (kept through a round trip,
+ * checked naming the rung), hardware.chosen_by and hardware.batch. */
+Test(dynamic, plan_file_sequoia_run_rungs_and_chosen_by)
+{
+    char *dir = tu_tmpdir(), *f = tu_path(dir, "p.json"), *g = tu_path(dir, "q.json");
+    const char *rung = "\"tokens_per_second\": 900}, ";
+    const char *with = "\"tokens_per_second\": 900, \"sequoia_run\": {\"draft_catchup_tokens\": "
+                       "1.25, \"round_ms\": 3, \"tokens_per_second\": 950, "
+                       "\"predicted_speedup\": 1.9}}, ";
+    /* the hardware's "tokens_per_second": 900} comes first; the rung's is the second */
+    const char *at = strstr(strstr(GOOD, "\"ladder\""), rung);
+    cr_assert_not_null(at);
+    char text[4096];
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - GOOD), GOOD, with, at + strlen(rung));
+    tu_write(f, text);
+    sq_dynplan *p = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dynplan_load(f, &p, &e), 0, "%s", e.msg);
+    cr_expect_float_eq(p->ladder[0].run_tokens_per_second, 950, 0);
+    cr_expect_float_eq(p->ladder[0].run_catchup, 1.25, 0);
+    cr_expect_float_eq(p->ladder[0].run_round_ms, 3, 0);
+    cr_expect_float_eq(p->ladder[0].run_speedup, 1.9, 0);
+    cr_expect_float_eq(p->ladder[1].run_tokens_per_second, 0, 0, "absent: 0");
+    cr_assert_eq(sq_dynplan_save(g, p, &e), 0, "%s", e.msg);
+    sq_dynplan *q = NULL;
+    cr_assert_eq(sq_dynplan_load(g, &q, &e), 0, "%s", e.msg);
+    cr_expect_float_eq(q->ladder[0].run_tokens_per_second, 950, 0);
+    cr_expect_float_eq(q->ladder[0].run_speedup, 1.9, 0);
+    sq_dynplan_free(p);
+    sq_dynplan_free(q);
+    struct { const char *from, *to, *field; } bad[] = {
+        {"\"tokens_per_second\": 950", "\"tokens_per_second\": 0",
+         "ladder[0].sequoia_run.tokens_per_second"},
+        {"\"round_ms\": 3,", "\"round_ms\": -3,", "ladder[0].sequoia_run.round_ms"},
+        {"\"sequoia_run\": {", "\"sequoia_run\": 1, \"x\": {", "ladder[0].sequoia_run"},
+        {"\"round_ms\": 3.5", "\"round_ms\": 3.5, \"chosen_by\": \"foo\"", "hardware.chosen_by"},
+        {"\"round_ms\": 3.5", "\"round_ms\": 3.5, \"batch\": 0", "hardware.batch"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *w = strstr(text, bad[i].from);
+        cr_assert_not_null(w, "%s", bad[i].from);
+        char m[4096];
+        snprintf(m, sizeof m, "%.*s%s%s", (int)(w - text), text, bad[i].to,
+                 w + strlen(bad[i].from));
+        tu_write(f, m);
+        p = NULL;
+        e = (sq_error){0};
+        cr_expect_eq(sq_dynplan_load(f, &p, &e), SQ_EDATA, "%s: %s", bad[i].field, e.msg);
+        cr_expect(strstr(e.msg, "p.json") && strstr(e.msg, bad[i].field), "%s: %s",
+                  bad[i].field, e.msg);
+        sq_dynplan_free(p);
+    }
+    tu_rmtree(dir);
+}
+
 /* sequoia-plan --export of a dynamic plan: -o gets the engine's flags (planner/export.h,
  * sq_export_envelope; with --ladder sq_export_envelope_ladder) and --save-plan the plan; a saved
  * dynamic plan exports the same through --plan (sq_dynplan_sniff). */
