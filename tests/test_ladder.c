@@ -533,3 +533,61 @@ Test(ladder, sequoia_plan_vllm_schedule_and_a_refused_schedule)
     free(t); free(d); free(o); free(v); free(s);
     tu_rmtree(dir);
 }
+
+/* sequoia-plan --cost-model sequoia-run with --ladder and with a single hardware plan: the
+ * summary and the files say which model chose (chosen_by), the ladder's summary prints both
+ * models; the default writes the same ladder and plan as --cost-model engine, without
+ * chosen_by. */
+Test(ladder, sequoia_plan_cost_model_in_ladders_and_plans)
+{
+    char *dir = tu_tmpdir();
+    char *t = tu_path(dir, "t.json"), *d = tu_path(dir, "d.json"), *o = tu_path(dir, "l.json");
+    char *oe = tu_path(dir, "le.json"), *od = tu_path(dir, "ld.json");
+    write_batch_profile(t, 1.0, 0.05);
+    write_batch_profile(d, 0.1, 0.02);
+    const char *models[3] = {"sequoia-run", "engine", NULL};
+    char *files[3] = {o, oe, od};
+    for (int m = 0; m < 3; m++) {
+        char *argv[] = {getenv("SQ_PLAN_BIN"), "--ladder", "--target-profile", t,
+                        "--draft-profile", d, "-n", "32", "-d", "6", "-o", files[m],
+                        models[m] ? "--cost-model" : NULL, (char *)models[m], NULL};
+        char *out = NULL, *se = NULL;
+        cr_assert_eq(tu_run(argv, &out, &se), 0, "%s", se);
+        cr_assert(strstr(out, m ? "chosen by engine's cost model" :
+                                  "chosen by sequoia-run's cost model") &&
+                  strstr(out, "run tok/s"), "%s", out);
+        free(out);
+        free(se);
+    }
+    char *a = tu_read(o, NULL), *b = tu_read(oe, NULL), *c = tu_read(od, NULL);
+    cr_assert_str_eq(b, c, "--cost-model engine is the default");
+    cr_assert(!strstr(b, "chosen_by") && strstr(a, "\"chosen_by\": \"sequoia-run\""));
+    cJSON *j = cJSON_Parse(a);
+    const cJSON *r0 = cJSON_GetArrayItem(sq_json_field(j, "rungs"), 0);
+    const cJSON *tr = sq_json_field(r0, "tree");
+    cr_assert_float_eq(sq_json_field(tr, "gain")->valuedouble,
+                       sq_json_field(sq_json_field(tr, "sequoia_run"), "speedup")->valuedouble,
+                       1e-12, "the gain is sequoia-run's speedup");
+    cJSON_Delete(j);
+    free(a);
+    free(b);
+    free(c);
+    /* one plan for the hardware (the profile's smallest batch size, 1) */
+    char *p = tu_path(dir, "p.json");
+    char *argv2[] = {getenv("SQ_PLAN_BIN"), "--target-profile", t, "--draft-profile", d, "-n",
+                     "32", "-d", "6", "-o", p, "--cost-model", "sequoia-run", NULL};
+    char *out = NULL, *se = NULL;
+    cr_assert_eq(tu_run(argv2, &out, &se), 0, "%s", se);
+    cr_assert(strstr(out, "chosen by:      sequoia-run's cost model"), "%s", out);
+    free(out);
+    free(se);
+    sq_plan *plan;
+    sq_error err = {0};
+    cr_assert_eq(sq_plan_load(p, &plan, &err), 0, "%s", err.msg);
+    const cJSON *by = sq_json_field(plan->hardware, "chosen_by");
+    cr_assert(cJSON_IsString(by) && !strcmp(by->valuestring, "sequoia-run"));
+    cr_assert_null(sq_json_field(plan->hardware, "batch"), "batch 1 is not written");
+    sq_plan_free(plan);
+    free(t); free(d); free(o); free(oe); free(od); free(p);
+    tu_rmtree(dir);
+}
