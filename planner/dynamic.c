@@ -772,10 +772,17 @@ int sq_dyn_round_ms(sq_engine e, const sq_profile *target, const sq_profile *dra
 
 /* ---- search ------------------------------------------------------------------------------------------ */
 
-static int better(const sq_dyn_choice *a, const sq_dyn_choice *b)
+/* The rate the search maximises: the engine's round, or sequoia-run's (sq_cost_model). */
+static double ranked_tps(const sq_dyn_choice *c, sq_cost_model m)
 {
-    if (a->tokens_per_second != b->tokens_per_second)
-        return a->tokens_per_second > b->tokens_per_second;
+    return m == SQ_COST_SEQUOIA_RUN ? c->run_tokens_per_second : c->tokens_per_second;
+}
+
+static int better(const sq_dyn_choice *a, const sq_dyn_choice *b, sq_cost_model m)
+{
+    double ra = ranked_tps(a, m), rb = ranked_tps(b, m);
+    if (ra != rb)
+        return ra > rb;
     if (a->nodes != b->nodes)
         return a->nodes < b->nodes;
     if (a->steps != b->steps)
@@ -872,10 +879,10 @@ int sq_dyn_search(const sq_dyn_grid *g, const sq_dyn_search_params *p, sq_dyn_ch
                                     rc_run.target_ms, rc_run.draft_ms,
                                     p->batch * E / rc_run.round_ms * 1000.0};
                 /* into the sorted list of the cap best */
-                if (cap <= 0 || (*n_best == cap && !better(&ch, &best[cap - 1])))
+                if (cap <= 0 || (*n_best == cap && !better(&ch, &best[cap - 1], p->cost_model)))
                     continue;
                 int j = *n_best < cap ? (*n_best)++ : cap - 1;
-                while (j > 0 && better(&ch, &best[j - 1])) {
+                while (j > 0 && better(&ch, &best[j - 1], p->cost_model)) {
                     best[j] = best[j - 1];
                     j--;
                 }

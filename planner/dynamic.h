@@ -28,6 +28,7 @@
 #include "libsequoia/format/dynplan.h"
 #include "libsequoia/format/profile.h"
 #include "planner/export.h"
+#include "planner/hardware.h"
 
 SQ_BEGIN_DECLS
 
@@ -251,10 +252,13 @@ typedef struct sq_dyn_search_params {
     const sq_profile  *target, *draft;
     double             draft_ms;     /* when draft is NULL                            */
     sq_extrapolate     extrapolate;
+    sq_cost_model      cost_model;   /* what the search maximises: the engine's round
+                                        (default) or sequoia-run's (run_tokens_per_second) */
 } sq_dyn_search_params;
 
 /* Every envelope of the grid that the engine allows, priced at the batch size by the engine's
  * cost (sequoia-run's beside it, in the run_* fields): the fastest first into best[0 .. *n_best)
+ * (fastest by the model p->cost_model names: tokens_per_second, or run_tokens_per_second)
  * (*n_best at most `cap`), and *plain_tps the rate of plain
  * decoding there (batch / t_target(batch, 1)). Ties go to the smaller N, then L, then K.
  * Errors: the profiles' (a batch size or token count they lack), SQ_EUSAGE when no envelope

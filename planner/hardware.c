@@ -7,11 +7,26 @@
 #include "libsequoia/base/json.h"
 #include "libsequoia/format/plan.h"
 
+int sq_cost_model_parse(const char *s)
+{
+    if (s && !strcmp(s, "engine"))
+        return SQ_COST_ENGINE;
+    if (s && !strcmp(s, "sequoia-run"))
+        return SQ_COST_SEQUOIA_RUN;
+    return -1;
+}
+
+const char *sq_cost_model_name(sq_cost_model m)
+{
+    return m == SQ_COST_SEQUOIA_RUN ? "sequoia-run" : "engine";
+}
+
 sq_hw_params sq_hw_default_params(void)
 {
     return (sq_hw_params){.target = NULL, .draft = NULL, .draft_ms = 0.0,
                           .extrapolate = SQ_EXTRAPOLATE_NONE, .measured_sizes_only = 0,
-                          .target_file = NULL, .draft_file = NULL, .trust = 0};
+                          .target_file = NULL, .draft_file = NULL, .trust = 0,
+                          .cost_model = SQ_COST_ENGINE};
 }
 
 static int profile_ms(const sq_profile *p, const char *which, double x, sq_extrapolate mode,
@@ -383,8 +398,10 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
             sq_tree_free(t);
             if (rc)
                 goto fail;
-            double rate = F / step;
-            r->speedup_table[(size_t)n * (size_t)(r->D + 1) + (size_t)d] = rate * r->target1_ms;
+            /* the rate the choice maximises: the model params.cost_model names */
+            double rate = prm->cost_model == SQ_COST_SEQUOIA_RUN ? F / rstep : F / step;
+            r->speedup_table[(size_t)n * (size_t)(r->D + 1) + (size_t)d] = F / step *
+                                                                            r->target1_ms;
             r->runtime_speedup_table[(size_t)n * (size_t)(r->D + 1) + (size_t)d] =
                 F / rstep * r->target1_ms;
             /* strict: ties keep the smaller n (scanned first within a depth) and, across
@@ -409,7 +426,9 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
     r->speedup = r->expected_tokens * r->target1_ms / r->step_ms;
     r->runtime_speedup = r->expected_tokens * r->target1_ms / r->runtime_step_ms;
     if (!prm->trust &&
-        (rc = sq_hw_check_prediction(prm, r->n, r->expected_tokens, r->speedup, err)))
+        (rc = sq_hw_check_prediction(prm, r->n, r->expected_tokens,
+                                     prm->cost_model == SQ_COST_SEQUOIA_RUN ? r->runtime_speedup
+                                                                            : r->speedup, err)))
         goto fail;
     free(reach);
     *out = r;
@@ -440,12 +459,19 @@ cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *prm, const char 
                                                 : "fixed: t_target(n) + L * draft_ms"));
     if (prm->trust)
         sq_json_add(o, "trusted", cJSON_CreateTrue());
+    if (prm->cost_model == SQ_COST_SEQUOIA_RUN)   /* which model chose (docs/formats.md) */
+        sq_json_add(o, "chosen_by", cJSON_CreateString(sq_cost_model_name(prm->cost_model)));
     sq_json_add(o, "candidates", cJSON_CreateString(prm->measured_sizes_only ? "measured sizes"
                                                                              : "all sizes"));
     const char *ex[] = {"none", "linear", "constant"};
     sq_json_add(o, "extrapolate", cJSON_CreateString(ex[prm->extrapolate]));
     sq_json_add(o, "search_budget", cJSON_CreateNumber(r->N));
     sq_json_add(o, "search_depth", cJSON_CreateNumber(r->D));
+    /* the batch size the profile priced (its smallest; docs/formats.md): written when it is not
+     * 1, so that sequoia-run compares like with like (tokens_per_second is per sequence) */
+    int pb = prm->target->n > 0 ? prm->target->points[0].batch : 1;
+    if (pb != 1)
+        sq_json_add(o, "batch", cJSON_CreateNumber(pb));
     sq_json_add(o, "target_ms_1", cJSON_CreateNumber(r->target1_ms));
     sq_json_add(o, "time_per_step_ms", cJSON_CreateNumber(r->step_ms));
     sq_json_add(o, "time_per_token_ms", cJSON_CreateNumber(r->step_ms / r->expected_tokens));

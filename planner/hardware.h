@@ -22,7 +22,8 @@
  *     the draft the step section was measured with (same shape), else SQ_EDATA.
  *
  * These are the ENGINE's model: what a static-tree engine runs (its draft reads F tokens, the
- * tokens accepted last step, and every node of a level). It drives the choice (sq_hw_select).
+ * tokens accepted last step, and every node of a level). It drives the choice (sq_hw_select)
+ * unless params.cost_model is SQ_COST_SEQUOIA_RUN, when sequoia-run's model below does.
  *
  * sequoia-run's model (docs/planning.md, "Two cost models"): the same terms, but as
  * runtime/specdec.c runs them:
@@ -44,7 +45,9 @@
  * (sq_profile_falls with from_first), and a prediction whose speedup exceeds tokens/step x
  * (1 + SQ_PROFILE_FALL_TOL): a step costs at least one target forward of n >= 1 tokens, which
  * cannot be cheaper than t(1), so S = F · t(1) / t_step <= F.
- * The choice maximises F / t_step; the predicted speedup against the target alone is
+ * The choice maximises F / t_step (t_step of the model params.cost_model names; the
+ * credibility bound applies to that model's speedup); the predicted speedup against the target
+ * alone is
  *   S = F · t_target(1) / t_step.
  * Ties go to the smaller size, then the smaller depth. */
 #ifndef SQ_PLANNER_HARDWARE_H
@@ -60,6 +63,17 @@
 
 SQ_BEGIN_DECLS
 
+/* Which model ranks the candidates (sequoia-plan --cost-model; docs/planning.md, "Two cost
+ * models"): the engine's (the default) or sequoia-run's own. Both are always computed and written;
+ * this only says which one the choice maximises. */
+typedef enum sq_cost_model { SQ_COST_ENGINE = 0, SQ_COST_SEQUOIA_RUN = 1 } sq_cost_model;
+
+/* "engine" or "sequoia-run"; -1 on anything else. */
+SQ_API
+int sq_cost_model_parse(const char *s);
+SQ_API
+const char *sq_cost_model_name(sq_cost_model m);
+
 typedef struct sq_hw_params {
     const sq_profile *target;     /* required                                              */
     const sq_profile *draft;      /* per-level model when set                              */
@@ -71,6 +85,7 @@ typedef struct sq_hw_params {
     const char       *draft_file;
     int               trust;        /* plan from profiles and predictions that are not
                                        physically credible (sequoia-plan --trust-profiles) */
+    sq_cost_model     cost_model;   /* what the choice maximises (default: the engine's)   */
 } sq_hw_params;
 
 /* The credibility check of one profile (see above): SQ_EDATA naming `file` and the token
@@ -96,7 +111,7 @@ typedef struct sq_hw_result {
     double  target1_ms;      /* t_target(1)                                                  */
     double  speedup;         /* F · t_target(1) / t_step                                     */
     double *speedup_table;   /* (N+1, D+1) S for every evaluated (n, d); NAN elsewhere       */
-    /* sequoia-run's model of the same trees (the choice is the engine model's) */
+    /* sequoia-run's model of the same trees (the choice is params.cost_model's) */
     double  runtime_step_ms; /* t_step of the choice as sequoia-run runs it                  */
     double  runtime_catchup; /* its draft's expected catch-up tokens c                       */
     double  runtime_speedup; /* F · t_target(1) / runtime_step_ms                            */
@@ -140,7 +155,9 @@ int sq_hw_forward_ms(const sq_hw_params *params, sq_step_part part, int batch, d
                      double *ms, sq_error *err);
 
 /* The plan's "hardware" section, with sequoia-run's model of the chosen tree under
- * SQ_PLAN_HW_RUNTIME (libsequoia/format/plan.h). File names may be NULL. */
+ * SQ_PLAN_HW_RUNTIME (libsequoia/format/plan.h), and "chosen_by": "sequoia-run" when that model
+ * chose it (params.cost_model; absent: the engine's, as before the option). File names may be
+ * NULL. */
 SQ_API
 cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *params, const char *target_file,
                      const char *draft_file);

@@ -46,6 +46,8 @@ typedef struct rung_ctx {
     const double *plain;      /* tokens/s of plain decoding at batches[i] */
     int           nb;
     sq_objective  objective;
+    sq_cost_model cost_model;
+    const sq_curve *curve;    /* scores the trees: sequoia-run's catch-up */
 } rung_ctx;
 
 /* Best plain-decoding throughput over profiled batch sizes in [b, b·n]. */
@@ -62,9 +64,11 @@ static double plain_best(const rung_ctx *c, int n)
 /* Scores one tree of value F under the rung's model into *ch. */
 static int score(const rung_ctx *c, const sq_tree *t, double F, sq_ladder_choice *ch, sq_error *err)
 {
-    double step;
-    int rc = sq_hw_step_ms(&c->hw, t, F, &step, err);
-    if (rc)
+    double step, rstep, cu;
+    int rc;
+    if ((rc = sq_hw_step_ms(&c->hw, t, F, &step, err)) ||
+        (rc = sq_hw_catchup(t, c->curve, &cu, err)) ||
+        (rc = sq_hw_step_ms_runtime(&c->hw, t, cu, &rstep, err)))
         return rc;
     ch->size = t->n;
     ch->depth = sq_tree_depth(t);
@@ -72,8 +76,14 @@ static int score(const rung_ctx *c, const sq_tree *t, double F, sq_ladder_choice
     ch->step_ms = step;
     ch->speedup = F * c->t1 / step;
     ch->tokens_per_s = 1e3 * c->batch * F / step;
-    ch->gain = c->objective == SQ_OBJECTIVE_LATENCY ? ch->speedup
-                                                     : ch->tokens_per_s / plain_best(c, t->n);
+    ch->run_catchup = cu;
+    ch->run_step_ms = rstep;
+    ch->run_speedup = F * c->t1 / rstep;
+    ch->run_tokens_per_s = 1e3 * c->batch * F / rstep;
+    int run = c->cost_model == SQ_COST_SEQUOIA_RUN;
+    ch->gain = c->objective == SQ_OBJECTIVE_LATENCY
+                   ? (run ? ch->run_speedup : ch->speedup)
+                   : (run ? ch->run_tokens_per_s : ch->tokens_per_s) / plain_best(c, t->n);
     return SQ_OK;
 }
 
@@ -231,6 +241,7 @@ int sq_ladder_solve(sq_dp *dp, const sq_curve *curve, const sq_ladder_params *pr
         return sq_error_oom(err, "ladder");
     }
     l->objective = prm->objective;
+    l->cost_model = prm->cost_model;
     l->budget = sq_dp_budget(dp);
     l->depth = sq_dp_depth(dp);
     l->width = sq_dp_width(dp);
@@ -250,7 +261,8 @@ int sq_ladder_solve(sq_dp *dp, const sq_curve *curve, const sq_ladder_params *pr
     for (int i = 0; i < nb; i++) {
         sq_ladder_rung *r = &l->rungs[i];
         rung_ctx c = {.batch = batches[i], .batches = batches, .plain = plain, .nb = nb,
-                      .objective = prm->objective};
+                      .objective = prm->objective, .cost_model = prm->cost_model,
+                      .curve = curve};
         c.hw = sq_hw_default_params();
         c.hw.target = ts[i];
         c.hw.draft = ds[i];
@@ -306,6 +318,13 @@ static cJSON *choice_json(const sq_ladder_choice *ch, int with_kl)
     sq_json_add(o, "speedup", cJSON_CreateNumber(ch->speedup));
     sq_json_add(o, "tokens_per_second", cJSON_CreateNumber(ch->tokens_per_s));
     sq_json_add(o, "gain", cJSON_CreateNumber(ch->gain));
+    /* sequoia-run's model of the same tree (docs/formats.md, "Ladders") */
+    cJSON *rt = cJSON_CreateObject();
+    sq_json_add(rt, "draft_catchup_tokens", cJSON_CreateNumber(ch->run_catchup));
+    sq_json_add(rt, "time_per_step_ms", cJSON_CreateNumber(ch->run_step_ms));
+    sq_json_add(rt, "speedup", cJSON_CreateNumber(ch->run_speedup));
+    sq_json_add(rt, "tokens_per_second", cJSON_CreateNumber(ch->run_tokens_per_s));
+    sq_json_add(o, SQ_PLAN_HW_RUNTIME, rt);
     return o;
 }
 
@@ -317,6 +336,8 @@ cJSON *sq_ladder_to_json(const sq_ladder *l, const sq_ladder_params *prm)
     sq_json_add(o, "format", cJSON_CreateString(SQ_LADDER_FORMAT));
     sq_json_add(o, "version", cJSON_CreateNumber(SQ_LADDER_VERSION));
     sq_json_add(o, "objective", cJSON_CreateString(sq_objective_name(l->objective)));
+    if (l->cost_model == SQ_COST_SEQUOIA_RUN)   /* which model chose (absent: the engine's) */
+        sq_json_add(o, "chosen_by", cJSON_CreateString(sq_cost_model_name(l->cost_model)));
     sq_json_add(o, "target_profile", prm->target_file ? cJSON_CreateString(prm->target_file)
                                                       : cJSON_CreateNull());
     sq_json_add(o, "draft_profile", prm->draft && prm->draft_file
@@ -507,17 +528,20 @@ int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error 
 
 void sq_ladder_print(FILE *fp, const sq_ladder *l)
 {
-    fprintf(fp, "ladder (objective %s, budget %d, depth %d):\n", sq_objective_name(l->objective),
-            l->budget, l->depth);
-    fprintf(fp, "%6s %10s %12s %9s %9s %9s %12s\n", "batch", "tree", "tokens/step", "speedup",
-            "chain", "k x L", "tokens/s");
+    fprintf(fp, "ladder (objective %s, budget %d, depth %d; chosen by %s's cost model):\n",
+            sq_objective_name(l->objective), l->budget, l->depth,
+            sq_cost_model_name(l->cost_model));
+    /* the engine's prediction, then sequoia-run's of the same tree (its "run" columns) */
+    fprintf(fp, "%6s %10s %12s %9s %9s %9s %12s %11s %12s\n", "batch", "tree", "tokens/step",
+            "speedup", "chain", "k x L", "tokens/s", "run speedup", "run tok/s");
     for (int i = 0; i < l->n; i++) {
         const sq_ladder_rung *r = &l->rungs[i];
         char tree[32];
         snprintf(tree, sizeof tree, "%d/%d", r->best.size, r->best.depth);
-        fprintf(fp, "%6d %10s %12.3f %8.3fx %8.3fx %8.3fx %12.1f%s\n", r->batch, tree,
-                r->best.expected_tokens, r->best.speedup, r->chain.speedup, r->kxl.speedup,
-                r->best.tokens_per_s, r->pays ? "" : "  (plain decoding)");
+        fprintf(fp, "%6d %10s %12.3f %8.3fx %8.3fx %8.3fx %12.1f %10.3fx %12.1f%s\n", r->batch,
+                tree, r->best.expected_tokens, r->best.speedup, r->chain.speedup,
+                r->kxl.speedup, r->best.tokens_per_s, r->best.run_speedup,
+                r->best.run_tokens_per_s, r->pays ? "" : "  (plain decoding)");
     }
     /* the rungs where no tree pays, wherever they are (issue 27 W4: a ladder need not be
      * monotone; batch 1 may be plain decoding while larger batches speculate) */

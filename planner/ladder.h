@@ -17,6 +17,9 @@
  *                      batch sizes b' with b <= b' <= b·n: the same forward rows could instead
  *                      serve more sequences when requests are queued. It pays when gain > 1.
  *
+ * Each shape is priced by the engine's model and by sequoia-run's (planner/hardware.h, "Two cost
+ * models"); params.cost_model names the one the gains, and so the choices, use.
+ *
  * The crossover is the smallest profiled batch size from which on no tree pays (0 when
  * speculation pays at every profiled batch size). The best chain and the best k×L tree of the
  * same budget are evaluated under the same model for comparison. */
@@ -31,6 +34,7 @@
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/profile.h"
 #include "planner/dp.h"
+#include "planner/hardware.h"
 
 SQ_BEGIN_DECLS
 
@@ -54,6 +58,8 @@ typedef struct sq_ladder_params {
     sq_objective      objective;
     const char       *target_file;
     const char       *draft_file;
+    sq_cost_model     cost_model;   /* the model the gains (and so the choices) use: the
+                                       engine's (default) or sequoia-run's (planner/hardware.h) */
 } sq_ladder_params;
 
 /* One candidate shape at one batch size. */
@@ -64,7 +70,12 @@ typedef struct sq_ladder_choice {
     double step_ms;          /* t_step_b                                                  */
     double speedup;          /* against plain decoding at the same batch size             */
     double tokens_per_s;     /* over the batch                                            */
-    double gain;             /* the objective's ratio (speedup for latency)               */
+    double gain;             /* the objective's ratio (speedup for latency), under the
+                                params' cost_model                                        */
+    /* sequoia-run's model of the same tree at the same batch size (sq_hw_step_ms_runtime;
+     * docs/planning.md, "Two cost models"): the fields above as sequoia-run runs it */
+    double run_catchup;      /* its draft's expected catch-up c                          */
+    double run_step_ms, run_speedup, run_tokens_per_s;
 } sq_ladder_choice;
 
 typedef struct sq_ladder_rung {
@@ -78,6 +89,7 @@ typedef struct sq_ladder_rung {
 
 typedef struct sq_ladder {
     sq_objective    objective;
+    sq_cost_model   cost_model;     /* the model that chose (sq_ladder_params)              */
     int             budget, depth, width;
     int             crossover;      /* smallest batch from which on nothing pays; 0: none   */
     int             n;
@@ -127,7 +139,8 @@ int sq_ladder_export(const sq_ladder *l, const char *engine, FILE *fp, sq_error 
 SQ_API
 int sq_ladder_svg_write(FILE *fp, const sq_ladder *l, sq_error *err);
 
-/* Human summary, one line per rung plus the crossover sentence. */
+/* Human summary, one line per rung (the engine's and sequoia-run's predictions of its tree)
+ * plus the crossover sentence. */
 SQ_API
 void sq_ladder_print(FILE *fp, const sq_ladder *l);
 

@@ -117,6 +117,9 @@ static void usage(FILE *fp)
         "                         linear or constant\n"
         "      --sizes S          all sizes <= N (default), or only the sizes the target profile\n"
         "                         measured (as the official implementation does)\n"
+        "      --cost-model M     what the choice (tree, envelope, ladder rung) maximises: engine\n"
+        "                         (the default: the engine's cost) or sequoia-run (sequoia-run's\n"
+        "                         own cost, for deploying sequoia-run itself); both are printed\n"
         "\n");
     fputs(
         "Serving (batch profiles from sequoia-profile --batch): one tree per batch size:\n"
@@ -306,7 +309,7 @@ typedef struct plan_opts {
     const char *acc_file, *curve_name, *out_file, *table_file, *plan_file, *import_file;
     const char *save_plan, *svg_file, *svg_table, *target_profile, *draft_profile;
     int quiet, width_given, export_fmt, import_fmt, max_non_leaves, engine, planning_opts;
-    int draft_ms_given, ladder, objective;
+    int draft_ms_given, ladder, objective, cost_model_given;
     const char *schedule_file, *vllm_schedule_file, *envelopes_file, *ladder_plans;
     /* dynamic plans (--engine sglang|trtllm-dynamic with dynamic statistics) */
     int env_given, env_L, env_K, env_N, trials, dyn_mode, dyn_path;
@@ -318,7 +321,8 @@ typedef struct plan_opts {
 enum { OPT_ENGINE = 256, OPT_MAX_NON_LEAVES, OPT_PLAN, OPT_IMPORT, OPT_SAVE_PLAN, OPT_SVG,
        OPT_SVG_TABLE, OPT_TARGET_PROFILE, OPT_DRAFT_PROFILE, OPT_DRAFT_MS, OPT_EXTRAPOLATE,
        OPT_SIZES, OPT_LADDER, OPT_OBJECTIVE, OPT_SCHEDULE, OPT_ENVELOPES, OPT_LADDER_PLANS,
-       OPT_VLLM_SCHEDULE, OPT_ENVELOPE, OPT_MODE, OPT_TEMPERATURE, OPT_TRIALS, OPT_PATH };
+       OPT_VLLM_SCHEDULE, OPT_ENVELOPE, OPT_MODE, OPT_TEMPERATURE, OPT_TRIALS, OPT_PATH,
+       OPT_COST_MODEL };
 
 enum { OPT_TRUST_PROFILES = 1024 };   /* planner/hardware.h, credibility */
 
@@ -402,6 +406,7 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         {"temperature", required_argument, NULL, OPT_TEMPERATURE},
         {"trials", required_argument, NULL, OPT_TRIALS},
         {"path", required_argument, NULL, OPT_PATH},
+        {"cost-model", required_argument, NULL, OPT_COST_MODEL},
         {NULL, 0, NULL, 0},
     };
     *o = (plan_opts){.export_fmt = -1, .import_fmt = -1, .engine = SQ_ENGINE_NONE,
@@ -459,6 +464,17 @@ static int parse_options(int argc, char **argv, plan_opts *o)
                 return SQ_EUSAGE;
             }
             break;
+        case OPT_COST_MODEL: {
+            int m = sq_cost_model_parse(optarg);
+            if (m < 0) {
+                fprintf(stderr, PROG ": --cost-model: unknown model '%s' (engine or "
+                        "sequoia-run)\n", optarg);
+                return SQ_EUSAGE;
+            }
+            o->hwp.cost_model = (sq_cost_model)m;
+            o->cost_model_given = 1;
+            break;
+        }
         case OPT_SCHEDULE: o->schedule_file = optarg; break;
         case OPT_VLLM_SCHEDULE: o->vllm_schedule_file = optarg; break;
         case OPT_ENVELOPES: o->envelopes_file = optarg; break;
@@ -550,6 +566,8 @@ static int check_options(const plan_opts *o)
         why = "--curve needs --acceptance FILE";
     else if ((o->draft_profile || o->draft_ms_given) && !o->target_profile)
         why = "--draft-profile/--draft-ms need --target-profile FILE";
+    else if (o->cost_model_given && !o->target_profile)
+        why = "--cost-model ranks the hardware-aware choice: it needs --target-profile FILE";
     else if (o->target_profile && !!o->draft_profile == o->draft_ms_given)
         why = "--target-profile needs exactly one of --draft-profile FILE (per-level draft cost) "
               "and --draft-ms X (one fixed cost per level)";
@@ -861,6 +879,9 @@ static int print_report(const plan_opts *o, const plan_state *st, sq_error *err)
                     "up %.3f tokens a step): %.4g ms/step, %.1f tokens/s, predicted speedup "
                     "%.3fx\n", hw->runtime_catchup, hw->runtime_step_ms,
                     1e3 * hw->expected_tokens / hw->runtime_step_ms, hw->runtime_speedup);
+            if (o->hwp.cost_model == SQ_COST_SEQUOIA_RUN)
+                fprintf(fp, "chosen by:      sequoia-run's cost model (--cost-model sequoia-run): "
+                        "the size and depth with the most tokens/s as sequoia-run runs it\n");
             sq_hw_print_table(fp, hw);
         }
         print_engine_status(fp, plan->tree, o->max_non_leaves);
@@ -900,7 +921,8 @@ static int run_ladder(const plan_opts *o, plan_state *st, sq_error *err)
                             "then --plan)");
     if ((rc = sq_dp_check(&o->params, err)) || (rc = sq_dp_solve(&o->params, &st->dp, err)))
         return rc;
-    sq_ladder_params lp = {.target = st->tprof, .draft = st->dprof, .draft_ms = o->hwp.draft_ms,
+    sq_ladder_params lp = {.cost_model = o->hwp.cost_model,
+                           .target = st->tprof, .draft = st->dprof, .draft_ms = o->hwp.draft_ms,
                            .extrapolate = o->hwp.extrapolate,
                            .objective = (sq_objective)o->objective,
                            .target_file = o->target_profile, .draft_file = o->draft_profile};
@@ -1089,6 +1111,8 @@ static cJSON *dyn_hardware_json(const plan_opts *o, const plan_state *st, int ba
                                                                 !o->draft_profile,
                                                                 batch == 1 && st->tprof->step));
     cJSON_AddNumberToObject(h, "batch", batch);
+    if (g && o->hwp.cost_model == SQ_COST_SEQUOIA_RUN)   /* which model chose (formats.md) */
+        cJSON_AddStringToObject(h, "chosen_by", sq_cost_model_name(o->hwp.cost_model));
     cJSON_AddNumberToObject(h, "round_ms", best[0].round_ms);
     cJSON_AddNumberToObject(h, "round_target_ms", best[0].target_ms);
     cJSON_AddNumberToObject(h, "round_draft_ms", best[0].draft_ms);
@@ -1287,7 +1311,8 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
     int n_best = 0, batch = 1;
     double plain = 0;
     sq_dyn_search_params sp = {.engine = e, .target = st->tprof, .draft = st->dprof,
-                               .draft_ms = o->hwp.draft_ms, .extrapolate = o->hwp.extrapolate};
+                               .draft_ms = o->hwp.draft_ms, .extrapolate = o->hwp.extrapolate,
+                               .cost_model = o->hwp.cost_model};
     int batches[SQ_LADDER_MAX_RUNGS], n_batches = 0;
     if (o->target_profile) {
         if ((rc = dyn_batches(o, st, batches, SQ_LADDER_MAX_RUNGS, &n_batches, err)))
@@ -1362,10 +1387,15 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
                 sp.batch = batches[i];
                 if ((rc = sq_dyn_search(grid, &sp, bb, 1, &nb, &pl, err)))
                     goto done;
-                int spec = bb[0].tokens_per_second > pl;
+                /* speculation pays where the chosen model's round beats plain decoding */
+                int spec = (o->hwp.cost_model == SQ_COST_SEQUOIA_RUN
+                                ? bb[0].run_tokens_per_second : bb[0].tokens_per_second) > pl;
                 plan.ladder[i] = (sq_dynplan_rung){batches[i], bb[0].steps, bb[0].topk,
                                                    bb[0].nodes, spec, bb[0].expected_tokens,
-                                                   spec ? bb[0].tokens_per_second : pl};
+                                                   spec ? bb[0].tokens_per_second : pl,
+                                                   bb[0].catchup, bb[0].run_round_ms,
+                                                   bb[0].run_tokens_per_second,
+                                                   bb[0].run_tokens_per_second / pl};
                 plan.n_ladder = i + 1;
             }
         }
@@ -1419,6 +1449,9 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
         if (n_best > 0) {
             fprintf(fp, "hardware:       %s, batch %d, cost per round %s\n", st->tprof->device,
                     batch, dyn_cost_model(e, !o->draft_profile, batch == 1 && st->tprof->step));
+            if (grid && o->hwp.cost_model == SQ_COST_SEQUOIA_RUN)
+                fprintf(fp, "chosen by:      sequoia-run's cost model (--cost-model sequoia-run): "
+                        "the envelope with the most tokens/s as sequoia-run runs it\n");
             fprintf(fp, "                %s: %.4g ms/round (target %.4g + draft %.4g), %.1f "
                     "tokens/s, predicted speedup %.3fx over the target alone (%.1f tokens/s)\n",
                     sq_engine_name(e), best[0].round_ms, best[0].target_ms, best[0].draft_ms,
@@ -1431,18 +1464,20 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
                     best[0].run_draft_ms, best[0].run_tokens_per_second,
                     best[0].run_tokens_per_second / plain);
             for (int i = 1; i < n_best; i++)
-                fprintf(fp, "%s%d,%d,%d: %.4f tokens/step, %.4g ms/round, %.1f tokens/s\n",
-                        i == 1 ? "runner-ups:     " : "                ", best[i].steps,
-                        best[i].topk, best[i].nodes, best[i].expected_tokens, best[i].round_ms,
-                        best[i].tokens_per_second);
+                fprintf(fp, "%s%d,%d,%d: %.4f tokens/step, %.4g ms/round, %.1f tokens/s "
+                        "(sequoia-run %.1f)\n", i == 1 ? "runner-ups:     " : "                ",
+                        best[i].steps, best[i].topk, best[i].nodes, best[i].expected_tokens,
+                        best[i].round_ms, best[i].tokens_per_second,
+                        best[i].run_tokens_per_second);
         }
         for (int i = 0; i < plan.n_ladder; i++) {
             const sq_dynplan_rung *g = &plan.ladder[i];
-            fprintf(fp, "%sbatch %d: %s%d,%d,%d, %.4f tokens/step%s, %.1f tokens/s\n",
+            fprintf(fp, "%sbatch %d: %s%d,%d,%d, %.4f tokens/step%s, %.1f tokens/s; "
+                    "sequoia-run %.1f tokens/s (speedup %.3fx)\n",
                     i == 0 ? "ladder:         " : "                ", g->batch,
                     g->speculate ? "envelope " : "plain decoding (best envelope ", g->steps,
                     g->topk, g->nodes, g->expected_tokens, g->speculate ? "" : ", slower)",
-                    g->tokens_per_second);
+                    g->tokens_per_second, g->run_tokens_per_second, g->run_speedup);
         }
     }
 done:

@@ -174,6 +174,40 @@ done:
     return rc;
 }
 
+void sq_run_speed_of(const sq_run_record *r, sq_run_speed *out)
+{
+    *out = (sq_run_speed){.predicted = NAN, .ratio = NAN, .plan_batch = 1};
+    const cJSON *hw = r->dyn ? r->dyn->hardware : r->plan ? r->plan->hardware : NULL;
+    if (!cJSON_IsObject(hw))
+        return;
+    out->have_plan = 1;
+    const cJSON *pb = sq_json_field(hw, "batch");
+    if (cJSON_IsNumber(pb) && pb->valuedouble >= 1)
+        out->plan_batch = (int)pb->valuedouble;
+    double toks = 0;
+    for (int s = 0; s < r->steps; s++)
+        toks += r->step_tokens[s];
+    out->measured = r->steps_ms > 0 ? 1e3 * toks / r->steps_ms : 0.0;
+    const cJSON *rt = sq_json_field(hw, SQ_PLAN_HW_RUNTIME);
+    const cJSON *ptps = rt ? sq_json_field(rt, "tokens_per_second") : NULL;
+    int B = r->batch ? r->batch->size : 1;
+    if (!(cJSON_IsNumber(ptps) && ptps->valuedouble > 0))
+        snprintf(out->note, sizeof out->note, "not compared: the plan's hardware section has no "
+                 SQ_PLAN_HW_RUNTIME ".tokens_per_second (a plan written before sequoia-run's "
+                 "cost model; plan it again)");
+    else if (B != out->plan_batch)
+        snprintf(out->note, sizeof out->note, "not comparable: the plan priced batch %d, this "
+                 "run decoded %d sequence%s together", out->plan_batch, B, B == 1 ? "" : "s");
+    else if (!(r->steps_ms > 0))
+        snprintf(out->note, sizeof out->note, "not compared: no decoding step was timed");
+    else {
+        out->comparable = 1;
+        /* a static plan's rate is per sequence, a dynamic plan's over the batch */
+        out->predicted = ptps->valuedouble * (r->dyn ? 1 : out->plan_batch);
+        out->ratio = out->measured / out->predicted;
+    }
+}
+
 void sq_run_summary_line(const sq_run_record *r, const sq_run_prediction *pr, char *buf,
                          size_t cap)
 {
@@ -483,22 +517,20 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
     sq_json_add(pred, "expected_tokens_with_measured_acceptance",
                 r->dyn ? cJSON_CreateNull() : cJSON_CreateNumber(pr->f_measured_acc));
     sq_json_add(pred, "explanation", cJSON_CreateString(pr->explanation));
-    /* speed: against the plan's prediction of sequoia-run's own step (hardware.sequoia_run,
-     * docs/planning.md "Two cost models"), not the engine's; one sequence (what it prices) */
-    const cJSON *rt = !r->dyn && r->plan && r->plan->hardware
-                          ? sq_json_field(r->plan->hardware, SQ_PLAN_HW_RUNTIME) : NULL;
-    const cJSON *ptps = rt ? sq_json_field(rt, "tokens_per_second") : NULL;
-    if (cJSON_IsNumber(ptps) && ptps->valuedouble > 0 && r->steps_ms > 0 &&
-        (!r->batch || r->batch->size == 1)) {
-        double toks = 0;
-        for (int s = 0; s < r->steps; s++)
-            toks += r->step_tokens[s];
-        double measured = 1e3 * toks / r->steps_ms;
+    /* speed: against the plan's prediction of sequoia-run's own step (sq_run_speed_of) */
+    sq_run_speed sp;
+    sq_run_speed_of(r, &sp);
+    if (sp.have_plan) {
         cJSON *sj = cJSON_CreateObject();
-        sq_json_add(sj, "predicted", cJSON_CreateNumber(ptps->valuedouble));
+        sq_json_add(sj, "predicted", sp.comparable ? cJSON_CreateNumber(sp.predicted)
+                                                   : cJSON_CreateNull());
         sq_json_add(sj, "predicted_by", cJSON_CreateString("plan hardware." SQ_PLAN_HW_RUNTIME));
-        sq_json_add(sj, "measured_decode", cJSON_CreateNumber(measured));
-        sq_json_add(sj, "ratio", cJSON_CreateNumber(measured / ptps->valuedouble));
+        sq_json_add(sj, "batch", cJSON_CreateNumber(sp.plan_batch));
+        sq_json_add(sj, "measured_decode", cJSON_CreateNumber(sp.measured));
+        sq_json_add(sj, "ratio", sp.comparable ? cJSON_CreateNumber(sp.ratio)
+                                               : cJSON_CreateNull());
+        if (!sp.comparable)
+            sq_json_add(sj, "note", cJSON_CreateString(sp.note));
         sq_json_add(pred, "tokens_per_second", sj);
     }
     sq_json_add(rep, "prediction", pred);

@@ -81,6 +81,9 @@ typedef struct sq_run_dynamic {
     double              expected_tokens;  /* a dynamic plan's prediction (sequoia-run
                                              --plan DYN.json), compared like a plan's;
                                              0: none (--engine/--envelope)             */
+    const cJSON        *hardware;         /* the dynamic plan's "hardware" section, or NULL:
+                                             its sequoia_run prediction is compared with the
+                                             measured speed (sq_run_speed)                 */
 } sq_run_dynamic;
 
 /* Everything a run measured. The pooled fields (steps, step_tokens, acc) cover every sequence
@@ -129,6 +132,24 @@ typedef struct sq_run_prediction {
 } sq_run_prediction;
 
 int sq_run_predict(const sq_run_record *r, sq_run_prediction *out, sq_error *err);
+
+/* The measured decoding speed against the plan's prediction of sequoia-run's own
+ * (hardware.sequoia_run.tokens_per_second, docs/planning.md "Two cost models"), for static and
+ * dynamic plans alike: the one place that decides whether they compare. The plan priced batch
+ * hardware.batch (absent: batch 1); the run compares when it decoded that many sequences
+ * together. A static plan's tokens_per_second is per sequence (F / t_step), a dynamic plan's over
+ * the batch: `predicted` is over the batch for both. */
+typedef struct sq_run_speed {
+    int    have_plan;     /* the plan has a hardware section (else nothing to say)            */
+    int    comparable;    /* predicted and ratio are set                                      */
+    int    plan_batch;    /* the batch the plan priced                                        */
+    double predicted;     /* tokens/s over the batch, NAN when not comparable                 */
+    double measured;      /* Σ step_tokens over the batch steps' time (tokens/s of the batch) */
+    double ratio;         /* measured / predicted                                             */
+    char   note[256];     /* why not comparable ("" when comparable)                          */
+} sq_run_speed;
+
+void sq_run_speed_of(const sq_run_record *r, sq_run_speed *out);
 
 /* The summary of a single run's tokens per step, without the tool's name: tokens out, steps,
  * the mean with its 95% CI (or why there is none), the plan's expected_tokens; when the steps

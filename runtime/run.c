@@ -31,6 +31,7 @@ typedef struct run_state {
     sq_dyn_engine     eng;
     int               env_steps, env_topk, env_nodes;
     double            env_expected;  /* a dynamic plan's expected_tokens; 0: --engine      */
+    cJSON            *env_hw;        /* a dynamic plan's "hardware" section, or NULL          */
     char              engine_name[32];
     sq_run_dynamic    dynrec;        /* its report section                                    */
     char              plan_label[512];
@@ -97,6 +98,7 @@ static void state_free(run_state *st)
     sq_model_free(st->draft);
     sq_model_free(st->target);
     sq_plan_free(st->plan);
+    cJSON_Delete(st->env_hw);
 }
 
 int sq_run_check(const sq_run_opts *o, sq_error *err)
@@ -109,10 +111,10 @@ int sq_run_check(const sq_run_opts *o, sq_error *err)
         int rc = sq_dyn_engine_parse(o->engine, &e, err);
         if (rc)
             return rc;
-        if (o->plan_file)
-            return sq_error_set(err, SQ_EUSAGE, "--plan and --engine: a run executes either a "
-                                "plan or an engine's dynamic tree, give one");
-        if ((rc = sq_dyntree_check(e, o->env_steps, o->env_topk, o->env_nodes, err)))
+        /* with --plan: a dynamic plan's engine and envelope (sq_run_resolve_plan compared them;
+         * its loader checks the envelope naming the file), a static plan's refusal in load_plan */
+        if (!o->plan_file && (rc = sq_dyntree_check(e, o->env_steps, o->env_topk, o->env_nodes,
+                                                    err)))
             return rc;
         if (o->prm.mode == SQ_MODE_SPECINFER)
             return sq_error_set(err, SQ_EUSAGE, "--engine %s: the specinfer mode is not run on "
@@ -121,10 +123,76 @@ int sq_run_check(const sq_run_opts *o, sq_error *err)
     return SQ_OK;
 }
 
-/* A dynamic plan's engine and envelope as the run's (--plan DYNPLAN.json), checked as
- * --engine/--envelope are (sq_run_check); its mode and temperature against the command line's,
- * as a static plan's rank_semantics: a warning, since the run is still right, only the plan's
- * expected_tokens does not describe it. */
+#define PLAN_OR_ENGINE "--plan and --engine/--envelope: a run executes either a static plan or " \
+                       "an engine's dynamic tree, give one"
+
+/* The dynamic plan's settings into *o (sq_run_resolve_plan). */
+static int adopt_dynplan(sq_run_opts *o, const sq_dynplan *p, sq_error *err)
+{
+    const char *f = o->plan_file;
+    sq_dyn_engine e;
+    int rc = sq_dyn_engine_parse(p->engine, &e, err);
+    if (rc)
+        return rc;
+    if (o->engine && strcmp(o->engine, p->engine) != 0)
+        return sq_error_set(err, SQ_EUSAGE, "%s: --engine %s conflicts with the dynamic plan's "
+                            "engine %s (give the plan's or none)", f, o->engine, p->engine);
+    if (o->env_steps > 0 && (o->env_steps != p->steps || o->env_topk != p->topk ||
+                             o->env_nodes != p->nodes))
+        return sq_error_set(err, SQ_EUSAGE, "%s: --envelope %d,%d,%d conflicts with the dynamic "
+                            "plan's envelope %d,%d,%d (give the plan's or none)", f, o->env_steps,
+                            o->env_topk, o->env_nodes, p->steps, p->topk, p->nodes);
+    if (o->mode_given && o->prm.mode != p->mode)
+        return sq_error_set(err, SQ_EUSAGE, "%s: --mode %s conflicts with the dynamic plan's mode "
+                            "%s (its expected_tokens was predicted for that mode; give the plan's "
+                            "or none)", f, sq_mode_name(o->prm.mode), sq_mode_name(p->mode));
+    /* a greedy run ignores the temperature, as it does with a static plan */
+    int greedy_given = o->mode_given && o->prm.mode == SQ_MODE_GREEDY;
+    double T = o->prm.temperature;
+    if (o->temperature_given && !greedy_given && fabs(T - p->temperature) > 1e-9 * (1 + T))
+        return sq_error_set(err, SQ_EUSAGE, "%s: --temperature %g conflicts with the dynamic "
+                            "plan's temperature %g (mode %s; give the plan's or none)", f, T,
+                            p->temperature, sq_mode_name(p->mode));
+    if (o->top_p_given && p->mode != SQ_MODE_GREEDY && fabs(o->prm.top_p - p->top_p) > 1e-9)
+        return sq_error_set(err, SQ_EUSAGE, "%s: --top-p %g conflicts with the dynamic plan's "
+                            "top_p %g (give the plan's or none)", f, o->prm.top_p, p->top_p);
+    o->engine = sq_dyn_engine_name(e);
+    o->env_steps = p->steps;
+    o->env_topk = p->topk;
+    o->env_nodes = p->nodes;
+    o->prm.mode = p->mode;
+    o->prm.temperature = p->mode == SQ_MODE_GREEDY ? 0.0 : p->temperature;
+    if (p->mode != SQ_MODE_GREEDY || !o->top_p_given)
+        o->prm.top_p = p->top_p;
+    o->mode_given = o->temperature_given = o->top_p_given = 1;
+    return SQ_OK;
+}
+
+int sq_run_resolve_plan(sq_run_opts *o, sq_error *err)
+{
+    if (!o->plan_file)
+        return SQ_OK;
+    cJSON *root = NULL;
+    sq_error ignored = {0};   /* unreadable: the loader says why */
+    if (sq_json_load(o->plan_file, &root, &ignored) != SQ_OK)
+        return SQ_OK;
+    if (!sq_dynplan_sniff(root)) {
+        cJSON_Delete(root);
+        return o->engine || o->env_steps > 0 ? sq_error_set(err, SQ_EUSAGE, PLAN_OR_ENGINE)
+                                             : SQ_OK;
+    }
+    sq_dynplan *p = NULL;
+    int rc = sq_dynplan_from_json(root, o->plan_file, &p, err);
+    cJSON_Delete(root);
+    if (!rc)
+        rc = adopt_dynplan(o, p, err);
+    sq_dynplan_free(p);
+    return rc;
+}
+
+/* A dynamic plan's engine and envelope as the run's (--plan DYNPLAN.json; sq_run_resolve_plan
+ * made the options its own), checked as --engine/--envelope are (sq_run_check), its prediction
+ * and its hardware section kept for the report. */
 static int take_dynplan(const sq_run_opts *o, run_state *st, const sq_dynplan *p, sq_error *err)
 {
     int rc;
@@ -143,14 +211,8 @@ static int take_dynplan(const sq_run_opts *o, run_state *st, const sq_dynplan *p
         return sq_error_set(err, SQ_EUSAGE, "%s: a dynamic plan (%s): the specinfer mode is not "
                             "run on dynamic trees (use greedy, topk or stochastic)",
                             o->plan_file, p->engine);
-    double T = o->prm.mode == SQ_MODE_GREEDY ? 0.0 : o->prm.temperature;
-    if (p->mode != o->prm.mode || fabs(p->temperature - T) > 1e-9 * (1 + T) ||
-        (p->mode != SQ_MODE_GREEDY && fabs(p->top_p - o->prm.top_p) > 1e-9))
-        fprintf(stderr, "%s: warning: %s: mode: the dynamic plan was predicted for --mode %s "
-                "--temperature %g --top-p %g but this run is --mode %s --temperature %g "
-                "--top-p %g; its expected_tokens does not describe this run\n", o->prog,
-                o->plan_file, sq_mode_name(p->mode), p->temperature, p->top_p,
-                sq_mode_name(o->prm.mode), T, o->prm.top_p);
+    if (p->hardware && !(st->env_hw = cJSON_Duplicate(p->hardware, 1)))
+        return sq_error_oom(err, "the dynamic plan's hardware section");
     return SQ_OK;
 }
 
@@ -159,20 +221,15 @@ static int take_dynplan(const sq_run_opts *o, run_state *st, const sq_dynplan *p
 static int load_plan(const sq_run_opts *o, run_state *st, sq_error *err)
 {
     int rc;
-    if (o->engine) {
-        if ((rc = sq_dyn_engine_parse(o->engine, &st->eng, err)))
-            return rc;
-        st->engine = o->engine;
-        st->env_steps = o->env_steps;
-        st->env_topk = o->env_topk;
-        st->env_nodes = o->env_nodes;
-    } else {
+    if (o->plan_file) {
         cJSON *root = NULL;
         sq_error ignored = {0};   /* unreadable: the static loader says why, as before */
         int dynamic = sq_json_load(o->plan_file, &root, &ignored) == SQ_OK &&
                       sq_dynplan_sniff(root);
         if (!dynamic) {
             cJSON_Delete(root);
+            if (o->engine || o->env_steps > 0)
+                return sq_error_set(err, SQ_EUSAGE, PLAN_OR_ENGINE);
             return sq_plan_load(o->plan_file, &st->plan, err);
         }
         sq_dynplan *p = NULL;
@@ -183,10 +240,17 @@ static int load_plan(const sq_run_opts *o, run_state *st, sq_error *err)
         sq_dynplan_free(p);
         if (rc)
             return rc;
+    } else {
+        if ((rc = sq_dyn_engine_parse(o->engine, &st->eng, err)))
+            return rc;
+        st->engine = o->engine;
+        st->env_steps = o->env_steps;
+        st->env_topk = o->env_topk;
+        st->env_nodes = o->env_nodes;
     }
     if ((rc = sq_dyntree_plan(st->env_steps, st->env_topk, &st->plan, err)))
         return rc;
-    if (o->engine)
+    if (!o->plan_file)
         snprintf(st->plan_label, sizeof st->plan_label, "%s envelope %d,%d,%d", st->engine,
                  st->env_steps, st->env_topk, st->env_nodes);
     else
@@ -445,7 +509,8 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
     r->plan_file = st->engine ? st->plan_label : o->plan_file;
     if (st->engine) {
         st->dynrec = (sq_run_dynamic){st->engine, st->env_steps, st->env_topk, st->env_nodes, B,
-                                      n, st->steps, st->infos, st->env_expected};
+                                      n, st->steps, st->infos, st->env_expected,
+                                      st->env_hw};
         r->dyn = &st->dynrec;
     }
     r->prompt_file = st->prompt_file;
@@ -521,6 +586,15 @@ static int summary(const sq_run_opts *o, const run_state *st, const sq_run_recor
         fprintf(stderr, "%s: %.3f ms/token speculative, %.3f ms/token target alone: speedup "
                 "%.2fx\n", prog, r->spec_ms / toks, r->base_ms / toks, r->base_ms / r->spec_ms);
     }
+    sq_run_speed sp;   /* the plan's prediction of sequoia-run's speed (report.h) */
+    sq_run_speed_of(r, &sp);
+    if (sp.comparable)
+        fprintf(stderr, "%s: speed: %.1f tokens/s over the decoding steps, %.1f predicted by the "
+                "plan's hardware." SQ_PLAN_HW_RUNTIME " (batch %d): measured/predicted %.3f\n",
+                prog, sp.measured, sp.predicted, sp.plan_batch, sp.ratio);
+    else if (sp.have_plan)
+        fprintf(stderr, "%s: speed: %.1f tokens/s over the decoding steps; %s\n", prog,
+                sp.measured, sp.note);
     if (!val->ran)
         return SQ_OK;
     fprintf(stderr, "%s: validate: tree attention%s max |diff| %.3g (<= %g): %s\n", prog,
@@ -596,10 +670,13 @@ static int write_text(const sq_run_opts *o, const run_state *st, FILE *fp, sq_er
     return SQ_OK;
 }
 
-int sq_run(const sq_run_opts *o)
+int sq_run(const sq_run_opts *opts)
 {
     sq_error err = {0};
     int rc;
+    /* a dynamic plan's settings are the run's (the caller may not have resolved them) */
+    sq_run_opts resolved = *opts;
+    const sq_run_opts *o = &resolved;
     enum { TOKENS, REPORT, TEXT, N_OUT };
     sq_out *out[N_OUT] = {NULL, NULL, NULL};
     run_state st = {0};
@@ -608,7 +685,7 @@ int sq_run(const sq_run_opts *o)
     sq_run_prediction pred;
     cJSON *rep = NULL;
     /* every output first, so that an unwritable path fails before any work */
-    if (!(rc = sq_run_check(o, &err)) &&
+    if (!(rc = sq_run_resolve_plan(&resolved, &err)) && !(rc = sq_run_check(o, &err)) &&
         !(rc = sq_out_open(&out[TOKENS], o->out_file ? o->out_file : "-", &err)) &&
         !(o->report_file && (rc = sq_out_open(&out[REPORT], o->report_file, &err))) &&
         !(o->text_file && (rc = sq_out_open(&out[TEXT], o->text_file, &err))) &&

@@ -40,7 +40,22 @@ typedef struct sq_run_opts {
      * envelope L,K,N (env_steps, env_topk, env_nodes); NULL: the plan's static tree */
     const char       *engine;
     int               env_steps, env_topk, env_nodes;
+    /* which of prm's mode, temperature and top_p the caller gave (sequoia-run: on the command
+     * line); a dynamic plan's own settle the others (sq_run_resolve_plan) */
+    int               mode_given, temperature_given, top_p_given;
 } sq_run_opts;
+
+/* --plan of a dynamic plan (a sequoia-dynamic-plan, libsequoia/format/dynplan.h) settles the
+ * run: its engine, envelope, mode, temperature and top_p are the run's. One the caller also
+ * gave (engine non-NULL, env_steps > 0, mode_given, temperature_given, top_p_given) must equal
+ * the plan's, else SQ_EUSAGE naming the file and both values (top_p is not compared for a greedy
+ * plan, which ignores it); the plan's are then written into *o, marked given, so that a second
+ * call changes nothing. A static plan with engine or an envelope is SQ_EUSAGE; a file that
+ * cannot be read, or that is not a dynamic plan, is left to the run's loader (SQ_OK). A dynamic
+ * plan that fails its reader's checks is that error (SQ_EDATA naming the file and the field).
+ * sq_run calls it on its own copy of the options; sequoia-run calls it first, so that its
+ * checks of mode and temperature see the plan's. */
+int sq_run_resolve_plan(sq_run_opts *o, sq_error *err);
 
 /* SQ_EUSAGE with the message when the options cannot run together: --validate in greedy mode
  * compares with the target-only decoding, so it needs the baseline (the sampled modes' test

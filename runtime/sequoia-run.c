@@ -56,9 +56,9 @@ static void usage(FILE *fp)
         "      --draft DIR          draft model directory\n"
         "      --target DIR         target model directory\n"
         "  -p, --plan FILE          tree plan (sequoia-plan v1), or a dynamic plan\n"
-        "                           (sequoia-dynamic-plan: its engine and envelope, run as\n"
-        "                           --engine/--envelope; a --mode or --temperature other than\n"
-        "                           the plan's is a warning)\n");
+        "                           (sequoia-dynamic-plan: its engine, envelope, mode and\n"
+        "                           temperature are the run's, as --engine/--envelope; one of\n"
+        "                           those options that differs from the plan's is refused)\n");
     fprintf(fp,
         "      --engine NAME        instead of --plan: grow each step's tree as the engine does,\n"
         "                           sglang or trtllm-dynamic (a dynamic tree: the draft's top-K\n"
@@ -462,6 +462,7 @@ static int parse_run(int argc, char **argv, run_cli *o)
                 return SQ_EUSAGE;
             break;
         case 'm':
+            o->run.mode_given = 1;
             if (sq_mode_parse(optarg, &o->run.prm.mode)) {
                 fprintf(stderr, PROG ": --mode: '%s' is not one of stochastic, specinfer, greedy, "
                         "topk\n", optarg);
@@ -471,11 +472,12 @@ static int parse_run(int argc, char **argv, run_cli *o)
         case 't':
             if (sq_cli_double(PROG, "--temperature", optarg, &o->run.prm.temperature))
                 return SQ_EUSAGE;
-            o->temp_given = 1;
+            o->temp_given = o->run.temperature_given = 1;
             break;
         case OPT_TOP_P:
             if (sq_cli_double(PROG, "--top-p", optarg, &o->run.prm.top_p))
                 return SQ_EUSAGE;
+            o->run.top_p_given = 1;
             break;
         case 's':
             if (sq_cli_u64(PROG, "--seed", optarg, UINT64_MAX, &o->run.prm.seed))
@@ -519,16 +521,18 @@ static int parse_run(int argc, char **argv, run_cli *o)
 
 /* Checks the options that depend on each other and settles the backend; NULL when they fit,
  * else the message. */
-static const char *run_misfit(run_cli *o)
+static const char *run_misfit(run_cli *o, int *rc)
 {
     static char buf[SQ_ERROR_MSG_MAX + 64];
+    *rc = SQ_EUSAGE;
     if (!o->run.draft_dir || !o->run.target_dir || !(o->run.plan_file || o->run.engine) ||
         !(o->run.prompt_file || o->run.prompt_text_file))
         return "--draft, --target, --plan (or --engine with --envelope) and --prompt (or "
                "--prompt-text) are required (see --help)";
-    if (o->run.engine && !o->envelope)
+    /* with --plan, --engine and --envelope may repeat a dynamic plan's (sq_run_resolve_plan) */
+    if (o->run.engine && !o->envelope && !o->run.plan_file)
         return "--engine needs --envelope L,K,N (see --help)";
-    if (o->envelope && !o->run.engine)
+    if (o->envelope && !o->run.engine && !o->run.plan_file)
         return "--envelope goes with --engine sglang|trtllm-dynamic (see --help)";
     if (o->envelope) {
         sq_error perr = {0};
@@ -537,6 +541,14 @@ static const char *run_misfit(run_cli *o)
             snprintf(buf, sizeof buf, "%s", perr.msg);
             return buf;
         }
+    }
+    /* a dynamic plan's engine, envelope, mode and temperature are the run's */
+    sq_error rerr = {0};
+    int rrc = sq_run_resolve_plan(&o->run, &rerr);
+    if (rrc) {
+        *rc = rrc;
+        snprintf(buf, sizeof buf, "%s", rerr.msg);
+        return buf;
     }
     if (o->run.prompt_file && o->run.prompt_text_file)
         return "--prompt and --prompt-text are two prompts: give one";
@@ -594,10 +606,10 @@ int main(int argc, char **argv)
     int rc = parse_run(argc, argv, &o);
     if (rc != PARSE_RUN)
         return rc;
-    const char *why = run_misfit(&o);
+    const char *why = run_misfit(&o, &rc);
     if (why) {
         fprintf(stderr, PROG ": %s\n", why);
-        return SQ_EUSAGE;
+        return rc;
     }
     sq_out_install_signal_handlers();
     return sq_cli_finish(PROG, sq_run(&o.run));

@@ -452,6 +452,10 @@ Test(catchup, the_plans_sequoia_run_member_is_checked)
         {"{\"sequoia_run\": {\"round_ms\": -1}}", "hardware.sequoia_run.round_ms"},
         {"{\"sequoia_run\": {\"cost_model\": 1}}", "hardware.sequoia_run.cost_model: expected a "
                                                   "string"},
+        /* sequoia-plan --cost-model's key and the batch the figures price */
+        {"{\"chosen_by\": \"fastest\"}", "hardware.chosen_by: expected \"engine\" or "
+                                         "\"sequoia-run\""},
+        {"{\"batch\": 2.5}", "hardware.batch: expected an integer"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         cJSON *hw = cJSON_Parse(bad[i][0]);

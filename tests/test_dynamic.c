@@ -590,6 +590,73 @@ Test(dynamic, search_agrees_with_exhaustive_evaluation)
     sq_dyn_samples_free(s);
 }
 
+/* --cost-model sequoia-run: the search picks the argmax of sequoia-run's predicted tokens/s
+ * (sq_dyn_round_ms_runtime with the grid's catch-up), found here by brute force over the
+ * envelope grid; the engine's model (the default) still picks the engine's argmax. */
+Test(dynamic, search_by_sequoia_runs_cost_is_its_argmax)
+{
+    const double q[4] = {0.6, 0.2, 0.1, 0.05};
+    const double a[4] = {0.55, 0.2, 0.08, 0.03};
+    sq_dyn_samples *s = uniform_samples(32, 4, q, a);
+    sq_dyn_predict_params p = {.trials = 4000, .seed = 5};
+    sq_dyn_grid *g = NULL;
+    cr_assert_eq(sq_dyn_grid_new(s, 5, 4, 24, &p, &g, NULL), 0);
+    int bs[2] = {1, 8};
+    /* a draft whose forwards grow with their tokens: the engines' rounds and sequoia-run's
+     * differ (TensorRT-LLM's draft re-runs its context) */
+    sq_profile *t = linear_profile(bs, 2, 5, 0.2, 64), *d = linear_profile(bs, 2, 0.5, 0.3, 64);
+    int differ = 0;
+    for (int e = 0; e < 2; e++)
+        for (int bi = 0; bi < 2; bi++) {
+            sq_engine eng = e ? SQ_ENGINE_TRTLLM_DYNAMIC : SQ_ENGINE_SGLANG;
+            sq_dyn_search_params sp = {.engine = eng, .batch = bs[bi], .target = t, .draft = d,
+                                       .cost_model = SQ_COST_SEQUOIA_RUN};
+            sq_dyn_choice best[4], eb[1];
+            int n = 0, ne = 0;
+            double plain;
+            sq_error err = {0};
+            cr_assert_eq(sq_dyn_search(g, &sp, best, 4, &n, &plain, &err), 0, "%s", err.msg);
+            sp.cost_model = SQ_COST_ENGINE;
+            cr_assert_eq(sq_dyn_search(g, &sp, eb, 1, &ne, &plain, &err), 0, "%s", err.msg);
+            double top = -1, etop = -1;
+            int tl = 0, tk = 0, tn = 0;
+            for (int K = 1; K <= 4; K++)
+                for (int L = 1; L <= 5; L++)
+                    for (int N = 2; N <= 24; N++) {
+                        if (sq_dyn_envelope_check(eng, L, K, N, NULL, NULL))
+                            continue;
+                        double E = sq_dyn_grid_at(g, L, K, N, NULL);
+                        sq_dyn_cost c, ce;
+                        cr_assert_eq(sq_dyn_round_ms_runtime(t, d, 0, bs[bi], L, K, N,
+                                                             sq_dyn_grid_catchup(g, L, K, N),
+                                                             SQ_EXTRAPOLATE_NONE, &c, NULL), 0);
+                        cr_assert_eq(sq_dyn_round_ms(eng, t, d, 0, bs[bi], L, K, N,
+                                                     SQ_EXTRAPOLATE_NONE, &ce, NULL), 0);
+                        double r = bs[bi] * E / c.round_ms * 1000;
+                        double re = bs[bi] * E / ce.round_ms * 1000;
+                        if (r > top) {
+                            top = r;
+                            tl = L, tk = K, tn = N;
+                        }
+                        etop = re > etop ? re : etop;
+                    }
+            cr_expect_float_eq(best[0].run_tokens_per_second, top, 1e-9 * top);
+            cr_expect(best[0].steps == tl && best[0].topk == tk && best[0].nodes == tn,
+                      "%d,%d,%d against %d,%d,%d", best[0].steps, best[0].topk, best[0].nodes,
+                      tl, tk, tn);
+            for (int i = 1; i < n; i++)
+                cr_expect(best[i].run_tokens_per_second <= best[i - 1].run_tokens_per_second);
+            cr_expect_float_eq(eb[0].tokens_per_second, etop, 1e-9 * etop);
+            differ += eb[0].steps != best[0].steps || eb[0].topk != best[0].topk ||
+                      eb[0].nodes != best[0].nodes;
+        }
+    cr_expect(differ > 0, "the two models chose alike everywhere: the test shows nothing");
+    sq_profile_free(t);
+    sq_profile_free(d);
+    sq_dyn_grid_free(g);
+    sq_dyn_samples_free(s);
+}
+
 /* ---- the dynamic plan file --------------------------------------------------------------------------- */
 
 static const char *GOOD =
@@ -880,6 +947,177 @@ Test(dynamic, plan_searches_the_envelopes_for_the_hardware, .timeout = 120)
     cr_expect_eq(rc, 65, "%s", err);
     cr_expect(err && strstr(err, "d1.json") && strstr(err, "batch 4"), "%s", err);
     free(err);
+    tu_rmtree(dir);
+}
+
+/* Profiles t(b, n) = base b + slope n b at the given batch sizes, tokens 1..64. */
+static void write_profile(const char *path, const int *b, int nb, double base, double slope)
+{
+    FILE *fp = fopen(path, "w");
+    cr_assert_not_null(fp);
+    fprintf(fp, "{\"format\":\"sequoia-profile\",\"version\":2,\"points\":[");
+    for (int i = 0; i < nb; i++)
+        for (int n = 1; n <= 64; n++)
+            fprintf(fp, "%s{\"batch\":%d,\"tokens\":%d,\"median_ms\":%g}",
+                    i == 0 && n == 1 ? "" : ",", b[i], n, base * b[i] + slope * n * b[i]);
+    fprintf(fp, "]}\n");
+    fclose(fp);
+}
+
+static double rt_number(const cJSON *hw, const char *key)
+{
+    const cJSON *x = sq_json_field(sq_json_field(hw, "sequoia_run"), key);
+    cr_assert(cJSON_IsNumber(x), "hardware.sequoia_run.%s", key);
+    return x->valuedouble;
+}
+
+/* sequoia-plan --cost-model: sequoia-run's model chooses the envelope and the ladder's rungs,
+ * the plan and the summary say so; each rung carries sequoia-run's prediction, equal to the plan
+ * written for that batch size alone; the default (and --cost-model engine) writes the same plan
+ * byte for byte as before; bad values and a missing profile are refused (64). */
+Test(dynamic, plan_cost_model_chooses_and_the_ladder_carries_both, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *c = tu_path(dir, "c.h5"), *j = tu_path(dir, "c.json");
+    char *tp = tu_path(dir, "t.json"), *dp = tu_path(dir, "d.json");
+    char *t4 = tu_path(dir, "t4.json"), *d4 = tu_path(dir, "d4.json");
+    char *pl = tu_path(dir, "p.json"), *p4 = tu_path(dir, "p4.json");
+    char *pe = tu_path(dir, "pe.json"), *pd = tu_path(dir, "pd.json");
+    write_corpus(c);
+    char *err = NULL, *out = NULL;
+    cr_assert_eq(run_tool(env_bin("SQ_ACCEPT_BIN"), (const char *[]){c, "-m", "greedy", "-w",
+                          "4", "-q", "-o", j, NULL}, NULL, &err), 0, "%s", err);
+    free(err);
+    int b14[2] = {1, 4}, b4[1] = {4};
+    /* a draft whose forwards cost as much as the target's per token: the models differ */
+    write_profile(tp, b14, 2, 10.0, 0.3);
+    write_profile(dp, b14, 2, 1.0, 0.4);
+    write_profile(t4, b4, 1, 10.0, 0.3);
+    write_profile(d4, b4, 1, 1.0, 0.4);
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                      "--target-profile", tp, "--draft-profile", dp, "-n", "24", "--trials",
+                      "2000", "--ladder", "--cost-model", "sequoia-run", "-o", pl, NULL}, &out,
+                      &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_expect(out && strstr(out, "chosen by:      sequoia-run's cost model") &&
+              strstr(out, "batch 4: ") && strstr(out, "; sequoia-run "), "%s", out);
+    free(out);
+    free(err);
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--target-profile", t4, "--draft-profile", d4, "-n", "24", "--trials", "2000",
+                  "--cost-model", "sequoia-run", "-o", p4, "-q", NULL}, NULL, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    sq_dynplan *p = NULL, *q = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dynplan_load(pl, &p, &e), 0, "%s", e.msg);
+    cr_assert_eq(sq_dynplan_load(p4, &q, &e), 0, "%s", e.msg);
+    const cJSON *by = sq_json_field(p->hardware, "chosen_by");
+    cr_expect(cJSON_IsString(by) && !strcmp(by->valuestring, "sequoia-run"));
+    cr_assert_eq(p->n_ladder, 2);
+    /* rung 0 is batch 1, the plan's own hardware section; rung 1 the plan for batch 4 alone */
+    const sq_dynplan_rung *g0 = &p->ladder[0], *g1 = &p->ladder[1];
+    cr_expect(g0->steps == p->steps && g0->topk == p->topk && g0->nodes == p->nodes);
+    cr_expect_float_eq(g0->run_tokens_per_second, rt_number(p->hardware, "tokens_per_second"),
+                       1e-9 * g0->run_tokens_per_second);
+    cr_expect_float_eq(g0->run_catchup, rt_number(p->hardware, "draft_catchup_tokens"), 1e-12);
+    cr_expect(g1->steps == q->steps && g1->topk == q->topk && g1->nodes == q->nodes,
+              "rung %d,%d,%d, plan %d,%d,%d", g1->steps, g1->topk, g1->nodes, q->steps, q->topk,
+              q->nodes);
+    cr_expect_float_eq(g1->run_tokens_per_second, rt_number(q->hardware, "tokens_per_second"),
+                       1e-9 * g1->run_tokens_per_second);
+    cr_expect_float_eq(g1->run_round_ms, rt_number(q->hardware, "round_ms"), 1e-9);
+    cr_expect_float_eq(g1->run_speedup, rt_number(q->hardware, "predicted_speedup"), 1e-9);
+    /* the chosen envelope is sequoia-run's fastest: no runner-up beats it by its measure */
+    const cJSON *ru;
+    cJSON_ArrayForEach(ru, sq_json_field(p->hardware, "runner_ups"))
+        cr_expect(sq_json_field(ru, "sequoia_run_tokens_per_second")->valuedouble <=
+                  rt_number(p->hardware, "tokens_per_second") * (1 + 1e-12));
+    sq_dynplan_free(p);
+    sq_dynplan_free(q);
+    /* the engine's model: the same plan with --cost-model engine as without the option */
+    const char *base[] = {"-a", j, "--engine", "sglang", "--target-profile", tp,
+                          "--draft-profile", dp, "-n", "24", "--trials", "2000", "--ladder", "-q",
+                          "-o", pd, NULL};
+    cr_assert_eq(run_tool(env_bin("SQ_PLAN_BIN"), base, NULL, &err), 0, "%s", err);
+    free(err);
+    cr_assert_eq(run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                          "--target-profile", tp, "--draft-profile", dp, "-n", "24", "--trials",
+                          "2000", "--ladder", "-q", "--cost-model", "engine", "-o", pe, NULL},
+                          NULL, &err), 0, "%s", err);
+    free(err);
+    char *a1 = tu_read(pd, NULL), *a2 = tu_read(pe, NULL);
+    cr_expect_str_eq(a1, a2);
+    cr_expect(!strstr(a1, "chosen_by"));
+    free(a1);
+    free(a2);
+    /* refusals */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--target-profile", tp, "--draft-profile", dp, "--cost-model", "foo", "-o", pl,
+                  NULL}, NULL, &err);
+    cr_expect_eq(rc, 64, "%s", err);
+    cr_expect(err && strstr(err, "--cost-model: unknown model 'foo'"), "%s", err);
+    free(err);
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--envelope", "3,2,6", "--mode", "greedy", "--cost-model", "sequoia-run", "-o",
+                  pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 64, "%s", err);
+    cr_expect(err && strstr(err, "--cost-model") && strstr(err, "--target-profile"), "%s", err);
+    free(err);
+    tu_rmtree(dir);
+}
+
+/* The keys of --cost-model in a dynamic plan: a rung's sequoia_run (kept through a round trip,
+ * checked naming the rung), hardware.chosen_by and hardware.batch. */
+Test(dynamic, plan_file_sequoia_run_rungs_and_chosen_by)
+{
+    char *dir = tu_tmpdir(), *f = tu_path(dir, "p.json"), *g = tu_path(dir, "q.json");
+    const char *rung = "\"tokens_per_second\": 900}, ";
+    const char *with = "\"tokens_per_second\": 900, \"sequoia_run\": {\"draft_catchup_tokens\": "
+                       "1.25, \"round_ms\": 3, \"tokens_per_second\": 950, "
+                       "\"predicted_speedup\": 1.9}}, ";
+    /* the hardware's "tokens_per_second": 900} comes first; the rung's is the second */
+    const char *at = strstr(strstr(GOOD, "\"ladder\""), rung);
+    cr_assert_not_null(at);
+    char text[4096];
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - GOOD), GOOD, with, at + strlen(rung));
+    tu_write(f, text);
+    sq_dynplan *p = NULL;
+    sq_error e = {0};
+    cr_assert_eq(sq_dynplan_load(f, &p, &e), 0, "%s", e.msg);
+    cr_expect_float_eq(p->ladder[0].run_tokens_per_second, 950, 0);
+    cr_expect_float_eq(p->ladder[0].run_catchup, 1.25, 0);
+    cr_expect_float_eq(p->ladder[0].run_round_ms, 3, 0);
+    cr_expect_float_eq(p->ladder[0].run_speedup, 1.9, 0);
+    cr_expect_float_eq(p->ladder[1].run_tokens_per_second, 0, 0, "absent: 0");
+    cr_assert_eq(sq_dynplan_save(g, p, &e), 0, "%s", e.msg);
+    sq_dynplan *q = NULL;
+    cr_assert_eq(sq_dynplan_load(g, &q, &e), 0, "%s", e.msg);
+    cr_expect_float_eq(q->ladder[0].run_tokens_per_second, 950, 0);
+    cr_expect_float_eq(q->ladder[0].run_speedup, 1.9, 0);
+    sq_dynplan_free(p);
+    sq_dynplan_free(q);
+    struct { const char *from, *to, *field; } bad[] = {
+        {"\"tokens_per_second\": 950", "\"tokens_per_second\": 0",
+         "ladder[0].sequoia_run.tokens_per_second"},
+        {"\"round_ms\": 3,", "\"round_ms\": -3,", "ladder[0].sequoia_run.round_ms"},
+        {"\"sequoia_run\": {", "\"sequoia_run\": 1, \"x\": {", "ladder[0].sequoia_run"},
+        {"\"round_ms\": 3.5", "\"round_ms\": 3.5, \"chosen_by\": \"foo\"", "hardware.chosen_by"},
+        {"\"round_ms\": 3.5", "\"round_ms\": 3.5, \"batch\": 0", "hardware.batch"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *w = strstr(text, bad[i].from);
+        cr_assert_not_null(w, "%s", bad[i].from);
+        char m[4096];
+        snprintf(m, sizeof m, "%.*s%s%s", (int)(w - text), text, bad[i].to,
+                 w + strlen(bad[i].from));
+        tu_write(f, m);
+        p = NULL;
+        e = (sq_error){0};
+        cr_expect_eq(sq_dynplan_load(f, &p, &e), SQ_EDATA, "%s: %s", bad[i].field, e.msg);
+        cr_expect(strstr(e.msg, "p.json") && strstr(e.msg, bad[i].field), "%s: %s",
+                  bad[i].field, e.msg);
+        sq_dynplan_free(p);
+    }
     tu_rmtree(dir);
 }
 

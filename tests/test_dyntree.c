@@ -740,7 +740,7 @@ Test(dyntree, the_report_holds_every_steps_tree_consistent_with_tokens_per_step)
 
 /* sequoia-run --plan of a dynamic plan (libsequoia/format/dynplan.h, as sequoia-plan writes it)
  * runs its engine and envelope exactly as --engine/--envelope do; a --mode or --temperature other
- * than the plan's is a warning (as a static plan's rank_semantics), specinfer is refused (64), an
+ * than the plan's is refused (64, issue 26: the plan's are the run's), specinfer too, an
  * envelope outside the engine's rules is the loader's data error (65). */
 static char *write_dynplan(const char *dir, const char *name, const char *engine,
                            const char *mode, double T, int L, int K, int N)
@@ -801,13 +801,13 @@ Test(dyntree, run_takes_a_dynamic_plan_as_its_engine_and_envelope, .timeout = 12
     cJSON_Delete(r);
     free(text);
 
-    /* another mode than the plan's: a warning naming the plan and both modes */
+    /* another mode than the plan's: refused (64), naming the plan and both modes (the plan's
+     * mode is the run's: sq_run_resolve_plan) */
     char *args3[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", pl, "--prompt", pp,
                      "-n", "8", "--mode", "topk", "--threads", "1", "-q", "--no-baseline", NULL};
-    cr_assert_eq(tu_run(args3, &out, &er), 0, "%s", er);
-    cr_assert(strstr(er, "warning: ") && strstr(er, "dyn.json: mode: the dynamic plan") &&
-              strstr(er, "--mode greedy") &&
-              strstr(er, "--mode topk"), "%s", er);
+    cr_assert_eq(tu_run(args3, &out, &er), 64, "%s", er);
+    cr_assert(strstr(er, "dyn.json: --mode topk conflicts with the dynamic plan's mode greedy"),
+              "%s", er);
     free(out);
     free(er);
     /* specinfer: refused as with --engine */
@@ -834,6 +834,173 @@ Test(dyntree, run_takes_a_dynamic_plan_as_its_engine_and_envelope, .timeout = 12
     free(rp);
     free(pl);
     free(bad);
+    free(dp);
+    free(tp);
+    free(pp);
+}
+
+/* A dynamic plan of sglang 3,2,5 in `mode` at temperature T with the given "hardware" object
+ * (NULL: none). */
+static char *write_dynplan_hw(const char *dir, const char *name, const char *mode, double T,
+                              const char *hw)
+{
+    char *f = tu_path(dir, name);
+    char text[2048];
+    snprintf(text, sizeof text, "{\"format\": \"sequoia-dynamic-plan\", \"version\": 1, "
+             "\"engine\": \"sglang\", \"mode\": \"%s\", \"temperature\": %g, \"top_p\": 1, "
+             "\"envelope\": {\"steps\": 3, \"topk\": 2, \"nodes\": 5}, "
+             "\"expected_tokens\": 1.5, \"prediction\": {\"method\": \"test\"}%s%s}\n", mode, T,
+             hw ? ", \"hardware\": " : "", hw ? hw : "");
+    tu_write(f, text);
+    return f;
+}
+
+/* The report's speed comparison of a run (prediction.tokens_per_second), NULL-safe fields. */
+static cJSON *report_speed(const char *rp, cJSON **root)
+{
+    char *text = tu_read(rp, NULL);
+    *root = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(*root);
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(*root, "prediction"), "tokens_per_second");
+}
+
+/* sequoia-run --plan DYNPLAN: the plan's mode and temperature are the run's (the same tokens,
+ * bit for bit, as --engine/--envelope with the plan's settings and the same seed); the report
+ * compares the measured speed with the plan's hardware.sequoia_run prediction when the run
+ * decoded the batch size it priced, and says why not otherwise; a conflicting --engine,
+ * --envelope, --mode or --temperature is refused (64) naming both values. */
+Test(dyntree, run_of_a_dynamic_plan_compares_with_its_sequoia_run_prediction, .timeout = 180)
+{
+    const char *run = getenv("SQ_RUN_BIN");
+    cr_assert(run);
+    char *dp = tu_source_path("data/models/draft"), *tp = tu_source_path("data/models/target");
+    char *pp = tu_source_path("data/ladder-large/prompts.txt");
+    char *dir = tu_tmpdir(), *o1 = tu_path(dir, "o1.txt"), *o2 = tu_path(dir, "o2.txt");
+    char *rp = tu_path(dir, "r.json");
+    const char *hw1 = "{\"batch\": 1, \"round_ms\": 2, \"tokens_per_second\": 700, "
+                      "\"sequoia_run\": {\"cost_per_round\": \"test\", \"draft_catchup_tokens\": "
+                      "1.5, \"round_ms\": 2.1, \"tokens_per_second\": 123.5, "
+                      "\"predicted_speedup\": 1.2}}";
+    const char *hw2 = "{\"batch\": 2, \"round_ms\": 2, \"tokens_per_second\": 700, "
+                      "\"sequoia_run\": {\"cost_per_round\": \"test\", \"draft_catchup_tokens\": "
+                      "1.5, \"round_ms\": 2.1, \"tokens_per_second\": 246.5, "
+                      "\"predicted_speedup\": 1.2}}";
+    char *gp = write_dynplan_hw(dir, "g.json", "greedy", 0, hw1);
+    char *kp = write_dynplan_hw(dir, "k.json", "topk", 1, hw1);
+    char *bp = write_dynplan_hw(dir, "b2.json", "greedy", 0, hw2);
+    char *np = write_dynplan_hw(dir, "old.json", "greedy", 0, "{\"batch\": 1, \"round_ms\": 2}");
+    char *out = NULL, *er = NULL;
+
+    /* the topk plan without --mode: topk at T = 1, as --engine/--envelope --mode topk */
+    char *a1[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", kp, "--prompt", pp,
+                  "-n", "16", "--seed", "7", "--threads", "1", "-q", "--no-baseline", "-o", o1,
+                  "--report", rp, NULL};
+    cr_assert_eq(tu_run(a1, &out, &er), 0, "%s", er);
+    cr_assert(strstr(er, "speed: ") && strstr(er, "predicted by the plan's hardware.sequoia_run "
+                                              "(batch 1)"), "%s", er);
+    free(out);
+    free(er);
+    char *a2[] = {(char *)run, "--draft", dp, "--target", tp, "--engine", "sglang",
+                  "--envelope", "3,2,5", "--mode", "topk", "--temperature", "1", "--seed", "7",
+                  "--prompt", pp, "-n", "16", "--threads", "1", "-q", "--no-baseline", "-o", o2,
+                  NULL};
+    cr_assert_eq(tu_run(a2, &out, &er), 0, "%s", er);
+    free(out);
+    free(er);
+    char *t1 = tu_read(o1, NULL), *t2 = tu_read(o2, NULL);
+    cr_assert_str_eq(t1, t2, "the plan's run is --engine sglang --envelope 3,2,5 --mode topk");
+    free(t1);
+    free(t2);
+    cJSON *r;
+    cJSON *sp = report_speed(rp, &r);
+    cr_assert(sp, "the report compares the speed");
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r, "setup"), "mode")->valuestring,
+                     "topk");
+    cr_assert_float_eq(cJSON_GetObjectItem(sp, "predicted")->valuedouble, 123.5, 1e-12);
+    cr_assert_eq(cJSON_GetObjectItem(sp, "batch")->valueint, 1);
+    cr_assert_str_eq(cJSON_GetObjectItem(sp, "predicted_by")->valuestring,
+                     "plan hardware.sequoia_run");
+    double m = cJSON_GetObjectItem(sp, "measured_decode")->valuedouble;
+    cr_assert(m > 0);
+    cr_assert_float_eq(cJSON_GetObjectItem(sp, "ratio")->valuedouble, m / 123.5, 1e-12);
+    cr_assert_null(cJSON_GetObjectItem(sp, "note"));
+    cJSON_Delete(r);
+
+    /* --batch 2 against a plan priced at batch 1: not comparable, said so */
+    char *a3[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", gp, "--prompt", pp,
+                  "-n", "8", "--batch", "2", "--threads", "1", "-q", "--no-baseline", "--report",
+                  rp, NULL};
+    cr_assert_eq(tu_run(a3, &out, &er), 0, "%s", er);
+    cr_assert(strstr(er, "not comparable: the plan priced batch 1, this run decoded 2 sequences "
+                         "together"), "%s", er);
+    free(out);
+    free(er);
+    sp = report_speed(rp, &r);
+    cr_assert(sp && cJSON_IsNull(cJSON_GetObjectItem(sp, "predicted")) &&
+              cJSON_IsNull(cJSON_GetObjectItem(sp, "ratio")));
+    cr_assert(strstr(cJSON_GetObjectItem(sp, "note")->valuestring, "not comparable"));
+    cJSON_Delete(r);
+    /* a plan priced at batch 2, run with --batch 2: compared */
+    char *a4[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", bp, "--prompt", pp,
+                  "-n", "8", "--batch", "2", "--threads", "1", "-q", "--no-baseline", "--report",
+                  rp, NULL};
+    cr_assert_eq(tu_run(a4, &out, &er), 0, "%s", er);
+    free(out);
+    free(er);
+    sp = report_speed(rp, &r);
+    cr_assert(sp);
+    cr_assert_float_eq(cJSON_GetObjectItem(sp, "predicted")->valuedouble, 246.5, 1e-12);
+    cr_assert_eq(cJSON_GetObjectItem(sp, "batch")->valueint, 2);
+    cJSON_Delete(r);
+    /* a hardware section without sequoia_run: the run goes on, the note says why */
+    char *a5[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", np, "--prompt", pp,
+                  "-n", "8", "--threads", "1", "-q", "--no-baseline", "--report", rp, NULL};
+    cr_assert_eq(tu_run(a5, &out, &er), 0, "%s", er);
+    cr_assert(strstr(er, "has no sequoia_run.tokens_per_second"), "%s", er);
+    free(out);
+    free(er);
+    sp = report_speed(rp, &r);
+    cr_assert(sp && cJSON_IsNull(cJSON_GetObjectItem(sp, "predicted")));
+    cJSON_Delete(r);
+
+    /* conflicts: 64, naming both values; the plan's own values are accepted */
+    struct {
+        const char *opt, *val, *msg;
+    } bad[] = {
+        {"--engine", "trtllm-dynamic", "--engine trtllm-dynamic conflicts with the dynamic "
+                                       "plan's engine sglang"},
+        {"--envelope", "3,2,6", "--envelope 3,2,6 conflicts with the dynamic plan's envelope "
+                                "3,2,5"},
+        {"--temperature", "0.5", "--temperature 0.5 conflicts with the dynamic plan's "
+                                 "temperature 0"},
+        {"--mode", "stochastic", "--mode stochastic conflicts with the dynamic plan's mode "
+                                 "greedy"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *a[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", gp, "--prompt", pp,
+                     "-n", "4", (char *)bad[i].opt, (char *)bad[i].val, "-q", "--no-baseline",
+                     NULL};
+        cr_assert_eq(tu_run(a, &out, &er), 64, "%s: %s", bad[i].opt, er);
+        cr_assert(strstr(er, "g.json: ") && strstr(er, bad[i].msg), "%s", er);
+        free(out);
+        free(er);
+    }
+    char *a6[] = {(char *)run, "--draft", dp, "--target", tp, "--plan", gp, "--engine", "sglang",
+                  "--envelope", "3,2,5", "--mode", "greedy", "--prompt", pp, "-n", "4",
+                  "--threads", "1", "-q", "--no-baseline", NULL};
+    cr_assert_eq(tu_run(a6, &out, &er), 0, "%s", er);
+    free(out);
+    free(er);
+    tu_rmtree(dir);
+    free(dir);
+    free(o1);
+    free(o2);
+    free(rp);
+    free(gp);
+    free(kp);
+    free(bp);
+    free(np);
     free(dp);
     free(tp);
     free(pp);

@@ -341,3 +341,61 @@ Test(hardware, csv_import_reads_units_and_combines_repeats)
     free(path);
     free(dir);
 }
+
+/* --cost-model sequoia-run (sq_hw_params.cost_model): the choice is the argmax of sequoia-run's
+ * predicted speedup over every (n, d) (its table), the engine's tables are what they were, and
+ * the hardware section says which model chose; the engine's model (the default) still picks
+ * the argmax of its own table and writes no "chosen_by". */
+Test(hardware, sequoia_run_cost_model_picks_its_own_argmax)
+{
+    double p[6] = {0.7, 0.12, 0.06, 0.03, 0.02, 0.01};
+    sq_curve c;
+    sq_error err = {0};
+    cr_assert_eq(sq_curve_init(&c, "t", "stochastic", p, 6, &err), 0, "%s", err.msg);
+    sq_dp *dp = solve(&c, 24, 6);
+    int tt[] = {1, 32}, dt[] = {1, 32};
+    double tm[] = {10, 13.1}, dm[] = {0.5, 6.7};   /* a draft as costly per token as the target */
+    sq_profile *t = make_profile(tt, tm, 2), *d = make_profile(dt, dm, 2);
+    sq_hw_result *r[2];
+    for (int m = 0; m < 2; m++) {
+        sq_hw_params hp = sq_hw_default_params();
+        hp.target = t;
+        hp.draft = d;
+        hp.cost_model = (sq_cost_model)m;
+        cr_assert_eq(sq_hw_select(dp, &hp, &r[m], &err), 0, "%s", err.msg);
+        const double *tab = m ? r[m]->runtime_speedup_table : r[m]->speedup_table;
+        double top = -1;
+        int tn = 0, td = 0;
+        for (int dd = 1; dd <= r[m]->D; dd++)
+            for (int n = 1; n <= r[m]->N; n++) {
+                double v = tab[(size_t)n * (size_t)(r[m]->D + 1) + (size_t)dd];
+                if (isfinite(v) && v > top)
+                    top = v, tn = n, td = dd;
+            }
+        cr_expect(r[m]->n == tn && r[m]->d == td, "model %d: (%d, %d), argmax (%d, %d)", m,
+                  r[m]->n, r[m]->d, tn, td);
+        cr_expect_float_eq(m ? r[m]->runtime_speedup : r[m]->speedup, top, 1e-12 * top);
+        cJSON *j = sq_hw_to_json(r[m], &hp, "t.json", "d.json");
+        const cJSON *by = sq_json_field(j, "chosen_by");
+        if (m)
+            cr_expect(cJSON_IsString(by) && !strcmp(by->valuestring, "sequoia-run"));
+        else
+            cr_expect_null(by);
+        cJSON_Delete(j);
+    }
+    /* the same tables under both: only the choice moves */
+    size_t cells = (size_t)(r[0]->N + 1) * (size_t)(r[0]->D + 1);
+    for (size_t i = 0; i < cells; i++)
+        cr_assert(memcmp(&r[0]->speedup_table[i], &r[1]->speedup_table[i], sizeof(double)) == 0 &&
+                  memcmp(&r[0]->runtime_speedup_table[i], &r[1]->runtime_speedup_table[i],
+                         sizeof(double)) == 0, "cell %zu", i);
+    cr_expect(sq_cost_model_parse("engine") == SQ_COST_ENGINE &&
+              sq_cost_model_parse("sequoia-run") == SQ_COST_SEQUOIA_RUN &&
+              sq_cost_model_parse("foo") == -1);
+    sq_hw_result_free(r[0]);
+    sq_hw_result_free(r[1]);
+    sq_profile_free(t);
+    sq_profile_free(d);
+    sq_dp_free(dp);
+    sq_curve_clear(&c);
+}

@@ -164,6 +164,81 @@ Test(ladder, each_rung_is_the_hardware_choice_at_its_batch_size)
     sq_curve_clear(&c);
 }
 
+/* A draft whose forward grows with its rows: the engine's model (first forward over F tokens,
+ * every node of a level) and sequoia-run's (over c tokens, the nodes with children) differ. */
+static double draft_rows(int b, int n) { return 0.2 + 0.05 * b * n; }
+
+/* Each rung's sequoia-run prediction (planner/hardware.h, "Two cost models") equals the plan
+ * written for that batch size alone (sq_hw_select on the profiles sliced at b), under either
+ * cost model; with --cost-model sequoia-run the rung's tree is the argmax of sequoia-run's
+ * speedup over every (n, d), and the engine model's ladder is the one before the option. */
+Test(ladder, rungs_carry_sequoia_runs_prediction_under_either_cost_model)
+{
+    sq_curve c;
+    curve(&c);
+    sq_dp *dp = solve(&c, 32, 6);
+    int b[] = {1, 2, 4, 8};
+    sq_profile *t = batch_profile(b, 4, 32, knee), *d = batch_profile(b, 4, 32, draft_rows);
+    for (int m = 0; m < 2; m++) {
+        sq_ladder_params prm = {.target = t, .draft = d, .objective = SQ_OBJECTIVE_LATENCY,
+                                .extrapolate = SQ_EXTRAPOLATE_NONE, .cost_model = m};
+        sq_ladder *l;
+        sq_error err = {0};
+        cr_assert_eq(sq_ladder_solve(dp, &c, &prm, &l, &err), 0, "%s", err.msg);
+        cr_assert_eq(l->n, 4);
+        for (int i = 0; i < 4; i++) {
+            const sq_ladder_choice *best = &l->rungs[i].best;
+            sq_profile *ts, *ds;
+            cr_assert_eq(sq_profile_slice(t, b[i], &ts, &err), 0);
+            cr_assert_eq(sq_profile_slice(d, b[i], &ds, &err), 0);
+            sq_hw_params hw = sq_hw_default_params();
+            hw.target = ts;
+            hw.draft = ds;
+            hw.cost_model = m;
+            sq_hw_result *r;
+            cr_assert_eq(sq_hw_select(dp, &hw, &r, &err), 0, "%s", err.msg);
+            cr_assert_eq(best->size, r->n, "model %d batch %d", m, b[i]);
+            cr_assert_float_eq(best->run_step_ms, r->runtime_step_ms, 1e-12);
+            cr_assert_float_eq(best->run_catchup, r->runtime_catchup, 1e-12);
+            cr_assert_float_eq(best->run_speedup, r->runtime_speedup, 1e-12);
+            cr_assert_float_eq(best->run_tokens_per_s,
+                               1e3 * b[i] * r->expected_tokens / r->runtime_step_ms, 1e-9);
+            cr_assert_float_eq(best->speedup, r->speedup, 1e-12);
+            cr_assert_float_eq(best->gain, m ? best->run_speedup : best->speedup, 1e-15);
+            /* the argmax of the chosen model's speedup over every candidate */
+            const double *tab = m ? r->runtime_speedup_table : r->speedup_table;
+            for (int n = 1; n <= r->N; n++)
+                for (int dd = 1; dd <= r->D; dd++) {
+                    double v = tab[(size_t)n * (size_t)(r->D + 1) + (size_t)dd];
+                    cr_assert(!(v > best->gain * (1 + 1e-12)), "model %d batch %d: (%d, %d) "
+                              "%.6f beats the rung's %.6f", m, b[i], n, dd, v, best->gain);
+                }
+            sq_hw_result_free(r);
+            sq_profile_free(ts);
+            sq_profile_free(ds);
+        }
+        /* the ladder file: every choice's sequoia_run, and who chose */
+        cJSON *j = sq_ladder_to_json(l, &prm);
+        const cJSON *r0 = cJSON_GetArrayItem(sq_json_field(j, "rungs"), 0);
+        const cJSON *rt = sq_json_field(sq_json_field(r0, "tree"), "sequoia_run");
+        cr_assert(cJSON_IsObject(rt));
+        cr_assert_float_eq(sq_json_field(rt, "tokens_per_second")->valuedouble,
+                           l->rungs[0].best.run_tokens_per_s, 1e-12);
+        cr_assert(sq_json_field(sq_json_field(r0, "chain"), "sequoia_run"));
+        const cJSON *by = sq_json_field(j, "chosen_by");
+        if (m)
+            cr_assert(cJSON_IsString(by) && !strcmp(by->valuestring, "sequoia-run"));
+        else
+            cr_assert_null(by, "the engine's ladder says nothing new");
+        cJSON_Delete(j);
+        sq_ladder_free(l);
+    }
+    sq_profile_free(t);
+    sq_profile_free(d);
+    sq_dp_free(dp);
+    sq_curve_clear(&c);
+}
+
 Test(ladder, crossover_where_the_forward_stops_being_memory_bound)
 {
     /* Draft free (fixed model, 0 ms). t = 1 + 0.25·max(0, b·n − 8): at batch b a tree of n ≤ 8/b
@@ -456,5 +531,63 @@ Test(ladder, sequoia_plan_vllm_schedule_and_a_refused_schedule)
         free(se);
     }
     free(t); free(d); free(o); free(v); free(s);
+    tu_rmtree(dir);
+}
+
+/* sequoia-plan --cost-model sequoia-run with --ladder and with a single hardware plan: the
+ * summary and the files say which model chose (chosen_by), the ladder's summary prints both
+ * models; the default writes the same ladder and plan as --cost-model engine, without
+ * chosen_by. */
+Test(ladder, sequoia_plan_cost_model_in_ladders_and_plans)
+{
+    char *dir = tu_tmpdir();
+    char *t = tu_path(dir, "t.json"), *d = tu_path(dir, "d.json"), *o = tu_path(dir, "l.json");
+    char *oe = tu_path(dir, "le.json"), *od = tu_path(dir, "ld.json");
+    write_batch_profile(t, 1.0, 0.05);
+    write_batch_profile(d, 0.1, 0.02);
+    const char *models[3] = {"sequoia-run", "engine", NULL};
+    char *files[3] = {o, oe, od};
+    for (int m = 0; m < 3; m++) {
+        char *argv[] = {getenv("SQ_PLAN_BIN"), "--ladder", "--target-profile", t,
+                        "--draft-profile", d, "-n", "32", "-d", "6", "-o", files[m],
+                        models[m] ? "--cost-model" : NULL, (char *)models[m], NULL};
+        char *out = NULL, *se = NULL;
+        cr_assert_eq(tu_run(argv, &out, &se), 0, "%s", se);
+        cr_assert(strstr(out, m ? "chosen by engine's cost model" :
+                                  "chosen by sequoia-run's cost model") &&
+                  strstr(out, "run tok/s"), "%s", out);
+        free(out);
+        free(se);
+    }
+    char *a = tu_read(o, NULL), *b = tu_read(oe, NULL), *c = tu_read(od, NULL);
+    cr_assert_str_eq(b, c, "--cost-model engine is the default");
+    cr_assert(!strstr(b, "chosen_by") && strstr(a, "\"chosen_by\": \"sequoia-run\""));
+    cJSON *j = cJSON_Parse(a);
+    const cJSON *r0 = cJSON_GetArrayItem(sq_json_field(j, "rungs"), 0);
+    const cJSON *tr = sq_json_field(r0, "tree");
+    cr_assert_float_eq(sq_json_field(tr, "gain")->valuedouble,
+                       sq_json_field(sq_json_field(tr, "sequoia_run"), "speedup")->valuedouble,
+                       1e-12, "the gain is sequoia-run's speedup");
+    cJSON_Delete(j);
+    free(a);
+    free(b);
+    free(c);
+    /* one plan for the hardware (the profile's smallest batch size, 1) */
+    char *p = tu_path(dir, "p.json");
+    char *argv2[] = {getenv("SQ_PLAN_BIN"), "--target-profile", t, "--draft-profile", d, "-n",
+                     "32", "-d", "6", "-o", p, "--cost-model", "sequoia-run", NULL};
+    char *out = NULL, *se = NULL;
+    cr_assert_eq(tu_run(argv2, &out, &se), 0, "%s", se);
+    cr_assert(strstr(out, "chosen by:      sequoia-run's cost model"), "%s", out);
+    free(out);
+    free(se);
+    sq_plan *plan;
+    sq_error err = {0};
+    cr_assert_eq(sq_plan_load(p, &plan, &err), 0, "%s", err.msg);
+    const cJSON *by = sq_json_field(plan->hardware, "chosen_by");
+    cr_assert(cJSON_IsString(by) && !strcmp(by->valuestring, "sequoia-run"));
+    cr_assert_null(sq_json_field(plan->hardware, "batch"), "batch 1 is not written");
+    sq_plan_free(plan);
+    free(t); free(d); free(o); free(oe); free(od); free(p);
     tu_rmtree(dir);
 }

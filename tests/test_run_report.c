@@ -239,3 +239,64 @@ Test(run_report, attention_tolerance_by_backend)
     v.dist_ok = 0;
     cr_assert(!sq_validation_pass(&v));
 }
+
+/* sq_run_speed_of, the one place that compares a run's speed with its plan's
+ * hardware.sequoia_run: a static plan priced at batch 1 (no "batch") against one sequence,
+ * a static plan priced at batch 2 (per-sequence rate, times 2) against two, a batch it did not
+ * price (not comparable), a section without sequoia_run (not compared), a dynamic plan (its
+ * rate over the batch), and no hardware section (nothing said). */
+Test(run_report, speed_against_the_plans_sequoia_run_prediction)
+{
+    sq_run_acceptance a;
+    sq_error err = {0};
+    cr_assert_eq(sq_run_acceptance_init(&a, 2, 3, &err), SQ_OK);
+    int steps[4] = {2, 3, 2, 3};   /* 10 tokens in 20 ms: 500 tokens/s */
+    int32_t gen[8] = {0};
+    sq_plan *plan = plan_of(2.5);
+    sq_run_sequence seqs[2] = {{3, 2, gen, NULL}, {3, 2, gen + 4, NULL}};
+    sq_run_batch bt = {.size = 1, .batch_steps = 4, .seqs = seqs};
+    sq_run_record r = {.plan = plan, .steps = 4, .step_tokens = steps, .acc = &a,
+                       .steps_ms = 20, .batch = &bt};
+    sq_run_speed sp;
+    sq_run_speed_of(&r, &sp);
+    cr_assert(!sp.have_plan, "no hardware section: nothing to say");
+    plan->hardware = cJSON_Parse("{\"tokens_per_second\": 900, \"sequoia_run\": "
+                                 "{\"tokens_per_second\": 400}}");
+    sq_run_speed_of(&r, &sp);
+    cr_assert(sp.have_plan && sp.comparable && sp.plan_batch == 1);
+    cr_assert_float_eq(sp.measured, 500, 1e-9);
+    cr_assert_float_eq(sp.predicted, 400, 1e-12);
+    cr_assert_float_eq(sp.ratio, 1.25, 1e-12);
+    bt.size = 2;
+    sq_run_speed_of(&r, &sp);
+    cr_assert(!sp.comparable && strstr(sp.note, "not comparable: the plan priced batch 1, this "
+                                       "run decoded 2 sequences together"), "%s", sp.note);
+    cJSON_AddNumberToObject(plan->hardware, "batch", 2);
+    sq_run_speed_of(&r, &sp);
+    cr_assert(sp.comparable && sp.plan_batch == 2);
+    cr_assert_float_eq(sp.predicted, 800, 1e-12, "a static plan's rate is per sequence");
+    sq_run_prediction pr;
+    cr_assert_eq(sq_run_predict(&r, &pr, &err), SQ_OK);
+    r.draft = r.target = r.plan_file = r.prompt_file = "x";
+    r.mode = "greedy", r.backend = "cpu", r.dtype = "f32", r.max_new_tokens = 4, r.gen = gen;
+    cJSON *rep = sq_run_report_json(&r, &pr);
+    const cJSON *ts = sq_json_field(sq_json_field(rep, "prediction"), "tokens_per_second");
+    cr_assert_float_eq(sq_json_field(ts, "predicted")->valuedouble, 800, 1e-12);
+    cr_assert_float_eq(sq_json_field(ts, "ratio")->valuedouble, 500.0 / 800, 1e-12);
+    cr_assert_eq(sq_json_field(ts, "batch")->valueint, 2);
+    cr_assert_null(sq_json_field(ts, "note"));
+    cJSON_Delete(rep);
+    /* a dynamic plan's hardware: its rate is over the batch already */
+    sq_run_dynamic dyn = {.engine = "sglang", .steps = 2, .topk = 1, .nodes = 3, .B = 2,
+                          .hardware = plan->hardware};
+    r.dyn = &dyn;
+    sq_run_speed_of(&r, &sp);
+    cr_assert(sp.comparable);
+    cr_assert_float_eq(sp.predicted, 400, 1e-12);
+    r.dyn = NULL;
+    cJSON_DeleteItemFromObject(plan->hardware, "sequoia_run");
+    sq_run_speed_of(&r, &sp);
+    cr_assert(sp.have_plan && !sp.comparable && strstr(sp.note, "no sequoia_run"), "%s", sp.note);
+    sq_plan_free(plan);
+    sq_run_acceptance_free(&a);
+}

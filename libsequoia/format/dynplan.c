@@ -139,6 +139,34 @@ static int read_expected(const cJSON *obj, const char *key, int L, const char *f
     return rc;
 }
 
+/* A rung's optional "sequoia_run" object: tokens_per_second > 0 required in it,
+ * predicted_speedup > 0, draft_catchup_tokens and round_ms >= 0 when present. */
+static int read_rung_run(const cJSON *r, const char *file, const char *ctx, sq_dynplan_rung *g,
+                         sq_error *err)
+{
+    const cJSON *rt = sq_json_field(r, SQ_PLAN_HW_RUNTIME);
+    if (!rt)
+        return SQ_OK;
+    char rctx[96];
+    snprintf(rctx, sizeof rctx, "%s." SQ_PLAN_HW_RUNTIME, ctx);
+    if (!cJSON_IsObject(rt))
+        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an object", file, rctx);
+    const char *key[] = {"tokens_per_second", "predicted_speedup", "draft_catchup_tokens",
+                         "round_ms"};
+    double *val[] = {&g->run_tokens_per_second, &g->run_speedup, &g->run_catchup,
+                     &g->run_round_ms};
+    for (int k = 0; k < 4; k++) {
+        int rc = sq_json_get_number(rt, key[k], k == 0, val[k], file, rctx, err);
+        if (rc)
+            return rc;
+        if (!isfinite(*val[k]) || *val[k] < 0 || (k < 2 && sq_json_field(rt, key[k]) &&
+                                                  !(*val[k] > 0)))
+            return sq_error_set(err, SQ_EDATA, "%s: %s.%s: %.17g, expected a finite number %s 0",
+                                file, rctx, key[k], *val[k], k < 2 ? ">" : ">=");
+    }
+    return SQ_OK;
+}
+
 int sq_dynplan_from_json(const cJSON *root, const char *file, sq_dynplan **out, sq_error *err)
 {
     *out = NULL;
@@ -309,6 +337,8 @@ int sq_dynplan_from_json(const cJSON *root, const char *file, sq_dynplan **out, 
                                   file, ctx, g->tokens_per_second);
                 goto fail;
             }
+            if ((rc = read_rung_run(r, file, ctx, g, err)))
+                goto fail;
             i++;
         }
         p->n_ladder = n;
@@ -371,6 +401,14 @@ cJSON *sq_dynplan_to_json(const sq_dynplan *p)
             cJSON_AddBoolToObject(r, "speculate", g->speculate);
             cJSON_AddNumberToObject(r, "expected_tokens", g->expected_tokens);
             cJSON_AddNumberToObject(r, "tokens_per_second", g->tokens_per_second);
+            if (g->run_tokens_per_second > 0) {
+                cJSON *rt = cJSON_CreateObject();
+                cJSON_AddNumberToObject(rt, "draft_catchup_tokens", g->run_catchup);
+                cJSON_AddNumberToObject(rt, "round_ms", g->run_round_ms);
+                cJSON_AddNumberToObject(rt, "tokens_per_second", g->run_tokens_per_second);
+                cJSON_AddNumberToObject(rt, "predicted_speedup", g->run_speedup);
+                sq_json_add(r, SQ_PLAN_HW_RUNTIME, rt);
+            }
             sq_json_append(arr, r);
         }
         sq_json_add(o, "ladder", arr);

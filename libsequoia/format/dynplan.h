@@ -10,7 +10,9 @@
  *    "expected_tokens": E, "prediction": {"method": "...", ...},
  *    "curves": {"file": "...", "sha256": "..."},
  *    "hardware": {...} (optional), "ladder": [{"batch": b, "envelope": {...}, "speculate": true,
- *    "expected_tokens": E, "tokens_per_second": R}, ...] (optional)}
+ *    "expected_tokens": E, "tokens_per_second": R, "sequoia_run": {"draft_catchup_tokens": c,
+ *    "round_ms": r, "tokens_per_second": R', "predicted_speedup": S'} (optional)}, ...]
+ *    (optional)}
  *
  * The envelope rules of the engines live here, in one function, so that the planner
  * (planner/dynamic.h, sq_dyn_envelope_check) and the runtime (which cannot include planner/)
@@ -61,6 +63,10 @@ int sq_dynplan_envelope_check(const char *engine, int steps, int topk, int nodes
 typedef struct sq_dynplan_rung {
     int    batch, steps, topk, nodes, speculate;
     double expected_tokens, tokens_per_second;
+    /* the rung's "sequoia_run" object (optional; run_tokens_per_second 0 when absent):
+     * sequoia-run's round of the rung's envelope at its batch size, as a plan's
+     * hardware.sequoia_run for that batch size alone (docs/formats.md) */
+    double run_catchup, run_round_ms, run_tokens_per_second, run_speedup;
 } sq_dynplan_rung;
 
 typedef struct sq_dynplan {

@@ -156,6 +156,16 @@ static int check_hardware(const cJSON *hw, const char *file, sq_error *err)
 
 int sq_plan_check_runtime_cost(const cJSON *hw, const char *file, sq_error *err)
 {
+    /* which cost model chose, and the batch size the figures price (docs/formats.md) */
+    const cJSON *by = sq_json_field(hw, "chosen_by"), *pb = sq_json_field(hw, "batch");
+    if (by && !(cJSON_IsString(by) && (!strcmp(by->valuestring, "engine") ||
+                                       !strcmp(by->valuestring, "sequoia-run"))))
+        return sq_error_set(err, SQ_EDATA, "%s: hardware.chosen_by: expected \"engine\" or "
+                            "\"sequoia-run\"", file);
+    if (pb && !(cJSON_IsNumber(pb) && pb->valuedouble == floor(pb->valuedouble) &&
+                pb->valuedouble >= 1 && pb->valuedouble <= 1 << 20))
+        return sq_error_set(err, SQ_EDATA, "%s: hardware.batch: expected an integer in [1, %d]",
+                            file, 1 << 20);
     const cJSON *rt = sq_json_field(hw, SQ_PLAN_HW_RUNTIME), *x;
     if (!rt)
         return SQ_OK;
