@@ -748,11 +748,14 @@ static int envelope_try(const sq_engine_plan_params *p, const sq_curve *c, int K
         d = hw->d;
         if (n < 2) {
             /* The engine always drafts: the fastest tree with a draft step (it may not pay;
-             * the speedup printed says so). */
+             * the speedup printed says so), by the cost model that made the choice. */
+            const double *tab = p->hw->cost_model == SQ_COST_SEQUOIA_RUN
+                                    ? hw->runtime_speedup_table
+                                    : hw->speedup_table;
             double bs = -1;
             for (int m = 2; m <= hw->N; m++)
                 for (int dd = 2; dd <= hw->D; dd++) {
-                    double sp = hw->speedup_table[(size_t)m * (size_t)(hw->D + 1) + (size_t)dd];
+                    double sp = tab[(size_t)m * (size_t)(hw->D + 1) + (size_t)dd];
                     if (!isnan(sp) && sp > bs) {
                         bs = sp;
                         n = m;
