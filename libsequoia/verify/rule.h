@@ -70,6 +70,26 @@ SQ_API
 void sq_draft_topk(const float *logits, int V, int k, int32_t *out, double *keys,
                    sq_ranked *heap);
 
+/* The code paths of the loops above (the argmax, the softmax, the normalisation) and of the
+ * estimator's (planner/accept/): every path gives the same bits (docs/estimator.md, "On AVX2
+ * hosts and shared cores"). SQ_RULE_ISA_AUTO: the best the CPU has. */
+enum { SQ_RULE_ISA_AUTO = -1, SQ_RULE_ISA_SCALAR = 0, SQ_RULE_ISA_AVX2 = 1, SQ_RULE_ISA_AVX512 = 2 };
+
+/* The path in use: the forced one, else the best the CPU has (AVX-512 needs avx512f, AVX2 avx2;
+ * only on x86-64 builds with GCC or Clang, else scalar). */
+SQ_API
+int sq_rule_isa(void);
+
+/* Forces a path (tests and benchmarks; not thread-safe: set it before the work starts), or
+ * SQ_RULE_ISA_AUTO. Returns 0, or -1 when the CPU or the build lacks that path (nothing is
+ * changed then). */
+SQ_API
+int sq_rule_isa_set(int isa);
+
+/* The name of a path: "scalar", "avx2", "avx512". */
+SQ_API
+const char *sq_rule_isa_name(int isa);
+
 SQ_END_DECLS
 
 #endif

@@ -399,7 +399,7 @@ static int residual_first(const double *P, const double *Q, int V, const unsigne
                           double *rs, double *qs, double *sum)
 {
 #ifdef SQ_ACCEPT_AVX2
-    if (__builtin_cpu_supports("avx2"))
+    if (sq_rule_isa() >= SQ_RULE_ISA_AVX2)
         return residual_first_avx2(P, Q, V, is_cand, rs, qs, sum);
 #endif
     return residual_first_scalar(P, Q, V, is_cand, rs, qs, sum, 0, 0, 0.0);
@@ -409,7 +409,7 @@ static int residual_next(double *rs, double *qs, int ns, double rscale, double q
                          double *sum)
 {
 #ifdef SQ_ACCEPT_AVX2
-    if (__builtin_cpu_supports("avx2"))
+    if (sq_rule_isa() >= SQ_RULE_ISA_AVX2)
         return residual_next_avx2(rs, qs, ns, rscale, qscale, sum);
 #endif
     return residual_next_scalar(rs, qs, ns, rscale, qscale, sum, 0, 0, 0.0);
