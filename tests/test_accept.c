@@ -1535,3 +1535,57 @@ Test(accept, dynamic_statistics_in_the_pass_equal_their_own_pass, .timeout = 120
     tu_rmtree(dir);
     free(dir);
 }
+
+/* Issue 27: the residual recursion's passes (scalar, AVX2, AVX-512) give the same bits, for
+ * vocabularies with and without a tail of 1-7 tokens, with and without replacement. */
+Test(accept, residual_recursion_gives_the_same_bits_on_every_code_path)
+{
+    const int host = sq_rule_isa();
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    int compared = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        const int V = trial < 40 ? 1 + trial : 40 + (int)gsl_rng_uniform_int(r, 3000);
+        const int W = 1 + (int)gsl_rng_uniform_int(r, 16), with = trial % 3 == 0;
+        double *P = malloc((size_t)V * sizeof *P), *Q = malloc((size_t)V * sizeof *Q);
+        cr_assert(P && Q);
+        double sp = 0, sq = 0;
+        for (int i = 0; i < V; i++) {
+            P[i] = gsl_rng_uniform(r) < 0.2 ? 0.0 : pow(gsl_rng_uniform(r), 4);
+            Q[i] = gsl_rng_uniform(r) < 0.2 ? 0.0 : pow(gsl_rng_uniform(r), 4);
+            sp += P[i];
+            sq += Q[i];
+        }
+        if (!(sp > 0) || !(sq > 0)) {
+            free(P);
+            free(Q);
+            continue;
+        }
+        for (int i = 0; i < V; i++) {
+            P[i] /= sp;
+            Q[i] /= sq;
+        }
+        sq_accept_ws *ws = sq_accept_ws_new(V, W);
+        cr_assert(ws);
+        int cand[16];
+        gsl_rng_set(r, 1000 + (unsigned long)trial);
+        int n = with ? sq_accept_draw_with(Q, V, W, r, cand, ws)
+                     : sq_accept_draw_without(Q, V, W, r, cand, ws);
+        double want[16], got[16];
+        cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_SCALAR), 0);
+        sq_accept_residual(P, Q, V, cand, n, with, want, W, ws);
+        for (int isa = SQ_RULE_ISA_AVX2; isa <= host; isa++) {
+            cr_assert_eq(sq_rule_isa_set(isa), 0);
+            sq_accept_residual(P, Q, V, cand, n, with, got, W, ws);
+            cr_assert(memcmp(got, want, (size_t)W * sizeof *got) == 0,
+                      "%s, V %d, W %d, %s replacement: other bits than the scalar path's",
+                      sq_rule_isa_name(isa), V, W, with ? "with" : "without");
+            compared++;
+        }
+        sq_accept_ws_free(ws);
+        free(P);
+        free(Q);
+    }
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    gsl_rng_free(r);
+    cr_log_info("host path %s, %d vectors compared", sq_rule_isa_name(host), compared);
+}

@@ -16,7 +16,7 @@
 #define SQ_RULE_AVX512 1
 static int host_isa(void)
 {
-    if (__builtin_cpu_supports("avx512f"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
         return SQ_RULE_ISA_AVX512;
     return __builtin_cpu_supports("avx2") ? SQ_RULE_ISA_AVX2 : SQ_RULE_ISA_SCALAR;
 }

@@ -75,7 +75,7 @@ void sq_draft_topk(const float *logits, int V, int k, int32_t *out, double *keys
  * hosts and shared cores"). SQ_RULE_ISA_AUTO: the best the CPU has. */
 enum { SQ_RULE_ISA_AUTO = -1, SQ_RULE_ISA_SCALAR = 0, SQ_RULE_ISA_AVX2 = 1, SQ_RULE_ISA_AVX512 = 2 };
 
-/* The path in use: the forced one, else the best the CPU has (AVX-512 needs avx512f, AVX2 avx2;
+/* The path in use: the forced one, else the best the CPU has (AVX-512 needs avx512f and avx512vl, AVX2 avx2;
  * only on x86-64 builds with GCC or Clang, else scalar). */
 SQ_API
 int sq_rule_isa(void);

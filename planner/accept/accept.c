@@ -283,8 +283,10 @@ int sq_accept_draw_with(const double *Q, int V, int W, gsl_rng *rng, int *cand,
 /* The first rejection's pass over the vocabulary: v = P - Q at every token, kept (compacted into
  * rs, with Q into qs) where v > 0 and the token is not a candidate; *sum = the kept mass. The
  * second, over the kept tokens: v = rs·rscale - qs·qscale, kept where v > 0. Both four tokens at
- * a time with AVX2 where the CPU has it (issue 17: these passes were a third of a position);
- * the sums then add in another order, which moves the result by rounding only. */
+ * a time with AVX2 (issue 17: these passes were a third of a position) or eight with AVX-512
+ * (issue 27) where the CPU has it (the path: sq_rule_isa, libsequoia/verify/rule.h); every path
+ * adds the kept mass in the same order, so all give the same bits. These two functions are the
+ * one-by-one tails of every path. */
 static int residual_first_scalar(const double *P, const double *Q, int V,
                                  const unsigned char *is_cand, double *rs, double *qs,
                                  double *sum_out, int i, int ns, double sum)
@@ -313,6 +315,50 @@ static int residual_next_scalar(double *rs, double *qs, int ns, double rscale, d
     }
     *sum_out = sum;
     return out;
+}
+
+/* The scalar path adds in the vector paths' order (issue 27), so that every path gives the same
+ * bits: four partial sums over the first n / 4 · 4 values (sum j takes the kept values at 4t +
+ * j), folded as (s0 + s1) + (s2 + s3), then the rest one by one (the *_scalar tails above). */
+static int residual_first_lanes(const double *P, const double *Q, int V,
+                                const unsigned char *is_cand, double *rs, double *qs,
+                                double *sum_out)
+{
+    double l[4] = {0};
+    int ns = 0, i = 0;
+    for (; i + 4 <= V; i += 4)
+        for (int j = 0; j < 4; j++) {
+            double q = Q[i + j], v = P[i + j] - q;
+            rs[ns] = v;
+            qs[ns] = q;
+            int keep = (v > 0) & !is_cand[i + j];
+            ns += keep;
+            l[j] += keep ? v : 0.0;
+        }
+    return residual_first_scalar(P, Q, V, is_cand, rs, qs, sum_out, i, ns,
+                                 (l[0] + l[1]) + (l[2] + l[3]));
+}
+
+static int residual_next_lanes(double *rs, double *qs, int ns, double rscale, double qscale,
+                               double *sum_out)
+{
+    double l[4] = {0};
+    int out = 0, s = 0;
+    for (; s + 4 <= ns; s += 4) {
+        double v4[4], q4[4];   /* the four are read before any is written (in place) */
+        for (int j = 0; j < 4; j++) {
+            q4[j] = qs[s + j];
+            v4[j] = rs[s + j] * rscale - q4[j] * qscale;
+        }
+        for (int j = 0; j < 4; j++) {
+            rs[out] = v4[j];
+            qs[out] = q4[j];
+            out += v4[j] > 0;
+            l[j] += v4[j] > 0 ? v4[j] : 0.0;
+        }
+    }
+    return residual_next_scalar(rs, qs, ns, rscale, qscale, sum_out, s, out,
+                                (l[0] + l[1]) + (l[2] + l[3]));
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -393,26 +439,112 @@ __attribute__((target("avx2"))) static int residual_next_avx2(double *rs, double
     return residual_next_scalar(rs, qs, ns, rscale, qscale, sum_out, s, out,
                                 (l[0] + l[1]) + (l[2] + l[3]));
 }
+
+/* The same passes eight tokens at a time with AVX-512 (compress instead of the table), the sum
+ * still over four lanes in the AVX2 path's order: the low four values of every eight, then the
+ * high four, then (when four are left) one AVX2 step, then the scalar tail. Same bits. */
+__attribute__((target("avx512f,avx512vl"))) static int
+residual_first_avx512(const double *P, const double *Q, int V, const unsigned char *is_cand,
+                      double *rs, double *qs, double *sum_out)
+{
+    const __m512d zero = _mm512_setzero_pd();
+    __m256d acc = _mm256_setzero_pd();
+    int ns = 0, i = 0;
+    for (; i + 8 <= V; i += 8) {
+        __m512d q = _mm512_loadu_pd(Q + i), v = _mm512_sub_pd(_mm512_loadu_pd(P + i), q);
+        uint64_t c8;
+        memcpy(&c8, is_cand + i, sizeof c8);
+        __mmask8 nc = _mm512_cmpeq_epi64_mask(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)c8)),
+                                              _mm512_setzero_si512());
+        __mmask8 keep = _mm512_mask_cmp_pd_mask(nc, v, zero, _CMP_GT_OQ);
+        __m512d vz = _mm512_maskz_mov_pd(keep, v);
+        acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(vz));
+        acc = _mm256_add_pd(acc, _mm512_extractf64x4_pd(vz, 1));
+        _mm512_storeu_pd(rs + ns, _mm512_maskz_compress_pd(keep, v));
+        _mm512_storeu_pd(qs + ns, _mm512_maskz_compress_pd(keep, q));
+        ns += __builtin_popcount((unsigned)keep);
+    }
+    if (i + 4 <= V) {
+        __m256d q = _mm256_loadu_pd(Q + i), v = _mm256_sub_pd(_mm256_loadu_pd(P + i), q);
+        uint32_t c4;
+        memcpy(&c4, is_cand + i, sizeof c4);
+        __mmask8 nc = _mm256_cmpeq_epi64_mask(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)c4)),
+                                              _mm256_setzero_si256());
+        __mmask8 keep = _mm256_mask_cmp_pd_mask(nc, v, _mm256_setzero_pd(), _CMP_GT_OQ);
+        acc = _mm256_add_pd(acc, _mm256_maskz_mov_pd(keep, v));
+        _mm256_storeu_pd(rs + ns, _mm256_maskz_compress_pd(keep, v));
+        _mm256_storeu_pd(qs + ns, _mm256_maskz_compress_pd(keep, q));
+        ns += __builtin_popcount((unsigned)keep);
+        i += 4;
+    }
+    double l[4];
+    _mm256_storeu_pd(l, acc);
+    return residual_first_scalar(P, Q, V, is_cand, rs, qs, sum_out, i, ns,
+                                 (l[0] + l[1]) + (l[2] + l[3]));
+}
+
+__attribute__((target("avx512f,avx512vl"))) static int
+residual_next_avx512(double *rs, double *qs, int ns, double rscale, double qscale,
+                     double *sum_out)
+{
+    const __m512d zero = _mm512_setzero_pd(), vr = _mm512_set1_pd(rscale),
+                  vq = _mm512_set1_pd(qscale);
+    __m256d acc = _mm256_setzero_pd();
+    int out = 0, s = 0;
+    /* in place: the values are loaded before anything at out <= s is stored */
+    for (; s + 8 <= ns; s += 8) {
+        __m512d q = _mm512_loadu_pd(qs + s);
+        __m512d v = _mm512_sub_pd(_mm512_mul_pd(_mm512_loadu_pd(rs + s), vr), _mm512_mul_pd(q, vq));
+        __mmask8 keep = _mm512_cmp_pd_mask(v, zero, _CMP_GT_OQ);
+        __m512d vz = _mm512_maskz_mov_pd(keep, v);
+        acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(vz));
+        acc = _mm256_add_pd(acc, _mm512_extractf64x4_pd(vz, 1));
+        _mm512_storeu_pd(rs + out, _mm512_maskz_compress_pd(keep, v));
+        _mm512_storeu_pd(qs + out, _mm512_maskz_compress_pd(keep, q));
+        out += __builtin_popcount((unsigned)keep);
+    }
+    if (s + 4 <= ns) {
+        __m256d q = _mm256_loadu_pd(qs + s);
+        __m256d v = _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s), _mm256_set1_pd(rscale)),
+                                  _mm256_mul_pd(q, _mm256_set1_pd(qscale)));
+        __mmask8 keep = _mm256_cmp_pd_mask(v, _mm256_setzero_pd(), _CMP_GT_OQ);
+        acc = _mm256_add_pd(acc, _mm256_maskz_mov_pd(keep, v));
+        _mm256_storeu_pd(rs + out, _mm256_maskz_compress_pd(keep, v));
+        _mm256_storeu_pd(qs + out, _mm256_maskz_compress_pd(keep, q));
+        out += __builtin_popcount((unsigned)keep);
+        s += 4;
+    }
+    double l[4];
+    _mm256_storeu_pd(l, acc);
+    return residual_next_scalar(rs, qs, ns, rscale, qscale, sum_out, s, out,
+                                (l[0] + l[1]) + (l[2] + l[3]));
+}
 #endif
 
 static int residual_first(const double *P, const double *Q, int V, const unsigned char *is_cand,
                           double *rs, double *qs, double *sum)
 {
 #ifdef SQ_ACCEPT_AVX2
-    if (sq_rule_isa() >= SQ_RULE_ISA_AVX2)
+    const int isa = sq_rule_isa();
+    if (isa >= SQ_RULE_ISA_AVX512)
+        return residual_first_avx512(P, Q, V, is_cand, rs, qs, sum);
+    if (isa >= SQ_RULE_ISA_AVX2)
         return residual_first_avx2(P, Q, V, is_cand, rs, qs, sum);
 #endif
-    return residual_first_scalar(P, Q, V, is_cand, rs, qs, sum, 0, 0, 0.0);
+    return residual_first_lanes(P, Q, V, is_cand, rs, qs, sum);
 }
 
 static int residual_next(double *rs, double *qs, int ns, double rscale, double qscale,
                          double *sum)
 {
 #ifdef SQ_ACCEPT_AVX2
-    if (sq_rule_isa() >= SQ_RULE_ISA_AVX2)
+    const int isa = sq_rule_isa();
+    if (isa >= SQ_RULE_ISA_AVX512)
+        return residual_next_avx512(rs, qs, ns, rscale, qscale, sum);
+    if (isa >= SQ_RULE_ISA_AVX2)
         return residual_next_avx2(rs, qs, ns, rscale, qscale, sum);
 #endif
-    return residual_next_scalar(rs, qs, ns, rscale, qscale, sum, 0, 0, 0.0);
+    return residual_next_lanes(rs, qs, ns, rscale, qscale, sum);
 }
 
 void sq_accept_residual(const double *P, const double *Q, int V, const int *cand, int n,
