@@ -1589,3 +1589,61 @@ Test(accept, residual_recursion_gives_the_same_bits_on_every_code_path)
     gsl_rng_free(r);
     cr_log_info("host path %s, %d vectors compared", sq_rule_isa_name(host), compared);
 }
+
+/* Issue 27: the draft's top K at temperature 1 without normalising every value
+ * (sq_dynstats_draft_topk) equals the top K of the whole distribution, ties included: rows whose
+ * best logits differ by about 1e-16 (numerators one ulp apart, whose quotients the division may
+ * make equal), exactly tied logits, -inf and NaN, vocabularies at most K, on every code path. */
+Test(accept, draft_topk_at_temperature_one_equals_the_whole_distributions)
+{
+    const int host = sq_rule_isa();
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    enum { VMAX = 700 };
+    float d[VMAX];
+    double Q[VMAX], scratch[VMAX], got[SQ_DYNSTATS_MAX_TOPK];
+    int ids[SQ_DYNSTATS_MAX_TOPK], fell_back = 0, rows = 0;
+    sq_accept_ws *ws = sq_accept_ws_new(VMAX, 16);
+    cr_assert(ws);
+    for (int isa = SQ_RULE_ISA_SCALAR; isa <= host; isa++) {
+        cr_assert_eq(sq_rule_isa_set(isa), 0);
+        for (int trial = 0; trial < 3000; trial++) {
+            const int V = trial % 10 == 0 ? 1 + (int)gsl_rng_uniform_int(r, 12)
+                                          : 20 + (int)gsl_rng_uniform_int(r, VMAX - 20);
+            const int K = 1 + (int)gsl_rng_uniform_int(r, SQ_DYNSTATS_MAX_TOPK);
+            for (int i = 0; i < V; i++) {
+                int kind = (int)gsl_rng_uniform_int(r, 20);
+                d[i] = kind == 0   ? -1e-16f * (float)(8.0 * gsl_rng_uniform(r))
+                       : kind == 1 && trial % 2 ? d[gsl_rng_uniform_int(r, (unsigned long)i + 1)]
+                       : kind == 2 ? -INFINITY
+                       : kind == 3 && trial % 7 == 0 ? NAN
+                                   : (float)(-3.0 * gsl_rng_uniform(r));
+            }
+            sq_dynstats_draft_topk(d, V, K, scratch, ws, got, ids);
+            sq_accept_probs(d, V, 1.0, 1.0, Q, ws);
+            /* the brute force: K times the best remaining, lower id on ties */
+            unsigned char used[VMAX] = {0};
+            for (int k = 0; k < K; k++) {
+                int b = -1;
+                for (int i = 0; i < V; i++)
+                    if (!used[i] && (b < 0 || Q[i] > Q[b]))
+                        b = i;
+                if (b >= 0)
+                    used[b] = 1;
+                double want = b >= 0 ? Q[b] : 0.0;
+                cr_assert_eq(ids[k], b, "%s, trial %d, V %d, K %d, rank %d: id %d, want %d",
+                             sq_rule_isa_name(isa), trial, V, K, k, ids[k], b);
+                cr_assert(memcmp(&got[k], &want, sizeof want) == 0, "trial %d, rank %d: %.17g, want %.17g",
+                          trial, k, got[k], want);
+            }
+            int strict = 1;
+            for (int k = 1; k < K && k < V; k++)
+                strict &= got[k] < got[k - 1];
+            fell_back += !strict || V <= K;
+            rows++;
+        }
+    }
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    cr_log_info("%d rows, %d of them with ties or V <= K", rows, fell_back);
+    sq_accept_ws_free(ws);
+    gsl_rng_free(r);
+}

@@ -614,6 +614,34 @@ double sq_exp_nonpos(double x)
     return exp_nonpos(x);
 }
 
+/* The numerators for a finite largest usable logit mx, and their sum, on the path in use. */
+static double softmax_numerators(const float *logits, int V, float mx, double temperature,
+                                 double *e)
+{
+    const int isa = sq_rule_isa();
+#ifdef SQ_RULE_AVX512
+    if (isa >= SQ_RULE_ISA_AVX512)
+        return softmax_avx512(logits, V, mx, temperature, e);
+#endif
+#ifdef SQ_RULE_AVX2
+    if (isa >= SQ_RULE_ISA_AVX2)
+        return softmax_avx2(logits, V, mx, temperature, e);
+#endif
+    (void)isa;
+    return softmax_scalar(logits, V, mx, temperature, e);
+}
+
+double sq_softmax_numerators(const float *logits, int V, double temperature, double *e)
+{
+    SQ_ASSERT(V >= 1);
+    if (!(temperature > 0.0))
+        return 0.0;
+    int best = sq_argmax_f(logits, V);
+    if (!sq_k_logit_usable(logits[best]) || !isfinite(logits[best]))
+        return 0.0;
+    return softmax_numerators(logits, V, logits[best], temperature, e);
+}
+
 int sq_probs_from_logits(const float *logits, int V, double temperature, double top_p,
                          double *probs, double *scratch)
 {
@@ -629,18 +657,7 @@ int sq_probs_from_logits(const float *logits, int V, double temperature, double 
     double sum = 0.0;
     if (isfinite(mx)) {
         /* the common case, vectorised (issue 17) */
-        const int isa = sq_rule_isa();
-#ifdef SQ_RULE_AVX512
-        if (isa >= SQ_RULE_ISA_AVX512)
-            sum = softmax_avx512(logits, V, mx, temperature, probs);
-        else
-#endif
-#ifdef SQ_RULE_AVX2
-        if (isa >= SQ_RULE_ISA_AVX2)
-            sum = softmax_avx2(logits, V, mx, temperature, probs);
-        else
-#endif
-            sum = softmax_scalar(logits, V, mx, temperature, probs);
+        sum = softmax_numerators(logits, V, mx, temperature, probs);
     } else {
         for (int i = 0; i < V; i++) {
             probs[i] = sq_k_softmax_temp(logits[i], mx, temperature);

@@ -70,6 +70,13 @@ SQ_API
 void sq_draft_topk(const float *logits, int V, int k, int32_t *out, double *keys,
                    sq_ranked *heap);
 
+/* The first half of sq_probs_from_logits at top_p 1 in the common case (T > 0 and a finite
+ * largest usable logit): e(V) = the distribution's numerators before the normalisation, and
+ * their sum; probs[i] is then exactly e[i] / sum. Returns 0 (e untouched) in every other case:
+ * call sq_probs_from_logits then. For a caller that needs a few probabilities, not all V. */
+SQ_API
+double sq_softmax_numerators(const float *logits, int V, double temperature, double *e);
+
 /* The code paths of the loops above (the argmax, the softmax, the normalisation) and of the
  * estimator's (planner/accept/): every path gives the same bits (docs/estimator.md, "On AVX2
  * hosts and shared cores"). SQ_RULE_ISA_AUTO: the best the CPU has. */
