@@ -1647,3 +1647,48 @@ Test(accept, draft_topk_at_temperature_one_equals_the_whole_distributions)
     sq_accept_ws_free(ws);
     gsl_rng_free(r);
 }
+
+/* Issue 27: two draws in one pass (sq_accept_draw_without2) give each the candidates, and leave
+ * each generator in the state, of the draw alone; Q with zeros, supports smaller than W. */
+Test(accept, two_draws_in_one_pass_equal_each_draw_alone)
+{
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng *a1 = gsl_rng_alloc(gsl_rng_mt19937), *b1 = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng *a2 = gsl_rng_alloc(gsl_rng_mt19937), *b2 = gsl_rng_alloc(gsl_rng_mt19937);
+    for (int trial = 0; trial < 500; trial++) {
+        const int V = 1 + (int)gsl_rng_uniform_int(r, trial < 100 ? 30 : 4000);
+        const int W = 1 + (int)gsl_rng_uniform_int(r, 16), W2 = 1 + (int)gsl_rng_uniform_int(r, 16);
+        double *Q = malloc((size_t)V * sizeof *Q), s = 0;
+        cr_assert(Q);
+        for (int i = 0; i < V; i++) {
+            Q[i] = gsl_rng_uniform(r) < 0.3 ? 0.0 : pow(gsl_rng_uniform(r), 3);
+            s += Q[i];
+        }
+        for (int i = 0; i < V; i++)
+            Q[i] = s > 0 ? Q[i] / s : 0.0;
+        sq_accept_ws *w1 = sq_accept_ws_new(V, 16), *w2 = sq_accept_ws_new(V, 16);
+        cr_assert(w1 && w2);
+        int c1[16], c2[16], d1[16], d2[16], n2 = -1;
+        gsl_rng_set(a1, 7 + (unsigned long)trial);
+        gsl_rng_set(a2, 7 + (unsigned long)trial);
+        gsl_rng_set(b1, 900 + (unsigned long)trial);
+        gsl_rng_set(b2, 900 + (unsigned long)trial);
+        int n1 = sq_accept_draw_without(Q, V, W, a1, c1, w1);
+        int m2 = sq_accept_draw_without(Q, V, W2, b1, c2, w1);
+        int m1 = sq_accept_draw_without2(Q, V, W, a2, d1, w1, W2, b2, d2, w2, &n2);
+        cr_assert_eq(m1, n1, "trial %d", trial);
+        cr_assert_eq(n2, m2, "trial %d", trial);
+        cr_assert(memcmp(c1, d1, (size_t)n1 * sizeof *c1) == 0, "trial %d: first draw", trial);
+        cr_assert(memcmp(c2, d2, (size_t)m2 * sizeof *c2) == 0, "trial %d: second draw", trial);
+        cr_assert_eq(gsl_rng_get(a1), gsl_rng_get(a2), "trial %d: first generator", trial);
+        cr_assert_eq(gsl_rng_get(b1), gsl_rng_get(b2), "trial %d: second generator", trial);
+        sq_accept_ws_free(w1);
+        sq_accept_ws_free(w2);
+        free(Q);
+    }
+    gsl_rng_free(r);
+    gsl_rng_free(a1);
+    gsl_rng_free(a2);
+    gsl_rng_free(b1);
+    gsl_rng_free(b2);
+}

@@ -180,25 +180,32 @@ static void heap_replace_root(double *hk, int *hi, int n, double key, int i)
     hi[c] = i;
 }
 
-int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *cand,
-                           sq_accept_ws *ws)
+/* One exponential race (sq_accept_draw_without): token i gets key E_i / Q_i with E_i ~ Exp(1);
+ * the W smallest keys in increasing order are a draw of W tokens without replacement. A
+ * max-heap keeps the W smallest keys; tau is the largest of them. Once the heap is full, token
+ * i enters it iff E_i < tau·Q_i, independently with probability 1 - exp(-tau·Q_i): one Exp(1)
+ * variable E decides a whole run of tokens (exponential jumps): skip while E >= tau·Q_i,
+ * subtracting; the token where E < tau·Q_i enters with E_i = E (E is then exactly Exp(1)
+ * conditioned on being below tau·Q_i), so key = E / Q_i; then tau shrinks and a fresh E starts.
+ * About W·(1 + ln(V/W)) random numbers instead of V. */
+typedef struct race {
+    double *hk;     /* the heap's keys    */
+    int *hi;        /* and tokens         */
+    int n, W, i;    /* entries, capacity, the next token to look at */
+    double tau, E;
+    gsl_rng *rng;
+} race;
+
+/* The first W tokens of positive mass fill the heap; then the first E (a full heap only). */
+static void race_fill(race *r, const double *Q, int V)
 {
-    SQ_ASSERT(W <= ws->W);
-    /* Exponential race: token i gets key E_i / Q_i with E_i ~ Exp(1); the W smallest keys in
-     * increasing order are a draw of W tokens without replacement. A max-heap keeps the W
-     * smallest keys; tau is the largest of them. Once the heap is full, token i enters it iff
-     * E_i < tau·Q_i, independently with probability 1 - exp(-tau·Q_i): one Exp(1) variable E
-     * decides a whole run of tokens (exponential jumps): skip while E >= tau·Q_i, subtracting;
-     * the token where E < tau·Q_i enters with E_i = E (E is then exactly Exp(1) conditioned on
-     * being below tau·Q_i), so key = E / Q_i; then tau shrinks and a fresh E starts. About
-     * W·(1 + ln(V/W)) random numbers instead of V. */
-    double *hk = ws->hkey;
-    int *hi = ws->hidx, n = 0, i = 0;
-    for (; i < V && n < W; i++) {
+    double *hk = r->hk;
+    int *hi = r->hi, n = 0, i = 0;
+    for (; i < V && n < r->W; i++) {
         double q = Q[i];
         if (!(q > 0))
             continue;
-        double key = -log(gsl_rng_uniform_pos(rng)) / q;
+        double key = -log(gsl_rng_uniform_pos(r->rng)) / q;
         int c = n++;
         while (c > 0) {
             int p = (c - 1) / 2;
@@ -211,29 +218,102 @@ int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *can
         hk[c] = key;
         hi[c] = i;
     }
-    if (n == W) {
-        double tau = hk[0];
-        double E = -log(gsl_rng_uniform_pos(rng));
-        for (; i < V; i++) {
-            double w = tau * Q[i];
-            if (E >= w) {
-                E -= w;
-                continue;
-            }
-            heap_replace_root(hk, hi, n, E / Q[i], i);
-            tau = hk[0];
-            E = -log(gsl_rng_uniform_pos(rng));
-        }
+    r->n = n;
+    r->i = i;   /* V when the heap is not full */
+    if (n == r->W) {
+        r->tau = hk[0];
+        r->E = -log(gsl_rng_uniform_pos(r->rng));
     }
-    /* Pop the largest key into the back: cand ends up in increasing key (draw) order. */
-    int count = n;
+}
+
+/* Token i enters (E < tau·Q_i): its key replaces the largest, and a fresh E starts. */
+static void race_enter(race *r, const double *Q, int i)
+{
+    heap_replace_root(r->hk, r->hi, r->n, r->E / Q[i], i);
+    r->tau = r->hk[0];
+    r->E = -log(gsl_rng_uniform_pos(r->rng));
+}
+
+/* The jumps over tokens [r->i, end). */
+static void race_run(race *r, const double *Q, int end)
+{
+    double tau = r->tau, E = r->E;
+    for (int i = r->i; i < end; i++) {
+        double w = tau * Q[i];
+        if (E >= w) {
+            E -= w;
+            continue;
+        }
+        r->E = E;
+        race_enter(r, Q, i);
+        tau = r->tau;
+        E = r->E;
+    }
+    r->tau = tau;
+    r->E = E;
+    r->i = end > r->i ? end : r->i;
+}
+
+/* Pop the largest key into the back: cand ends up in increasing key (draw) order. */
+static int race_finish(race *r, int *cand)
+{
+    int n = r->n;
     while (n > 0) {
-        cand[n - 1] = hi[0];
+        cand[n - 1] = r->hi[0];
         n--;
         if (n > 0)
-            heap_replace_root(hk, hi, n, hk[n], hi[n]);
+            heap_replace_root(r->hk, r->hi, n, r->hk[n], r->hi[n]);
     }
-    return count;
+    return r->n;
+}
+
+int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                           sq_accept_ws *ws)
+{
+    SQ_ASSERT(W <= ws->W);
+    race r = {.hk = ws->hkey, .hi = ws->hidx, .W = W, .rng = rng};
+    race_fill(&r, Q, V);
+    race_run(&r, Q, V);
+    return race_finish(&r, cand);
+}
+
+int sq_accept_draw_without2(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                            sq_accept_ws *ws, int W2, gsl_rng *rng2, int *cand2,
+                            sq_accept_ws *ws2, int *n2)
+{
+    SQ_ASSERT(W <= ws->W && W2 <= ws2->W && ws != ws2);
+    race a = {.hk = ws->hkey, .hi = ws->hidx, .W = W, .rng = rng};
+    race b = {.hk = ws2->hkey, .hi = ws2->hidx, .W = W2, .rng = rng2};
+    race_fill(&a, Q, V);
+    race_fill(&b, Q, V);
+    /* the race that starts first runs alone up to the other's start, then both together: the
+     * two chains of subtractions are independent, so the processor overlaps them; each race
+     * makes the same operations, and takes the same random numbers from its own generator, as
+     * alone */
+    race *lead = a.i <= b.i ? &a : &b, *other = lead == &a ? &b : &a;
+    race_run(lead, Q, other->i);
+    double ta = a.tau, ea = a.E, tb = b.tau, eb = b.E;
+    for (int i = other->i; i < V; i++) {
+        const double q = Q[i], wa = ta * q, wb = tb * q;
+        if (ea >= wa)
+            ea -= wa;
+        else {
+            a.E = ea;
+            race_enter(&a, Q, i);
+            ta = a.tau;
+            ea = a.E;
+        }
+        if (eb >= wb)
+            eb -= wb;
+        else {
+            b.E = eb;
+            race_enter(&b, Q, i);
+            tb = b.tau;
+            eb = b.E;
+        }
+    }
+    *n2 = race_finish(&b, cand2);
+    return race_finish(&a, cand);
 }
 
 int sq_accept_draw_with(const double *Q, int V, int W, gsl_rng *rng, int *cand,
@@ -641,6 +721,24 @@ void sq_accept_position(const sq_accept_config *cfg, const float *target, const 
     }
 }
 
+void sq_accept_position_drawn(const double *P, const double *Q, int V, int W, const int *cand,
+                              int n, double *a, sq_accept_ws *ws)
+{
+    /* sq_accept_position's arithmetic with samples = 1: a = 0 + 1·a' */
+    memset(a, 0, (size_t)W * sizeof *a);
+    sq_accept_residual(P, Q, V, cand, n, 0, ws->a, W, ws);
+    for (int k = 0; k < W; k++)
+        a[k] += 1.0 * ws->a[k];
+}
+
+void sq_accept_position_with_draw(const double *P, const double *Q, int V, int W, gsl_rng *rng,
+                                  double *a, sq_accept_ws *ws, sq_accept_draw *d)
+{
+    int n = sq_accept_draw_without2(Q, V, W, rng, ws->cand, ws, d->width, d->rng, d->cand, d->ws,
+                                    &d->n);
+    sq_accept_position_drawn(P, Q, V, W, ws->cand, n, a, ws);
+}
+
 /* ---- sufficient statistics -------------------------------------------------------------------- */
 
 sq_accept_stats *sq_accept_stats_new(int width)
@@ -985,7 +1083,13 @@ static void compute_row(worker *w, const slot *sl, int i)
             }
             gsl_rng_set(w->rng, (unsigned long)(mix64(row_key ^ c->cfg_keys[j]) & 0xffffffffu));
         }
-        sq_accept_position(cfg, t, d, w->P, w->Q, V, W, c->samples, w->rng, a, w->ws);
+        sq_accept_draw *hd = NULL;
+        if (hooked && h->draw && cfg->mode == SQ_MODE_STOCHASTIC && c->samples == 1)
+            hd = h->draw(h->user, w->index, sl->row0 + i, j);
+        if (hd)
+            sq_accept_position_with_draw(w->P, w->Q, V, W, w->rng, a, w->ws, hd);
+        else
+            sq_accept_position(cfg, t, d, w->P, w->Q, V, W, c->samples, w->rng, a, w->ws);
         if (hooked) {
             int greedy = cfg->mode == SQ_MODE_GREEDY;
             int q_ok = !greedy && qt == cfg->temperature && qp == cfg->top_p;

@@ -270,6 +270,10 @@ typedef struct dyn_thread {
     sq_accept_ws *ws;   /* (V, K) */
     gsl_rng *rng;
     double *Q1;         /* (V) the draft at temperature 1 */
+    sq_accept_draw dr;  /* the draw made with the curve's (hook_draw), for (dr_row, dr_j) */
+    int64_t dr_row;
+    int dr_j;
+    int cand[SQ_DYNSTATS_MAX_TOPK];
 } dyn_thread;
 
 struct sq_dynstats {
@@ -325,6 +329,8 @@ static int hook_begin(void *user, int threads, sq_error *err)
     ds->th = t;
     for (; ds->n_th < threads; ds->n_th++) {
         dyn_thread *d = &ds->th[ds->n_th];
+        d->dr_row = -1;
+        d->dr_j = -1;
         d->ws = sq_accept_ws_new(ds->V, ds->K);
         d->rng = gsl_rng_alloc(gsl_rng_mt19937);
         d->Q1 = malloc((size_t)ds->V * sizeof *d->Q1);
@@ -334,6 +340,31 @@ static int hook_begin(void *user, int threads, sq_error *err)
         }
     }
     return SQ_OK;
+}
+
+/* Sample `at`'s random stream for its configuration k: the same whichever thread draws. */
+static void seed_sample(const sq_dynstats *ds, gsl_rng *rng, int64_t row, int k)
+{
+    gsl_rng_set(rng, (unsigned long)(mix64(ds->prm.seed ^ mix64(ds->keys[ds->file] ^
+                mix64((uint64_t)row * 64 + (uint64_t)k))) | 1));
+}
+
+/* The hook's draw (sq_accept_hook.draw): a stochastic configuration with one sample per
+ * position draws its candidates in the curve's pass over Q (issue 27). */
+static sq_accept_draw *hook_draw(void *user, int thread, int64_t row, int j)
+{
+    sq_dynstats *ds = user;
+    int k = ds->map[j];
+    if (k < 0 || ds->cfg[k].mode != SQ_MODE_STOCHASTIC || ds->prm.samples != 1 ||
+        sample_of(ds, row) < 0)
+        return NULL;
+    dyn_thread *th = &ds->th[thread];
+    seed_sample(ds, th->rng, row, k);
+    th->dr = (sq_accept_draw){.rng = th->rng, .width = ds->K, .cand = th->cand, .ws = th->ws,
+                              .n = -1};
+    th->dr_row = row;
+    th->dr_j = j;
+    return &th->dr;
 }
 
 /* The statistics of one sampled row: j = -1, the draft's top-K at temperature 1; j >= 0, the
@@ -356,10 +387,15 @@ static void dyn_row(void *user, int thread, int64_t row, int j, const float *t, 
     int k = ds->map[j];
     if (k < 0)
         return;
-    gsl_rng_set(th->rng, (unsigned long)(mix64(ds->prm.seed ^ mix64(ds->keys[ds->file] ^
-                mix64((uint64_t)row * 64 + (uint64_t)k))) | 1));
-    sq_accept_position(&ds->cfg[k], t, d, P, Q, V, K, ds->prm.samples, th->rng,
-                       ds->a + ((size_t)k * ds->n + at) * K, th->ws);
+    double *a = ds->a + ((size_t)k * ds->n + at) * K;
+    if (th->dr_row == row && th->dr_j == j && th->dr.n >= 0) {
+        /* drawn along with the curve's (hook_draw): the same random numbers, the same bits */
+        sq_accept_position_drawn(P, Q, V, K, th->cand, th->dr.n, a, th->ws);
+        th->dr_row = -1;
+        return;
+    }
+    seed_sample(ds, th->rng, row, k);
+    sq_accept_position(&ds->cfg[k], t, d, P, Q, V, K, ds->prm.samples, th->rng, a, th->ws);
 }
 
 int sq_dynstats_begin(sq_corpus *const *corpora, const uint64_t *keys, int n_files,
@@ -418,7 +454,7 @@ int sq_dynstats_begin(sq_corpus *const *corpora, const uint64_t *keys, int n_fil
                 !(ds->a = calloc(nK * (size_t)ds->n_cfg + 1, sizeof *ds->a))))
         rc = sq_error_oom(err, "dynamic statistics");
     ds->hook = (sq_accept_hook){.begin = hook_begin, .wants = hook_wants, .row = dyn_row,
-                                .user = ds};
+                                .draw = hook_draw, .user = ds};
     if (rc) {
         sq_dynstats_free(ds);
         return rc;
