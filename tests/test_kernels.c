@@ -526,3 +526,23 @@ Test(kernels, every_code_path_gives_the_scalar_paths_bits)
     free(got);
     free(scratch);
 }
+
+Test(kernels, sq_cpu_isa_in_the_environment_forces_the_rules_path)
+{
+    unsetenv("SQ_CPU_ISA");
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    const int best = sq_rule_isa();
+    setenv("SQ_CPU_ISA", "scalar", 1);
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    cr_assert_eq(sq_rule_isa(), SQ_RULE_ISA_SCALAR);
+    setenv("SQ_CPU_ISA", "avx9", 1);   /* unknown: the best */
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    cr_assert_eq(sq_rule_isa(), best);
+    if (best >= SQ_RULE_ISA_AVX2) {
+        setenv("SQ_CPU_ISA", "avx2", 1);
+        cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+        cr_assert_eq(sq_rule_isa(), SQ_RULE_ISA_AVX2);
+    }
+    unsetenv("SQ_CPU_ISA");
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+}

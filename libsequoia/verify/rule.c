@@ -2,6 +2,7 @@
 #include "libsequoia/verify/rule.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,18 +28,38 @@ static int host_isa(void)
 }
 #endif
 
-static int isa_forced = SQ_RULE_ISA_AUTO;
+/* The path + 1 once chosen (0: not yet): sq_rule_isa_set's, else SQ_CPU_ISA's from the
+ * environment (the runtime's variable, docs/runtime.md: one setting forces both) where the CPU
+ * has it, else the best the CPU has. */
+static atomic_int isa_now;
+
+static int isa_auto(void)
+{
+    int want = host_isa();
+    const char *env = getenv("SQ_CPU_ISA");
+    for (int i = SQ_RULE_ISA_SCALAR; env && i <= want; i++)
+        if (strcmp(env, sq_rule_isa_name(i)) == 0) {
+            want = i;
+            break;
+        }
+    return want;
+}
 
 int sq_rule_isa(void)
 {
-    return isa_forced != SQ_RULE_ISA_AUTO ? isa_forced : host_isa();
+    int v = atomic_load_explicit(&isa_now, memory_order_relaxed);
+    if (v)
+        return v - 1;
+    int expect = 0;
+    atomic_compare_exchange_strong(&isa_now, &expect, isa_auto() + 1);
+    return atomic_load(&isa_now) - 1;
 }
 
 int sq_rule_isa_set(int isa)
 {
     if (isa != SQ_RULE_ISA_AUTO && (isa < SQ_RULE_ISA_SCALAR || isa > host_isa()))
         return -1;
-    isa_forced = isa;
+    atomic_store(&isa_now, (isa == SQ_RULE_ISA_AUTO ? isa_auto() : isa) + 1);
     return 0;
 }
 

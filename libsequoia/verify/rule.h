@@ -82,14 +82,16 @@ double sq_softmax_numerators(const float *logits, int V, double temperature, dou
  * hosts and shared cores"). SQ_RULE_ISA_AUTO: the best the CPU has. */
 enum { SQ_RULE_ISA_AUTO = -1, SQ_RULE_ISA_SCALAR = 0, SQ_RULE_ISA_AVX2 = 1, SQ_RULE_ISA_AVX512 = 2 };
 
-/* The path in use: the forced one, else the best the CPU has (AVX-512 needs avx512f and avx512vl, AVX2 avx2;
- * only on x86-64 builds with GCC or Clang, else scalar). */
+/* The path in use: the forced one (sq_rule_isa_set), else SQ_CPU_ISA=scalar|avx2|avx512 from
+ * the environment where the CPU has that path (the runtime's variable: one setting forces
+ * both), else the best the CPU has (AVX-512 needs avx512f and avx512vl, AVX2 avx2; only on
+ * x86-64 builds with GCC or Clang, else scalar). */
 SQ_API
 int sq_rule_isa(void);
 
-/* Forces a path (tests and benchmarks; not thread-safe: set it before the work starts), or
- * SQ_RULE_ISA_AUTO. Returns 0, or -1 when the CPU or the build lacks that path (nothing is
- * changed then). */
+/* Forces a path (tests and benchmarks; set it before the work starts), or SQ_RULE_ISA_AUTO (the
+ * environment's, else the best). Returns 0, or -1 when the CPU or the build lacks that path
+ * (nothing is changed then). */
 SQ_API
 int sq_rule_isa_set(int isa);
 
