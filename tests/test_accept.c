@@ -1632,8 +1632,8 @@ Test(accept, draft_topk_at_temperature_one_equals_the_whole_distributions)
                 double want = b >= 0 ? Q[b] : 0.0;
                 cr_assert_eq(ids[k], b, "%s, trial %d, V %d, K %d, rank %d: id %d, want %d",
                              sq_rule_isa_name(isa), trial, V, K, k, ids[k], b);
-                cr_assert(memcmp(&got[k], &want, sizeof want) == 0, "trial %d, rank %d: %.17g, want %.17g",
-                          trial, k, got[k], want);
+                cr_assert(memcmp(&got[k], &want, sizeof want) == 0,
+                          "trial %d, rank %d: %.17g, want %.17g", trial, k, got[k], want);
             }
             int strict = 1;
             for (int k = 1; k < K && k < V; k++)

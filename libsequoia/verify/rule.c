@@ -304,8 +304,8 @@ static double nucleus_threshold(double *v, int n, double top_p)
 
 /* ---- exp for the softmax ------------------------------------------------------------------- */
 
-/* exp(x) for x <= 0 (the softmax's exponents), four at a time where the CPU has AVX2 and one at
- * a time otherwise, with the same IEEE operations in both, so that a value does not depend on
+/* exp(x) for x <= 0 (the softmax's exponents), eight at a time with AVX-512, four with AVX2 and
+ * one at a time otherwise (sq_rule_isa), with the same IEEE operations in all, so that a value does not depend on
  * where it sits in the row (tied logits keep exactly tied probabilities). Within 2 ulp of the
  * correctly rounded exp (tests/test_kernels.c measures it against libm). Method: Cody-Waite
  * reduction x = k·ln2 + r, |r| <= ln2/2, with ln2 split in two so that k·ln2_hi is exact, the

@@ -80,7 +80,12 @@ double sq_softmax_numerators(const float *logits, int V, double temperature, dou
 /* The code paths of the loops above (the argmax, the softmax, the normalisation) and of the
  * estimator's (planner/accept/): every path gives the same bits (docs/estimator.md, "On AVX2
  * hosts and shared cores"). SQ_RULE_ISA_AUTO: the best the CPU has. */
-enum { SQ_RULE_ISA_AUTO = -1, SQ_RULE_ISA_SCALAR = 0, SQ_RULE_ISA_AVX2 = 1, SQ_RULE_ISA_AVX512 = 2 };
+enum {
+    SQ_RULE_ISA_AUTO = -1,
+    SQ_RULE_ISA_SCALAR = 0,
+    SQ_RULE_ISA_AVX2 = 1,
+    SQ_RULE_ISA_AVX512 = 2
+};
 
 /* The path in use: the forced one (sq_rule_isa_set), else SQ_CPU_ISA=scalar|avx2|avx512 from
  * the environment where the CPU has that path (the runtime's variable: one setting forces

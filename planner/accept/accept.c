@@ -534,8 +534,8 @@ residual_first_avx512(const double *P, const double *Q, int V, const unsigned ch
         __m512d q = _mm512_loadu_pd(Q + i), v = _mm512_sub_pd(_mm512_loadu_pd(P + i), q);
         uint64_t c8;
         memcpy(&c8, is_cand + i, sizeof c8);
-        __mmask8 nc = _mm512_cmpeq_epi64_mask(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)c8)),
-                                              _mm512_setzero_si512());
+        __m512i c = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)c8));
+        __mmask8 nc = _mm512_cmpeq_epi64_mask(c, _mm512_setzero_si512());
         __mmask8 keep = _mm512_mask_cmp_pd_mask(nc, v, zero, _CMP_GT_OQ);
         __m512d vz = _mm512_maskz_mov_pd(keep, v);
         acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(vz));

@@ -119,8 +119,8 @@ static void top_values(const double *p, int V, int K, double *out, int *ids)
 }
 
 /* The draft's top K at temperature 1 (values and ids, as top_values of the distribution
- * sq_accept_probs(d, V, 1, 1) gives; dynstats.h). Issue 27: without normalising all V values. The top K + 1
- * of the numerators e are taken and divided by their sum (the same division as the
+ * sq_accept_probs(d, V, 1, 1) gives; dynstats.h). Issue 27: without normalising all V values.
+ * The top K + 1 of the numerators e are taken and divided by their sum (the same division as the
  * normalisation): when the K + 1 quotients decrease strictly, they are the distribution's top
  * K + 1 in the same order (the division is monotone, and every other token's quotient is at
  * most the (K + 1)-th), so the first K are the answer. Otherwise (quotients tied by rounding, a
@@ -381,7 +381,8 @@ static void dyn_row(void *user, int thread, int64_t row, int j, const float *t, 
     dyn_thread *th = &ds->th[thread];
     const int V = ds->V, K = ds->K;
     if (j < 0) {
-        sq_dynstats_draft_topk(d, V, K, th->Q1, th->ws, ds->q + (size_t)at * K, ds->ids + (size_t)at * K);
+        sq_dynstats_draft_topk(d, V, K, th->Q1, th->ws, ds->q + (size_t)at * K,
+                               ds->ids + (size_t)at * K);
         return;
     }
     int k = ds->map[j];
@@ -565,7 +566,8 @@ int sq_dynstats_finish(sq_dynstats *ds, sq_corpus *offpath, cJSON **out, sq_erro
             if ((rc = sq_corpus_read(offpath, off[sq + 1] - 1, 1, tl, dl, NULL, err)))
                 break;
             int ids[SQ_DYNSTATS_MAX_TOPK];
-            sq_dynstats_draft_topk(dl, V, K, ds->th[0].Q1, ds->th[0].ws, offq + (size_t)n_off * K, ids);
+            sq_dynstats_draft_topk(dl, V, K, ds->th[0].Q1, ds->th[0].ws,
+                                   offq + (size_t)n_off * K, ids);
             for (int k = 0; k < K; k++)
                 offq[(size_t)n_off * K + k] = round5(offq[(size_t)n_off * K + k]);
             n_off++;
