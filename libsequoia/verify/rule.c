@@ -162,6 +162,7 @@ int sq_argmax_f(const float *x, int n)
 {
     float m;
     const int isa = sq_rule_isa();
+    (void)isa;   /* unused without the vector paths */
 #ifdef SQ_RULE_AVX512
     if (isa >= SQ_RULE_ISA_AVX512)
         m = max_usable_avx512(x, n);
@@ -648,7 +649,7 @@ static double softmax_numerators(const float *logits, int V, float mx, double te
     if (isa >= SQ_RULE_ISA_AVX2)
         return softmax_avx2(logits, V, mx, temperature, e);
 #endif
-    (void)isa;
+    (void)isa;   /* unused without the vector paths */
     return softmax_scalar(logits, V, mx, temperature, e);
 }
 
@@ -688,6 +689,7 @@ int sq_probs_from_logits(const float *logits, int V, double temperature, double 
     /* sum >= 1: the best token weighs exp(0) = 1 */
     int nz = 0;
     const int isa = sq_rule_isa();
+    (void)isa;
 #ifdef SQ_RULE_AVX512
     if (isa >= SQ_RULE_ISA_AVX512)
         nz = normalise_avx512(probs, V, sum);
