@@ -502,7 +502,27 @@ __attribute__((target("avx2"))) static int residual_next_avx2(double *rs, double
                   vq = _mm256_set1_pd(qscale);
     __m256d acc = zero;
     int out = 0, s = 0;
-    /* in place: the four values are loaded before anything at out <= s is stored */
+    /* in place: the values are loaded before anything at out <= s is stored. Eight at a time
+     * (two groups of four, added to acc in order: the same bits as four at a time; issue 27:
+     * 10-15% faster), then four. */
+    for (; s + 8 <= ns; s += 8) {
+        __m256d q = _mm256_loadu_pd(qs + s), q2 = _mm256_loadu_pd(qs + s + 4);
+        __m256d v = _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s), vr), _mm256_mul_pd(q, vq));
+        __m256d v2 =
+            _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s + 4), vr), _mm256_mul_pd(q2, vq));
+        __m256d keep = _mm256_cmp_pd(v, zero, _CMP_GT_OQ), keep2 = _mm256_cmp_pd(v2, zero, _CMP_GT_OQ);
+        acc = _mm256_add_pd(acc, _mm256_and_pd(v, keep));
+        acc = _mm256_add_pd(acc, _mm256_and_pd(v2, keep2));
+        int m = _mm256_movemask_pd(keep), m2 = _mm256_movemask_pd(keep2);
+        __m256i perm = _mm256_loadu_si256((const __m256i *)(const void *)compact_lut[m]);
+        __m256i perm2 = _mm256_loadu_si256((const __m256i *)(const void *)compact_lut[m2]);
+        int out2 = out + __builtin_popcount((unsigned)m);
+        _mm256_storeu_pd(rs + out, _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(v), perm)));
+        _mm256_storeu_pd(qs + out, _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(q), perm)));
+        _mm256_storeu_pd(rs + out2, _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(v2), perm2)));
+        _mm256_storeu_pd(qs + out2, _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(q2), perm2)));
+        out = out2 + __builtin_popcount((unsigned)m2);
+    }
     for (; s + 4 <= ns; s += 4) {
         __m256d q = _mm256_loadu_pd(qs + s);
         __m256d v = _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s), vr), _mm256_mul_pd(q, vq));
