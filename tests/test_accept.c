@@ -1535,3 +1535,160 @@ Test(accept, dynamic_statistics_in_the_pass_equal_their_own_pass, .timeout = 120
     tu_rmtree(dir);
     free(dir);
 }
+
+/* Issue 27: the residual recursion's passes (scalar, AVX2, AVX-512) give the same bits, for
+ * vocabularies with and without a tail of 1-7 tokens, with and without replacement. */
+Test(accept, residual_recursion_gives_the_same_bits_on_every_code_path)
+{
+    const int host = sq_rule_isa();
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    int compared = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        const int V = trial < 40 ? 1 + trial : 40 + (int)gsl_rng_uniform_int(r, 3000);
+        const int W = 1 + (int)gsl_rng_uniform_int(r, 16), with = trial % 3 == 0;
+        double *P = malloc((size_t)V * sizeof *P), *Q = malloc((size_t)V * sizeof *Q);
+        cr_assert(P && Q);
+        double sp = 0, sq = 0;
+        for (int i = 0; i < V; i++) {
+            P[i] = gsl_rng_uniform(r) < 0.2 ? 0.0 : pow(gsl_rng_uniform(r), 4);
+            Q[i] = gsl_rng_uniform(r) < 0.2 ? 0.0 : pow(gsl_rng_uniform(r), 4);
+            sp += P[i];
+            sq += Q[i];
+        }
+        if (!(sp > 0) || !(sq > 0)) {
+            free(P);
+            free(Q);
+            continue;
+        }
+        for (int i = 0; i < V; i++) {
+            P[i] /= sp;
+            Q[i] /= sq;
+        }
+        sq_accept_ws *ws = sq_accept_ws_new(V, W);
+        cr_assert(ws);
+        int cand[16];
+        gsl_rng_set(r, 1000 + (unsigned long)trial);
+        int n = with ? sq_accept_draw_with(Q, V, W, r, cand, ws)
+                     : sq_accept_draw_without(Q, V, W, r, cand, ws);
+        double want[16], got[16];
+        cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_SCALAR), 0);
+        sq_accept_residual(P, Q, V, cand, n, with, want, W, ws);
+        for (int isa = SQ_RULE_ISA_AVX2; isa <= host; isa++) {
+            cr_assert_eq(sq_rule_isa_set(isa), 0);
+            sq_accept_residual(P, Q, V, cand, n, with, got, W, ws);
+            cr_assert(memcmp(got, want, (size_t)W * sizeof *got) == 0,
+                      "%s, V %d, W %d, %s replacement: other bits than the scalar path's",
+                      sq_rule_isa_name(isa), V, W, with ? "with" : "without");
+            compared++;
+        }
+        sq_accept_ws_free(ws);
+        free(P);
+        free(Q);
+    }
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    gsl_rng_free(r);
+    cr_log_info("host path %s, %d vectors compared", sq_rule_isa_name(host), compared);
+}
+
+/* Issue 27: the draft's top K at temperature 1 without normalising every value
+ * (sq_dynstats_draft_topk) equals the top K of the whole distribution, ties included: rows whose
+ * best logits differ by about 1e-16 (numerators one ulp apart, whose quotients the division may
+ * make equal), exactly tied logits, -inf and NaN, vocabularies at most K, on every code path. */
+Test(accept, draft_topk_at_temperature_one_equals_the_whole_distributions)
+{
+    const int host = sq_rule_isa();
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    enum { VMAX = 700 };
+    float d[VMAX];
+    double Q[VMAX], scratch[VMAX], got[SQ_DYNSTATS_MAX_TOPK];
+    int ids[SQ_DYNSTATS_MAX_TOPK], fell_back = 0, rows = 0;
+    sq_accept_ws *ws = sq_accept_ws_new(VMAX, 16);
+    cr_assert(ws);
+    for (int isa = SQ_RULE_ISA_SCALAR; isa <= host; isa++) {
+        cr_assert_eq(sq_rule_isa_set(isa), 0);
+        for (int trial = 0; trial < 3000; trial++) {
+            const int V = trial % 10 == 0 ? 1 + (int)gsl_rng_uniform_int(r, 12)
+                                          : 20 + (int)gsl_rng_uniform_int(r, VMAX - 20);
+            const int K = 1 + (int)gsl_rng_uniform_int(r, SQ_DYNSTATS_MAX_TOPK);
+            for (int i = 0; i < V; i++) {
+                int kind = (int)gsl_rng_uniform_int(r, 20);
+                d[i] = kind == 0   ? -1e-16f * (float)(8.0 * gsl_rng_uniform(r))
+                       : kind == 1 && trial % 2 ? d[gsl_rng_uniform_int(r, (unsigned long)i + 1)]
+                       : kind == 2 ? -INFINITY
+                       : kind == 3 && trial % 7 == 0 ? NAN
+                                   : (float)(-3.0 * gsl_rng_uniform(r));
+            }
+            sq_dynstats_draft_topk(d, V, K, scratch, ws, got, ids);
+            sq_accept_probs(d, V, 1.0, 1.0, Q, ws);
+            /* the brute force: K times the best remaining, lower id on ties */
+            unsigned char used[VMAX] = {0};
+            for (int k = 0; k < K; k++) {
+                int b = -1;
+                for (int i = 0; i < V; i++)
+                    if (!used[i] && (b < 0 || Q[i] > Q[b]))
+                        b = i;
+                if (b >= 0)
+                    used[b] = 1;
+                double want = b >= 0 ? Q[b] : 0.0;
+                cr_assert_eq(ids[k], b, "%s, trial %d, V %d, K %d, rank %d: id %d, want %d",
+                             sq_rule_isa_name(isa), trial, V, K, k, ids[k], b);
+                cr_assert(memcmp(&got[k], &want, sizeof want) == 0,
+                          "trial %d, rank %d: %.17g, want %.17g", trial, k, got[k], want);
+            }
+            int strict = 1;
+            for (int k = 1; k < K && k < V; k++)
+                strict &= got[k] < got[k - 1];
+            fell_back += !strict || V <= K;
+            rows++;
+        }
+    }
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    cr_log_info("%d rows, %d of them with ties or V <= K", rows, fell_back);
+    sq_accept_ws_free(ws);
+    gsl_rng_free(r);
+}
+
+/* Issue 27: two draws in one pass (sq_accept_draw_without2) give each the candidates, and leave
+ * each generator in the state, of the draw alone; Q with zeros, supports smaller than W. */
+Test(accept, two_draws_in_one_pass_equal_each_draw_alone)
+{
+    gsl_rng *r = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng *a1 = gsl_rng_alloc(gsl_rng_mt19937), *b1 = gsl_rng_alloc(gsl_rng_mt19937);
+    gsl_rng *a2 = gsl_rng_alloc(gsl_rng_mt19937), *b2 = gsl_rng_alloc(gsl_rng_mt19937);
+    for (int trial = 0; trial < 500; trial++) {
+        const int V = 1 + (int)gsl_rng_uniform_int(r, trial < 100 ? 30 : 4000);
+        const int W = 1 + (int)gsl_rng_uniform_int(r, 16), W2 = 1 + (int)gsl_rng_uniform_int(r, 16);
+        double *Q = malloc((size_t)V * sizeof *Q), s = 0;
+        cr_assert(Q);
+        for (int i = 0; i < V; i++) {
+            Q[i] = gsl_rng_uniform(r) < 0.3 ? 0.0 : pow(gsl_rng_uniform(r), 3);
+            s += Q[i];
+        }
+        for (int i = 0; i < V; i++)
+            Q[i] = s > 0 ? Q[i] / s : 0.0;
+        sq_accept_ws *w1 = sq_accept_ws_new(V, 16), *w2 = sq_accept_ws_new(V, 16);
+        cr_assert(w1 && w2);
+        int c1[16], c2[16], d1[16], d2[16], n2 = -1;
+        gsl_rng_set(a1, 7 + (unsigned long)trial);
+        gsl_rng_set(a2, 7 + (unsigned long)trial);
+        gsl_rng_set(b1, 900 + (unsigned long)trial);
+        gsl_rng_set(b2, 900 + (unsigned long)trial);
+        int n1 = sq_accept_draw_without(Q, V, W, a1, c1, w1);
+        int m2 = sq_accept_draw_without(Q, V, W2, b1, c2, w1);
+        int m1 = sq_accept_draw_without2(Q, V, W, a2, d1, w1, W2, b2, d2, w2, &n2);
+        cr_assert_eq(m1, n1, "trial %d", trial);
+        cr_assert_eq(n2, m2, "trial %d", trial);
+        cr_assert(memcmp(c1, d1, (size_t)n1 * sizeof *c1) == 0, "trial %d: first draw", trial);
+        cr_assert(memcmp(c2, d2, (size_t)m2 * sizeof *c2) == 0, "trial %d: second draw", trial);
+        cr_assert_eq(gsl_rng_get(a1), gsl_rng_get(a2), "trial %d: first generator", trial);
+        cr_assert_eq(gsl_rng_get(b1), gsl_rng_get(b2), "trial %d: second generator", trial);
+        sq_accept_ws_free(w1);
+        sq_accept_ws_free(w2);
+        free(Q);
+    }
+    gsl_rng_free(r);
+    gsl_rng_free(a1);
+    gsl_rng_free(a2);
+    gsl_rng_free(b1);
+    gsl_rng_free(b2);
+}

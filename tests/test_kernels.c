@@ -459,3 +459,90 @@ Test(kernels, vectorised_argmax_equals_the_elementwise_rule)
         cr_assert_eq(sq_argmax_f(x, n), want < 0 ? 0 : want, "trial %d", trial);
     }
 }
+
+/* ---- the rule's code paths (issue 27): scalar, AVX2, AVX-512 give the same bits ----------- */
+
+/* A row of n logits of one of several kinds: ordinary, wide (exponents below -708 once divided
+ * by T, so the vector exp hands values to the scalar one), with -inf and NaN, all -inf, +inf. */
+static void path_row(float *l, int n, int kind)
+{
+    for (int i = 0; i < n; i++) {
+        int r = (int)(rnd() % 40);
+        l[i] = kind == 1 ? frand(-900, 10) : frand(-30, 5);
+        if (kind >= 2 && r == 0)
+            l[i] = -INFINITY;
+        if (kind >= 2 && r == 1)
+            l[i] = NAN;
+        if (kind == 3)
+            l[i] = r < 30 ? -INFINITY : NAN;
+        if (kind == 4 && r < 2)
+            l[i] = INFINITY;
+        if (r == 2)
+            l[i] = l[rnd() % (unsigned)(i + 1)];   /* ties */
+    }
+}
+
+Test(kernels, every_code_path_gives_the_scalar_paths_bits)
+{
+    static const int sizes[] = {1, 3, 7, 8, 9, 15, 16, 17, 31, 33, 255, 256, 257, 263, 1000, 32000};
+    static const double temps[] = {0.3, 0.6, 1.0, 1.7};
+    const int host = sq_rule_isa();
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AVX512 + 1), -1);
+    cr_assert_eq(sq_rule_isa_set(-2), -1);
+    cr_assert_eq(sq_rule_isa(), host, "a refused setting changes nothing");
+    float *l = malloc(32000 * sizeof *l);
+    double *want = malloc(32000 * sizeof *want), *got = malloc(32000 * sizeof *got);
+    double *scratch = malloc(32000 * sizeof *scratch);
+    cr_assert(l && want && got && scratch);
+    int compared = 0;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++)
+        for (int kind = 0; kind < 5; kind++)
+            for (size_t ti = 0; ti < sizeof temps / sizeof *temps; ti++) {
+                const int n = sizes[si];
+                path_row(l, n, kind);
+                const double top_p = ti == 3 ? 0.9 : 1.0;
+                cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_SCALAR), 0);
+                int nz = sq_probs_from_logits(l, n, temps[ti], top_p, want, scratch);
+                int arg = sq_argmax_f(l, n);
+                for (int isa = SQ_RULE_ISA_AVX2; isa <= host; isa++) {
+                    cr_assert_eq(sq_rule_isa_set(isa), 0);
+                    cr_assert_eq(sq_rule_isa(), isa);
+                    int nz2 = sq_probs_from_logits(l, n, temps[ti], top_p, got, scratch);
+                    cr_assert_eq(nz2, nz, "%s, V %d, kind %d, T %g", sq_rule_isa_name(isa), n,
+                                 kind, temps[ti]);
+                    cr_assert(memcmp(got, want, (size_t)n * sizeof *got) == 0,
+                              "%s, V %d, kind %d, T %g: other bits than the scalar path's",
+                              sq_rule_isa_name(isa), n, kind, temps[ti]);
+                    cr_assert_eq(sq_argmax_f(l, n), arg, "%s, V %d, kind %d",
+                                 sq_rule_isa_name(isa), n, kind);
+                    compared++;
+                }
+            }
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    cr_assert_eq(sq_rule_isa(), host);
+    cr_log_info("host path %s, %d rows compared", sq_rule_isa_name(host), compared);
+    free(l);
+    free(want);
+    free(got);
+    free(scratch);
+}
+
+Test(kernels, sq_cpu_isa_in_the_environment_forces_the_rules_path)
+{
+    unsetenv("SQ_CPU_ISA");
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    const int best = sq_rule_isa();
+    setenv("SQ_CPU_ISA", "scalar", 1);
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    cr_assert_eq(sq_rule_isa(), SQ_RULE_ISA_SCALAR);
+    setenv("SQ_CPU_ISA", "avx9", 1);   /* unknown: the best */
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+    cr_assert_eq(sq_rule_isa(), best);
+    if (best >= SQ_RULE_ISA_AVX2) {
+        setenv("SQ_CPU_ISA", "avx2", 1);
+        cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+        cr_assert_eq(sq_rule_isa(), SQ_RULE_ISA_AVX2);
+    }
+    unsetenv("SQ_CPU_ISA");
+    cr_assert_eq(sq_rule_isa_set(SQ_RULE_ISA_AUTO), 0);
+}

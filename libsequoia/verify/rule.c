@@ -2,6 +2,7 @@
 #include "libsequoia/verify/rule.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,16 +14,59 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define SQ_RULE_AVX2 1
-static int has_avx2(void)
+#define SQ_RULE_AVX512 1
+static int host_isa(void)
 {
-    return __builtin_cpu_supports("avx2");
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl"))
+        return SQ_RULE_ISA_AVX512;
+    return __builtin_cpu_supports("avx2") ? SQ_RULE_ISA_AVX2 : SQ_RULE_ISA_SCALAR;
 }
 #else
-static int has_avx2(void)
+static int host_isa(void)
 {
-    return 0;
+    return SQ_RULE_ISA_SCALAR;
 }
 #endif
+
+/* The path + 1 once chosen (0: not yet): sq_rule_isa_set's, else SQ_CPU_ISA's from the
+ * environment (the runtime's variable, docs/runtime.md: one setting forces both) where the CPU
+ * has it, else the best the CPU has. */
+static atomic_int isa_now;
+
+static int isa_auto(void)
+{
+    int want = host_isa();
+    const char *env = getenv("SQ_CPU_ISA");
+    for (int i = SQ_RULE_ISA_SCALAR; env && i <= want; i++)
+        if (strcmp(env, sq_rule_isa_name(i)) == 0) {
+            want = i;
+            break;
+        }
+    return want;
+}
+
+int sq_rule_isa(void)
+{
+    int v = atomic_load_explicit(&isa_now, memory_order_relaxed);
+    if (v)
+        return v - 1;
+    int expect = 0;
+    atomic_compare_exchange_strong(&isa_now, &expect, isa_auto() + 1);
+    return atomic_load(&isa_now) - 1;
+}
+
+int sq_rule_isa_set(int isa)
+{
+    if (isa != SQ_RULE_ISA_AUTO && (isa < SQ_RULE_ISA_SCALAR || isa > host_isa()))
+        return -1;
+    atomic_store(&isa_now, (isa == SQ_RULE_ISA_AUTO ? isa_auto() : isa) + 1);
+    return 0;
+}
+
+const char *sq_rule_isa_name(int isa)
+{
+    return isa == SQ_RULE_ISA_AVX512 ? "avx512" : isa == SQ_RULE_ISA_AVX2 ? "avx2" : "scalar";
+}
 
 /* The argmax in two passes (issue 17): the largest usable value m, then the first index holding
  * it. That is sq_k_argmax_takes's answer: NaN never compares larger so it is skipped, a row
@@ -75,19 +119,69 @@ __attribute__((target("avx2"))) static int first_equal_avx2(const float *x, int 
 }
 #endif
 
+#ifdef SQ_RULE_AVX512
+/* The same two passes sixteen lanes wide (max_ps keeps m where x is NaN, as above; which of two
+ * equal zeros it keeps does not matter: the index is found by ==). */
+__attribute__((target("avx512f"))) static float max_usable_avx512(const float *x, int n)
+{
+    __m512 m0 = _mm512_set1_ps(-INFINITY), m1 = m0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        m0 = _mm512_max_ps(_mm512_loadu_ps(x + i), m0);
+        m1 = _mm512_max_ps(_mm512_loadu_ps(x + i + 16), m1);
+    }
+    float l0[16], l1[16];
+    _mm512_storeu_ps(l0, m0);
+    _mm512_storeu_ps(l1, m1);
+    float m = -INFINITY;
+    for (int k = 0; k < 16; k++) {
+        m = l0[k] > m ? l0[k] : m;
+        m = l1[k] > m ? l1[k] : m;
+    }
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+__attribute__((target("avx512f"))) static int first_equal_avx512(const float *x, int n, float m)
+{
+    const __m512 vm = _mm512_set1_ps(m);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        unsigned mask = _mm512_cmp_ps_mask(_mm512_loadu_ps(x + i), vm, _CMP_EQ_OQ);
+        if (mask)
+            return i + __builtin_ctz(mask);
+    }
+    while (x[i] != m)
+        i++;
+    return i;
+}
+#endif
+
 int sq_argmax_f(const float *x, int n)
 {
     float m;
+    const int isa = sq_rule_isa();
+    (void)isa;   /* unused without the vector paths */
+#ifdef SQ_RULE_AVX512
+    if (isa >= SQ_RULE_ISA_AVX512)
+        m = max_usable_avx512(x, n);
+    else
+#endif
 #ifdef SQ_RULE_AVX2
-    if (has_avx2())
+    if (isa >= SQ_RULE_ISA_AVX2)
         m = max_usable_avx2(x, n);
     else
 #endif
         m = max_usable_scalar(x, n);
     if (!sq_k_logit_usable(m))
         return 0;
+#ifdef SQ_RULE_AVX512
+    if (isa >= SQ_RULE_ISA_AVX512)
+        return first_equal_avx512(x, n, m);
+#endif
 #ifdef SQ_RULE_AVX2
-    if (has_avx2())
+    if (isa >= SQ_RULE_ISA_AVX2)
         return first_equal_avx2(x, n, m);
 #endif
     int i = 0;
@@ -211,8 +305,8 @@ static double nucleus_threshold(double *v, int n, double top_p)
 
 /* ---- exp for the softmax ------------------------------------------------------------------- */
 
-/* exp(x) for x <= 0 (the softmax's exponents), four at a time where the CPU has AVX2 and one at
- * a time otherwise, with the same IEEE operations in both, so that a value does not depend on
+/* exp(x) for x <= 0 (the softmax's exponents), eight at a time with AVX-512, four with AVX2 and
+ * one at a time otherwise (sq_rule_isa), with the same IEEE operations in all, so that a value does not depend on
  * where it sits in the row (tied logits keep exactly tied probabilities). Within 2 ulp of the
  * correctly rounded exp (tests/test_kernels.c measures it against libm). Method: Cody-Waite
  * reduction x = k·ln2 + r, |r| <= ln2/2, with ln2 split in two so that k·ln2_hi is exact, the
@@ -257,16 +351,25 @@ static double exp_nonpos(double x)
 }
 
 /* Softmax numerators of a row whose largest usable logit mx is finite: sq_k_softmax_temp's
- * (logit - max) / T, with exp_nonpos for exp; NaN and -inf logits weigh 0. Returns their sum. */
+ * (logit - max) / T, with exp_nonpos for exp; NaN and -inf logits weigh 0. Returns their sum,
+ * added in the vector paths' order (issue 27), so that every path gives the same bits: eight
+ * partial sums over the first V / 8 · 8 values (sum j takes the values at 8t + j), folded as
+ * ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)), then the rest one by one. */
 static double softmax_scalar(const float *logits, int V, float mx, double temperature,
                              double *probs)
 {
-    double sum = 0.0;
+    double s[8] = {0};
+    const int V8 = V / 8 * 8;
     for (int i = 0; i < V; i++) {
         double e = exp_nonpos(((double)logits[i] - (double)mx) / temperature);
         probs[i] = e == e ? e : 0.0;
-        sum += probs[i];
     }
+    for (int i = 0; i < V8; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += probs[i + j];
+    double sum = ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+    for (int i = V8; i < V; i++)
+        sum += probs[i];
     return sum;
 }
 
@@ -387,6 +490,100 @@ __attribute__((target("avx2"))) static double softmax_avx2(const float *logits, 
 }
 #endif
 
+#ifdef SQ_RULE_AVX512
+/* The three stages eight lanes wide: the same operations on every value, so the same bits. */
+__attribute__((target("avx512f"))) static void exp_stage1_512(const float *logits, int n,
+                                                              __m512d vmx, __m512d vt, int unit,
+                                                              double *xs, double *ks, double *rs)
+{
+    const __m512d hi = _mm512_set1_pd(exp_ln2_hi), lo = _mm512_set1_pd(exp_ln2_lo);
+    const __m512d inv = _mm512_set1_pd(exp_inv_ln2);
+    for (int j = 0; j < n; j += 8) {
+        __m512d x = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(logits + j)), vmx);
+        if (!unit)
+            x = _mm512_div_pd(x, vt);
+        __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, inv),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(k, hi)), _mm512_mul_pd(k, lo));
+        _mm512_storeu_pd(xs + j, x);
+        _mm512_storeu_pd(ks + j, k);
+        _mm512_storeu_pd(rs + j, r);
+    }
+}
+
+__attribute__((target("avx512f"))) static void exp_stage2_512(int n, const double *rs, double *ps)
+{
+    for (int j = 0; j < n; j += 8) {
+        __m512d r = _mm512_loadu_pd(rs + j), p = _mm512_set1_pd(exp_c[13]);
+#pragma GCC unroll 13
+        for (int i = 12; i >= HORNER_SPLIT; i--)
+            p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(exp_c[i]));
+        _mm512_storeu_pd(ps + j, p);
+    }
+}
+
+__attribute__((target("avx512f"))) static inline __m512d exp_stage3_512(const double *ps,
+                                                                       const double *rs,
+                                                                       const double *ks)
+{
+    __m512d r = _mm512_loadu_pd(rs), p = _mm512_loadu_pd(ps);
+#pragma GCC unroll 13
+    for (int i = HORNER_SPLIT - 1; i >= 0; i--)
+        p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(exp_c[i]));
+    __m512d biased =
+        _mm512_add_pd(_mm512_loadu_pd(ks), _mm512_set1_pd(1023.0 + 4503599627370496.0));
+    __m512i e = _mm512_slli_epi64(_mm512_castpd_si512(biased), 52);
+    return _mm512_mul_pd(p, _mm512_castsi512_pd(e));
+}
+
+/* softmax_avx2 eight values at a time: its two four-lane sums (values j..j+3 and j+4..j+7 of
+ * every eight) are the low and high halves of one eight-lane sum, added in the same order. */
+__attribute__((target("avx512f"))) static double softmax_avx512(const float *logits, int V,
+                                                               float mx, double temperature,
+                                                               double *probs)
+{
+    const __m512d vmx = _mm512_set1_pd((double)mx), vt = _mm512_set1_pd(temperature);
+    const __m512d low = _mm512_set1_pd(EXP_LOW);
+    const int unit = temperature == 1.0;   /* x / 1 is x exactly: same bits */
+    __m512d s = _mm512_setzero_pd();
+    double xs[SOFTMAX_BLOCK], ks[SOFTMAX_BLOCK], rs[SOFTMAX_BLOCK], ps[SOFTMAX_BLOCK];
+    const int V8 = V / 8 * 8;
+    int i = 0;
+    for (int b0 = 0; b0 < V8; b0 += SOFTMAX_BLOCK) {
+        const int n = V8 - b0 < SOFTMAX_BLOCK ? V8 - b0 : SOFTMAX_BLOCK;   /* a multiple of 8 */
+        exp_stage1_512(logits + b0, n, vmx, vt, unit, xs, ks, rs);
+        exp_stage2_512(n, rs, ps);
+        for (int j = 0; j < n; j += 8) {
+            /* in range (x >= -708, false for NaN): the vector exp; otherwise the scalar path */
+            __mmask8 in = _mm512_cmp_pd_mask(_mm512_loadu_pd(xs + j), low, _CMP_GE_OQ);
+            __m512d e = _mm512_maskz_mov_pd(in, exp_stage3_512(ps + j, rs + j, ks + j));
+            if (in != 0xFF) {
+                double t[8];
+                _mm512_storeu_pd(t, e);
+                for (int k = 0; k < 8; k++)
+                    if (!(xs[j + k] >= EXP_LOW)) {
+                        double x = exp_nonpos(xs[j + k]);
+                        t[k] = x == x ? x : 0.0;
+                    }
+                e = _mm512_loadu_pd(t);
+            }
+            _mm512_storeu_pd(probs + b0 + j, e);
+            s = _mm512_add_pd(s, e);
+        }
+        i = b0 + n;
+    }
+    double l[4];
+    _mm256_storeu_pd(l, _mm256_add_pd(_mm512_castpd512_pd256(s), _mm512_extractf64x4_pd(s, 1)));
+    double sum = (l[0] + l[1]) + (l[2] + l[3]);
+    for (; i < V; i++) {
+        double e = exp_nonpos(((double)logits[i] - (double)mx) / temperature);
+        probs[i] = e == e ? e : 0.0;
+        sum += probs[i];
+    }
+    return sum;
+}
+#endif
+
 /* probs[i] /= sum; returns how many are positive. */
 static int normalise_scalar(double *probs, int V, double sum)
 {
@@ -416,9 +613,55 @@ __attribute__((target("avx2"))) static int normalise_avx2(double *probs, int V, 
 }
 #endif
 
+#ifdef SQ_RULE_AVX512
+__attribute__((target("avx512f"))) static int normalise_avx512(double *probs, int V, double sum)
+{
+    const __m512d s = _mm512_set1_pd(sum), zero = _mm512_setzero_pd();
+    int nz = 0, i = 0;
+    for (; i + 8 <= V; i += 8) {
+        __m512d p = _mm512_div_pd(_mm512_loadu_pd(probs + i), s);
+        _mm512_storeu_pd(probs + i, p);
+        nz += __builtin_popcount((unsigned)_mm512_cmp_pd_mask(p, zero, _CMP_GT_OQ));
+    }
+    for (; i < V; i++) {
+        probs[i] /= sum;
+        nz += probs[i] > 0.0;
+    }
+    return nz;
+}
+#endif
+
 double sq_exp_nonpos(double x)
 {
     return exp_nonpos(x);
+}
+
+/* The numerators for a finite largest usable logit mx, and their sum, on the path in use. */
+static double softmax_numerators(const float *logits, int V, float mx, double temperature,
+                                 double *e)
+{
+    const int isa = sq_rule_isa();
+#ifdef SQ_RULE_AVX512
+    if (isa >= SQ_RULE_ISA_AVX512)
+        return softmax_avx512(logits, V, mx, temperature, e);
+#endif
+#ifdef SQ_RULE_AVX2
+    if (isa >= SQ_RULE_ISA_AVX2)
+        return softmax_avx2(logits, V, mx, temperature, e);
+#endif
+    (void)isa;   /* unused without the vector paths */
+    return softmax_scalar(logits, V, mx, temperature, e);
+}
+
+double sq_softmax_numerators(const float *logits, int V, double temperature, double *e)
+{
+    SQ_ASSERT(V >= 1);
+    if (!(temperature > 0.0))
+        return 0.0;
+    int best = sq_argmax_f(logits, V);
+    if (!sq_k_logit_usable(logits[best]) || !isfinite(logits[best]))
+        return 0.0;
+    return softmax_numerators(logits, V, logits[best], temperature, e);
 }
 
 int sq_probs_from_logits(const float *logits, int V, double temperature, double top_p,
@@ -436,12 +679,7 @@ int sq_probs_from_logits(const float *logits, int V, double temperature, double 
     double sum = 0.0;
     if (isfinite(mx)) {
         /* the common case, vectorised (issue 17) */
-#ifdef SQ_RULE_AVX2
-        if (has_avx2())
-            sum = softmax_avx2(logits, V, mx, temperature, probs);
-        else
-#endif
-            sum = softmax_scalar(logits, V, mx, temperature, probs);
+        sum = softmax_numerators(logits, V, mx, temperature, probs);
     } else {
         for (int i = 0; i < V; i++) {
             probs[i] = sq_k_softmax_temp(logits[i], mx, temperature);
@@ -450,8 +688,15 @@ int sq_probs_from_logits(const float *logits, int V, double temperature, double 
     }
     /* sum >= 1: the best token weighs exp(0) = 1 */
     int nz = 0;
+    const int isa = sq_rule_isa();
+    (void)isa;
+#ifdef SQ_RULE_AVX512
+    if (isa >= SQ_RULE_ISA_AVX512)
+        nz = normalise_avx512(probs, V, sum);
+    else
+#endif
 #ifdef SQ_RULE_AVX2
-    if (has_avx2())
+    if (isa >= SQ_RULE_ISA_AVX2)
         nz = normalise_avx2(probs, V, sum);
     else
 #endif

@@ -70,6 +70,40 @@ SQ_API
 void sq_draft_topk(const float *logits, int V, int k, int32_t *out, double *keys,
                    sq_ranked *heap);
 
+/* The first half of sq_probs_from_logits at top_p 1 in the common case (T > 0 and a finite
+ * largest usable logit): e(V) = the distribution's numerators before the normalisation, and
+ * their sum; probs[i] is then exactly e[i] / sum. Returns 0 (e untouched) in every other case:
+ * call sq_probs_from_logits then. For a caller that needs a few probabilities, not all V. */
+SQ_API
+double sq_softmax_numerators(const float *logits, int V, double temperature, double *e);
+
+/* The code paths of the loops above (the argmax, the softmax, the normalisation) and of the
+ * estimator's (planner/accept/): every path gives the same bits (docs/estimator.md, "On AVX2
+ * hosts and shared cores"). SQ_RULE_ISA_AUTO: the best the CPU has. */
+enum {
+    SQ_RULE_ISA_AUTO = -1,
+    SQ_RULE_ISA_SCALAR = 0,
+    SQ_RULE_ISA_AVX2 = 1,
+    SQ_RULE_ISA_AVX512 = 2
+};
+
+/* The path in use: the forced one (sq_rule_isa_set), else SQ_CPU_ISA=scalar|avx2|avx512 from
+ * the environment where the CPU has that path (the runtime's variable: one setting forces
+ * both), else the best the CPU has (AVX-512 needs avx512f and avx512vl, AVX2 avx2; only on
+ * x86-64 builds with GCC or Clang, else scalar). */
+SQ_API
+int sq_rule_isa(void);
+
+/* Forces a path (tests and benchmarks; set it before the work starts), or SQ_RULE_ISA_AUTO (the
+ * environment's, else the best). Returns 0, or -1 when the CPU or the build lacks that path
+ * (nothing is changed then). */
+SQ_API
+int sq_rule_isa_set(int isa);
+
+/* The name of a path: "scalar", "avx2", "avx512". */
+SQ_API
+const char *sq_rule_isa_name(int isa);
+
 SQ_END_DECLS
 
 #endif

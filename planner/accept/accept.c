@@ -180,25 +180,32 @@ static void heap_replace_root(double *hk, int *hi, int n, double key, int i)
     hi[c] = i;
 }
 
-int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *cand,
-                           sq_accept_ws *ws)
+/* One exponential race (sq_accept_draw_without): token i gets key E_i / Q_i with E_i ~ Exp(1);
+ * the W smallest keys in increasing order are a draw of W tokens without replacement. A
+ * max-heap keeps the W smallest keys; tau is the largest of them. Once the heap is full, token
+ * i enters it iff E_i < tau·Q_i, independently with probability 1 - exp(-tau·Q_i): one Exp(1)
+ * variable E decides a whole run of tokens (exponential jumps): skip while E >= tau·Q_i,
+ * subtracting; the token where E < tau·Q_i enters with E_i = E (E is then exactly Exp(1)
+ * conditioned on being below tau·Q_i), so key = E / Q_i; then tau shrinks and a fresh E starts.
+ * About W·(1 + ln(V/W)) random numbers instead of V. */
+typedef struct race {
+    double *hk;     /* the heap's keys    */
+    int *hi;        /* and tokens         */
+    int n, W, i;    /* entries, capacity, the next token to look at */
+    double tau, E;
+    gsl_rng *rng;
+} race;
+
+/* The first W tokens of positive mass fill the heap; then the first E (a full heap only). */
+static void race_fill(race *r, const double *Q, int V)
 {
-    SQ_ASSERT(W <= ws->W);
-    /* Exponential race: token i gets key E_i / Q_i with E_i ~ Exp(1); the W smallest keys in
-     * increasing order are a draw of W tokens without replacement. A max-heap keeps the W
-     * smallest keys; tau is the largest of them. Once the heap is full, token i enters it iff
-     * E_i < tau·Q_i, independently with probability 1 - exp(-tau·Q_i): one Exp(1) variable E
-     * decides a whole run of tokens (exponential jumps): skip while E >= tau·Q_i, subtracting;
-     * the token where E < tau·Q_i enters with E_i = E (E is then exactly Exp(1) conditioned on
-     * being below tau·Q_i), so key = E / Q_i; then tau shrinks and a fresh E starts. About
-     * W·(1 + ln(V/W)) random numbers instead of V. */
-    double *hk = ws->hkey;
-    int *hi = ws->hidx, n = 0, i = 0;
-    for (; i < V && n < W; i++) {
+    double *hk = r->hk;
+    int *hi = r->hi, n = 0, i = 0;
+    for (; i < V && n < r->W; i++) {
         double q = Q[i];
         if (!(q > 0))
             continue;
-        double key = -log(gsl_rng_uniform_pos(rng)) / q;
+        double key = -log(gsl_rng_uniform_pos(r->rng)) / q;
         int c = n++;
         while (c > 0) {
             int p = (c - 1) / 2;
@@ -211,29 +218,102 @@ int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *can
         hk[c] = key;
         hi[c] = i;
     }
-    if (n == W) {
-        double tau = hk[0];
-        double E = -log(gsl_rng_uniform_pos(rng));
-        for (; i < V; i++) {
-            double w = tau * Q[i];
-            if (E >= w) {
-                E -= w;
-                continue;
-            }
-            heap_replace_root(hk, hi, n, E / Q[i], i);
-            tau = hk[0];
-            E = -log(gsl_rng_uniform_pos(rng));
-        }
+    r->n = n;
+    r->i = i;   /* V when the heap is not full */
+    if (n == r->W) {
+        r->tau = hk[0];
+        r->E = -log(gsl_rng_uniform_pos(r->rng));
     }
-    /* Pop the largest key into the back: cand ends up in increasing key (draw) order. */
-    int count = n;
+}
+
+/* Token i enters (E < tau·Q_i): its key replaces the largest, and a fresh E starts. */
+static void race_enter(race *r, const double *Q, int i)
+{
+    heap_replace_root(r->hk, r->hi, r->n, r->E / Q[i], i);
+    r->tau = r->hk[0];
+    r->E = -log(gsl_rng_uniform_pos(r->rng));
+}
+
+/* The jumps over tokens [r->i, end). */
+static void race_run(race *r, const double *Q, int end)
+{
+    double tau = r->tau, E = r->E;
+    for (int i = r->i; i < end; i++) {
+        double w = tau * Q[i];
+        if (E >= w) {
+            E -= w;
+            continue;
+        }
+        r->E = E;
+        race_enter(r, Q, i);
+        tau = r->tau;
+        E = r->E;
+    }
+    r->tau = tau;
+    r->E = E;
+    r->i = end > r->i ? end : r->i;
+}
+
+/* Pop the largest key into the back: cand ends up in increasing key (draw) order. */
+static int race_finish(race *r, int *cand)
+{
+    int n = r->n;
     while (n > 0) {
-        cand[n - 1] = hi[0];
+        cand[n - 1] = r->hi[0];
         n--;
         if (n > 0)
-            heap_replace_root(hk, hi, n, hk[n], hi[n]);
+            heap_replace_root(r->hk, r->hi, n, r->hk[n], r->hi[n]);
     }
-    return count;
+    return r->n;
+}
+
+int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                           sq_accept_ws *ws)
+{
+    SQ_ASSERT(W <= ws->W);
+    race r = {.hk = ws->hkey, .hi = ws->hidx, .W = W, .rng = rng};
+    race_fill(&r, Q, V);
+    race_run(&r, Q, V);
+    return race_finish(&r, cand);
+}
+
+int sq_accept_draw_without2(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                            sq_accept_ws *ws, int W2, gsl_rng *rng2, int *cand2,
+                            sq_accept_ws *ws2, int *n2)
+{
+    SQ_ASSERT(W <= ws->W && W2 <= ws2->W && ws != ws2);
+    race a = {.hk = ws->hkey, .hi = ws->hidx, .W = W, .rng = rng};
+    race b = {.hk = ws2->hkey, .hi = ws2->hidx, .W = W2, .rng = rng2};
+    race_fill(&a, Q, V);
+    race_fill(&b, Q, V);
+    /* the race that starts first runs alone up to the other's start, then both together: the
+     * two chains of subtractions are independent, so the processor overlaps them; each race
+     * makes the same operations, and takes the same random numbers from its own generator, as
+     * alone */
+    race *lead = a.i <= b.i ? &a : &b, *other = lead == &a ? &b : &a;
+    race_run(lead, Q, other->i);
+    double ta = a.tau, ea = a.E, tb = b.tau, eb = b.E;
+    for (int i = other->i; i < V; i++) {
+        const double q = Q[i], wa = ta * q, wb = tb * q;
+        if (ea >= wa)
+            ea -= wa;
+        else {
+            a.E = ea;
+            race_enter(&a, Q, i);
+            ta = a.tau;
+            ea = a.E;
+        }
+        if (eb >= wb)
+            eb -= wb;
+        else {
+            b.E = eb;
+            race_enter(&b, Q, i);
+            tb = b.tau;
+            eb = b.E;
+        }
+    }
+    *n2 = race_finish(&b, cand2);
+    return race_finish(&a, cand);
 }
 
 int sq_accept_draw_with(const double *Q, int V, int W, gsl_rng *rng, int *cand,
@@ -283,8 +363,10 @@ int sq_accept_draw_with(const double *Q, int V, int W, gsl_rng *rng, int *cand,
 /* The first rejection's pass over the vocabulary: v = P - Q at every token, kept (compacted into
  * rs, with Q into qs) where v > 0 and the token is not a candidate; *sum = the kept mass. The
  * second, over the kept tokens: v = rs·rscale - qs·qscale, kept where v > 0. Both four tokens at
- * a time with AVX2 where the CPU has it (issue 17: these passes were a third of a position);
- * the sums then add in another order, which moves the result by rounding only. */
+ * a time with AVX2 (issue 17: these passes were a third of a position) or eight with AVX-512
+ * (issue 27) where the CPU has it (the path: sq_rule_isa, libsequoia/verify/rule.h); every path
+ * adds the kept mass in the same order, so all give the same bits. These two functions are the
+ * one-by-one tails of every path. */
 static int residual_first_scalar(const double *P, const double *Q, int V,
                                  const unsigned char *is_cand, double *rs, double *qs,
                                  double *sum_out, int i, int ns, double sum)
@@ -313,6 +395,50 @@ static int residual_next_scalar(double *rs, double *qs, int ns, double rscale, d
     }
     *sum_out = sum;
     return out;
+}
+
+/* The scalar path adds in the vector paths' order (issue 27), so that every path gives the same
+ * bits: four partial sums over the first n / 4 · 4 values (sum j takes the kept values at 4t +
+ * j), folded as (s0 + s1) + (s2 + s3), then the rest one by one (the *_scalar tails above). */
+static int residual_first_lanes(const double *P, const double *Q, int V,
+                                const unsigned char *is_cand, double *rs, double *qs,
+                                double *sum_out)
+{
+    double l[4] = {0};
+    int ns = 0, i = 0;
+    for (; i + 4 <= V; i += 4)
+        for (int j = 0; j < 4; j++) {
+            double q = Q[i + j], v = P[i + j] - q;
+            rs[ns] = v;
+            qs[ns] = q;
+            int keep = (v > 0) & !is_cand[i + j];
+            ns += keep;
+            l[j] += keep ? v : 0.0;
+        }
+    return residual_first_scalar(P, Q, V, is_cand, rs, qs, sum_out, i, ns,
+                                 (l[0] + l[1]) + (l[2] + l[3]));
+}
+
+static int residual_next_lanes(double *rs, double *qs, int ns, double rscale, double qscale,
+                               double *sum_out)
+{
+    double l[4] = {0};
+    int out = 0, s = 0;
+    for (; s + 4 <= ns; s += 4) {
+        double v4[4], q4[4];   /* the four are read before any is written (in place) */
+        for (int j = 0; j < 4; j++) {
+            q4[j] = qs[s + j];
+            v4[j] = rs[s + j] * rscale - q4[j] * qscale;
+        }
+        for (int j = 0; j < 4; j++) {
+            rs[out] = v4[j];
+            qs[out] = q4[j];
+            out += v4[j] > 0;
+            l[j] += v4[j] > 0 ? v4[j] : 0.0;
+        }
+    }
+    return residual_next_scalar(rs, qs, ns, rscale, qscale, sum_out, s, out,
+                                (l[0] + l[1]) + (l[2] + l[3]));
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -376,7 +502,27 @@ __attribute__((target("avx2"))) static int residual_next_avx2(double *rs, double
                   vq = _mm256_set1_pd(qscale);
     __m256d acc = zero;
     int out = 0, s = 0;
-    /* in place: the four values are loaded before anything at out <= s is stored */
+    /* in place: the values are loaded before anything at out <= s is stored. Eight at a time
+     * (two groups of four, added to acc in order: the same bits as four at a time; issue 27:
+     * 10-15% faster), then four. */
+    for (; s + 8 <= ns; s += 8) {
+        __m256d q = _mm256_loadu_pd(qs + s), q2 = _mm256_loadu_pd(qs + s + 4);
+        __m256d v = _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s), vr), _mm256_mul_pd(q, vq));
+        __m256d v2 =
+            _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s + 4), vr), _mm256_mul_pd(q2, vq));
+        __m256d keep = _mm256_cmp_pd(v, zero, _CMP_GT_OQ), keep2 = _mm256_cmp_pd(v2, zero, _CMP_GT_OQ);
+        acc = _mm256_add_pd(acc, _mm256_and_pd(v, keep));
+        acc = _mm256_add_pd(acc, _mm256_and_pd(v2, keep2));
+        int m = _mm256_movemask_pd(keep), m2 = _mm256_movemask_pd(keep2);
+        __m256i perm = _mm256_loadu_si256((const __m256i *)(const void *)compact_lut[m]);
+        __m256i perm2 = _mm256_loadu_si256((const __m256i *)(const void *)compact_lut[m2]);
+        int out2 = out + __builtin_popcount((unsigned)m);
+        _mm256_storeu_pd(rs + out, _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(v), perm)));
+        _mm256_storeu_pd(qs + out, _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(q), perm)));
+        _mm256_storeu_pd(rs + out2, _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(v2), perm2)));
+        _mm256_storeu_pd(qs + out2, _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(q2), perm2)));
+        out = out2 + __builtin_popcount((unsigned)m2);
+    }
     for (; s + 4 <= ns; s += 4) {
         __m256d q = _mm256_loadu_pd(qs + s);
         __m256d v = _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s), vr), _mm256_mul_pd(q, vq));
@@ -393,26 +539,112 @@ __attribute__((target("avx2"))) static int residual_next_avx2(double *rs, double
     return residual_next_scalar(rs, qs, ns, rscale, qscale, sum_out, s, out,
                                 (l[0] + l[1]) + (l[2] + l[3]));
 }
+
+/* The same passes eight tokens at a time with AVX-512 (compress instead of the table), the sum
+ * still over four lanes in the AVX2 path's order: the low four values of every eight, then the
+ * high four, then (when four are left) one AVX2 step, then the scalar tail. Same bits. */
+__attribute__((target("avx512f,avx512vl"))) static int
+residual_first_avx512(const double *P, const double *Q, int V, const unsigned char *is_cand,
+                      double *rs, double *qs, double *sum_out)
+{
+    const __m512d zero = _mm512_setzero_pd();
+    __m256d acc = _mm256_setzero_pd();
+    int ns = 0, i = 0;
+    for (; i + 8 <= V; i += 8) {
+        __m512d q = _mm512_loadu_pd(Q + i), v = _mm512_sub_pd(_mm512_loadu_pd(P + i), q);
+        uint64_t c8;
+        memcpy(&c8, is_cand + i, sizeof c8);
+        __m512i c = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)c8));
+        __mmask8 nc = _mm512_cmpeq_epi64_mask(c, _mm512_setzero_si512());
+        __mmask8 keep = _mm512_mask_cmp_pd_mask(nc, v, zero, _CMP_GT_OQ);
+        __m512d vz = _mm512_maskz_mov_pd(keep, v);
+        acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(vz));
+        acc = _mm256_add_pd(acc, _mm512_extractf64x4_pd(vz, 1));
+        _mm512_storeu_pd(rs + ns, _mm512_maskz_compress_pd(keep, v));
+        _mm512_storeu_pd(qs + ns, _mm512_maskz_compress_pd(keep, q));
+        ns += __builtin_popcount((unsigned)keep);
+    }
+    if (i + 4 <= V) {
+        __m256d q = _mm256_loadu_pd(Q + i), v = _mm256_sub_pd(_mm256_loadu_pd(P + i), q);
+        uint32_t c4;
+        memcpy(&c4, is_cand + i, sizeof c4);
+        __mmask8 nc = _mm256_cmpeq_epi64_mask(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)c4)),
+                                              _mm256_setzero_si256());
+        __mmask8 keep = _mm256_mask_cmp_pd_mask(nc, v, _mm256_setzero_pd(), _CMP_GT_OQ);
+        acc = _mm256_add_pd(acc, _mm256_maskz_mov_pd(keep, v));
+        _mm256_storeu_pd(rs + ns, _mm256_maskz_compress_pd(keep, v));
+        _mm256_storeu_pd(qs + ns, _mm256_maskz_compress_pd(keep, q));
+        ns += __builtin_popcount((unsigned)keep);
+        i += 4;
+    }
+    double l[4];
+    _mm256_storeu_pd(l, acc);
+    return residual_first_scalar(P, Q, V, is_cand, rs, qs, sum_out, i, ns,
+                                 (l[0] + l[1]) + (l[2] + l[3]));
+}
+
+__attribute__((target("avx512f,avx512vl"))) static int
+residual_next_avx512(double *rs, double *qs, int ns, double rscale, double qscale,
+                     double *sum_out)
+{
+    const __m512d zero = _mm512_setzero_pd(), vr = _mm512_set1_pd(rscale),
+                  vq = _mm512_set1_pd(qscale);
+    __m256d acc = _mm256_setzero_pd();
+    int out = 0, s = 0;
+    /* in place: the values are loaded before anything at out <= s is stored */
+    for (; s + 8 <= ns; s += 8) {
+        __m512d q = _mm512_loadu_pd(qs + s);
+        __m512d v = _mm512_sub_pd(_mm512_mul_pd(_mm512_loadu_pd(rs + s), vr), _mm512_mul_pd(q, vq));
+        __mmask8 keep = _mm512_cmp_pd_mask(v, zero, _CMP_GT_OQ);
+        __m512d vz = _mm512_maskz_mov_pd(keep, v);
+        acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(vz));
+        acc = _mm256_add_pd(acc, _mm512_extractf64x4_pd(vz, 1));
+        _mm512_storeu_pd(rs + out, _mm512_maskz_compress_pd(keep, v));
+        _mm512_storeu_pd(qs + out, _mm512_maskz_compress_pd(keep, q));
+        out += __builtin_popcount((unsigned)keep);
+    }
+    if (s + 4 <= ns) {
+        __m256d q = _mm256_loadu_pd(qs + s);
+        __m256d v = _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s), _mm256_set1_pd(rscale)),
+                                  _mm256_mul_pd(q, _mm256_set1_pd(qscale)));
+        __mmask8 keep = _mm256_cmp_pd_mask(v, _mm256_setzero_pd(), _CMP_GT_OQ);
+        acc = _mm256_add_pd(acc, _mm256_maskz_mov_pd(keep, v));
+        _mm256_storeu_pd(rs + out, _mm256_maskz_compress_pd(keep, v));
+        _mm256_storeu_pd(qs + out, _mm256_maskz_compress_pd(keep, q));
+        out += __builtin_popcount((unsigned)keep);
+        s += 4;
+    }
+    double l[4];
+    _mm256_storeu_pd(l, acc);
+    return residual_next_scalar(rs, qs, ns, rscale, qscale, sum_out, s, out,
+                                (l[0] + l[1]) + (l[2] + l[3]));
+}
 #endif
 
 static int residual_first(const double *P, const double *Q, int V, const unsigned char *is_cand,
                           double *rs, double *qs, double *sum)
 {
 #ifdef SQ_ACCEPT_AVX2
-    if (__builtin_cpu_supports("avx2"))
+    const int isa = sq_rule_isa();
+    if (isa >= SQ_RULE_ISA_AVX512)
+        return residual_first_avx512(P, Q, V, is_cand, rs, qs, sum);
+    if (isa >= SQ_RULE_ISA_AVX2)
         return residual_first_avx2(P, Q, V, is_cand, rs, qs, sum);
 #endif
-    return residual_first_scalar(P, Q, V, is_cand, rs, qs, sum, 0, 0, 0.0);
+    return residual_first_lanes(P, Q, V, is_cand, rs, qs, sum);
 }
 
 static int residual_next(double *rs, double *qs, int ns, double rscale, double qscale,
                          double *sum)
 {
 #ifdef SQ_ACCEPT_AVX2
-    if (__builtin_cpu_supports("avx2"))
+    const int isa = sq_rule_isa();
+    if (isa >= SQ_RULE_ISA_AVX512)
+        return residual_next_avx512(rs, qs, ns, rscale, qscale, sum);
+    if (isa >= SQ_RULE_ISA_AVX2)
         return residual_next_avx2(rs, qs, ns, rscale, qscale, sum);
 #endif
-    return residual_next_scalar(rs, qs, ns, rscale, qscale, sum, 0, 0, 0.0);
+    return residual_next_lanes(rs, qs, ns, rscale, qscale, sum);
 }
 
 void sq_accept_residual(const double *P, const double *Q, int V, const int *cand, int n,
@@ -507,6 +739,24 @@ void sq_accept_position(const sq_accept_config *cfg, const float *target, const 
         for (int k = 0; k < W; k++)
             a[k] += w * ws->a[k];
     }
+}
+
+void sq_accept_position_drawn(const double *P, const double *Q, int V, int W, const int *cand,
+                              int n, double *a, sq_accept_ws *ws)
+{
+    /* sq_accept_position's arithmetic with samples = 1: a = 0 + 1·a' */
+    memset(a, 0, (size_t)W * sizeof *a);
+    sq_accept_residual(P, Q, V, cand, n, 0, ws->a, W, ws);
+    for (int k = 0; k < W; k++)
+        a[k] += 1.0 * ws->a[k];
+}
+
+void sq_accept_position_with_draw(const double *P, const double *Q, int V, int W, gsl_rng *rng,
+                                  double *a, sq_accept_ws *ws, sq_accept_draw *d)
+{
+    int n = sq_accept_draw_without2(Q, V, W, rng, ws->cand, ws, d->width, d->rng, d->cand, d->ws,
+                                    &d->n);
+    sq_accept_position_drawn(P, Q, V, W, ws->cand, n, a, ws);
 }
 
 /* ---- sufficient statistics -------------------------------------------------------------------- */
@@ -853,7 +1103,13 @@ static void compute_row(worker *w, const slot *sl, int i)
             }
             gsl_rng_set(w->rng, (unsigned long)(mix64(row_key ^ c->cfg_keys[j]) & 0xffffffffu));
         }
-        sq_accept_position(cfg, t, d, w->P, w->Q, V, W, c->samples, w->rng, a, w->ws);
+        sq_accept_draw *hd = NULL;
+        if (hooked && h->draw && cfg->mode == SQ_MODE_STOCHASTIC && c->samples == 1)
+            hd = h->draw(h->user, w->index, sl->row0 + i, j);
+        if (hd)
+            sq_accept_position_with_draw(w->P, w->Q, V, W, w->rng, a, w->ws, hd);
+        else
+            sq_accept_position(cfg, t, d, w->P, w->Q, V, W, c->samples, w->rng, a, w->ws);
         if (hooked) {
             int greedy = cfg->mode == SQ_MODE_GREEDY;
             int q_ok = !greedy && qt == cfg->temperature && qp == cfg->top_p;

@@ -90,6 +90,13 @@ void sq_accept_topk(const double *P, const float *draft, int V, int W, double *a
 int sq_accept_draw_without(const double *Q, int V, int W, gsl_rng *rng, int *cand,
                            sq_accept_ws *ws);
 
+/* Two such draws from the same Q in one pass (issue 27): the first into cand (W, rng, ws; the
+ * return value), the second into cand2 (W2, rng2, ws2 != ws; *n2). Each gives the bits it gives
+ * alone; the two chains of the exponential jumps overlap in the processor. */
+int sq_accept_draw_without2(const double *Q, int V, int W, gsl_rng *rng, int *cand,
+                            sq_accept_ws *ws, int W2, gsl_rng *rng2, int *cand2,
+                            sq_accept_ws *ws2, int *n2);
+
 /* Draws W i.i.d. candidates from Q, in draw order. Returns W (0 when Q is all zero). */
 int sq_accept_draw_with(const double *Q, int V, int W, gsl_rng *rng, int *cand,
                         sq_accept_ws *ws);
@@ -105,6 +112,28 @@ void sq_accept_residual(const double *P, const double *Q, int V, const int *cand
 void sq_accept_position(const sq_accept_config *cfg, const float *target, const float *draft,
                         const double *P, const double *Q, int V, int W, int samples,
                         gsl_rng *rng, double *a, sq_accept_ws *ws);
+
+/* A second draw made along with a curve's (sq_accept_hook.draw): the hook sets rng (seeded),
+ * width, cand (width ints) and ws (not the curve's); sq_accept_run sets n, how many were drawn. */
+typedef struct sq_accept_draw {
+    gsl_rng      *rng;
+    int           width;
+    int          *cand;
+    sq_accept_ws *ws;
+    int           n;
+} sq_accept_draw;
+
+/* sq_accept_position of a stochastic configuration with one sample (cfg->mode
+ * SQ_MODE_STOCHASTIC, samples 1), the same bits, its draw made in one pass with the draw `d`
+ * (sq_accept_draw_without2). */
+void sq_accept_position_with_draw(const double *P, const double *Q, int V, int W, gsl_rng *rng,
+                                  double *a, sq_accept_ws *ws, sq_accept_draw *d);
+
+/* The second half of sq_accept_position for a stochastic configuration with one sample whose
+ * candidates cand[0..n) were drawn already (with sq_accept_draw_without or ..._without2): the
+ * same bits as sq_accept_position with that draw. */
+void sq_accept_position_drawn(const double *P, const double *Q, int V, int W, const int *cand,
+                              int n, double *a, sq_accept_ws *ws);
 
 /* ---- sufficient statistics ---------------------------------------------------------------- */
 
@@ -188,6 +217,11 @@ typedef struct sq_accept_hook {
     int  (*wants)(void *user, int64_t row);
     void (*row)(void *user, int thread, int64_t row, int j, const float *target,
                 const float *draft, const double *P, const double *Q);
+    /* May be NULL. Before the curve of configuration j of a wanted row, where that curve is
+     * one draw without replacement (stochastic, samples 1): a draw of the hook's own to make in
+     * the same pass (sq_accept_draw; issue 27), or NULL. The row call for j that follows then
+     * finds its n set. */
+    sq_accept_draw *(*draw)(void *user, int thread, int64_t row, int j);
     void  *user;
 } sq_accept_hook;
 

@@ -36,24 +36,72 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
+/* The first v' = v + 8t (t >= 0) whose block p[v' .. v' + 8) holds a value above thr, or the
+ * first with v' + 8 > V. The same decisions on every code path (sq_rule_isa). */
+static int skip_blocks_scalar(const double *p, int v, int V, double thr)
+{
+    for (; v + 8 <= V; v += 8) {
+        int any = 0;
+        for (int j = 0; j < 8; j++)
+            any |= p[v + j] > thr;
+        if (any)
+            break;
+    }
+    return v;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define SQ_DYNSTATS_X86 1
+__attribute__((target("avx2"))) static int skip_blocks_avx2(const double *p, int v, int V,
+                                                           double thr)
+{
+    const __m256d t = _mm256_set1_pd(thr);
+    for (; v + 8 <= V; v += 8) {
+        __m256d a = _mm256_cmp_pd(_mm256_loadu_pd(p + v), t, _CMP_GT_OQ);
+        __m256d b = _mm256_cmp_pd(_mm256_loadu_pd(p + v + 4), t, _CMP_GT_OQ);
+        if (_mm256_movemask_pd(_mm256_or_pd(a, b)))
+            break;
+    }
+    return v;
+}
+
+__attribute__((target("avx512f"))) static int skip_blocks_avx512(const double *p, int v, int V,
+                                                                double thr)
+{
+    const __m512d t = _mm512_set1_pd(thr);
+    for (; v + 8 <= V; v += 8)
+        if (_mm512_cmp_pd_mask(_mm512_loadu_pd(p + v), t, _CMP_GT_OQ))
+            break;
+    return v;
+}
+#endif
+
+static int skip_blocks(const double *p, int v, int V, double thr)
+{
+#ifdef SQ_DYNSTATS_X86
+    const int isa = sq_rule_isa();
+    if (isa >= SQ_RULE_ISA_AVX512)
+        return skip_blocks_avx512(p, v, V, thr);
+    if (isa >= SQ_RULE_ISA_AVX2)
+        return skip_blocks_avx2(p, v, V, thr);
+#endif
+    return skip_blocks_scalar(p, v, V, thr);
+}
+
 /* The K largest of p[0..V) in decreasing order (ties: the lower index first, as the draft's
- * top-K order of libsequoia/verify/rule.h), their values into out and their ids into ids. */
+ * top-K order of libsequoia/verify/rule.h), their values into out and their ids into ids
+ * (K <= SQ_DYNSTATS_MAX_TOPK + 1). */
 static void top_values(const double *p, int V, int K, double *out, int *ids)
 {
-    int idx[SQ_DYNSTATS_MAX_TOPK];
+    int idx[SQ_DYNSTATS_MAX_TOPK + 1];
     int n = 0;
     for (int v = 0; v < V; v++) {
         if (n == K && (v & 7) == 0 && v + 8 <= V) {
-            /* a block of 8 below the K-th largest is skipped whole (the same test as below,
-             * in a form the compiler vectorises) */
-            double thr = p[idx[K - 1]];
-            int any = 0;
-            for (int j = 0; j < 8; j++)
-                any |= p[v + j] > thr;
-            if (!any) {
-                v += 7;
-                continue;
-            }
+            /* blocks of 8 below the K-th largest are skipped whole */
+            v = skip_blocks(p, v, V, p[idx[K - 1]]);
+            if (v >= V)
+                break;
         }
         if (n == K && !(p[v] > p[idx[n - 1]]))
             continue;
@@ -68,6 +116,37 @@ static void top_values(const double *p, int V, int K, double *out, int *ids)
         out[k] = k < n ? p[idx[k]] : 0.0;
         ids[k] = k < n ? idx[k] : -1;
     }
+}
+
+/* The draft's top K at temperature 1 (values and ids, as top_values of the distribution
+ * sq_accept_probs(d, V, 1, 1) gives; dynstats.h). Issue 27: without normalising all V values.
+ * The top K + 1 of the numerators e are taken and divided by their sum (the same division as the
+ * normalisation): when the K + 1 quotients decrease strictly, they are the distribution's top
+ * K + 1 in the same order (the division is monotone, and every other token's quotient is at
+ * most the (K + 1)-th), so the first K are the answer. Otherwise (quotients tied by rounding, a
+ * vocabulary of at most K tokens, a row without a finite largest logit) the whole distribution
+ * is computed and searched, as before. Q1: V doubles of scratch. */
+void sq_dynstats_draft_topk(const float *d, int V, int K, double *Q1, sq_accept_ws *ws,
+                            double *out, int *ids)
+{
+    double sum = K < V ? sq_softmax_numerators(d, V, 1.0, Q1) : 0.0;
+    if (sum > 0) {
+        double v[SQ_DYNSTATS_MAX_TOPK + 1];
+        int id[SQ_DYNSTATS_MAX_TOPK + 1];
+        top_values(Q1, V, K + 1, v, id);
+        int strict = 1;
+        for (int k = 0; k <= K; k++) {
+            v[k] /= sum;
+            strict &= k == 0 || v[k] < v[k - 1];
+        }
+        if (strict) {
+            memcpy(out, v, (size_t)K * sizeof *out);
+            memcpy(ids, id, (size_t)K * sizeof *ids);
+            return;
+        }
+    }
+    sq_accept_probs(d, V, 1.0, 1.0, Q1, ws);
+    top_values(Q1, V, K, out, ids);
 }
 
 typedef struct seg {
@@ -191,6 +270,10 @@ typedef struct dyn_thread {
     sq_accept_ws *ws;   /* (V, K) */
     gsl_rng *rng;
     double *Q1;         /* (V) the draft at temperature 1 */
+    sq_accept_draw dr;  /* the draw made with the curve's (hook_draw), for (dr_row, dr_j) */
+    int64_t dr_row;
+    int dr_j;
+    int cand[SQ_DYNSTATS_MAX_TOPK];
 } dyn_thread;
 
 struct sq_dynstats {
@@ -246,6 +329,8 @@ static int hook_begin(void *user, int threads, sq_error *err)
     ds->th = t;
     for (; ds->n_th < threads; ds->n_th++) {
         dyn_thread *d = &ds->th[ds->n_th];
+        d->dr_row = -1;
+        d->dr_j = -1;
         d->ws = sq_accept_ws_new(ds->V, ds->K);
         d->rng = gsl_rng_alloc(gsl_rng_mt19937);
         d->Q1 = malloc((size_t)ds->V * sizeof *d->Q1);
@@ -255,6 +340,31 @@ static int hook_begin(void *user, int threads, sq_error *err)
         }
     }
     return SQ_OK;
+}
+
+/* Sample `at`'s random stream for its configuration k: the same whichever thread draws. */
+static void seed_sample(const sq_dynstats *ds, gsl_rng *rng, int64_t row, int k)
+{
+    gsl_rng_set(rng, (unsigned long)(mix64(ds->prm.seed ^ mix64(ds->keys[ds->file] ^
+                mix64((uint64_t)row * 64 + (uint64_t)k))) | 1));
+}
+
+/* The hook's draw (sq_accept_hook.draw): a stochastic configuration with one sample per
+ * position draws its candidates in the curve's pass over Q (issue 27). */
+static sq_accept_draw *hook_draw(void *user, int thread, int64_t row, int j)
+{
+    sq_dynstats *ds = user;
+    int k = ds->map[j];
+    if (k < 0 || ds->cfg[k].mode != SQ_MODE_STOCHASTIC || ds->prm.samples != 1 ||
+        sample_of(ds, row) < 0)
+        return NULL;
+    dyn_thread *th = &ds->th[thread];
+    seed_sample(ds, th->rng, row, k);
+    th->dr = (sq_accept_draw){.rng = th->rng, .width = ds->K, .cand = th->cand, .ws = th->ws,
+                              .n = -1};
+    th->dr_row = row;
+    th->dr_j = j;
+    return &th->dr;
 }
 
 /* The statistics of one sampled row: j = -1, the draft's top-K at temperature 1; j >= 0, the
@@ -271,17 +381,22 @@ static void dyn_row(void *user, int thread, int64_t row, int j, const float *t, 
     dyn_thread *th = &ds->th[thread];
     const int V = ds->V, K = ds->K;
     if (j < 0) {
-        sq_accept_probs(d, V, 1.0, 1.0, th->Q1, th->ws);
-        top_values(th->Q1, V, K, ds->q + (size_t)at * K, ds->ids + (size_t)at * K);
+        sq_dynstats_draft_topk(d, V, K, th->Q1, th->ws, ds->q + (size_t)at * K,
+                               ds->ids + (size_t)at * K);
         return;
     }
     int k = ds->map[j];
     if (k < 0)
         return;
-    gsl_rng_set(th->rng, (unsigned long)(mix64(ds->prm.seed ^ mix64(ds->keys[ds->file] ^
-                mix64((uint64_t)row * 64 + (uint64_t)k))) | 1));
-    sq_accept_position(&ds->cfg[k], t, d, P, Q, V, K, ds->prm.samples, th->rng,
-                       ds->a + ((size_t)k * ds->n + at) * K, th->ws);
+    double *a = ds->a + ((size_t)k * ds->n + at) * K;
+    if (th->dr_row == row && th->dr_j == j && th->dr.n >= 0) {
+        /* drawn along with the curve's (hook_draw): the same random numbers, the same bits */
+        sq_accept_position_drawn(P, Q, V, K, th->cand, th->dr.n, a, th->ws);
+        th->dr_row = -1;
+        return;
+    }
+    seed_sample(ds, th->rng, row, k);
+    sq_accept_position(&ds->cfg[k], t, d, P, Q, V, K, ds->prm.samples, th->rng, a, th->ws);
 }
 
 int sq_dynstats_begin(sq_corpus *const *corpora, const uint64_t *keys, int n_files,
@@ -340,7 +455,7 @@ int sq_dynstats_begin(sq_corpus *const *corpora, const uint64_t *keys, int n_fil
                 !(ds->a = calloc(nK * (size_t)ds->n_cfg + 1, sizeof *ds->a))))
         rc = sq_error_oom(err, "dynamic statistics");
     ds->hook = (sq_accept_hook){.begin = hook_begin, .wants = hook_wants, .row = dyn_row,
-                                .user = ds};
+                                .draw = hook_draw, .user = ds};
     if (rc) {
         sq_dynstats_free(ds);
         return rc;
@@ -451,8 +566,8 @@ int sq_dynstats_finish(sq_dynstats *ds, sq_corpus *offpath, cJSON **out, sq_erro
             if ((rc = sq_corpus_read(offpath, off[sq + 1] - 1, 1, tl, dl, NULL, err)))
                 break;
             int ids[SQ_DYNSTATS_MAX_TOPK];
-            sq_accept_probs(dl, V, 1.0, 1.0, ds->th[0].Q1, ds->th[0].ws);
-            top_values(ds->th[0].Q1, V, K, offq + (size_t)n_off * K, ids);
+            sq_dynstats_draft_topk(dl, V, K, ds->th[0].Q1, ds->th[0].ws,
+                                   offq + (size_t)n_off * K, ids);
             for (int k = 0; k < K; k++)
                 offq[(size_t)n_off * K + k] = round5(offq[(size_t)n_off * K + k]);
             n_off++;

@@ -95,6 +95,12 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
                     int n_files, const sq_accept_config *cfg, int n_cfg,
                     const sq_dynstats_params *params, cJSON **out, sq_error *err);
 
+/* The draft's K best tokens at temperature 1 (K <= SQ_DYNSTATS_MAX_TOPK), best first, ties to
+ * the lower id: their probabilities (as sq_accept_probs(d, V, 1, 1) gives them) into out and their
+ * ids into ids (ranks past V: 0 and -1). scratch: V doubles; ws: (V, any W). */
+void sq_dynstats_draft_topk(const float *d, int V, int K, double *scratch, sq_accept_ws *ws,
+                            double *out, int *ids);
+
 /* The statistics of several curve files' "dynamic" objects as one (sequoia-accept --merge): the
  * samples concatenated in input order (each corpus kept its own budget, so this equals one run over
  * all the corpora), the calibration recomputed. Every object must have the same topk, seed and

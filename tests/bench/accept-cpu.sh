@@ -16,9 +16,12 @@
 # before and after each run; the CPU model and its vector extensions. The outputs of the two
 # binaries are compared (the "tool" string aside): same corpora, same seed, same bytes.
 #
-# The estimator has AVX2 and scalar code paths only (no AVX-512), so on an AVX-512 host it runs
-# its AVX2 path. Needs a python3 with numpy and h5py (SQ_PYTHON, else python3, else
-# /usr/bin/python3). Run it when the machine is quiet for wall-clock figures.
+# The estimator has scalar, AVX2 and AVX-512 paths (AVX-512 since issue 27's fourth round; a
+# binary from before runs AVX2 on an AVX-512 host), all giving the same bits. SQ_CPU_ISA=avx2 (or
+# scalar) in the environment makes both binaries run that path, e.g. to measure an AVX2 host's
+# figures on an AVX-512 one; the header prints the setting. Needs a python3 with numpy and h5py
+# (SQ_PYTHON, else python3, else /usr/bin/python3). Run it when the machine is quiet for
+# wall-clock figures.
 #
 # Against the official estimators: with OFFICIAL=DIR (a checkout of Infini-AI-Lab/Sequoia, see
 # docs/benchmarks.md), every round also runs tests/bench/official_accept.py on the first
@@ -66,7 +69,7 @@ isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|f1
 echo "accept-cpu: $(date -u '+%Y-%m-%d %H:%M UTC'); CPU: $cpu ($(nproc) online; $isa)"
 echo "old: $OLD"
 echo "new: $NEW"
-echo "rows $ROWS (16 sequences), V 32000, stochastic T 0.6, W 16, 1 sample; $REPS rounds${ACCEPT_ARGS:+; options: $ACCEPT_ARGS}"
+echo "rows $ROWS (16 sequences), V 32000, stochastic T 0.6, W 16, 1 sample; $REPS rounds${ACCEPT_ARGS:+; options: $ACCEPT_ARGS}; code path: ${SQ_CPU_ISA:-the CPU's best}"
 
 for c in $(echo "$CORPORA" | tr ',' ' '); do
     case $c in
