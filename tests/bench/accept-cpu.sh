@@ -30,8 +30,11 @@
 # and torch on 1 and 2 threads, in the same interleaved order; the python3 must then also have
 # torch. Their CPU time is that of the estimator's calls only (not reading the corpus, not
 # starting Python), ours that of the whole process, so the ratio is, if anything, unfavourable
-# to ours. Prints their medians, the ratio per core (positions per CPU-second, ours / theirs,
-# at equal threads), and whether the curves agree (official_accept.py --compare). Their runs
+# to ours. A second ratio compares whole with whole: their CPU time with their reading of the
+# same rows (h5py: HDF5's inflate and unshuffle, the float16 widening, the padding;
+# official_accept.py's read_cpu_s), still without starting Python; ours reads, inflates and
+# hashes the corpus and computes the dynamic-tree statistics too. Prints their medians, the
+# ratio per core (positions per CPU-second, ours / theirs, at equal threads), and whether the curves agree (official_accept.py --compare). Their runs
 # get OMP_WAIT_POLICY=PASSIVE: torch's OpenMP workers otherwise spin while they wait, which on
 # busy cores bills them CPU time for nothing (and would flatter the ratio).
 #
@@ -69,7 +72,7 @@ isa=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx2|avx512f|f1
 echo "accept-cpu: $(date -u '+%Y-%m-%d %H:%M UTC'); CPU: $cpu ($(nproc) online; $isa)"
 echo "old: $OLD"
 echo "new: $NEW"
-echo "rows $ROWS (16 sequences), V 32000, stochastic T 0.6, W 16, 1 sample; $REPS rounds${ACCEPT_ARGS:+; options: $ACCEPT_ARGS}; code path: ${SQ_CPU_ISA:-the CPU's best}"
+echo "rows $ROWS (16 sequences), V 32000, stochastic T 0.6, W 16, 1 sample; $REPS rounds${ACCEPT_ARGS:+; options: $ACCEPT_ARGS}; code path: ${SQ_CPU_ISA:-the best this CPU has}"
 
 for c in $(echo "$CORPORA" | tr ',' ' '); do
     case $c in
@@ -110,7 +113,7 @@ print("%.4f %.4f" % (wall, ru.ru_utime + ru.ru_stime))
 official() { # estimator corpus threads tag
     OMP_WAIT_POLICY=PASSIVE "$PY" "$here/tests/bench/official_accept.py" "$OFFICIAL" "$2" --estimator "$1" -T 0.6 -w 16 \
         --threads "$3" --rows "$OFFICIAL_ROWS" -o "$tmp/off-$4.json" > /dev/null
-    "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print("%.4f %.4f" % (d["wall_s"], d["cpu_s"]))' "$tmp/off-$4.json"
+    "$PY" -c 'import json, sys; d = json.load(open(sys.argv[1])); print("%.4f %.4f %.4f" % (d["wall_s"], d["cpu_s"], d["cpu_s"] + d["read_cpu_s"]))' "$tmp/off-$4.json"
 }
 
 printf '%-5s %-4s %3s %5s | %8s %8s | %s\n' corpus bin thr round wall_s cpu_s "load before -> after"
@@ -137,8 +140,8 @@ while [ "$r" -le "$REPS" ]; do
                 l0=$(cut -d' ' -f1 /proc/loadavg)
                 set -- $(official "$e" "$tmp/$c.h5" "$t" "$e-$c-$t")
                 l1=$(cut -d' ' -f1 /proc/loadavg)
-                printf '%-5s %-11s %3s %5s | %8s %8s | %s -> %s\n' "$c" "$e" "$t" "$r" "$1" "$2" "$l0" "$l1"
-                echo "$c $e $t $1 $2" >> "$tmp/offruns"
+                printf '%-5s %-11s %3s %5s | %8s %8s | %s -> %s (with reading: %s)\n' "$c" "$e" "$t" "$r" "$1" "$2" "$l0" "$l1" "$3"
+                echo "$c $e $t $1 $2 $3" >> "$tmp/offruns"
             done
         done
     done
@@ -178,7 +181,7 @@ echo "outputs of the two binaries identical (the tool string aside): $same"
 if [ -n "$OFFICIAL" ]; then
     echo
     echo "official estimators, medians over $REPS rounds ($OFFICIAL_ROWS rows; CPU of the estimator's calls):"
-    printf '%-5s %-11s %3s | %10s | %s\n' corpus estimator thr "pos/CPU-s" "per core, ours / theirs at equal threads: old new"
+    printf '%-5s %-11s %3s | %10s | %s\n' corpus estimator thr "pos/CPU-s" "per core, ours / theirs at equal threads: old new | theirs with reading: pos/CPU-s, old new"
     awk -v rows="$ROWS" -v orows="$OFFICIAL_ROWS" '
 function median(s,   n, i, j, t, a) {
     n = split(s, a, " ")
@@ -186,13 +189,13 @@ function median(s,   n, i, j, t, a) {
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 FNR == NR { ours[$1 " " $2 " " $3] = ours[$1 " " $2 " " $3] " " $5; next }
-{ k = $1 " " $2 " " $3; theirs[k] = theirs[k] " " $5; seen[k] = 1 }
+{ k = $1 " " $2 " " $3; theirs[k] = theirs[k] " " $5; whole[k] = whole[k] " " $6; seen[k] = 1 }
 END {
     for (k in seen) {
         split(k, x, " ")
-        th = orows / median(theirs[k])
+        th = orows / median(theirs[k]); tw = orows / median(whole[k])
         o = rows / median(ours[x[1] " old " x[3]]); n = rows / median(ours[x[1] " new " x[3]])
-        printf "%-5s %-11s %3d | %10.1f | %.2fx %.2fx\n", x[1], x[2], x[3], th, o / th, n / th
+        printf "%-5s %-11s %3d | %10.1f | %.2fx %.2fx | %.1f, %.2fx %.2fx\n", x[1], x[2], x[3], th, o / th, n / th, tw, o / tw, n / tw
     }
 }' "$tmp/runs" "$tmp/offruns" | sort
     echo "curves: the last round's official (1 thread, $OFFICIAL_ROWS rows) against the new binary on the same rows (8 samples):"
