@@ -34,9 +34,10 @@
 # same rows (h5py: HDF5's inflate and unshuffle, the float16 widening, the padding;
 # official_accept.py's read_cpu_s), still without starting Python; ours reads, inflates and
 # hashes the corpus and computes the dynamic-tree statistics too. Prints their medians, the
-# ratio per core (positions per CPU-second, ours / theirs, at equal threads), and whether the curves agree (official_accept.py --compare). Their runs
-# get OMP_WAIT_POLICY=PASSIVE: torch's OpenMP workers otherwise spin while they wait, which on
-# busy cores bills them CPU time for nothing (and would flatter the ratio).
+# ratio per core (positions per CPU-second, ours / theirs, at equal threads), and whether the
+# curves agree (official_accept.py --compare). Their runs get OMP_WAIT_POLICY=PASSIVE: torch's
+# OpenMP workers otherwise spin while they wait, which on busy cores bills them CPU time for
+# nothing (and would flatter the ratio).
 #
 # ACCEPT_ARGS: more options for both binaries, e.g. ACCEPT_ARGS='--dynamic-samples 0' (no
 # dynamic-tree statistics: the curves alone, what the official estimators compute).
