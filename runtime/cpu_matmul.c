@@ -50,7 +50,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define SQ_CPU_BLOCK_AVX512_XFIRST 1
 /* Blocks chosen per row count for products of up to N rows (R x J of each n; R = 0: the main
  * block), by measurement on single matrices with hot caches, against OpenBLAS's small-matrix
- * kernels (docs/benchmarks.md, "The skinny product"): on AVX-512 (32 registers) 6 x 1, 4 x 2,
+ * kernels (docs/benchmarks.md, "The skinny product"): on AVX-512 (32 registers) 6 x 1, 6 x 2,
  * 8 x 3, 5 x 5, 4 x 6 for 1, 2, 3, 5, 6 rows and 4 x 6 (+ 4 x 3) for 9; on AVX2 8 x 1 and 4 x 2;
  * 8 x 1 on the portable path. */
 #define SQ_CPU_SHAPE_SCALAR_N 1
@@ -61,7 +61,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define SQ_CPU_SHAPE_AVX2_J(n) (n)
 #define SQ_CPU_SHAPE_AVX512_N 9
 #define SQ_CPU_SHAPE_AVX512_R(n)                                                                \
-    ((n) == 1 ? 6 : (n) == 2 ? 4 : (n) == 3 ? 8 : (n) == 5 ? 5 : (n) == 6 || (n) == 9 ? 4 : 0)
+    ((n) == 1 ? 6 : (n) == 2 ? 6 : (n) == 3 ? 8 : (n) == 5 ? 5 : (n) == 6 || (n) == 9 ? 4 : 0)
 #define SQ_CPU_SHAPE_AVX512_J(n) ((n) <= 6 ? (n) : (n) == 9 ? 6 : 4)
 
 /* The kernels, once per instruction set. The set is chosen by the CPU's features
