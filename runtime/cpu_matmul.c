@@ -217,9 +217,26 @@ static const int skinny_rows_table[4][3] = {
     [SQ_CPU_ISA_AVX512] = {44, 44, 44},
 };
 
+/* The same for wide matrices (d_in > SQ_CPU_WIDE_DIN): measured per matrix, the 18M target's
+ * 512 x 1408 (d_in 1408: a block's input rows and weight rows no longer fit L1 together) ties
+ * OpenBLAS on AVX-512 at 36-44 rows (0.98-1.10, 95% intervals around 1) where every narrower
+ * matrix is faster; at 33-35 rows it is 0.77-0.86. */
+#define SQ_CPU_WIDE_DIN 1024
+static const int skinny_rows_wide[4][3] = {
+    [SQ_CPU_ISA_SCALAR] = {64, 64, 64},
+    [SQ_CPU_ISA_AVX2]   = {48, 56, 64},
+    [SQ_CPU_ISA_AVX512] = {35, 44, 44},
+};
+
 int sq_cpu_skinny_rows(sq_weight_dtype wdt)
 {
     return skinny_rows_table[sq_cpu_isa_get()][wt_of(wdt)];
+}
+
+int sq_cpu_skinny_rows_for(sq_weight_dtype wdt, int d_in)
+{
+    return (d_in > SQ_CPU_WIDE_DIN ? skinny_rows_wide
+                                   : skinny_rows_table)[sq_cpu_isa_get()][wt_of(wdt)];
 }
 
 void sq_cpu_matmul_skinny_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,
@@ -276,7 +293,7 @@ typedef struct matmul_job {
     sq_weight_dtype wdt;
     int          n, d_in, d_out, accumulate;
     int          unit;   /* columns per share are a multiple of this */
-    int          skinny; /* n <= sq_cpu_skinny_rows(wdt)             */
+    int          skinny; /* n <= sq_cpu_skinny_rows_for(wdt, d_in)   */
 } matmul_job;
 
 /* Columns [o0, o1) with more rows than the skinny kernel takes and 16-bit weights: panels of the
@@ -347,7 +364,7 @@ static void matmul_worker(void *arg, int worker, int n_workers)
 void sq_cpu_matmul_typed(sq_pool *pool, float *out, const float *in, const void *w,
                          sq_weight_dtype wdt, int n, int d_in, int d_out, int accumulate)
 {
-    const int skinny = n <= sq_cpu_skinny_rows(wdt);
+    const int skinny = n <= sq_cpu_skinny_rows_for(wdt, d_in);
     /* columns per part: a multiple of every path's main R (12: 3, 4 and 6; the blocks for few
      * rows leave a part's last columns to blocks of 4 and of 1), 16 for sgemm */
     matmul_job m = {out, in, w, wdt, n, d_in, d_out, accumulate, skinny ? 12 : 16, skinny};
