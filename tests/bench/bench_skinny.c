@@ -10,12 +10,22 @@
  * config.json: q, k/v, o, gate/up, down, the LM head, each counted as often as a forward uses
  * it; random weights of the model's shapes):
  *   runtime  sq_cpu_matmul_typed, the product the forward calls (skinny kernel up to the path's
- *            threshold sq_cpu_skinny_rows, then the BLAS path)
+ *            threshold sq_cpu_skinny_rows_for, then the BLAS path)
  *   skinny   the skinny kernel alone, whatever n
  *   blas     OpenBLAS: cblas_sgemm on float32 weights; for 16-bit weights the runtime's BLAS
  *            path (panels widened to float32, then cblas_sgemm), what the hand-over costs
  * and prints the medians and the ratios runtime/blas and skinny/blas (below 1: ours is faster),
- * and per model the worst ratio over its single matrices. Times are the thread's CPU time
+ * and per model the worst ratio over its single matrices. --per-matrix adds a line `pm` per
+ * matrix and row count: the medians, then each round's ratio (runtime and OpenBLAS timed back
+ * to back in that round, so the machine's slow drift cancels) summarised by its median and a
+ * distribution-free 95% interval for that median (order statistics of the rounds' ratios: with
+ * 31 rounds the 10th and 22nd), the verdict "faster" where the interval's upper end is <= 1,
+ * "slower" where its lower end is > 1 and "n.d." (not distinguishable) where it straddles 1,
+ * and runtime/skinny (the same kernel below the threshold: the size of the timing's own noise);
+ * then `pm-summary` lines per path, dtype and model: the counts of each verdict and the
+ * matrices not "faster", apart for the row counts where the runtime hands over to OpenBLAS
+ * (there the ratio compares OpenBLAS with itself and should straddle 1). More rounds (--reps,
+ * up to 1001) narrow the intervals. Times are the thread's CPU time
  * (CLOCK_THREAD_CPUTIME_ID), which a shared machine disturbs much less than wall time (the
  * caches still suffer); --wall measures wall time. The default models are
  * data/models/large (the 18M target) and data/models/target.
@@ -549,11 +559,10 @@ typedef struct tally_t {
     char   list[2048]; /* the matrices not "faster" */
 } tally_t;
 static tally_t tallies[2];   /* [0] skinny rows, [1] BLAS rows */
-static int tally_blas;       /* the row count being measured runs OpenBLAS in the runtime */
 
-static void tally(int n, int d_out, int d_in, double md, double lo, double hi)
+static void tally(int n, int d_out, int d_in, double md, double lo, double hi, int blas)
 {
-    tally_t *t = &tallies[tally_blas];
+    tally_t *t = &tallies[blas];
     int v = hi <= 1.0 ? 0 : lo > 1.0 ? 2 : 1;
     t->count[v]++;
     if (hi > t->worst_hi) {
@@ -622,7 +631,8 @@ static void measure(const model *m, int d, int n, const int *kinds, const block 
                 ratio_ci(per[i][k], per[i][nk - 1], reps, &md, &lo, &hi);
                 printf("  %.3f [%.3f %.3f] %-6s", md, lo, hi, verdict(lo, hi));
                 if (k == 0)
-                    tally(n, m->mats[i].d_out, m->mats[i].d_in, md, lo, hi);
+                    tally(n, m->mats[i].d_out, m->mats[i].d_in, md, lo, hi,
+                          n > sq_cpu_skinny_rows_for(dtypes[d], m->mats[i].d_in));
             }
             if (nk == 3 && kinds[0] == K_RUNTIME && kinds[1] == K_SKINNY) {
                 double md, lo, hi;
@@ -781,7 +791,8 @@ int main(int argc, char **argv)
         case 'P': per_matrix = 1; break;
         default:
             fprintf(stderr, "usage: bench-skinny [--isa LIST] [--dtype LIST] [--rows LIST] "
-                            "[--reps R] [--ms M] [--model DIR]... [--blocks]\n");
+                            "[--reps R] [--ms M] [--model DIR]... [--blocks] [--shapes] "
+                            "[--wall] [--per-matrix] [--same-blas]\n");
             return 64;
         }
     }
@@ -914,13 +925,14 @@ int main(int argc, char **argv)
                     const int kinds[3] = {K_RUNTIME, K_SKINNY, K_BLAS};
                     const block *bl[3] = {NULL, NULL, NULL};
                     double med[3], worst[3];
-                    tally_blas = rows[ri] > sq_cpu_skinny_rows(dtypes[d]);
                     measure(&ms_[mi], d, rows[ri], kinds, bl, 3, reps, ms, med, worst);
                     printf("%-7s %-5s %-8s %3d %10.4f %10.4f %10.4f %8.3f %8.3f %8.3f %8.3f%s\n",
                            sq_cpu_isa_name((sq_cpu_isa)isa), dtype_names[d], ms_[mi].name,
                            rows[ri], med[0] * 1e3, med[1] * 1e3, med[2] * 1e3, med[0] / med[2],
                            med[1] / med[2], worst[0], worst[1],
-                           rows[ri] <= sq_cpu_skinny_rows(dtypes[d]) ? "" : "  (blas)");
+                           rows[ri] > sq_cpu_skinny_rows(dtypes[d])      ? "  (blas)"
+                           : rows[ri] > sq_cpu_skinny_rows_for(dtypes[d], 1 << 30) ? "  (wide: blas)"
+                                                                                  : "");
                     fflush(stdout);
                 }
                 if (per_matrix)
