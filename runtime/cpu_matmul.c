@@ -218,9 +218,9 @@ static const int skinny_rows_table[4][3] = {
 };
 
 /* The same for wide matrices (d_in > SQ_CPU_WIDE_DIN): measured per matrix, the 18M target's
- * 512 x 1408 (d_in 1408: a block's input rows and weight rows no longer fit L1 together) ties
- * OpenBLAS on AVX-512 at 36-44 rows (0.98-1.10, 95% intervals around 1) where every narrower
- * matrix is faster; at 33-35 rows it is 0.77-0.86. */
+ * 512 x 1408 (d_in 1408) ties OpenBLAS on AVX-512 at 36-44 rows (medians 0.87-1.10, 95%
+ * intervals reaching above 1 at 7 of the 9 row counts) where every narrower matrix is faster;
+ * at 33-35 rows it is 0.77-0.86. */
 #define SQ_CPU_WIDE_DIN 1024
 static const int skinny_rows_wide[4][3] = {
     [SQ_CPU_ISA_SCALAR] = {64, 64, 64},
