@@ -50,7 +50,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define SQ_CPU_BLOCK_AVX512_XFIRST 1
 /* Blocks chosen per row count for products of up to N rows (R x J of each n; R = 0: the main
  * block), by measurement on single matrices with hot caches, against OpenBLAS's small-matrix
- * kernels (docs/benchmarks.md, "The skinny product"): on AVX-512 (32 registers) 6 x 1, 4 x 2,
+ * kernels (docs/benchmarks.md, "The skinny product"): on AVX-512 (32 registers) 6 x 1, 6 x 2,
  * 8 x 3, 5 x 5, 4 x 6 for 1, 2, 3, 5, 6 rows and 4 x 6 (+ 4 x 3) for 9; on AVX2 8 x 1 and 4 x 2;
  * 8 x 1 on the portable path. */
 #define SQ_CPU_SHAPE_SCALAR_N 1
@@ -61,7 +61,7 @@ char *openblas_get_corename(void) __attribute__((weak));
 #define SQ_CPU_SHAPE_AVX2_J(n) (n)
 #define SQ_CPU_SHAPE_AVX512_N 9
 #define SQ_CPU_SHAPE_AVX512_R(n)                                                                \
-    ((n) == 1 ? 6 : (n) == 2 ? 4 : (n) == 3 ? 8 : (n) == 5 ? 5 : (n) == 6 || (n) == 9 ? 4 : 0)
+    ((n) == 1 ? 6 : (n) == 2 ? 6 : (n) == 3 ? 8 : (n) == 5 ? 5 : (n) == 6 || (n) == 9 ? 4 : 0)
 #define SQ_CPU_SHAPE_AVX512_J(n) ((n) <= 6 ? (n) : (n) == 9 ? 6 : 4)
 
 /* The kernels, once per instruction set. The set is chosen by the CPU's features
@@ -217,9 +217,26 @@ static const int skinny_rows_table[4][3] = {
     [SQ_CPU_ISA_AVX512] = {44, 44, 44},
 };
 
+/* The same for wide matrices (d_in > SQ_CPU_WIDE_DIN): measured per matrix, the 18M target's
+ * 512 x 1408 (d_in 1408) ties OpenBLAS on AVX-512 at 36-44 rows (medians 0.87-1.10, 95%
+ * intervals reaching above 1 at 7 of the 9 row counts) where every narrower matrix is faster;
+ * at 33-35 rows it is 0.77-0.86. */
+#define SQ_CPU_WIDE_DIN 1024
+static const int skinny_rows_wide[4][3] = {
+    [SQ_CPU_ISA_SCALAR] = {64, 64, 64},
+    [SQ_CPU_ISA_AVX2]   = {48, 56, 64},
+    [SQ_CPU_ISA_AVX512] = {35, 44, 44},
+};
+
 int sq_cpu_skinny_rows(sq_weight_dtype wdt)
 {
     return skinny_rows_table[sq_cpu_isa_get()][wt_of(wdt)];
+}
+
+int sq_cpu_skinny_rows_for(sq_weight_dtype wdt, int d_in)
+{
+    return (d_in > SQ_CPU_WIDE_DIN ? skinny_rows_wide
+                                   : skinny_rows_table)[sq_cpu_isa_get()][wt_of(wdt)];
 }
 
 void sq_cpu_matmul_skinny_typed(float *out, const float *in, const void *w, sq_weight_dtype wdt,
@@ -276,7 +293,7 @@ typedef struct matmul_job {
     sq_weight_dtype wdt;
     int          n, d_in, d_out, accumulate;
     int          unit;   /* columns per share are a multiple of this */
-    int          skinny; /* n <= sq_cpu_skinny_rows(wdt)             */
+    int          skinny; /* n <= sq_cpu_skinny_rows_for(wdt, d_in)   */
 } matmul_job;
 
 /* Columns [o0, o1) with more rows than the skinny kernel takes and 16-bit weights: panels of the
@@ -347,7 +364,7 @@ static void matmul_worker(void *arg, int worker, int n_workers)
 void sq_cpu_matmul_typed(sq_pool *pool, float *out, const float *in, const void *w,
                          sq_weight_dtype wdt, int n, int d_in, int d_out, int accumulate)
 {
-    const int skinny = n <= sq_cpu_skinny_rows(wdt);
+    const int skinny = n <= sq_cpu_skinny_rows_for(wdt, d_in);
     /* columns per part: a multiple of every path's main R (12: 3, 4 and 6; the blocks for few
      * rows leave a part's last columns to blocks of 4 and of 1), 16 for sgemm */
     matmul_job m = {out, in, w, wdt, n, d_in, d_out, accumulate, skinny ? 12 : 16, skinny};

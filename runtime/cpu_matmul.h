@@ -33,7 +33,7 @@
 
 /* out (n, d_out) = in (n, d_in) @ w^T (+ out when accumulate != 0), all row-major, its output
  * columns split into parts over the pool's threads (on the calling thread alone when the
- * product is too small to pay for a dispatch): the skinny product for n <= sq_cpu_skinny_rows,
+ * product is too small to pay for a dispatch): the skinny product for n <= sq_cpu_skinny_rows_for,
  * cblas_sgemm on each part's slice above. The backend keeps OpenBLAS single-threaded (its own
  * threads spin after each call and would compete with the pool for the cores), so every thread
  * of a forward is the pool's. */
@@ -63,8 +63,12 @@ void sq_cpu_matmul_blas_typed(float *out, const float *in, const void *w, sq_wei
 
 /* Rows up to which the path in use (sq_cpu_isa_get) takes the skinny product for weights of
  * dtype wdt: where it measured at least as fast as OpenBLAS (docs/benchmarks.md, "The skinny
- * product"); SQ_CPU_SKINNY_MAX to 64. */
+ * product"); SQ_CPU_SKINNY_MAX to 64. sq_cpu_skinny_rows_for is the threshold for a matrix of
+ * d_in columns, the one sq_cpu_matmul_typed uses: sq_cpu_skinny_rows(wdt) up to d_in 1024, lower
+ * for wider matrices where measured so (AVX-512 float32: 35 rows), never below
+ * SQ_CPU_SKINNY_MAX. */
 int sq_cpu_skinny_rows(sq_weight_dtype wdt);
+int sq_cpu_skinny_rows_for(sq_weight_dtype wdt, int d_in);
 
 /* count values of dtype dt (F32, F16, BF16) at src as float32 at dst: the BLAS path's panels
  * and the embedding's rows, on the instruction set in use. */

@@ -49,8 +49,8 @@
 
 /* The most weight rows of any block (the size of the blocks' arrays of accumulators; what a
  * block does not use the compiler drops). */
-#define ISA_RMAX 8
-#define ISA_JMAX 6
+#define ISA_RMAX 12
+#define ISA_JMAX 8
 
 /* The weights' element type inside the kernels (a constant per compiled body). */
 enum { WT_F32 = 0, WT_BF16 = 1, WT_F16 = 2 };
@@ -193,22 +193,27 @@ static inline __attribute__((always_inline)) void ISA_FN(half)(VF *z, const VF *
     *z = r;
 }
 
-/* The sums of the m accumulators v[0 .. m-1] (m <= VL a constant, or m <= 2 VL on the 4-lane
- * path; v is overwritten) into res[0 .. m-1], each bitwise ISA_FN(hsum)'s. An odd vector out at
- * a level is paired with itself. */
+/* The sums of the m accumulators v[0 .. m-1] (m a constant; v is overwritten) into
+ * res[0 .. m-1], each bitwise ISA_FN(hsum)'s. An odd vector out at a level is paired with
+ * itself. Each of the last ceil(m / VL) vectors holds VL consecutive accumulators (the pairs of
+ * a level are neighbours), which the one permutation puts in order. A block reduces all its
+ * R x J accumulators in one call: fewer half-empty vectors at the last levels than one call per
+ * input row. */
 static inline __attribute__((always_inline)) void ISA_FN(reduce)(float *res, VF *v, const int m)
 {
     int cnt = m;
 #pragma GCC unroll 8
     for (int w = ISA_VL; w > 1; w /= 2) {
         const int nv = (cnt + 1) / 2;
-#pragma GCC unroll 16
+#pragma GCC unroll 64
         for (int p = 0; p < nv; p++)
             ISA_FN(half)(&v[p], &v[2 * p], &v[2 * p + 1 < cnt ? 2 * p + 1 : 2 * p], w);
         cnt = nv;
     }
 #ifdef ISA_ORDER
-    v[0] = ISA_SHUF(v[0], v[0], ISA_ORDER);
+#pragma GCC unroll 8
+    for (int p = 0; p < cnt; p++)
+        v[p] = ISA_SHUF(v[p], v[p], ISA_ORDER);
 #endif
     memcpy(res, v, sizeof(float) * (size_t)m);
 }
@@ -291,17 +296,17 @@ static inline __attribute__((always_inline)) void ISA_FN(block)(float *out, cons
                                                                 const int WT)
 {
     VF acc[ISA_RMAX][ISA_JMAX];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int i = 0; i < J; i++)
             acc[r][i] = (VF){0};
     size_t wr[ISA_RMAX];
     const float *xr[ISA_JMAX];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int r = 0; r < R; r++)
         wr[r] = (size_t)(wo + r) * (size_t)d_in;
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int i = 0; i < J; i++)
         xr[i] = in + (size_t)(j + (i < jn ? i : jn - 1)) * (size_t)d_in;
     const int kv = d_in & ~(ISA_VL - 1);
@@ -309,50 +314,54 @@ static inline __attribute__((always_inline)) void ISA_FN(block)(float *out, cons
 #if ISA_XFIRST
         /* the J input vectors in registers, then one weight vector at a time */
         VF xv[ISA_JMAX];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int i = 0; i < J; i++)
             memcpy(&xv[i], xr[i] + k, sizeof xv[i]);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int r = 0; r < R; r++) {
             VF wv;
             ISA_FN(ld)(&wv, w, wr[r] + (size_t)k, WT);
             if (J <= 3)
                 ISA_IN_REG(wv);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int i = 0; i < J; i++)
                 ISA_MADD(acc[r][i], wv, xv[i]);
         }
 #else
         /* the R weight vectors in registers, then one input vector at a time */
         VF wv[ISA_RMAX];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int r = 0; r < R; r++)
             ISA_FN(ld)(&wv[r], w, wr[r] + (size_t)k, WT);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int i = 0; i < J; i++) {
             VF xv;
             memcpy(&xv, xr[i] + k, sizeof xv);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int r = 0; r < R; r++)
                 ISA_MADD(acc[r][i], wv[r], xv);
         }
 #endif
     }
-    /* per input row, the R sums of its R contiguous output columns at once */
-#pragma GCC unroll 8
+    /* all R x J sums of the block at once (input row i's R contiguous output columns at
+     * s[i R .. i R + R - 1]) */
+    float sums[ISA_RMAX * ISA_JMAX];
+    if (R * J == 1) {
+        sums[0] = ISA_FN(hsum)(&acc[0][0]);
+    } else {
+        VF t[ISA_RMAX * ISA_JMAX];
+#pragma GCC unroll 16
+        for (int i = 0; i < J; i++)
+#pragma GCC unroll 16
+            for (int r = 0; r < R; r++)
+                t[i * R + r] = acc[r][i];
+        ISA_FN(reduce)(sums, t, R * J);
+    }
+#pragma GCC unroll 16
     for (int i = 0; i < J; i++) {
         if (i >= jn)
             break;
-        float s[ISA_RMAX];
-        if (R == 1) {
-            s[0] = ISA_FN(hsum)(&acc[0][i]);
-        } else {
-            VF t[ISA_RMAX];
-#pragma GCC unroll 16
-            for (int r = 0; r < R; r++)
-                t[r] = acc[r][i];
-            ISA_FN(reduce)(s, t, R);
-        }
+        float *s = sums + i * R;
         if (kv < d_in)
             for (int r = 0; r < R; r++)
                 for (int k = kv; k < d_in; k++)
@@ -399,7 +408,8 @@ static inline __attribute__((always_inline)) void ISA_FN(rows)(float *out, const
 }
 
 /* All n input rows against output columns [o0, o1): R x J blocks, then the columns left over in
- * blocks of 4 x J (when R > 4) and of 1 x J. */
+ * blocks of 4 x J (when R > 4), of 2 x J (when R > 2: a 1 x J block has J chains of
+ * multiply-adds, too few to keep the FMA units busy) and of 1 x J. */
 static inline __attribute__((always_inline)) void ISA_FN(cols)(float *out, const float *in,
                                                                const void *w, int n, int d_in,
                                                                int d_out, int accumulate, int o0,
@@ -412,6 +422,9 @@ static inline __attribute__((always_inline)) void ISA_FN(cols)(float *out, const
     if (R > 4)
         for (; o + 4 <= o1; o += 4)
             ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, 4, J, WT);
+    if (R > 2)
+        for (; o + 2 <= o1; o += 2)
+            ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, 2, J, WT);
     for (; o < o1; o++)
         ISA_FN(rows)(out, in, w, n, d_in, d_out, accumulate, o, o, 1, J, WT);
 }
@@ -572,10 +585,25 @@ static inline __attribute__((always_inline)) void ISA_FN(skinny_wt)(float *out, 
 }
 #undef ISA_SHAPE_CASE
 
-/* The skinny product for weights of dtype wt (one compiled body per dtype). */
+/* The skinny product for weights of dtype wt (one compiled body per dtype). Input rows that
+ * do not start on a vector boundary (the runtime's activations are malloc'ed: 16-byte aligned)
+ * are copied first into an aligned buffer on the stack, up to ISA_XBUF floats: a misaligned
+ * 64-byte load reads two cache lines, and with the weights' loads (misaligned too, where the
+ * model file puts them) the loads, not the multiply-adds, set the pace (measured on AVX-512:
+ * 4 rows x 256 columns, 1.66 against 1.48 us for 128 output columns; docs/benchmarks.md, "The
+ * skinny product"). The values are the same, and so are the sums. */
+#define ISA_XBUF 8192
 static void ISA_FN(skinny)(float *out, const float *in, const void *w, int wt, int n, int d_in,
                            int d_out, int accumulate, int o0, int o1)
 {
+#if ISA_VL >= 8
+    float xbuf[ISA_XBUF] __attribute__((aligned(64)));
+    if (((uintptr_t)in & (sizeof(VF) - 1)) != 0 && d_in % ISA_VL == 0 &&
+        (size_t)n * (size_t)d_in <= ISA_XBUF) {
+        memcpy(xbuf, in, sizeof(float) * (size_t)n * (size_t)d_in);
+        in = xbuf;
+    }
+#endif
     if (wt == WT_BF16)
         ISA_FN(skinny_wt)(out, in, w, n, d_in, d_out, accumulate, o0, o1, WT_BF16);
     else if (wt == WT_F16)
@@ -605,6 +633,7 @@ static void ISA_FN(widen)(float *dst, const void *src, int wt, size_t count)
 }
 
 #undef ISA_WIDEN_ROWS
+#undef ISA_XBUF
 #ifdef ISA_SHAPE_DEFAULT
 #undef ISA_SHAPE_N
 #undef ISA_SHAPE_R

@@ -28,6 +28,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -724,4 +725,63 @@ Test(cpu_matmul, every_block_sums_in_the_documented_order_bitwise)
     }
     cr_assert_geq(ran, 1);
     sq_cpu_isa_set(SQ_CPU_ISA_AUTO);
+}
+
+Test(cpu_matmul, wide_matrices_hand_over_where_measured_and_stay_exact)
+{
+    /* the threshold of a matrix of d_in columns: the path's own up to d_in 1024, never above it
+     * and never below SQ_CPU_SKINNY_MAX for wider ones; around that threshold the product of a
+     * wide matrix (whichever of the skinny kernel and OpenBLAS runs) equals the double reference,
+     * and the kernel's aligned copy of misaligned input rows changes nothing: bitwise the product
+     * of the same rows at an aligned address */
+    const sq_weight_dtype dts[] = {SQ_DTYPE_F32, SQ_DTYPE_BF16, SQ_DTYPE_F16};
+    const int d_in = 1040, d_out = 21;
+    unsigned seed = 1040;
+    float *in = malloc(sizeof(float) * 48 * d_in + 64);
+    float *inb = aligned_alloc(64, sizeof(float) * 48 * d_in + 64);
+    float *w = malloc(sizeof(float) * (size_t)d_out * d_in);
+    float *out = malloc(sizeof(float) * 48 * d_out), *outb = malloc(sizeof(float) * 48 * d_out);
+    double *ref = malloc(sizeof(double) * 48 * d_out), *mag = malloc(sizeof(double) * 48 * d_out);
+    cr_assert(in && inb && w && out && outb && ref && mag);
+    float *x = in + 1;   /* 4 bytes past malloc's alignment: never on a 32- or 64-byte boundary */
+    if (((uintptr_t)x & 31) == 0)
+        x++;
+    for (int i = 0; i < 48 * d_in; i++)
+        inb[i] = x[i] = frand(&seed);
+    for (int i = 0; i < d_out * d_in; i++)
+        w[i] = frand(&seed);
+    int ran = 0;
+    for (size_t k = 0; k < sizeof isas / sizeof *isas; k++) {
+        if (!sq_cpu_isa_supported(isas[k]))
+            continue;
+        cr_assert_eq(sq_cpu_isa_set(isas[k]), 0);
+        ran++;
+        for (size_t q = 0; q < 3; q++) {
+            const int all = sq_cpu_skinny_rows(dts[q]);
+            cr_assert_eq(sq_cpu_skinny_rows_for(dts[q], 512), all);
+            cr_assert_eq(sq_cpu_skinny_rows_for(dts[q], 1024), all);
+            const int wide = sq_cpu_skinny_rows_for(dts[q], d_in);
+            cr_assert(wide <= all && wide >= SQ_CPU_SKINNY_MAX, "%s: %d rows for d_in %d",
+                      sq_cpu_isa_name(isas[k]), wide, d_in);
+        }
+        const int t = sq_cpu_skinny_rows_for(SQ_DTYPE_F32, d_in);
+        const int ns[] = {1, 4, 8, t, t + 1, 48};
+        for (size_t q = 0; q < sizeof ns / sizeof *ns; q++) {
+            const int n = ns[q] < 48 ? ns[q] : 48;
+            reference(ref, mag, x, w, NULL, n, d_in, d_out);
+            sq_cpu_matmul(NULL, out, x, w, n, d_in, d_out, 0);
+            for (int i = 0; i < n * d_out; i++)
+                cr_assert(fabs(out[i] - ref[i]) <= 4e-7 * (d_in + 2) * mag[i] + 1e-30,
+                          "%s n %d: element %d is %.9g, reference %.9g",
+                          sq_cpu_isa_name(isas[k]), n, i, out[i], ref[i]);
+            sq_cpu_matmul_skinny(out, x, w, n, d_in, d_out, 0, 0, d_out);
+            sq_cpu_matmul_skinny(outb, inb, w, n, d_in, d_out, 0, 0, d_out);
+            cr_assert(memcmp(out, outb, sizeof(float) * (size_t)n * d_out) == 0,
+                      "%s n %d: misaligned input rows give another result",
+                      sq_cpu_isa_name(isas[k]), n);
+        }
+    }
+    cr_assert_geq(ran, 1);
+    sq_cpu_isa_set(SQ_CPU_ISA_AUTO);
+    free(in), free(inb), free(w), free(out), free(outb), free(ref), free(mag);
 }

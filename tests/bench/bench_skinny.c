@@ -10,12 +10,22 @@
  * config.json: q, k/v, o, gate/up, down, the LM head, each counted as often as a forward uses
  * it; random weights of the model's shapes):
  *   runtime  sq_cpu_matmul_typed, the product the forward calls (skinny kernel up to the path's
- *            threshold sq_cpu_skinny_rows, then the BLAS path)
+ *            threshold sq_cpu_skinny_rows_for, then the BLAS path)
  *   skinny   the skinny kernel alone, whatever n
  *   blas     OpenBLAS: cblas_sgemm on float32 weights; for 16-bit weights the runtime's BLAS
  *            path (panels widened to float32, then cblas_sgemm), what the hand-over costs
  * and prints the medians and the ratios runtime/blas and skinny/blas (below 1: ours is faster),
- * and per model the worst ratio over its single matrices. Times are the thread's CPU time
+ * and per model the worst ratio over its single matrices. --per-matrix adds a line `pm` per
+ * matrix and row count: the medians, then each round's ratio (runtime and OpenBLAS timed back
+ * to back in that round, so the machine's slow drift cancels) summarised by its median and a
+ * distribution-free 95% interval for that median (order statistics of the rounds' ratios: with
+ * 31 rounds the 10th and 22nd), the verdict "faster" where the interval's upper end is <= 1,
+ * "slower" where its lower end is > 1 and "n.d." (not distinguishable) where it straddles 1,
+ * and runtime/skinny (the same kernel below the threshold: the size of the timing's own noise);
+ * then `pm-summary` lines per path, dtype and model: the counts of each verdict and the
+ * matrices not "faster", apart for the row counts where the runtime hands over to OpenBLAS
+ * (there the ratio compares OpenBLAS with itself and should straddle 1). More rounds (--reps,
+ * up to 1001) narrow the intervals. Times are the thread's CPU time
  * (CLOCK_THREAD_CPUTIME_ID), which a shared machine disturbs much less than wall time (the
  * caches still suffer); --wall measures wall time. The default models are
  * data/models/large (the 18M target) and data/models/target.
@@ -30,6 +40,7 @@
  * matrices, F32 and F16 weights; the runtime's blocks were chosen from this table
  * (docs/benchmarks.md, "The skinny product"). Targets are printed, not asserted. */
 #include <getopt.h>
+#include <math.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -261,6 +272,13 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
 #undef ISA_SFX
 #undef ISA_R
 #undef ISA_J
+#define ISA_SFX z3x8
+#define ISA_R 3
+#define ISA_J 8
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_R
+#undef ISA_J
 #undef ISA_XFIRST
 #define ISA_XFIRST 1
 #define ISA_SFX zx4x4
@@ -273,6 +291,27 @@ void openblas_set_num_threads(int num_threads) __attribute__((weak));
 #define ISA_SFX zx6x4
 #define ISA_R 6
 #define ISA_J 4
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_R
+#undef ISA_J
+#define ISA_SFX zx4x2
+#define ISA_R 4
+#define ISA_J 2
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_R
+#undef ISA_J
+#define ISA_SFX zx8x2
+#define ISA_R 8
+#define ISA_J 2
+#include "runtime/cpu_matmul_isa.h"
+#undef ISA_SFX
+#undef ISA_R
+#undef ISA_J
+#define ISA_SFX zx12x2
+#define ISA_R 12
+#define ISA_J 2
 #include "runtime/cpu_matmul_isa.h"
 #undef ISA_SFX
 #undef ISA_R
@@ -318,6 +357,10 @@ static const block blocks[] = {
     {SQ_CPU_ISA_AVX512, "3x6", skinny_z3x6},
     {SQ_CPU_ISA_AVX512, "x4x4", skinny_zx4x4},
     {SQ_CPU_ISA_AVX512, "x6x4", skinny_zx6x4},
+    {SQ_CPU_ISA_AVX512, "3x8", skinny_z3x8},
+    {SQ_CPU_ISA_AVX512, "x4x2", skinny_zx4x2},
+    {SQ_CPU_ISA_AVX512, "x8x2", skinny_zx8x2},
+    {SQ_CPU_ISA_AVX512, "x12x2", skinny_zx12x2},
 #endif
 };
 #define N_BLOCKS (int)(sizeof blocks / sizeof *blocks)
@@ -459,8 +502,99 @@ static double time_one(int k, const mat *t, int d, int n, const block *b, double
     return (now_s() - t0) / iters;
 }
 
-#define MAX_REPS 101
-#define MAX_KINDS 12
+#define MAX_REPS 1001
+#define MAX_KINDS 16
+
+/* The per-round ratios a[r] / b[r] (r < reps; each round times both back to back, so slow drift
+ * of the machine cancels): their median and a distribution-free 95% interval for it, the order
+ * statistics x(k+1) and x(reps-k) of the sorted ratios with the largest k such that a
+ * Binomial(reps, 1/2) is at most k with probability <= 2.5% (the interval covers the median with
+ * probability >= 95%; below 6 rounds no k exists and the interval is the range, covering less).
+ * ci_rank gives k and the interval's exact coverage. */
+static int ci_rank(int reps, double *cover)
+{
+    double term = ldexp(1.0, -reps), cdf = term;   /* P(B <= i), i = 0 */
+    int k = -1;
+    double at_k = 0;
+    for (int i = 0; 2 * i < reps && cdf <= 0.025; i++) {
+        k = i, at_k = cdf;
+        term *= (double)(reps - i) / (double)(i + 1);
+        cdf += term;
+    }
+    if (k < 0)
+        k = 0, at_k = ldexp(1.0, -reps);
+    if (cover)
+        *cover = 1 - 2 * at_k;
+    return k;
+}
+
+static void ratio_ci(const double *a, const double *b, int reps, double *med, double *lo,
+                     double *hi)
+{
+    static double q[MAX_REPS];
+    for (int r = 0; r < reps; r++)
+        q[r] = b[r] > 0 ? a[r] / b[r] : 0;
+    *med = median(q, reps);   /* sorts q */
+    const int k = ci_rank(reps, NULL);
+    *lo = q[k];
+    *hi = q[reps - 1 - k];
+}
+
+/* "faster" where the interval's upper end is <= 1, "slower" where its lower end is > 1, "n.d."
+ * (not distinguishable at 95%) where it straddles 1. */
+static const char *verdict(double lo, double hi)
+{
+    return hi <= 1.0 ? "faster" : lo > 1.0 ? "slower" : "n.d.";
+}
+
+/* --per-matrix: the label of the lines (path dtype model) and the verdicts of the first kind
+ * (the runtime's product) against the last (OpenBLAS) over its matrices and row counts, apart
+ * for the row counts where the runtime runs the skinny kernel and those where it runs OpenBLAS
+ * itself (there the ratio is two timings of the same code). */
+static char pm_label[64] = "-";
+typedef struct tally_t {
+    int    count[3];   /* faster, n.d., slower */
+    double worst_med, worst_hi;
+    char   worst[64];
+    char   list[2048]; /* the matrices not "faster" */
+} tally_t;
+static tally_t tallies[2];   /* [0] skinny rows, [1] BLAS rows */
+
+static void tally(int n, int d_out, int d_in, double md, double lo, double hi, int blas)
+{
+    tally_t *t = &tallies[blas];
+    int v = hi <= 1.0 ? 0 : lo > 1.0 ? 2 : 1;
+    t->count[v]++;
+    if (hi > t->worst_hi) {
+        t->worst_hi = hi;
+        t->worst_med = md;
+        snprintf(t->worst, sizeof t->worst, "n %d %dx%d %.3f [%.3f %.3f]", n, d_out, d_in, md,
+                 lo, hi);
+    }
+    if (v != 0 && strlen(t->list) + 64 < sizeof t->list) {
+        char one[64];
+        snprintf(one, sizeof one, " n%d:%dx%d:%.3f[%.3f,%.3f]%s", n, d_out, d_in, md, lo, hi,
+                 v == 2 ? "!" : "");
+        strcat(t->list, one);
+    }
+}
+
+static void tally_print(void)
+{
+    static const char *const what[2] = {"skinny rows", "OpenBLAS rows (runtime = OpenBLAS)"};
+    for (int b = 0; b < 2; b++) {
+        const tally_t *t = &tallies[b];
+        if (t->count[0] + t->count[1] + t->count[2] == 0)
+            continue;
+        printf("pm-summary %s, %s: runtime/OpenBLAS per matrix and row count: faster %d, "
+               "n.d. %d, slower %d; largest upper end: %s\n", pm_label, what[b], t->count[0],
+               t->count[1], t->count[2], t->worst);
+        if (t->list[0])
+            printf("pm-summary %s, %s: not faster (median[95%%], ! slower):%s\n", pm_label,
+                   what[b], t->list);
+    }
+    memset(tallies, 0, sizeof tallies);
+}
 
 /* Medians over reps of the per-forward total of each kind in kinds[], measured interleaved;
  * worst[k]: the largest ratio of kind k to the last kind over single matrices. */
@@ -481,11 +615,30 @@ static void measure(const model *m, int d, int n, const int *kinds, const block 
             }
     if (per_matrix)
         for (int i = 0; i < m->n_mats; i++) {
-            printf("#   n %d %dx%d:", n, m->mats[i].d_out, m->mats[i].d_in);
-            double z = median(per[i][nk - 1], reps);
-            for (int k = 0; k < nk; k++)
-                printf(" %.4f ms (%.3f)", median(per[i][k], reps) * 1e3,
-                       median(per[i][k], reps) / z);
+            /* pm LABEL n MATRIX, each kind's median ms, then each kind's per-round ratio to the
+             * last kind: median [95% interval] verdict; with runtime and skinny (the same kernel
+             * below the threshold) their ratio too, what two timings of one code differ by */
+            char shape[32];
+            snprintf(shape, sizeof shape, "%dx%d", m->mats[i].d_out, m->mats[i].d_in);
+            printf("pm %s %3d %-9s", pm_label, n, shape);
+            for (int k = 0; k < nk; k++) {
+                static double c[MAX_REPS];
+                memcpy(c, per[i][k], sizeof(double) * (size_t)reps);
+                printf(" %8.4f", median(c, reps) * 1e3);
+            }
+            for (int k = 0; k < nk - 1; k++) {
+                double md, lo, hi;
+                ratio_ci(per[i][k], per[i][nk - 1], reps, &md, &lo, &hi);
+                printf("  %.3f [%.3f %.3f] %-6s", md, lo, hi, verdict(lo, hi));
+                if (k == 0)
+                    tally(n, m->mats[i].d_out, m->mats[i].d_in, md, lo, hi,
+                          n > sq_cpu_skinny_rows_for(dtypes[d], m->mats[i].d_in));
+            }
+            if (nk == 3 && kinds[0] == K_RUNTIME && kinds[1] == K_SKINNY) {
+                double md, lo, hi;
+                ratio_ci(per[i][0], per[i][1], reps, &md, &lo, &hi);
+                printf("  %.3f [%.3f %.3f]", md, lo, hi);
+            }
             printf("\n");
         }
     for (int k = 0; k < nk; k++) {
@@ -638,7 +791,8 @@ int main(int argc, char **argv)
         case 'P': per_matrix = 1; break;
         default:
             fprintf(stderr, "usage: bench-skinny [--isa LIST] [--dtype LIST] [--rows LIST] "
-                            "[--reps R] [--ms M] [--model DIR]... [--blocks]\n");
+                            "[--reps R] [--ms M] [--model DIR]... [--blocks] [--shapes] "
+                            "[--wall] [--per-matrix] [--same-blas]\n");
             return 64;
         }
     }
@@ -698,6 +852,12 @@ int main(int argc, char **argv)
     print_host();
     printf("# one thread, %s time; medians of %d interleaved repetitions of about %.1f ms per "
            "matrix\n", use_wall ? "wall" : "the thread's CPU", reps, ms);
+    if (per_matrix) {
+        double cover;
+        int k = ci_rank(reps, &cover);
+        printf("# per-matrix intervals: order statistics %d and %d of %d per-round ratios, "
+               "coverage %.3f of the median\n", k + 1, reps - k, reps, cover);
+    }
     if (shapes)
         for (int i = 0; i < n_models; i++) {
             printf("# %s:", ms_[i].name);
@@ -744,6 +904,11 @@ int main(int argc, char **argv)
         return 0;
     }
 
+    if (per_matrix)
+        printf("# pm path dtype model n matrix runtime_ms skinny_ms blas_ms, then per-round "
+               "ratios: median [95%% interval] verdict of runtime/blas and of skinny/blas, and "
+               "runtime/skinny (the same kernel below the threshold: the timing's own noise); "
+               "verdict: faster (upper end <= 1), slower (lower end > 1), n.d. (straddles 1)\n");
     printf("%-7s %-5s %-8s %3s %10s %10s %10s %8s %8s %8s %8s\n", "path", "dtype", "model", "n",
            "runtime_ms", "skinny_ms", "blas_ms", "rt/blas", "sk/blas", "worst_rt", "worst_sk");
     for (int isa = 1; isa < 4; isa++) {
@@ -753,7 +918,9 @@ int main(int argc, char **argv)
         for (int d = 0; d < 3; d++) {
             if (!want_dt[d])
                 continue;
-            for (int mi = 0; mi < n_models; mi++)
+            for (int mi = 0; mi < n_models; mi++) {
+                snprintf(pm_label, sizeof pm_label, "%-6s %-4s %-6s",
+                         sq_cpu_isa_name((sq_cpu_isa)isa), dtype_names[d], ms_[mi].name);
                 for (int ri = 0; ri < n_rows; ri++) {
                     const int kinds[3] = {K_RUNTIME, K_SKINNY, K_BLAS};
                     const block *bl[3] = {NULL, NULL, NULL};
@@ -763,9 +930,14 @@ int main(int argc, char **argv)
                            sq_cpu_isa_name((sq_cpu_isa)isa), dtype_names[d], ms_[mi].name,
                            rows[ri], med[0] * 1e3, med[1] * 1e3, med[2] * 1e3, med[0] / med[2],
                            med[1] / med[2], worst[0], worst[1],
-                           rows[ri] <= sq_cpu_skinny_rows(dtypes[d]) ? "" : "  (blas)");
+                           rows[ri] > sq_cpu_skinny_rows(dtypes[d])      ? "  (blas)"
+                           : rows[ri] > sq_cpu_skinny_rows_for(dtypes[d], 1 << 30) ? "  (wide: blas)"
+                                                                                  : "");
                     fflush(stdout);
                 }
+                if (per_matrix)
+                    tally_print();
+            }
         }
     }
     sq_cpu_isa_set(SQ_CPU_ISA_AUTO);

@@ -6,8 +6,10 @@
 #   bench-skinny --blocks      the register blocks per path (18M model, F32 and F16 weights)
 #   bench-skinny               the runtime's product against OpenBLAS, rows 1-64, every path,
 #                              dtype and shipped model shape (worst_rt: the worst single matrix)
-#   bench-skinny --per-matrix  each of the shipped target's matrices alone, hot caches, rows 1-16
-#                              (OpenBLAS's small-matrix kernels run there)
+#   bench-skinny --per-matrix  each matrix alone, hot caches, rows 1-64, every path against
+#                              OpenBLAS's kernels of its set, f32, 31 interleaved rounds: each
+#                              matrix's ratio with a 95% interval and a verdict (faster / n.d. /
+#                              slower; OpenBLAS's small-matrix kernels run at the fewest rows)
 #   sequoia-profile            the shipped target's profile around the thresholds, per path
 #                              (monotone in rows?)
 #   bench-busy                 the 18M target's one-token forward, 1 thread and the default,
@@ -29,8 +31,8 @@ host() {
 { host; "$build/tests/bench/bench-skinny" --blocks --dtype f32,f16 \
       --rows 1,2,3,4,6,8,12,16,17,24,32,40,48,56,64; host; } | tee "$out/blocks.txt"
 { host; "$build/tests/bench/bench-skinny"; host; } | tee "$out/skinny.txt"
-{ host; "$build/tests/bench/bench-skinny" --per-matrix --dtype f32 --rows 1-16 \
-      --model data/models/target; host; } | tee "$out/skinny-per-matrix.txt"
+{ host; "$build/tests/bench/bench-skinny" --per-matrix --dtype f32 --reps 31 --ms 1; host; } \
+    | tee "$out/skinny-per-matrix.txt"
 for isa in avx2 avx512 scalar; do
     # OpenBLAS with the kernels of the same set (AVX-512: what the tools pick for this CPU)
     case $isa in
