@@ -540,6 +540,30 @@ __attribute__((target("avx2"))) static int residual_next_avx2(double *rs, double
                                 (l[0] + l[1]) + (l[2] + l[3]));
 }
 
+/* One AVX-512 step of both passes: the kept lanes of v (and the matching q) packed to rs and qs,
+ * their values added to the four-lane sum as the AVX2 path adds them (low half, then high
+ * half); returns how many were kept. */
+__attribute__((target("avx512f,avx512vl"))) static inline int
+keep8(__m512d v, __m512d q, __mmask8 keep, __m256d *acc, double *rs, double *qs)
+{
+    __m512d vz = _mm512_maskz_mov_pd(keep, v);
+    *acc = _mm256_add_pd(*acc, _mm512_castpd512_pd256(vz));
+    *acc = _mm256_add_pd(*acc, _mm512_extractf64x4_pd(vz, 1));
+    _mm512_storeu_pd(rs, _mm512_maskz_compress_pd(keep, v));
+    _mm512_storeu_pd(qs, _mm512_maskz_compress_pd(keep, q));
+    return __builtin_popcount((unsigned)keep);
+}
+
+/* The same for the four-lane step that follows when four values are left. */
+__attribute__((target("avx512f,avx512vl"))) static inline int
+keep4(__m256d v, __m256d q, __mmask8 keep, __m256d *acc, double *rs, double *qs)
+{
+    *acc = _mm256_add_pd(*acc, _mm256_maskz_mov_pd(keep, v));
+    _mm256_storeu_pd(rs, _mm256_maskz_compress_pd(keep, v));
+    _mm256_storeu_pd(qs, _mm256_maskz_compress_pd(keep, q));
+    return __builtin_popcount((unsigned)keep);
+}
+
 /* The same passes eight tokens at a time with AVX-512 (compress instead of the table), the sum
  * still over four lanes in the AVX2 path's order: the low four values of every eight, then the
  * high four, then (when four are left) one AVX2 step, then the scalar tail. Same bits. */
@@ -557,12 +581,7 @@ residual_first_avx512(const double *P, const double *Q, int V, const unsigned ch
         __m512i c = _mm512_cvtepu8_epi64(_mm_cvtsi64_si128((long long)c8));
         __mmask8 nc = _mm512_cmpeq_epi64_mask(c, _mm512_setzero_si512());
         __mmask8 keep = _mm512_mask_cmp_pd_mask(nc, v, zero, _CMP_GT_OQ);
-        __m512d vz = _mm512_maskz_mov_pd(keep, v);
-        acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(vz));
-        acc = _mm256_add_pd(acc, _mm512_extractf64x4_pd(vz, 1));
-        _mm512_storeu_pd(rs + ns, _mm512_maskz_compress_pd(keep, v));
-        _mm512_storeu_pd(qs + ns, _mm512_maskz_compress_pd(keep, q));
-        ns += __builtin_popcount((unsigned)keep);
+        ns += keep8(v, q, keep, &acc, rs + ns, qs + ns);
     }
     if (i + 4 <= V) {
         __m256d q = _mm256_loadu_pd(Q + i), v = _mm256_sub_pd(_mm256_loadu_pd(P + i), q);
@@ -571,10 +590,7 @@ residual_first_avx512(const double *P, const double *Q, int V, const unsigned ch
         __mmask8 nc = _mm256_cmpeq_epi64_mask(_mm256_cvtepu8_epi64(_mm_cvtsi32_si128((int)c4)),
                                               _mm256_setzero_si256());
         __mmask8 keep = _mm256_mask_cmp_pd_mask(nc, v, _mm256_setzero_pd(), _CMP_GT_OQ);
-        acc = _mm256_add_pd(acc, _mm256_maskz_mov_pd(keep, v));
-        _mm256_storeu_pd(rs + ns, _mm256_maskz_compress_pd(keep, v));
-        _mm256_storeu_pd(qs + ns, _mm256_maskz_compress_pd(keep, q));
-        ns += __builtin_popcount((unsigned)keep);
+        ns += keep4(v, q, keep, &acc, rs + ns, qs + ns);
         i += 4;
     }
     double l[4];
@@ -596,22 +612,14 @@ residual_next_avx512(double *rs, double *qs, int ns, double rscale, double qscal
         __m512d q = _mm512_loadu_pd(qs + s);
         __m512d v = _mm512_sub_pd(_mm512_mul_pd(_mm512_loadu_pd(rs + s), vr), _mm512_mul_pd(q, vq));
         __mmask8 keep = _mm512_cmp_pd_mask(v, zero, _CMP_GT_OQ);
-        __m512d vz = _mm512_maskz_mov_pd(keep, v);
-        acc = _mm256_add_pd(acc, _mm512_castpd512_pd256(vz));
-        acc = _mm256_add_pd(acc, _mm512_extractf64x4_pd(vz, 1));
-        _mm512_storeu_pd(rs + out, _mm512_maskz_compress_pd(keep, v));
-        _mm512_storeu_pd(qs + out, _mm512_maskz_compress_pd(keep, q));
-        out += __builtin_popcount((unsigned)keep);
+        out += keep8(v, q, keep, &acc, rs + out, qs + out);
     }
     if (s + 4 <= ns) {
         __m256d q = _mm256_loadu_pd(qs + s);
         __m256d v = _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(rs + s), _mm256_set1_pd(rscale)),
                                   _mm256_mul_pd(q, _mm256_set1_pd(qscale)));
         __mmask8 keep = _mm256_cmp_pd_mask(v, _mm256_setzero_pd(), _CMP_GT_OQ);
-        acc = _mm256_add_pd(acc, _mm256_maskz_mov_pd(keep, v));
-        _mm256_storeu_pd(rs + out, _mm256_maskz_compress_pd(keep, v));
-        _mm256_storeu_pd(qs + out, _mm256_maskz_compress_pd(keep, q));
-        out += __builtin_popcount((unsigned)keep);
+        out += keep4(v, q, keep, &acc, rs + out, qs + out);
         s += 4;
     }
     double l[4];
