@@ -168,13 +168,29 @@ static int adopt_dynplan(sq_run_opts *o, const sq_dynplan *p, sq_error *err)
     return SQ_OK;
 }
 
+/* The plan file's JSON. Standard input ('-') can be read once per process, and the plan is
+ * read twice (sq_run_resolve_plan, then load_plan): its JSON is kept for the second reader. */
+static int plan_json(const char *file, cJSON **root, sq_error *err)
+{
+    static cJSON *from_stdin;
+    *root = NULL;
+    if (strcmp(file, "-") != 0)
+        return sq_json_load(file, root, err);
+    int rc;
+    if (!from_stdin && (rc = sq_json_load(file, &from_stdin, err)))
+        return rc;
+    if (!(*root = cJSON_Duplicate(from_stdin, 1)))
+        return sq_error_oom(err, "the plan");
+    return SQ_OK;
+}
+
 int sq_run_resolve_plan(sq_run_opts *o, sq_error *err)
 {
     if (!o->plan_file)
         return SQ_OK;
     cJSON *root = NULL;
-    sq_error ignored = {0};   /* unreadable: the loader says why */
-    if (sq_json_load(o->plan_file, &root, &ignored) != SQ_OK)
+    sq_error ignored = {0};   /* unreadable: load_plan says why */
+    if (plan_json(o->plan_file, &root, &ignored) != SQ_OK)
         return SQ_OK;
     if (!sq_dynplan_sniff(root)) {
         cJSON_Delete(root);
@@ -223,14 +239,14 @@ static int load_plan(const sq_run_opts *o, run_state *st, sq_error *err)
     int rc;
     if (o->plan_file) {
         cJSON *root = NULL;
-        sq_error ignored = {0};   /* unreadable: the static loader says why, as before */
-        int dynamic = sq_json_load(o->plan_file, &root, &ignored) == SQ_OK &&
-                      sq_dynplan_sniff(root);
-        if (!dynamic) {
+        if ((rc = plan_json(o->plan_file, &root, err)))
+            return rc;
+        if (!sq_dynplan_sniff(root)) {
+            rc = o->engine || o->env_steps > 0
+                     ? sq_error_set(err, SQ_EUSAGE, PLAN_OR_ENGINE)
+                     : sq_plan_from_json(root, o->plan_file, &st->plan, err);
             cJSON_Delete(root);
-            if (o->engine || o->env_steps > 0)
-                return sq_error_set(err, SQ_EUSAGE, PLAN_OR_ENGINE);
-            return sq_plan_load(o->plan_file, &st->plan, err);
+            return rc;
         }
         sq_dynplan *p = NULL;
         rc = sq_dynplan_from_json(root, o->plan_file, &p, err);

@@ -459,6 +459,19 @@ Test(messages, dash_and_pipes_as_inputs_say_what_the_input_needs)
              P, o, prof);
     cr_assert_eq(sh(cmd[0], &err), 0, "%s", err);
     free(err);
+    /* a plan through '-', static or dynamic: sequoia-run reads it once (it was read twice, and
+     * three times since a dynamic plan's settings became the run's: "already read") */
+    char *dyn = tu_source_path("data/dynamic/plan-large-sglang-greedy.json");
+    const char *plans[] = {root, dyn};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd[0], sizeof cmd[0], "%s --draft %s --target %s --plan - --prompt %s -n 4 -q "
+                 "--no-baseline -o %s < %s", R, draft, target, tf, o, plans[k]);
+        cr_expect_eq(sh(cmd[0], &err), 0, "%s: %s", cmd[0], err);
+        free(err);
+        cr_expect(tu_exists(o), "%s wrote nothing", cmd[0]);
+        remove(o);
+    }
+    free(dyn);
     free(prof);
     free(o);
     free(tf);
