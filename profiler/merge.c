@@ -246,6 +246,23 @@ int sq_profile_merge(const sq_profile *const *in, const char *const *files, int 
         for (int k = 0; k < SQ_STEP_PARTS; k++)
             if (pool_step_table(in, n, (sq_step_part)k, r->step, q, v))
                 goto oom;
+        /* the timed steps' context: the mean of the sources' means, the least and the most of
+         * all; unknown (all 0) when any source does not say */
+        sq_profile_step *st = r->step;
+        st->context_min = in[0]->step->context_min;
+        for (int s = 0; s < n; s++) {
+            const sq_profile_step *src = in[s]->step;
+            if (src->context_max == 0) {
+                st->context_mean = 0.0;
+                st->context_min = st->context_max = 0;
+                break;
+            }
+            st->context_mean += src->context_mean / n;
+            st->context_min = src->context_min < st->context_min ? src->context_min
+                                                                 : st->context_min;
+            st->context_max = src->context_max > st->context_max ? src->context_max
+                                                                 : st->context_max;
+        }
     }
     if ((rc = sq_profile_validate(r, "the merged profile", err))) {
         sq_profile_free(r);

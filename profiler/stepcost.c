@@ -1,5 +1,6 @@
 #include "profiler/stepcost.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,10 @@
 #include "libsequoia/format/curve.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/tree.h"
+
+/* Untimed steps after the restart that precedes each visit's timed steps: the first steps after
+ * a prefill find the caches holding the prefill's data. */
+#define STEPCOST_LEAD 2
 
 static double now_ms(void)
 {
@@ -238,7 +243,7 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
     sp.dtype = prm->dtype;
     sp.offload = prm->offload;
     sp.seed = mp->seed;
-    sp.max_context = plen + (max_warm + SQ_MEASURE_BLOCK + 2) * max_levels + 1;
+    sp.max_context = plen + (max_warm + SQ_MEASURE_BLOCK + STEPCOST_LEAD) * max_levels + 1;
     int cap = sq_model_get_config(target)->max_position;
     if (sq_model_get_config(draft)->max_position < cap)
         cap = sq_model_get_config(draft)->max_position;
@@ -273,6 +278,9 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
     }
     hook_state hs;
     const int rounds = (mp->repeat + SQ_MEASURE_BLOCK - 1) / SQ_MEASURE_BLOCK;
+    double ctx_sum = 0.0;
+    long ctx_n = 0;
+    int ctx_min = INT_MAX, ctx_max = 0;
     for (int r = 0; r < rounds && !rc; r++) {
         if (progress)
             progress(user, (int)((long long)count * r / rounds), count, ns[r % count]);
@@ -283,21 +291,52 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
             hs.nch = nch[i];
             if (ns[i] > 1)
                 sq_specdec_set_grow(sd[i], grow_shape, &hs);
+            int goal = mp->repeat - r * SQ_MEASURE_BLOCK;
+            goal = goal < SQ_MEASURE_BLOCK ? goal : SQ_MEASURE_BLOCK;
+            /* Warm-up from the whole prompt (untimed), counting the tokens a step adds; then
+             * back to a prompt shortened by the growth expected over STEPCOST_LEAD untimed
+             * steps and half the timed ones, so that the timed steps' context is centred on
+             * the prefix (their draft's attention, a large part of a small draft's forward,
+             * grows with the context). */
+            int a = 1, warm = 0, warm_tokens = 0, start_len = plen;
             if ((rc = sq_specdec_start(sd[i], prompt, plen, err)))
                 break;
             double t0 = now_ms();
-            sq_step_info info;
-            int a = 1;   /* tokens the draft catches up at the next step */
-            int timed = 0, goal = mp->repeat - r * SQ_MEASURE_BLOCK;
-            goal = goal < SQ_MEASURE_BLOCK ? goal : SQ_MEASURE_BLOCK;
+            for (int w = 0; w < max_warm && (w < mp->warmup || now_ms() - t0 < SQ_MEASURE_WARMUP_MS);
+                 w++) {
+                if (sq_specdec_length(sd[i]) + max_levels + 1 > sp.max_context &&
+                    (rc = sq_specdec_start(sd[i], prompt, plen, err)))
+                    break;
+                sq_step_info info;
+                memset(&info, 0, sizeof info);
+                hs.levels_seen = 0;
+                rc = sq_specdec_step(sd[i], tok, &info, err);
+                if (!rc) {
+                    warm++;
+                    warm_tokens += info.tokens;
+                }
+                sq_step_info_clear(&info);   /* a failed step hands its arrays back too */
+                if (rc)
+                    break;
+            }
+            if (rc)
+                break;
+            double g = warm > 0 ? (double)warm_tokens / warm : 1.0;
+            int back = (int)lround(g * (STEPCOST_LEAD + goal / 2.0));
+            start_len = plen - back >= 1 ? plen - back : 1;
+            if ((rc = sq_specdec_start(sd[i], prompt, start_len, err)))
+                break;
+            int timed = 0;
             for (int w = 0; !rc && timed < goal; w++) {
-                int warming = w < max_warm && (w < mp->warmup || now_ms() - t0 < SQ_MEASURE_WARMUP_MS);
+                int warming = w < STEPCOST_LEAD;
                 if (sq_specdec_length(sd[i]) + max_levels + 1 > sp.max_context) {
                     /* full: back to the prompt (untimed); the next step's draft catches up 1 */
-                    if ((rc = sq_specdec_start(sd[i], prompt, plen, err)))
+                    if ((rc = sq_specdec_start(sd[i], prompt, start_len, err)))
                         break;
                     a = 1;
                 }
+                int len = sq_specdec_length(sd[i]);
+                sq_step_info info;
                 memset(&info, 0, sizeof info);
                 hs.levels_seen = 0;
                 if ((rc = sq_specdec_step(sd[i], tok, &info, err))) {
@@ -322,6 +361,10 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
                         ok = bag_add(&part[SQ_STEP_OVERHEAD], n, o > 0 ? o : 0.0);
                     if (!ok)
                         rc = sq_error_oom(err, "the step measurement");
+                    ctx_sum += len;
+                    ctx_n++;
+                    ctx_min = len < ctx_min ? len : ctx_min;
+                    ctx_max = len > ctx_max ? len : ctx_max;
                     timed++;
                 }
                 /* the last accepted node: read by the draft when the shape gave it children;
@@ -359,6 +402,11 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
             free(st);
             rc = sq_error_oom(err, "the step section");
         } else {
+            if (ctx_n > 0) {   /* else unknown: all 0 */
+                st->context_mean = ctx_sum / (double)ctx_n;
+                st->context_min = ctx_min;
+                st->context_max = ctx_max;
+            }
             *out = st;
         }
     }

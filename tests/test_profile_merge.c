@@ -3,6 +3,7 @@
  * the refusal of inputs that differ, atomic outputs, an output that is an input, and the pooled
  * file read by the profile reader and by sequoia-plan. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,12 @@ static sq_profile *rand_profile(int with_percentiles)
         for (int j = 0; j < 3; j++)
             if (mask & (1 << j))
                 p->step->pts[k][p->step->n[k]++] = rand_point(1, keys[k][j], with_percentiles);
+    }
+    if (urand() < 0.9) {   /* the context the steps ran at; else unknown */
+        p->step->context_min = 1 + (int)(100 * urand());
+        p->step->context_max = p->step->context_min + (int)(100 * urand());
+        p->step->context_mean = p->step->context_min +
+                                urand() * (p->step->context_max - p->step->context_min);
     }
     return p;
 }
@@ -165,6 +172,23 @@ Test(merge, pooled_points_are_the_median_of_the_sources_by_brute_force)
         }
         cr_assert(cJSON_Compare(m->model, in[0]->model, 1));
         cr_assert(cJSON_Compare(m->step->draft, in[0]->step->draft, 1));
+        /* the context: the mean of the means, the least and the most; unknown if one is */
+        double mean = 0;
+        int lo = INT_MAX, hi = 0, known = 1;
+        for (int s = 0; s < ns; s++) {
+            known &= in[s]->step->context_max > 0;
+            mean += in[s]->step->context_mean;
+            lo = in[s]->step->context_min < lo ? in[s]->step->context_min : lo;
+            hi = in[s]->step->context_max > hi ? in[s]->step->context_max : hi;
+        }
+        if (known) {
+            cr_assert_float_eq(m->step->context_mean, mean / ns, 1e-9);
+            cr_assert_eq(m->step->context_min, lo);
+            cr_assert_eq(m->step->context_max, hi);
+        } else {
+            cr_assert(m->step->context_max == 0 && m->step->context_min == 0 &&
+                      m->step->context_mean == 0, "unknown in one source: unknown");
+        }
         sq_profile_free(m);
         for (int s = 0; s < ns; s++)
             sq_profile_free(in[s]);

@@ -329,6 +329,8 @@ Test(step_section, reads_writes_and_looks_up)
     cJSON *j = sq_profile_to_json(p);
     char *s = cJSON_PrintUnformatted(j);
     cr_assert(strstr(s, "\"version\":1") && strstr(s, "\"draft_level\""), "%s", s);
+    cr_assert(!strstr(s, "\"context\""), "a section that does not say writes no context: %s", s);
+    cr_assert_eq(p->step->context_max, 0, "unknown");
     sq_profile *q = parse(s, &err);
     cr_assert_not_null(q, "%s", err.msg);
     cr_assert_eq(q->step->n[SQ_STEP_OVERHEAD], 2);
@@ -372,6 +374,16 @@ Test(step_section, bad_tables_name_the_field)
         {"{\"target\":[{\"tokens\":1,\"median_ms\":1}],\"overhead\":[{\"tokens\":1,"
          "\"median_ms\":-1}]}", "step.overhead[0].median_ms"},
         {"{\"target\":[{\"tokens\":1,\"median_ms\":1,\"p10_ms\":2}]}", "step.target[0].p10_ms"},
+        {"{\"context\":[],\"target\":[{\"tokens\":1,\"median_ms\":1}]}",
+         "step.context: expected an object"},
+        {"{\"context\":{\"min\":1,\"mean\":2},\"target\":[{\"tokens\":1,\"median_ms\":1}]}",
+         "step.context.max: expected a number"},
+        {"{\"context\":{\"min\":1.5,\"mean\":2,\"max\":3},\"target\":[{\"tokens\":1,"
+         "\"median_ms\":1}]}", "step.context.min: 1.5 is not a whole number"},
+        {"{\"context\":{\"min\":4,\"mean\":2,\"max\":3},\"target\":[{\"tokens\":1,"
+         "\"median_ms\":1}]}", "expected min <= mean <= max"},
+        {"{\"context\":{\"min\":0,\"mean\":0,\"max\":0},\"target\":[{\"tokens\":1,"
+         "\"median_ms\":1}]}", "max >= 1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char text[1024];
@@ -473,6 +485,70 @@ Test(step_section, the_measured_shapes)
     cr_assert(w[0] == 1 && w[1] == 1 && w[2] == 1);
     cr_assert_eq(sq_stepcost_shape(64, 5, w), 5);
     cr_assert(w[0] == 1 && w[1] == 16 && w[2] == 16 && w[3] == 16 && w[4] == 15);
+}
+
+Test(step_section, the_context_the_steps_ran_at_round_trips)
+{
+    sq_error err = {0};
+    sq_profile *p = parse(STEP_PROFILE, &err);
+    cr_assert_not_null(p, "%s", err.msg);
+    p->step->context_mean = 163.5;
+    p->step->context_min = 150;
+    p->step->context_max = 178;
+    cJSON *j = sq_profile_to_json(p);
+    char *s = cJSON_PrintUnformatted(j);
+    cr_assert(strstr(s, "\"context\":{\"mean\":163.5,\"min\":150,\"max\":178}"), "%s", s);
+    sq_profile *q = parse(s, &err);
+    cr_assert_not_null(q, "%s", err.msg);
+    cr_assert_float_eq(q->step->context_mean, 163.5, 1e-12);
+    cr_assert_eq(q->step->context_min, 150);
+    cr_assert_eq(q->step->context_max, 178);
+    free(s);
+    cJSON_Delete(j);
+    sq_profile_free(q);
+    sq_profile_free(p);
+}
+
+/* The timed steps run at the prefix's context, not at the context the warm-up grew to (issue
+ * 26: a small draft's forward grows with its context, 0.024 ms at 164 tokens and 0.033 ms at
+ * 250 for the shipped draft, and the warm-up's 32 steps had moved the timed ones about 100
+ * tokens past the prefix). A draft equal to the target accepts every node, so every step adds
+ * the tree's depth: the most any shape can move the context. */
+Test(step_section, the_timed_steps_are_centred_on_the_prefix, .timeout = 120)
+{
+    sq_model_config c = {0};
+    c.dim = 32;
+    c.hidden_dim = 64;
+    c.n_layers = 1;
+    c.n_heads = 2;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.vocab_size = 50;
+    c.max_position = 512;
+    c.rope_theta = 10000.0f;
+    c.norm_eps = 1e-5f;
+    strcpy(c.dtype, "F32");
+    sq_model *m = NULL;
+    sq_error err = {0};
+    cr_assert_eq(sq_model_new_random(&c, 5, &m, &err), SQ_OK, "%s", err.msg);
+    const int ns[] = {1, 2, 4, 8}, prefix = 120;
+    sq_stepcost_params prm = {.measure = {.warmup = 3, .repeat = 20, .prefix = prefix, .seed = 1},
+                              .max_levels = SQ_STEPCOST_MAX_LEVELS, .backend = SQ_BACKEND_CPU,
+                              .threads = 1, .dtype = SQ_DTYPE_F32};
+    sq_profile_step *st = NULL;
+    cr_assert_eq(sq_stepcost_measure(m, m, ns, 4, &prm, NULL, NULL, &st, &err), SQ_OK, "%s",
+                 err.msg);
+    cr_assert_not_null(st);
+    /* within a tree's depth of the prefix (each shape's block is centred to half a step) */
+    cr_assert(fabs(st->context_mean - prefix) <= SQ_STEPCOST_MAX_LEVELS, "mean context %g, "
+              "prefix %d", st->context_mean, prefix);
+    cr_assert_geq(st->context_min, prefix - (2 + SQ_MEASURE_BLOCK) * SQ_STEPCOST_MAX_LEVELS);
+    cr_assert_leq(st->context_max, prefix + SQ_MEASURE_BLOCK * SQ_STEPCOST_MAX_LEVELS);
+    cr_assert_lt(st->context_min, st->context_max, "the context grows through a block");
+    for (int k = 0; k < SQ_STEP_PARTS; k++)
+        free(st->pts[k]);
+    free(st);
+    sq_model_free(m);
 }
 
 /* ---- the tools ------------------------------------------------------------------------------ */

@@ -1,6 +1,7 @@
 #include "libsequoia/format/profile.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,9 @@ static sq_profile_step *step_copy(const sq_profile_step *s)
     if (!c)
         return NULL;
     int ok = !s->draft || (c->draft = cJSON_Duplicate(s->draft, 1));
+    c->context_mean = s->context_mean;
+    c->context_min = s->context_min;
+    c->context_max = s->context_max;
     for (int k = 0; k < SQ_STEP_PARTS && ok; k++) {
         c->n[k] = s->n[k];
         if (s->n[k] && (ok = !!(c->pts[k] = malloc((size_t)s->n[k] * sizeof *c->pts[k]))))
@@ -151,6 +155,36 @@ static int step_point(const cJSON *e, const char *file, const char *ctx, sq_prof
     return SQ_OK;
 }
 
+/* The step section's optional "context": {"mean", "min", "max"}, 0 <= min <= mean <= max. */
+static int step_context(const cJSON *o, const char *file, sq_profile_step *s, sq_error *err)
+{
+    if (!o || cJSON_IsNull(o))
+        return SQ_OK;
+    if (!cJSON_IsObject(o))
+        return sq_error_set(err, SQ_EDATA, "%s: step.context: expected an object with mean, min "
+                            "and max", file);
+    static const char *const keys[3] = {"min", "mean", "max"};
+    double v[3];
+    for (int k = 0; k < 3; k++) {
+        const cJSON *e = sq_json_field(o, keys[k]);
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < 0 ||
+            e->valuedouble > INT_MAX)
+            return sq_error_set(err, SQ_EDATA, "%s: step.context.%s: expected a number of tokens "
+                                ">= 0", file, keys[k]);
+        v[k] = e->valuedouble;
+        if (k != 1 && v[k] != floor(v[k]))
+            return sq_error_set(err, SQ_EDATA, "%s: step.context.%s: %g is not a whole number of "
+                                "tokens", file, keys[k], v[k]);
+    }
+    if (!(v[0] <= v[1] && v[1] <= v[2] && v[2] >= 1))
+        return sq_error_set(err, SQ_EDATA, "%s: step.context: min %g, mean %g, max %g: expected "
+                            "min <= mean <= max and max >= 1", file, v[0], v[1], v[2]);
+    s->context_min = (int)v[0];
+    s->context_mean = v[1];
+    s->context_max = (int)v[2];
+    return SQ_OK;
+}
+
 /* The optional "step" section (profile.h; docs/formats.md). */
 static int step_from_json(const cJSON *o, const char *file, sq_profile_step **out, sq_error *err)
 {
@@ -164,6 +198,8 @@ static int step_from_json(const cJSON *o, const char *file, sq_profile_step **ou
     const cJSON *d = sq_json_field(o, "draft");
     if (d && !cJSON_IsNull(d) && !(s->draft = cJSON_Duplicate(d, 1)))
         rc = sq_error_oom(err, "profile step section");
+    if (!rc)
+        rc = step_context(sq_json_field(o, "context"), file, s, err);
     for (int k = 0; k < SQ_STEP_PARTS && !rc; k++) {
         const char *key = step_part_names[k];
         const cJSON *arr = sq_json_field(o, key);
@@ -344,6 +380,13 @@ cJSON *sq_profile_to_json(const sq_profile *p)
         cJSON *st = cJSON_CreateObject();
         sq_json_add(st, "draft", p->step->draft ? cJSON_Duplicate(p->step->draft, 1)
                                                 : cJSON_CreateNull());
+        if (p->step->context_max > 0) {
+            cJSON *cx = cJSON_CreateObject();
+            sq_json_add(cx, "mean", cJSON_CreateNumber(p->step->context_mean));
+            sq_json_add(cx, "min", cJSON_CreateNumber(p->step->context_min));
+            sq_json_add(cx, "max", cJSON_CreateNumber(p->step->context_max));
+            sq_json_add(st, "context", cx);
+        }
         for (int k = 0; k < SQ_STEP_PARTS; k++) {
             cJSON *arr = cJSON_CreateArray();
             for (int i = 0; i < p->step->n[k]; i++) {

@@ -72,6 +72,10 @@ typedef struct sq_profile_step {
     cJSON            *draft;   /* the draft model's description, verbatim; may be NULL       */
     int               n[SQ_STEP_PARTS];
     sq_profile_point *pts[SQ_STEP_PARTS];   /* (n[part]) batch 1, tokens increasing      */
+    /* the context the timed steps ran at (committed tokens before each step): its mean, least
+     * and most; all 0 (context_max == 0) when the file does not say ("context" absent) */
+    double            context_mean;
+    int               context_min, context_max;
 } sq_profile_step;
 
 typedef struct sq_profile {
