@@ -165,7 +165,7 @@ def profile_note(out, who):
     p = load(f)
     m = p.get("merged") or {}
     st = p.get("stability") or {}
-    return {"sources": m.get("sources"), "span_s": m.get("span_s"),
+    return {"sources": m.get("sources"), "span_s": m.get("span_s"), "pool": m.get("pool"),
             "measured_at": p.get("measured_at"), "drift": m.get("drift"),
             "median_spread": st.get("median_spread"), "credible": st.get("credible")}
 
@@ -251,9 +251,11 @@ def main():
 
     profs = {who: profile_note(out, who) for who in ("target", "draft")}
     print("## The profiles\n")
+    pool = (profs.get("target") or {}).get("pool") or "median of the sources' medians"
+    pool = "the mean" if pool.startswith("mean") else "the median"
     print("Every prediction below is priced after the runs from the profiles pooled over the whole "
           "measured period (`sequoia-profile --merge` of the slices taken before each prompt's "
-          "configurations and once at the end: each point the median of the slices' medians); "
+          "configurations and once at the end: each point %s of the slices' medians); " % pool +
           "the columns \"first slice\" price the same from the first slice alone (one profile "
           "taken before the runs, the method of before).\n")
     print("| profile | slices | span s | slices' medians spread, median point / widest (tokens) | "

@@ -13,7 +13,8 @@
 #      envelope of GRID (and the first pick) by sequoia-run --engine sglang --envelope L,K,N and
 #      every static tree by sequoia-run --plan, that prompt alone (batch 1, what the step section
 #      prices), NEW tokens; one more slice at the end;
-#   3. the slices pooled: sequoia-profile --merge (each point the median of the slices' medians)
+#   3. the slices pooled: sequoia-profile --merge --pool POOL (each point the mean of the slices'
+#      medians by default: the time average that the runs' mean rate sees; median: the median)
 #      into OUT/profile_target.json and OUT/profile_draft.json, a profile of the whole measured
 #      period rather than of its first seconds (the host under a VM drifts: data/dynamic-grid/
 #      README.md);
@@ -39,7 +40,7 @@
 # sequoia-plan without that option), SKIP_PROFILES=1 (no new slices: pool OUT/profiles' as they
 # are), PRICE_ONLY=1 (no slices and no runs: pool, price and tabulate what OUT holds again;
 # give the NEW, THREADS and ROUNDS it ran with, for a pick it must still run),
-# NICE (0). The load average and uptime are logged at every stage (OUT/load.log); the total time
+# POOL (mean: how the slices are pooled, sequoia-profile --pool), NICE (0). The load average and uptime are logged at every stage (OUT/load.log); the total time
 # is printed at the end and kept in OUT/setup.txt.
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: examples/dynamic_grid.sh OUT_DIR" >&2; exit 64; }
@@ -61,6 +62,7 @@ SLICE_REPEAT=${SLICE_REPEAT:-10}
 SLICE_EVERY=${SLICE_EVERY:-1}
 DEPTH=${DEPTH:-9}
 NICE=${NICE:-0}
+POOL=${POOL:-mean}
 GRID=${GRID:-"1,1,2 1,2,3 2,1,3 2,2,3 3,1,4 2,2,4 3,2,6 3,2,8 4,2,8 2,4,8 7,1,8 5,2,16 4,4,16 6,4,16 4,4,32 6,4,32 8,4,32"}
 STATIC_N=${STATIC_N:-"4 8 16 32"}
 ROUNDS=${ROUNDS:-2}
@@ -86,7 +88,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 say() { printf '== %s (load %s)\n' "$*" "$(load)" >&2; echo "$(date -u +%TZ) $* | uptime: $(uptime)" >> "$OUT/load.log"; }
 if [ "$PRICE_ONLY" != 1 ]; then
     {
-        echo "command: BUILD=$BUILD THREADS=$THREADS NEW=$NEW PREFIX=$PREFIX SLICE_REPEAT=$SLICE_REPEAT SLICE_EVERY=$SLICE_EVERY DEPTH=$DEPTH ROUNDS=$ROUNDS PICK_OPTS='$PICK_OPTS' NICE=$NICE examples/dynamic_grid.sh $OUT"
+        echo "command: BUILD=$BUILD THREADS=$THREADS NEW=$NEW PREFIX=$PREFIX SLICE_REPEAT=$SLICE_REPEAT SLICE_EVERY=$SLICE_EVERY DEPTH=$DEPTH ROUNDS=$ROUNDS PICK_OPTS='$PICK_OPTS' POOL=$POOL NICE=$NICE examples/dynamic_grid.sh $OUT"
         echo "grid: $GRID"
         echo "prompts: $PROMPTS; curves: $CURVES_GREEDY, $CURVES_T1"
         echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
@@ -210,7 +212,8 @@ fi
 # the slices pooled into the profiles of the whole period
 say "pooling $(ls "$OUT"/profiles/slice_*_target.json | wc -l) profile slices"
 for who in target draft; do
-    "$PROFILE" --merge "$OUT"/profiles/slice_*_"$who".json --force -o "$OUT/profile_$who.json" \
+    "$PROFILE" --merge "$OUT"/profiles/slice_*_"$who".json --pool "$POOL" --force \
+        -o "$OUT/profile_$who.json" \
         > "$OUT/profile_$who.txt" 2> "$OUT/profile_$who.log" ||
         { echo "dynamic_grid.sh: sequoia-profile --merge failed: $OUT/profile_$who.log" >&2; exit 1; }
 done

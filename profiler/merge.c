@@ -123,12 +123,16 @@ static int check_same(const sq_profile *p, const char *file, const sq_profile *p
 }
 
 /* The pool of one point over its sources q[0..n) (n >= 1; merge.h); v: scratch of n. */
-static sq_profile_point pool_point(const sq_profile_point *const *q, int n, double *v)
+static sq_profile_point pool_point(const sq_profile_point *const *q, int n, sq_merge_pool pool,
+                                   double *v)
 {
     sq_profile_point r = {.batch = q[0]->batch, .tokens = q[0]->tokens};
-    for (int i = 0; i < n; i++)
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
         v[i] = q[i]->median_ms;
-    r.median_ms = sq_quantile(v, n, 0.5);
+        sum += v[i];
+    }
+    r.median_ms = pool == SQ_POOL_MEAN ? sum / n : sq_quantile(v, n, 0.5);
     int m = 0;
     for (int i = 0; i < n; i++)
         if (!isnan(q[i]->p10_ms))
@@ -154,7 +158,8 @@ static int cmp_int(const void *a, const void *b)
 
 /* One step table pooled over the union of the sources' token counts (merge.h). */
 static int pool_step_table(const sq_profile *const *in, int n, sq_step_part part,
-                           sq_profile_step *st, const sq_profile_point **q, double *v)
+                           sq_merge_pool pool, sq_profile_step *st, const sq_profile_point **q,
+                           double *v)
 {
     int total = 0;
     for (int s = 0; s < n; s++)
@@ -186,7 +191,7 @@ static int pool_step_table(const sq_profile *const *in, int n, sq_step_part part
                     q[m++] = &in[s]->step->pts[part][i];
                     break;
                 }
-        st->pts[part][t] = pool_point(q, m, v);
+        st->pts[part][t] = pool_point(q, m, pool, v);
     }
     st->n[part] = u;
     free(toks);
@@ -194,7 +199,7 @@ static int pool_step_table(const sq_profile *const *in, int n, sq_step_part part
 }
 
 int sq_profile_merge(const sq_profile *const *in, const char *const *files, int n,
-                     sq_profile **out, sq_merge_drift *drift, sq_error *err)
+                     sq_merge_pool pool, sq_profile **out, sq_merge_drift *drift, sq_error *err)
 {
     *out = NULL;
     if (n < 1)
@@ -229,7 +234,7 @@ int sq_profile_merge(const sq_profile *const *in, const char *const *files, int 
             lo = fmin(lo, q[s]->median_ms);
             hi = fmax(hi, q[s]->median_ms);
         }
-        r->points[i] = pool_point(q, n, v);
+        r->points[i] = pool_point(q, n, pool, v);
         spread[i] = (hi - lo) / r->points[i].median_ms;
         if (spread[i] > d.max) {
             d.max = spread[i];
@@ -244,7 +249,7 @@ int sq_profile_merge(const sq_profile *const *in, const char *const *files, int 
         if (p0->step->draft && !(r->step->draft = cJSON_Duplicate(p0->step->draft, 1)))
             goto oom;
         for (int k = 0; k < SQ_STEP_PARTS; k++)
-            if (pool_step_table(in, n, (sq_step_part)k, r->step, q, v))
+            if (pool_step_table(in, n, (sq_step_part)k, pool, r->step, q, v))
                 goto oom;
         /* the timed steps' context: the mean of the sources' means, the least and the most of
          * all; unknown (all 0) when any source does not say */

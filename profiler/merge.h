@@ -11,7 +11,8 @@
  * count, not the samples themselves. Each point of the result (and of the step section's tables)
  * is, over the sources that have it:
  *   median_ms  the median of the sources' medians (each source a sample of the host's state;
- *              the median, not the mean, so that one slice taken in a slow spell moves it little);
+ *              the median, so that one slice taken in a slow spell moves it little), or with
+ *              SQ_POOL_MEAN their mean (sq_merge_pool);
  *   p10_ms     the median of the sources' p10s, at most the pooled median (NAN when no source
  *              has one: imported profiles);
  *   p90_ms     the median of the sources' p90s, at least the pooled median;
@@ -30,6 +31,13 @@
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/profile.h"
 
+/* How a point's medians are pooled: their median (default; one slice taken in a slow spell moves
+ * it little) or their mean (the time average: the expected cost over the period the slices
+ * sample, which a long measurement's mean rate sees; on a host whose speed jumps between modes
+ * from one process to the next, the median follows the commoner mode and the mean their mix;
+ * docs/formats.md, "Merged profiles"). */
+typedef enum sq_merge_pool { SQ_POOL_MEDIAN = 0, SQ_POOL_MEAN = 1 } sq_merge_pool;
+
 /* How far the sources' medians spread, point by point: (max - min) / pooled median over the
  * sources' medians of a point (steady-stream points only). */
 typedef struct sq_merge_drift {
@@ -43,6 +51,6 @@ typedef struct sq_merge_drift {
  * source differs from in[0] (the message names files[i], the field, its value and in[0]'s),
  * SQ_EUSAGE when n < 1, SQ_ESOFTWARE out of memory. */
 int sq_profile_merge(const sq_profile *const *in, const char *const *files, int n,
-                     sq_profile **out, sq_merge_drift *drift, sq_error *err);
+                     sq_merge_pool pool, sq_profile **out, sq_merge_drift *drift, sq_error *err);
 
 #endif

@@ -101,6 +101,9 @@ static void usage(FILE *fp)
         "                         medians (p10, p90: the median of theirs), samples summed; the\n"
         "                         result records its sources and their time span (\"merged\")\n"
         "                         and is judged credible as a measured profile is (see --force)\n"
+        "      --pool median|mean with --merge: each point the median of the files' medians\n"
+        "                         (default; robust to one slow slice) or their mean (the time\n"
+        "                         average, what a long run's mean rate sees)\n"
         "      --dry-run          read the model's shape and check the options against it (context,\n"
         "                         dtype, the CPU's memory) as a run would, print what the run would\n"
         "                         time and allocate, and stop before making or mapping any weights;\n"
@@ -327,6 +330,7 @@ typedef struct profile_opts {
     const char *draft_path;
     int step_tokens[MAX_LIST], nstep, force;
     int merge;             /* --merge: the operands are the profiles to pool              */
+    const char *pool;      /* --pool median|mean (with --merge), NULL: median              */
     char *const *merge_files;
     int n_merge;
     const char *measuring; /* the first option given that measures (refused with --merge) */
@@ -359,6 +363,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
         {"version", no_argument, NULL, 'V'},
         {"draft", required_argument, NULL, 'G'}, {"step-tokens", required_argument, NULL, 'K'},
         {"force", no_argument, NULL, 'F'}, {"merge", no_argument, NULL, 'X'},
+        {"pool", required_argument, NULL, 'Y'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     *o = (profile_opts){.backend = "cpu", .max_tokens = 1024, .mp = sq_measure_default_params()};
@@ -407,6 +412,7 @@ static int parse_options(int argc, char **argv, profile_opts *o)
             break;
         case 'F': o->force = 1; break;
         case 'X': o->merge = 1; break;
+        case 'Y': o->pool = optarg; break;
         case 'o': o->out_file = optarg; break;
         case 'S': o->svg_file = optarg; break;
         case 'I': o->import_file = optarg; break;
@@ -434,6 +440,10 @@ static int parse_options(int argc, char **argv, profile_opts *o)
 /* --merge: profiles to pool, no measuring option, no output that is an input. */
 static const char *misfit_merge(const profile_opts *o, char *buf, size_t cap)
 {
+    if (o->pool && strcmp(o->pool, "median") && strcmp(o->pool, "mean")) {
+        snprintf(buf, cap, "--pool '%.100s': expected median or mean", o->pool);
+        return buf;
+    }
     if (o->measuring) {
         snprintf(buf, cap, "--merge pools profiles already taken; %s measures (see --help)",
                  o->measuring);
@@ -467,6 +477,8 @@ static const char *misfit(profile_opts *o)
         return "-o PROFILE.json is required (see --help)";
     if (o->merge)
         return misfit_merge(o, buf, sizeof buf);
+    if (o->pool)
+        return "--pool goes with --merge (it says how the profiles are pooled; see --help)";
     if (o->dry_run && o->import_file)
         return "--dry-run checks a --model; it does not apply to --import";
     if (!!o->model_path == !!o->import_file)
@@ -637,8 +649,10 @@ static int merge_profiles(profile_opts *o, sq_error *err)
         cJSON_Delete(root);
     }
     sq_merge_drift drift;
+    const int mean = o->pool && !strcmp(o->pool, "mean");
     if (rc || (rc = sq_profile_merge((const sq_profile *const *)in,
-                                     (const char *const *)o->merge_files, n, &m, &drift, err)))
+                                     (const char *const *)o->merge_files, n,
+                                     mean ? SQ_POOL_MEAN : SQ_POOL_MEDIAN, &m, &drift, err)))
         goto done;
     time_t lo = (time_t)-1, hi = (time_t)-1;
     for (int i = 0; i < n; i++) {
@@ -655,8 +669,10 @@ static int merge_profiles(profile_opts *o, sq_error *err)
     sq_json_add(mg, "sources", cJSON_CreateNumber(n));
     sq_json_add(mg, "span_s", lo != (time_t)-1 && hi != (time_t)-1
                               ? cJSON_CreateNumber((double)(hi - lo)) : cJSON_CreateNull());
-    sq_json_add(mg, "pool", cJSON_CreateString("median of the sources' medians (p10, p90: the "
-                                               "median of theirs; samples summed)"));
+    sq_json_add(mg, "pool", cJSON_CreateString(mean ? "mean of the sources' medians (p10, p90: "
+                                                      "the median of theirs; samples summed)"
+                                                    : "median of the sources' medians (p10, p90: "
+                                                      "the median of theirs; samples summed)"));
     cJSON *files = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
         cJSON *f = cJSON_CreateObject();

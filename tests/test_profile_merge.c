@@ -89,7 +89,7 @@ static double brute_median(double *v, int n)
 
 /* The pooled point of (batch, tokens) over the tables tab[s][0..n[s]) computed by hand. */
 static void check_point(const sq_profile_point *got, const sq_profile_point *const *tab,
-                        const int *n, int ns, const char *what)
+                        const int *n, int ns, sq_merge_pool pool, const char *what)
 {
     double med[16], lo[16], hi[16];
     int m = 0, ml = 0, mh = 0, samples = 0;
@@ -104,7 +104,10 @@ static void check_point(const sq_profile_point *got, const sq_profile_point *con
                 samples += tab[s][i].samples;
             }
     cr_assert_gt(m, 0, "%s: %dx%d is in no source", what, got->batch, got->tokens);
-    double want = brute_median(med, m);
+    double sum = 0;
+    for (int i = 0; i < m; i++)
+        sum += med[i];
+    double want = pool == SQ_POOL_MEAN ? sum / m : brute_median(med, m);
     cr_assert_float_eq(got->median_ms, want, 1e-12, "%s %dx%d: %.17g, brute force %.17g", what,
                        got->batch, got->tokens, got->median_ms, want);
     if (ml)
@@ -130,7 +133,8 @@ Test(merge, pooled_points_are_the_median_of_the_sources_by_brute_force)
         sq_profile *m = NULL;
         sq_merge_drift d;
         sq_error err = {0};
-        cr_assert_eq(sq_profile_merge((const sq_profile *const *)in, names, ns, &m, &d, &err),
+        const sq_merge_pool pool = trial % 3 == 2 ? SQ_POOL_MEAN : SQ_POOL_MEDIAN;
+        cr_assert_eq(sq_profile_merge((const sq_profile *const *)in, names, ns, pool, &m, &d, &err),
                      SQ_OK, "%s", err.msg);
         cr_assert_eq(sq_profile_validate(m, "m", &err), SQ_OK, "%s", err.msg);
         cr_assert_eq(m->n, 8);
@@ -142,7 +146,7 @@ Test(merge, pooled_points_are_the_median_of_the_sources_by_brute_force)
                 tab[s] = in[s]->points, n[s] = in[s]->n;
             cr_assert_eq(m->points[i].batch, in[0]->points[i].batch);
             cr_assert_eq(m->points[i].tokens, in[0]->points[i].tokens);
-            check_point(&m->points[i], tab, n, ns, "points");
+            check_point(&m->points[i], tab, n, ns, pool, "points");
             double lo = INFINITY, hi = 0;
             for (int s = 0; s < ns; s++)
                 lo = fmin(lo, in[s]->points[i].median_ms), hi = fmax(hi, in[s]->points[i].median_ms);
@@ -167,7 +171,7 @@ Test(merge, pooled_points_are_the_median_of_the_sources_by_brute_force)
                     cr_assert_gt(m->step->pts[k][i].tokens, m->step->pts[k][i - 1].tokens);
                 for (int s = 0; s < ns; s++)
                     tab[s] = in[s]->step->pts[k], n[s] = in[s]->step->n[k];
-                check_point(&m->step->pts[k][i], tab, n, ns, sq_step_part_name(k));
+                check_point(&m->step->pts[k][i], tab, n, ns, pool, sq_step_part_name(k));
             }
         }
         cr_assert(cJSON_Compare(m->model, in[0]->model, 1));
@@ -222,7 +226,7 @@ Test(merge, a_merge_of_one_profile_is_its_points)
     sq_profile *m = NULL;
     sq_merge_drift d;
     sq_error err = {0};
-    cr_assert_eq(sq_profile_merge((const sq_profile *const *)&p, &name, 1, &m, &d, &err), SQ_OK,
+    cr_assert_eq(sq_profile_merge((const sq_profile *const *)&p, &name, 1, SQ_POOL_MEDIAN, &m, &d, &err), SQ_OK,
                  "%s", err.msg);
     cr_assert_eq(m->n, p->n);
     assert_same_points(m->points, p->points, p->n);
@@ -273,7 +277,7 @@ Test(merge, sources_that_differ_are_refused_naming_the_file_and_the_field)
         const char *names[2] = {"first.json", "second.json"};
         sq_profile *m = NULL;
         sq_error err = {0};
-        cr_assert_eq(sq_profile_merge((const sq_profile *const *)in, names, 2, &m, NULL, &err),
+        cr_assert_eq(sq_profile_merge((const sq_profile *const *)in, names, 2, SQ_POOL_MEDIAN, &m, NULL, &err),
                      SQ_EDATA, "%s", f);
         cr_assert_null(m);
         char want[64];
@@ -390,6 +394,37 @@ Test(merge_tool, pools_three_slices_records_its_sources_and_plans)
     free(plan);
 }
 
+Test(merge_tool, pool_mean_is_the_mean_of_the_files_medians)
+{
+    char *a = tu_path(dir, "a.json"), *b = tu_path(dir, "b.json"), *c = tu_path(dir, "c.json");
+    char *out = tu_path(dir, "pooled.json");
+    write_profile(a, 1.0, 64, "2026-12-01T20:00:00Z", "2026-12-01T20:00:11Z", 1);
+    write_profile(b, 1.3, 64, "2026-12-01T20:01:00Z", "2026-12-01T20:01:11Z", 1);
+    write_profile(c, 0.8, 64, "2026-12-01T20:02:00Z", "2026-12-01T20:02:12Z", 1);
+    char *argv[] = {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, c, "--pool", "mean", "-o",
+                    out, "-q", NULL};
+    char *se = NULL;
+    int rc = tu_run(argv, NULL, &se);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, se);
+    sq_profile *p = NULL;
+    sq_error err = {0};
+    cr_assert_eq(sq_profile_load(out, &p, &err), SQ_OK, "%s", err.msg);
+    /* the mean of 1, 1.3 and 0.8 times the shape: 1.0333... (the median would be 1.0) */
+    static const double want[] = {2, 3, 6};
+    for (int i = 0; i < 3; i++)
+        cr_assert_float_eq(p->points[i].median_ms, want[i] * 3.1 / 3, 1e-12);
+    cr_assert_float_eq(p->step->pts[SQ_STEP_TARGET][1].median_ms, 3.6 * 3.1 / 3, 1e-12);
+    char *text = tu_read(out, NULL);
+    cr_assert(strstr(text, "mean of the sources' medians"), "%s", text);
+    free(text);
+    sq_profile_free(p);
+    free(se);
+    free(a);
+    free(b);
+    free(c);
+    free(out);
+}
+
 Test(merge_tool, one_file_merged_is_that_file_with_its_time_from_the_files_date)
 {
     char *a = tu_path(dir, "a.json"), *out = tu_path(dir, "pooled.json");
@@ -481,15 +516,18 @@ Test(merge_tool, an_output_that_is_an_input_and_bad_usage_exit_64)
     write_profile(a, 1.0, 64, NULL, NULL, 1);
     write_profile(b, 1.1, 64, NULL, NULL, 1);
     char *before = tu_read(b, NULL);
-    char *cases[][9] = {
+    char *cases[][10] = {
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, "-o", b, NULL},
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, "-o", svg, "--svg", a, NULL},
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", "-o", svg, NULL},
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, "--tokens", "1,2", "-o", svg, NULL},
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, "--model", a, "-o", svg, NULL},
+        {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, "--pool", "mode", "-o", svg, NULL},
+        {(char *)bin("SQ_PROFILE_BIN"), "--model", a, "--pool", "mean", "-o", svg, NULL},
     };
     static const char *const says[] = {"-o", "--svg", "give the profiles to pool", "--tokens",
-                                       "--model"};
+                                       "--model", "--pool 'mode': expected median or mean",
+                                       "--pool goes with --merge"};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *se = NULL;
         int rc = tu_run(cases[i], NULL, &se);
