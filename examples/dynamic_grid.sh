@@ -29,7 +29,8 @@
 #
 #   examples/dynamic_grid.sh OUT_DIR
 #
-# Environment: BUILD (default build), THREADS (1), NEW (200), PREFIX (the profiles' KV prefix;
+# Environment: BUILD (default build), DRAFT and TARGET (the pair: data/models/draft drafting
+# data/models/target; the 18M pair is DRAFT=data/models/target TARGET=data/models/large), THREADS (1), NEW (200), PREFIX (the profiles' KV prefix;
 # default 64 + NEW / 2, the runs' mean context: the prompts have 64 tokens), SLICE_REPEAT (10:
 # profile samples per point in each slice), SLICE_EVERY (1: a slice before every SLICE_EVERY-th
 # prompt's round), DEPTH (9: the static trees' depth bound, the root and L <= 8 levels),
@@ -50,6 +51,8 @@ OUT=$(abs "$1")
 [ -n "${PROMPTS:-}" ] && PROMPTS=$(abs "$PROMPTS")
 [ -n "${CURVES_GREEDY:-}" ] && CURVES_GREEDY=$(abs "$CURVES_GREEDY")
 [ -n "${CURVES_T1:-}" ] && CURVES_T1=$(abs "$CURVES_T1")
+[ -n "${DRAFT:-}" ] && DRAFT=$(abs "$DRAFT")
+[ -n "${TARGET:-}" ] && TARGET=$(abs "$TARGET")
 cd "$(dirname "$0")/.."
 PROMPTS=${PROMPTS:-data/ladder-large/prompts.txt}
 CURVES_GREEDY=${CURVES_GREEDY:-data/dynamic/curves-shipped-greedy.json}
@@ -71,8 +74,8 @@ PRICE_ONLY=${PRICE_ONLY:-0}
 SKIP_PROFILES=${SKIP_PROFILES:-0}
 [ "$PRICE_ONLY" = 1 ] && SKIP_PROFILES=1
 TOKENS=1,2,3,4,5,6,8,10,12,16,24,32,48,64
-D=data/models/draft
-T=data/models/target
+D=${DRAFT:-data/models/draft}
+T=${TARGET:-data/models/target}
 PLAN=$BUILD/planner/sequoia-plan
 PROFILE=$BUILD/profiler/sequoia-profile
 RUN=$BUILD/runtime/sequoia-run
@@ -88,7 +91,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 say() { printf '== %s (load %s)\n' "$*" "$(load)" >&2; echo "$(date -u +%TZ) $* | uptime: $(uptime)" >> "$OUT/load.log"; }
 if [ "$PRICE_ONLY" != 1 ]; then
     {
-        echo "command: BUILD=$BUILD THREADS=$THREADS NEW=$NEW PREFIX=$PREFIX SLICE_REPEAT=$SLICE_REPEAT SLICE_EVERY=$SLICE_EVERY DEPTH=$DEPTH ROUNDS=$ROUNDS PICK_OPTS='$PICK_OPTS' POOL=$POOL NICE=$NICE examples/dynamic_grid.sh $OUT"
+        echo "command: DRAFT=$D TARGET=$T BUILD=$BUILD THREADS=$THREADS NEW=$NEW PREFIX=$PREFIX SLICE_REPEAT=$SLICE_REPEAT SLICE_EVERY=$SLICE_EVERY DEPTH=$DEPTH ROUNDS=$ROUNDS PICK_OPTS='$PICK_OPTS' POOL=$POOL NICE=$NICE examples/dynamic_grid.sh $OUT"
         echo "grid: $GRID"
         echo "prompts: $PROMPTS; curves: $CURVES_GREEDY, $CURVES_T1"
         echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
