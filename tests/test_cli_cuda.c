@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "runtime/model.h"
+#include "tests/llama_config.h"
 #include "tests/testutil.h"
 
 static const char *tool(const char *env)
@@ -118,18 +119,9 @@ Test(cli_cuda, context_params_dtype_and_offload_are_checked)
     cr_assert_str_eq(sq_weight_dtype_name(SQ_DTYPE_BF16), "bf16");
     cr_assert_str_eq(sq_weight_dtype_name((sq_weight_dtype)9), "unknown");
 
-    sq_model_config c = {0};
-    c.dim = 32;
-    c.hidden_dim = 64;
-    c.n_layers = 1;
-    c.n_heads = 2;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 50;
-    c.max_position = 64;
-    c.rope_theta = 10000.0f;
-    c.norm_eps = 1e-5f;
-    strcpy(c.dtype, "F32");
+    sq_model_config c = tu_llama_config((tu_shape){.dim = 32, .hidden_dim = 64, .n_layers = 1,
+                                           .n_heads = 2, .n_kv_heads = 2, .head_dim = 16,
+                                           .vocab_size = 50, .max_position = 64});
     sq_model *m;
     sq_error err = {0};
     cr_assert_eq(sq_model_new_random(&c, 3, &m, &err), 0, "%s", err.msg);

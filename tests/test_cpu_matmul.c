@@ -40,6 +40,7 @@
 #include "libsequoia/base/half.h"
 #include "runtime/cpu_matmul.h"
 #include "runtime/cpu_pool.h"
+#include "tests/llama_config.h"
 #include "tests/testutil.h"
 
 static float frand(unsigned *s)
@@ -412,18 +413,9 @@ static void products(sq_pool *pool, float *out, const float *in, const float *w,
 /* The logits of a one-token and a 7-token forward of a small random model on `threads`. */
 static void forward_logits(int threads, float *logits)
 {
-    sq_model_config c = {0};
-    c.dim = 128;
-    c.hidden_dim = 352;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 32;
-    c.vocab_size = 101;
-    c.max_position = 512;
-    c.rope_theta = 10000.0f;
-    c.norm_eps = 1e-5f;
-    strcpy(c.dtype, "F32");
+    sq_model_config c = tu_llama_config((tu_shape){.dim = 128, .hidden_dim = 352, .n_layers = 2,
+                                           .n_heads = 4, .n_kv_heads = 2, .head_dim = 32,
+                                           .vocab_size = 101, .max_position = 512});
     sq_model *m;
     sq_error err = {0};
     cr_assert_eq(sq_model_new_random(&c, 5, &m, &err), 0, "%s", err.msg);

@@ -18,6 +18,7 @@
 #include "runtime/model.h"
 #include "runtime/specdec.h"
 #include "libsequoia/verify/verify.h"
+#include "tests/llama_config.h"
 
 #define V 97
 
@@ -30,18 +31,9 @@ static void need_device(void)
 
 static sq_model *tiny_model(uint64_t seed, int layers)
 {
-    sq_model_config c = {0};
-    c.dim = 64;
-    c.hidden_dim = 160;
-    c.n_layers = layers;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = V;
-    c.max_position = 512;
-    c.rope_theta = 10000.0f;
-    c.norm_eps = 1e-5f;
-    strcpy(c.dtype, "F32");
+    sq_model_config c = tu_llama_config((tu_shape){.dim = 64, .hidden_dim = 160,
+                                           .n_layers = layers, .n_heads = 4, .n_kv_heads = 2,
+                                           .head_dim = 16, .vocab_size = V, .max_position = 512});
     sq_model *m;
     sq_error err = {0};
     cr_assert_eq(sq_model_new_random(&c, seed, &m, &err), 0, "%s", err.msg);
@@ -670,18 +662,9 @@ enum { LC_CTX = 640, LC_PEND = 48 };
 
 static sq_model *long_model(uint64_t seed)
 {
-    sq_model_config c = {0};
-    c.dim = 64;
-    c.hidden_dim = 160;
-    c.n_layers = 1;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = V;
-    c.max_position = LC_CTX;
-    c.rope_theta = 10000.0f;
-    c.norm_eps = 1e-5f;
-    strcpy(c.dtype, "F32");
+    sq_model_config c = tu_llama_config((tu_shape){.dim = 64, .hidden_dim = 160, .n_layers = 1,
+                                           .n_heads = 4, .n_kv_heads = 2, .head_dim = 16,
+                                           .vocab_size = V, .max_position = LC_CTX});
     sq_model *m;
     sq_error err = {0};
     cr_assert_eq(sq_model_new_random(&c, seed, &m, &err), 0, "%s", err.msg);

@@ -12,6 +12,7 @@
 #include "planner/hardware.h"
 #include "profiler/stability.h"
 #include "profiler/stepcost.h"
+#include "tests/llama_config.h"
 #include "tests/testutil.h"
 
 /* ---- synthetic timing series ---------------------------------------------------------------- */
@@ -516,18 +517,9 @@ Test(step_section, the_context_the_steps_ran_at_round_trips)
  * the tree's depth: the most any shape can move the context. */
 Test(step_section, the_timed_steps_are_centred_on_the_prefix, .timeout = 120)
 {
-    sq_model_config c = {0};
-    c.dim = 32;
-    c.hidden_dim = 64;
-    c.n_layers = 1;
-    c.n_heads = 2;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab_size = 50;
-    c.max_position = 512;
-    c.rope_theta = 10000.0f;
-    c.norm_eps = 1e-5f;
-    strcpy(c.dtype, "F32");
+    sq_model_config c = tu_llama_config((tu_shape){.dim = 32, .hidden_dim = 64, .n_layers = 1,
+                                           .n_heads = 2, .n_kv_heads = 2, .head_dim = 16,
+                                           .vocab_size = 50, .max_position = 512});
     sq_model *m = NULL;
     sq_error err = {0};
     cr_assert_eq(sq_model_new_random(&c, 5, &m, &err), SQ_OK, "%s", err.msg);
