@@ -51,9 +51,10 @@ def measured(out, tag):
 
 def static_predicted_tokens_per_s(plans, mode, n, depth, run_plan, stem="static_hw", engine=False):
     """the predicted tokens/s of the static tree (n, depth) that was run (run_plan), and where it
-    comes from. The hardware-aware plan (stem_MODE_n.json) prices the fastest tree within (n,
-    depth): when that is the tree run, its hardware section (sequoia_run, or the engine's with
-    engine=True) exactly ("plan"); otherwise the summary's table of predicted speedups at (n,
+    comes from. The hardware-aware plan (stem_MODE_n.json, made with --sizes budget: that tree
+    itself, priced) gives its hardware section (sequoia_run, or the engine's with engine=True)
+    exactly ("plan"); in grids made before --sizes budget it priced the fastest tree within (n,
+    depth), and when that was not the tree run, the summary's table of predicted speedups at (n,
     depth) times plain decoding's rate 1000 / target_ms_1 ("table": sequoia-plan prints the
     speedups with 2 decimals, about 1.5% of 0.35 at 32 nodes)"""
     txt = os.path.join(plans, "%s_%s_%d.txt" % (stem, mode, n))

@@ -250,13 +250,14 @@ for mode in $MODES; do
             -o "$OUT/plans/env1_${mode}_$env.json" > /dev/null
     done
     for n in $STATIC_N; do
-        # the hardware-aware summary's tables hold the static tree of (n, DEPTH) priced by the
-        # engine's model and by sequoia-run's (2 decimals); its plan's hardware section prices the
-        # fastest tree within (n, DEPTH), used when that is the tree run
+        # the static tree run, (n, DEPTH), priced itself (--sizes budget: no choice) by the
+        # engine's model and by sequoia-run's: its plan's hardware section
         "$PLAN" -a "$C" --curve "${CFG[$mode]}" --budget "$n" --depth "$DEPTH" $PROF \
-            -o "$OUT/plans/static_hw_${mode}_$n.json" > "$OUT/plans/static_hw_${mode}_$n.txt"
+            --sizes budget -o "$OUT/plans/static_hw_${mode}_$n.json" \
+            > "$OUT/plans/static_hw_${mode}_$n.txt"
         "$PLAN" -a "$C" --curve "${CFG[$mode]}" --budget "$n" --depth "$DEPTH" $PROF1 \
-            -o "$OUT/plans/static_hw1_${mode}_$n.json" > "$OUT/plans/static_hw1_${mode}_$n.txt"
+            --sizes budget -o "$OUT/plans/static_hw1_${mode}_$n.json" \
+            > "$OUT/plans/static_hw1_${mode}_$n.txt"
     done
 done
 say "done"

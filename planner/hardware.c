@@ -379,7 +379,8 @@ int sq_hw_select(sq_dp *dp, const sq_hw_params *prm, sq_hw_result **out, sq_erro
     /* depth outer: a depth-dependent DP re-solves at most once per depth */
     for (int d = 1; d <= r->D; d++) {
         for (int n = 1; n <= r->N; n++) {
-            if (prm->measured_sizes_only && !measured(prm->target, n))
+            if ((prm->measured_sizes_only && !measured(prm->target, n)) ||
+                (prm->budget_only && (n != r->N || d != r->D)))
                 continue;
             double F = sq_dp_best(dp, n, d);
             if (!isfinite(F))
@@ -461,8 +462,9 @@ cJSON *sq_hw_to_json(const sq_hw_result *r, const sq_hw_params *prm, const char 
         sq_json_add(o, "trusted", cJSON_CreateTrue());
     if (prm->cost_model == SQ_COST_SEQUOIA_RUN)   /* which model chose (docs/formats.md) */
         sq_json_add(o, "chosen_by", cJSON_CreateString(sq_cost_model_name(prm->cost_model)));
-    sq_json_add(o, "candidates", cJSON_CreateString(prm->measured_sizes_only ? "measured sizes"
-                                                                             : "all sizes"));
+    sq_json_add(o, "candidates", cJSON_CreateString(prm->budget_only ? "the budget's tree"
+                                                    : prm->measured_sizes_only ? "measured sizes"
+                                                                               : "all sizes"));
     const char *ex[] = {"none", "linear", "constant"};
     sq_json_add(o, "extrapolate", cJSON_CreateString(ex[prm->extrapolate]));
     sq_json_add(o, "search_budget", cJSON_CreateNumber(r->N));

@@ -81,6 +81,8 @@ typedef struct sq_hw_params {
     sq_extrapolate    extrapolate;
     int               measured_sizes_only; /* candidates: only sizes the target profile
                                               measured (what the official code does)      */
+    int               budget_only;  /* the one candidate (N, D), the tree the plan holds
+                                       without profiles: priced, not chosen               */
     const char       *target_file;  /* names for messages; NULL: "target profile"         */
     const char       *draft_file;
     int               trust;        /* plan from profiles and predictions that are not

@@ -77,7 +77,7 @@ static void usage(FILE *fp)
         "                    [--engine ENGINE [--max-non-leaves M]]\n"
         "                    [--export FORMAT] [--save-plan PLAN.json] [--svg FILE] [--svg-table FILE]\n"
         "                    [--target-profile T.json (--draft-profile D.json | --draft-ms X)\n"
-        "                     [--extrapolate none|linear|constant] [--sizes all|measured]]\n"
+        "                     [--extrapolate none|linear|constant] [--sizes all|measured|budget]]\n"
         "       " PROG " --plan PLAN.json --export FORMAT [-o FILE] [--svg FILE]\n"
         "       " PROG " --import choices|growmap FILE [--acceptance FILE [--curve NAME]]\n"
         "                    [-o PLAN.json | --export FORMAT [-o FILE] [--save-plan PLAN.json]]\n"
@@ -115,8 +115,10 @@ static void usage(FILE *fp)
         "                         official implementation's model)\n"
         "      --extrapolate M    beyond a profile's measured tokens: none (an error, the default),\n"
         "                         linear or constant\n"
-        "      --sizes S          all sizes <= N (default), or only the sizes the target profile\n"
-        "                         measured (as the official implementation does)\n"
+        "      --sizes S          all sizes <= N (default), only the sizes the target profile\n"
+        "                         measured (as the official implementation does), or budget:\n"
+        "                         the tree of the budget and depth bound itself, the plan's tree\n"
+        "                         without profiles, priced rather than chosen (static trees)\n"
         "      --cost-model M     what the choice (tree, envelope, ladder rung) maximises: engine\n"
         "                         (the default: the engine's cost) or sequoia-run (sequoia-run's\n"
         "                         own cost, for deploying sequoia-run itself); both are printed\n"
@@ -368,9 +370,10 @@ static int parse_choice(int c, const char *arg, plan_opts *o)
     }
     default: /* OPT_SIZES */
         o->hwp.measured_sizes_only = !strcmp(arg, "measured");
-        if (!strcmp(arg, "all") || !strcmp(arg, "measured"))
+        o->hwp.budget_only = !strcmp(arg, "budget");
+        if (!strcmp(arg, "all") || !strcmp(arg, "measured") || !strcmp(arg, "budget"))
             return SQ_OK;
-        fprintf(stderr, PROG ": --sizes: unknown value '%s' (all or measured)\n", arg);
+        fprintf(stderr, PROG ": --sizes: unknown value '%s' (all, measured or budget)\n", arg);
         return SQ_EUSAGE;
     }
 }

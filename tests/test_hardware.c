@@ -399,3 +399,52 @@ Test(hardware, sequoia_run_cost_model_picks_its_own_argmax)
     sq_dp_free(dp);
     sq_curve_clear(&c);
 }
+
+/* --sizes budget: the one candidate is the budget's own tree at the depth bound, the tree a plan
+ * holds without profiles; its price is the full search's table entry at (N, D), to the bit, under
+ * both cost models, and the JSON says so. */
+Test(hardware, budget_only_prices_the_budgets_tree_without_choosing)
+{
+    double p[6] = {0.7, 0.12, 0.06, 0.03, 0.02, 0.01};
+    sq_curve c;
+    sq_error err = {0};
+    cr_assert_eq(sq_curve_init(&c, "t", "stochastic", p, 6, &err), 0, "%s", err.msg);
+    int tt[] = {1, 32}, dt[] = {1, 32};
+    double tm[] = {10, 13.1}, dm[] = {0.5, 6.7};
+    sq_profile *t = make_profile(tt, tm, 2), *d = make_profile(dt, dm, 2);
+    static const int cases[][2] = {{24, 6}, {8, 8}, {16, 4}, {1, 1}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        sq_dp *dp = solve(&c, cases[k][0], cases[k][1]);
+        sq_hw_params hp = sq_hw_default_params();
+        hp.target = t;
+        hp.draft = d;
+        sq_hw_result *all, *one;
+        cr_assert_eq(sq_hw_select(dp, &hp, &all, &err), 0, "%s", err.msg);
+        hp.budget_only = 1;
+        cr_assert_eq(sq_hw_select(dp, &hp, &one, &err), 0, "%s", err.msg);
+        const int N = all->N, D = all->D;
+        const size_t at = (size_t)N * (size_t)(D + 1) + (size_t)D;
+        cr_assert(one->n == N && one->d == D, "case %zu: (%d, %d), the budget (%d, %d)", k,
+                  one->n, one->d, N, D);
+        cr_assert(one->speedup_table[at] == all->speedup_table[at] &&
+                  one->runtime_speedup_table[at] == all->runtime_speedup_table[at],
+                  "case %zu: %.17g %.17g against the table's %.17g %.17g", k,
+                  one->speedup_table[at], one->runtime_speedup_table[at], all->speedup_table[at],
+                  all->runtime_speedup_table[at]);
+        cr_assert_float_eq(one->speedup, all->speedup_table[at], 1e-14 * one->speedup);
+        cr_assert_float_eq(one->runtime_speedup, all->runtime_speedup_table[at],
+                           1e-14 * one->runtime_speedup);
+        for (size_t i = 0; i < (size_t)(N + 1) * (size_t)(D + 1); i++)   /* nothing else */
+            cr_assert(i == at || isnan(one->speedup_table[i]), "case %zu: cell %zu", k, i);
+        cr_assert_float_eq(one->expected_tokens, sq_dp_best(dp, N, D), 0);
+        cJSON *j = sq_hw_to_json(one, &hp, "t.json", "d.json");
+        cr_assert_str_eq(cJSON_GetStringValue(sq_json_field(j, "candidates")), "the budget's tree");
+        cJSON_Delete(j);
+        sq_hw_result_free(all);
+        sq_hw_result_free(one);
+        sq_dp_free(dp);
+    }
+    sq_profile_free(t);
+    sq_profile_free(d);
+    sq_curve_clear(&c);
+}
