@@ -353,6 +353,26 @@ static cJSON *timing_json(const sq_run_record *r)
         "(draft proposals and tree masks, target inputs, verification, KV compaction); "
         "speculative_ms also counts both models' prefill of the prompt"));
     sq_json_add(tj, "step_split", sj);
+    if (r->step_infos && r->n_step_infos > 0) {
+        /* step by step, to 0.1 us: the first steps of a process run slower than the rest
+         * (docs/benchmarks.md, "Static trees against dynamic trees"), and a rare step is
+         * interrupted */
+        const int ns = r->n_step_infos;
+        double *v = malloc((size_t)ns * sizeof *v);
+        cJSON *pj = cJSON_CreateObject();
+        static const char *const keys[3] = {"step_ms", "draft_forward_ms", "target_forward_ms"};
+        for (int k = 0; k < 3 && v && pj; k++) {
+            for (int s = 0; s < ns; s++) {
+                const sq_step_info *in = &r->step_infos[s];
+                double x = k == 0 ? in->step_ms : k == 1 ? in->draft_forward_ms
+                                                         : in->target_forward_ms;
+                v[s] = round(x * 1e4) / 1e4;
+            }
+            sq_json_add(pj, keys[k], sq_json_number_array(v, (size_t)ns));
+        }
+        free(v);
+        sq_json_add(tj, "per_step", pj);
+    }
     if (r->base) {
         sq_json_add(tj, "autoregressive_ms", cJSON_CreateNumber(r->base_ms));
         sq_json_add(tj, "autoregressive_ms_per_token",

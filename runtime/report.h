@@ -107,6 +107,10 @@ typedef struct sq_run_record {
     double      spec_ms, draft_ms, target_ms, verify_ms;
     /* sums over steps of sq_step_info's finer timing (specdec.h) */
     double      draft_forward_ms, target_forward_ms, commit_ms, steps_ms;
+    /* the same step by step (the batch steps of the sequence that took the most), or NULL:
+     * the report's timing.per_step */
+    const sq_step_info *step_infos;
+    int         n_step_infos;
     /* tokens the draft caught up, summed over every sequence's steps (sq_step_info's
      * draft_catchup; the report's "draft_catchup") */
     double      draft_catchup_tokens;

@@ -500,6 +500,8 @@ static int record(const sq_run_opts *o, run_state *st, sq_run_record *r, sq_erro
         if (st->steps[k] > st->steps[kmax])
             kmax = k;
     const sq_step_info *in = st->infos + (size_t)kmax * n;
+    r->step_infos = in;
+    r->n_step_infos = st->steps[kmax];
     for (int s = 0; s < st->steps[kmax]; s++) {
         r->draft_ms += in[s].draft_ms;
         r->target_ms += in[s].target_ms;

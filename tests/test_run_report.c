@@ -300,3 +300,48 @@ Test(run_report, speed_against_the_plans_sequoia_run_prediction)
     sq_plan_free(plan);
     sq_run_acceptance_free(&a);
 }
+
+/* timing.per_step: each step's time and its two forwards, to 0.1 us, in step order; absent
+ * without the steps' infos. */
+Test(run_report, per_step_timing)
+{
+    sq_run_acceptance a;
+    sq_error err = {0};
+    cr_assert_eq(sq_run_acceptance_init(&a, 2, 3, &err), SQ_OK);
+    int steps[3] = {2, 3, 1};
+    int32_t gen[6] = {0};
+    sq_step_info in[3] = {{.step_ms = 0.73456789, .draft_forward_ms = 0.13, .target_forward_ms = 0.5764},
+                          {.step_ms = 0.41, .draft_forward_ms = 0.12, .target_forward_ms = 0.28},
+                          {.step_ms = 16.35, .draft_forward_ms = 0.11, .target_forward_ms = 16.2}};
+    sq_plan *plan = plan_of(2.0);
+    sq_run_record r = {.draft = "d", .target = "t", .plan_file = "p.json", .prompt_file = "x",
+                       .mode = "greedy", .backend = "cpu", .dtype = "f32", .prompt_tokens = 3,
+                       .max_new_tokens = 6, .context = 64, .vocab_size = 32, .plan = plan,
+                       .depth = 3, .steps = 3, .step_tokens = steps, .acc = &a, .spec_ms = 18,
+                       .gen = gen};
+    sq_run_prediction pr;
+    cr_assert_eq(sq_run_predict(&r, &pr, &err), SQ_OK);
+    cJSON *rep = sq_run_report_json(&r, &pr);
+    cr_assert_null(sq_json_field(sq_json_field(rep, "timing"), "per_step"));
+    cJSON_Delete(rep);
+    r.step_infos = in;
+    r.n_step_infos = 3;
+    rep = sq_run_report_json(&r, &pr);
+    const cJSON *ps = sq_json_field(sq_json_field(rep, "timing"), "per_step");
+    static const char *const keys[3] = {"step_ms", "draft_forward_ms", "target_forward_ms"};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *arr = sq_json_field(ps, keys[k]);
+        cr_assert_eq(cJSON_GetArraySize(arr), 3, "%s", keys[k]);
+        for (int s = 0; s < 3; s++) {
+            double want = k == 0 ? in[s].step_ms : k == 1 ? in[s].draft_forward_ms
+                                                          : in[s].target_forward_ms;
+            cr_assert_float_eq(cJSON_GetArrayItem(arr, s)->valuedouble, want, 0.5e-4 + 1e-12,
+                               "%s[%d]", keys[k], s);
+        }
+    }
+    cr_assert_float_eq(cJSON_GetArrayItem(sq_json_field(ps, "step_ms"), 0)->valuedouble, 0.7346,
+                       1e-12, "rounded to 0.1 us");
+    cJSON_Delete(rep);
+    sq_plan_free(plan);
+    sq_run_acceptance_free(&a);
+}
