@@ -1028,50 +1028,6 @@ Test(accept, corpus_results_do_not_depend_on_how_the_corpus_is_read, .timeout = 
     free(dir);
 }
 
-/* Issue 27, fifth round: a read buffer of 2 MiB or more is aligned to 2 MiB and advised as
- * huge pages, a smaller one is plain malloc; the decoded rows, hence the statistics, are the
- * same bits either way (batches of 4 rows: 640 KB buffers; of 104 rows: 16.6 MB), for float16
- * and float32 chunks that are decoded into the buffers, on 1 and 2 threads. */
-Test(accept, read_buffers_with_and_without_huge_pages_give_the_same_bits, .timeout = 120)
-{
-    enum { VV = 20000, NN = 122 };
-    char *dir = tu_tmpdir();
-    float *t, *d;
-    kind_logits(NN, VV, &t, &d);
-    const int kinds[2] = {2, 1};
-    for (int k = 0; k < 2; k++) {
-        char *path = tu_path(dir, "huge.h5");
-        write_kind(path, kinds[k], t, d, NN, VV);
-        sq_error err = {0};
-        sq_corpus *c;
-        cr_assert_eq(sq_corpus_open(path, &c, &err), SQ_OK, "%s", err.msg);
-        double ref[16], refse[16];
-        const size_t batches[2] = {512u << 10, 16u << 20};
-        for (int b = 0; b < 2; b++)
-            for (int threads = 1; threads <= 2; threads++) {
-                double p[16], se[16];
-                cr_assert_eq(run_once(c, path, SQ_ACCEPT_READ_AUTO, threads, batches[b], p, se,
-                                      &err), SQ_OK, "%s", err.msg);
-                if (b == 0 && threads == 1) {
-                    memcpy(ref, p, sizeof ref);
-                    memcpy(refse, se, sizeof refse);
-                    cr_assert_gt(p[0], 0.0);
-                }
-                cr_assert(memcmp(p, ref, 8 * sizeof *p) == 0 &&
-                              memcmp(se, refse, 8 * sizeof *se) == 0,
-                          "kind %d batch %zu threads %d: p1 %.17g vs %.17g", kinds[k],
-                          batches[b], threads, p[0], ref[0]);
-            }
-        sq_corpus_close(c);
-        unlink(path);
-        free(path);
-    }
-    free(t);
-    free(d);
-    tu_rmtree(dir);
-    free(dir);
-}
-
 /* A file cut short after it was opened and checked (another process truncating it during a
  * run): every reading path gives a clean error naming the file and the dataset, no SIGBUS. */
 Test(accept, a_corpus_truncated_after_opening_is_a_clean_error, .timeout = 120)
