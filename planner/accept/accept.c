@@ -6,9 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
 #include "libsequoia/base/busguard.h"
 #include "libsequoia/base/json.h"
@@ -1032,27 +1029,6 @@ static uint64_t config_key(const sq_accept_config *c)
                  double_bits(c->top_p));
 }
 
-/* A read buffer (two per run, about batch_bytes each, written once per batch by the chunk
- * decoder): aligned to 2 MiB and, on Linux, advised as transparent huge pages, so that its
- * first touch takes a few faults of 2 MiB instead of one per 4 KiB page (issue 27, fifth
- * round: the estimator's page faults were 2.4% of a float16 corpus's run). Freed with free().
- * Only the kernel's bookkeeping changes, not a byte of the values. */
-static float *read_buffer_new(size_t bytes)
-{
-    const size_t huge = (size_t)2 << 20;
-    void *p = NULL;
-    if (bytes >= huge) {
-        size_t round = (bytes + huge - 1) / huge * huge;
-        if (posix_memalign(&p, huge, round) != 0)
-            p = NULL;
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-        if (p)
-            (void)madvise(p, round, MADV_HUGEPAGE);   /* advice: failure changes nothing */
-#endif
-    }
-    return p ? p : malloc(bytes);
-}
-
 /* One batch of rows in one of the two buffers (slots). The reading thread fills a slot and
  * publishes it; the workers take its work (decode a stored chunk, compute a row) under the
  * lock, the oldest batch first, and go on to the next published batch instead of waiting for
@@ -1529,8 +1505,7 @@ int sq_accept_run(sq_corpus *corpus, const char *file, uint64_t key,
     uint64_t *cfg_keys = malloc((size_t)n_cfg * sizeof *cfg_keys);
     /* whole chunks of room (the last batch's last chunk may run past N) */
     int64_t room = raw_rows > 0 ? (batch + raw_rows - 1) / raw_rows * raw_rows : batch;
-    float *buf[2] = {read_buffer_new((size_t)room * row_bytes),
-                     read_buffer_new((size_t)room * row_bytes)};
+    float *buf[2] = {malloc((size_t)room * row_bytes), malloc((size_t)room * row_bytes)};
     const float **rowp[2] = {malloc((size_t)batch * 2 * sizeof(float *)),
                              malloc((size_t)batch * 2 * sizeof(float *))};
     double *res[2] = {malloc((size_t)batch * (size_t)n_cfg * (size_t)W * sizeof(double)),
