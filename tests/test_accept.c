@@ -622,6 +622,41 @@ Test(accept, sha256_known_answers)
     sq_sha256_use_hw(1);
 }
 
+/* Issue 27, fifth round: the SHA-NI loop is unrolled by a pragma (it was a loop at -O2). The
+ * hardware and the portable compression give the same digests for every length from 0 to
+ * 1100 bytes (every padding case, one to many blocks), fed whole and in uneven pieces. */
+Test(accept, sha256_hardware_and_portable_digests_agree)
+{
+    enum { N = 1100 };
+    unsigned char *buf = malloc(N);
+    cr_assert(buf);
+    uint64_t x = 99;
+    for (int i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = (unsigned char)(x >> 56);
+    }
+    for (int len = 0; len <= N; len++) {
+        uint8_t d[2][3][SQ_SHA256_BYTES];
+        for (int hw = 0; hw < 2; hw++) {
+            sq_sha256_use_hw(hw);
+            for (int piece = 0; piece < 3; piece++) {
+                const size_t step = piece == 0 ? (size_t)N : piece == 1 ? 7 : 64 + 13;
+                sq_sha256 h;
+                sq_sha256_init(&h);
+                for (size_t at = 0; at < (size_t)len; at += step)
+                    sq_sha256_update(&h, buf + at, (size_t)len - at < step ? (size_t)len - at : step);
+                sq_sha256_final(&h, d[hw][piece]);
+            }
+        }
+        for (int piece = 0; piece < 3; piece++)
+            cr_assert(memcmp(d[0][piece], d[1][piece], SQ_SHA256_BYTES) == 0 &&
+                          memcmp(d[1][piece], d[1][0], SQ_SHA256_BYTES) == 0,
+                      "length %d, pieces %d", len, piece);
+    }
+    sq_sha256_use_hw(1);
+    free(buf);
+}
+
 /* ---- through a corpus: sq_accept_run ------------------------------------------------------- */
 
 /* S sequences of L identical positions with the target logits log P and the draft's log Q. */

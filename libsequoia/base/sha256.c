@@ -85,6 +85,9 @@ static void compress_hw(uint32_t st[8], const uint8_t *p, size_t blocks)
     __m128i cdgh = _mm_blend_epi16(efgh, cdab, 0xF0);
     for (; blocks > 0; blocks--, p += 64) {
         __m128i abef0 = abef, cdgh0 = cdgh, m[4];
+        /* unrolled whatever the optimisation level: at -O2 (the default build) GCC kept the
+         * loop and the schedule words m[] in memory, 1.3 against 1.7 GB/s (issue 27) */
+#pragma GCC unroll 16
         for (int g = 0; g < 16; g++) {
             __m128i w;
             if (g < 4) {
