@@ -11,10 +11,6 @@
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/tree.h"
 
-/* Untimed steps after the restart that precedes each visit's timed steps: the first steps after
- * a prefill find the caches holding the prefill's data. */
-#define STEPCOST_LEAD 2
-
 static double now_ms(void)
 {
     struct timespec ts;
@@ -243,7 +239,7 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
     sp.dtype = prm->dtype;
     sp.offload = prm->offload;
     sp.seed = mp->seed;
-    sp.max_context = plen + (max_warm + SQ_MEASURE_BLOCK + STEPCOST_LEAD) * max_levels + 1;
+    sp.max_context = plen + (max_warm + SQ_MEASURE_BLOCK + SQ_STEPCOST_LEAD) * max_levels + 1;
     int cap = sq_model_get_config(target)->max_position;
     if (sq_model_get_config(draft)->max_position < cap)
         cap = sq_model_get_config(draft)->max_position;
@@ -294,7 +290,7 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
             int goal = mp->repeat - r * SQ_MEASURE_BLOCK;
             goal = goal < SQ_MEASURE_BLOCK ? goal : SQ_MEASURE_BLOCK;
             /* Warm-up from the whole prompt (untimed), counting the tokens a step adds; then
-             * back to a prompt shortened by the growth expected over STEPCOST_LEAD untimed
+             * back to a prompt shortened by the growth expected over SQ_STEPCOST_LEAD untimed
              * steps and half the timed ones, so that the timed steps' context is centred on
              * the prefix (their draft's attention, a large part of a small draft's forward,
              * grows with the context). */
@@ -322,13 +318,13 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
             if (rc)
                 break;
             double g = warm > 0 ? (double)warm_tokens / warm : 1.0;
-            int back = (int)lround(g * (STEPCOST_LEAD + goal / 2.0));
+            int back = (int)lround(g * (SQ_STEPCOST_LEAD + goal / 2.0));
             start_len = plen - back >= 1 ? plen - back : 1;
             if ((rc = sq_specdec_start(sd[i], prompt, start_len, err)))
                 break;
             int timed = 0;
             for (int w = 0; !rc && timed < goal; w++) {
-                int warming = w < STEPCOST_LEAD;
+                int warming = w < SQ_STEPCOST_LEAD;
                 if (sq_specdec_length(sd[i]) + max_levels + 1 > sp.max_context) {
                     /* full: back to the prompt (untimed); the next step's draft catches up 1 */
                     if ((rc = sq_specdec_start(sd[i], prompt, start_len, err)))

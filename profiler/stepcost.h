@@ -23,8 +23,8 @@
  * the profile's points are (sq_measure_points): each round visits every n once, runs warm-up
  * steps from the whole prompt (at least `warmup` and SQ_MEASURE_WARMUP_MS, at most 32),
  * counting the tokens g a step adds, then restarts the decoder on the prompt shortened by
- * g * (2 + SQ_MEASURE_BLOCK / 2) tokens and times the next SQ_MEASURE_BLOCK steps after 2
- * untimed ones: the timed steps' context is centred on `prefix` (within g / 2 tokens; a prefix
+ * g * (SQ_STEPCOST_LEAD + SQ_MEASURE_BLOCK / 2) tokens and times the next SQ_MEASURE_BLOCK steps
+ * after SQ_STEPCOST_LEAD untimed ones: the timed steps' context is centred on `prefix` (within g / 2 tokens; a prefix
  * too short to shorten starts at 1 token). A small draft's forward grows with its context (its
  * attention reads every cached slot): the shipped 0.25M draft's one-token forward takes 0.024 ms
  * at 164 tokens and 0.033 ms at 250, and timing after the warm-up, as before 2026-12-02, put
@@ -39,6 +39,11 @@
 #include "runtime/specdec.h"
 
 #define SQ_STEPCOST_MAX_LEVELS 5   /* default levels of the measured trees, root included */
+/* Untimed steps between the restart that precedes each visit's timed steps and the first timed
+ * one: the steps right after a prefill run slower for a while (the run reports' per-step times:
+ * about 4 steps for the shipped pair, 10 and more for the 18M target), and a decode of a few
+ * hundred tokens spends most of its steps past that. */
+#define SQ_STEPCOST_LEAD 16
 
 typedef struct sq_stepcost_params {
     sq_measure_params measure;   /* warmup, repeat, prefix, seed                           */

@@ -534,7 +534,8 @@ Test(step_section, the_timed_steps_are_centred_on_the_prefix, .timeout = 120)
     /* within a tree's depth of the prefix (each shape's block is centred to half a step) */
     cr_assert(fabs(st->context_mean - prefix) <= SQ_STEPCOST_MAX_LEVELS, "mean context %g, "
               "prefix %d", st->context_mean, prefix);
-    cr_assert_geq(st->context_min, prefix - (2 + SQ_MEASURE_BLOCK) * SQ_STEPCOST_MAX_LEVELS);
+    cr_assert_geq(st->context_min, prefix - (SQ_STEPCOST_LEAD + SQ_MEASURE_BLOCK) *
+                                               SQ_STEPCOST_MAX_LEVELS);
     cr_assert_leq(st->context_max, prefix + SQ_MEASURE_BLOCK * SQ_STEPCOST_MAX_LEVELS);
     cr_assert_lt(st->context_min, st->context_max, "the context grows through a block");
     for (int k = 0; k < SQ_STEP_PARTS; k++)
