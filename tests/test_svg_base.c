@@ -9,8 +9,12 @@
 
 static char *capture(void (*draw)(FILE *))
 {
-    char *buf = NULL;
-    size_t len = 0;
+    /* static: the stream writes through these pointers until fclose (a local's address handed
+     * to the stream reads to GCC's -O3 as a pointer that may outlive it) */
+    static char *buf;
+    static size_t len;
+    buf = NULL;
+    len = 0;
     FILE *fp = open_memstream(&buf, &len);
     cr_assert_not_null(fp);
     draw(fp);

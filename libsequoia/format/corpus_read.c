@@ -161,7 +161,7 @@ static int attr_open(sq_corpus *c, const char *name, hid_t *attr, sq_error *err)
 
 int sqc_attr_string(sq_corpus *c, const char *name, char *out, size_t cap, sq_error *err)
 {
-    hid_t a;
+    hid_t a = H5I_INVALID_HID;   /* set by attr_open (initialised for the compiler) */
     int rc = attr_open(c, name, &a, err);
     if (rc)
         return rc;
@@ -210,7 +210,7 @@ int sqc_attr_string(sq_corpus *c, const char *name, char *out, size_t cap, sq_er
 
 int sqc_attr_int(sq_corpus *c, const char *name, long long *out, sq_error *err)
 {
-    hid_t a;
+    hid_t a = H5I_INVALID_HID;
     int rc = attr_open(c, name, &a, err);
     if (rc)
         return rc;
@@ -401,7 +401,7 @@ static int model_open(sq_corpus *c, int k, sq_error *err)
     snprintf(dense, sizeof dense, "/%s/logits", name);
     snprintf(ids, sizeof ids, "/%s/topk_ids", name);
     snprintf(lg, sizeof lg, "/%s/topk_logits", name);
-    hsize_t dims[2];
+    hsize_t dims[2] = {0, 0};
     if (link_exists(c->file, dense)) {
         m->sparse = 0;
         snprintf(m->logits_name, sizeof m->logits_name, "%s", dense);
@@ -434,7 +434,7 @@ static int model_open(sq_corpus *c, int k, sq_error *err)
     m->sparse = 1;
     snprintf(m->logits_name, sizeof m->logits_name, "%s", lg);
     snprintf(m->ids_name, sizeof m->ids_name, "%s", ids);
-    hsize_t di[2];
+    hsize_t di[2] = {0, 0};
     int rc = dataset_open(c, ids, 2, H5T_INTEGER, &m->ids, di, NULL, err);
     if (rc)
         return rc;
@@ -471,7 +471,7 @@ static int offsets_read(sq_corpus *c, sq_error *err)
         return SQ_OK;
     }
     hid_t ds;
-    hsize_t dims[2];
+    hsize_t dims[2] = {0, 0};
     int rc = dataset_open(c, name, 1, H5T_INTEGER, &ds, dims, NULL, err);
     if (rc)
         return rc;
@@ -656,7 +656,7 @@ static int corpus_check(sq_corpus *c, sq_error *err)
                             c->m[0].logits_name);
 
     if (link_exists(c->file, "/tokens")) {
-        hsize_t dims[2];
+        hsize_t dims[2] = {0, 0};
         if ((rc = dataset_open(c, "/tokens", 1, H5T_INTEGER, &c->tokens, dims, NULL, err)))
             return rc;
         if ((int64_t)dims[0] != c->info.rows)
