@@ -215,14 +215,8 @@ int sq_profile_merge(const sq_profile *const *in, const char *const *files, int 
     double *spread = malloc((size_t)p0->n * sizeof *spread);
     if (!r || !q || !v || !spread)
         goto oom;
-    r->device = strdup(p0->device ? p0->device : "unknown");
-    r->backend = strdup(p0->backend ? p0->backend : "unknown");
-    r->dtype = strdup(p0->dtype ? p0->dtype : "unknown");
-    r->threads = p0->threads;
-    r->prefix = p0->prefix;
-    r->model = p0->model ? cJSON_Duplicate(p0->model, 1) : NULL;
     r->points = calloc((size_t)p0->n, sizeof *r->points);
-    if (!r->device || !r->backend || !r->dtype || !r->points || (p0->model && !r->model))
+    if (sq_profile_copy_setup(r, p0) || !r->points)
         goto oom;
     r->n = p0->n;
     sq_merge_drift d = {.max = 0, .max_batch = p0->points[0].batch,

@@ -714,6 +714,17 @@ int sq_profile_batches(const sq_profile *p, int *out, int cap)
     return count;
 }
 
+int sq_profile_copy_setup(sq_profile *dst, const sq_profile *src)
+{
+    dst->device = strdup(src->device ? src->device : "unknown");
+    dst->backend = strdup(src->backend ? src->backend : "unknown");
+    dst->dtype = strdup(src->dtype ? src->dtype : "unknown");
+    dst->threads = src->threads;
+    dst->prefix = src->prefix;
+    dst->model = src->model ? cJSON_Duplicate(src->model, 1) : NULL;
+    return dst->device && dst->backend && dst->dtype && (!src->model || dst->model) ? 0 : -1;
+}
+
 int sq_profile_slice(const sq_profile *p, int batch, sq_profile **out, sq_error *err)
 {
     *out = NULL;
@@ -723,14 +734,8 @@ int sq_profile_slice(const sq_profile *p, int batch, sq_profile **out, sq_error 
     sq_profile *s = calloc(1, sizeof *s);
     if (!s)
         return sq_error_oom(err, "profile slice");
-    s->device = strdup(p->device ? p->device : "unknown");
-    s->backend = strdup(p->backend ? p->backend : "unknown");
-    s->dtype = strdup(p->dtype ? p->dtype : "unknown");
-    s->threads = p->threads;
-    s->prefix = p->prefix;
-    s->model = p->model ? cJSON_Duplicate(p->model, 1) : NULL;
     s->points = malloc((size_t)n * sizeof *s->points);
-    if (!s->device || !s->backend || !s->dtype || !s->points || (p->model && !s->model)) {
+    if (sq_profile_copy_setup(s, p) || !s->points) {
         sq_profile_free(s);
         return sq_error_oom(err, "profile slice");
     }

@@ -146,6 +146,12 @@ int sq_profile_batches(const sq_profile *p, int *out, int cap);
 SQ_API
 int sq_profile_slice(const sq_profile *p, int batch, sq_profile **out, sq_error *err);
 
+/* Copies src's setup into dst, whose strings and model must be unset: device, backend and
+ * dtype ("unknown" where src has none), threads, prefix and the model description. Returns 0,
+ * or -1 out of memory (what was copied stays in dst, for sq_profile_free). */
+SQ_API
+int sq_profile_copy_setup(sq_profile *dst, const sq_profile *src);
+
 /* Time of a part of a step at x tokens (nodes, caught-up tokens or level width), from the
  * profile's "step" section, interpolated as sq_profile_ms. SQ_EUSAGE when the profile has no
  * step section or the part no point (err->cause as sq_profile_ms when x is out of range). */
