@@ -46,13 +46,13 @@
 set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: examples/dynamic_grid.sh OUT_DIR" >&2; exit 64; }
 T_START=$(date +%s)
-abs() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
-OUT=$(abs "$1")
-[ -n "${PROMPTS:-}" ] && PROMPTS=$(abs "$PROMPTS")
-[ -n "${CURVES_GREEDY:-}" ] && CURVES_GREEDY=$(abs "$CURVES_GREEDY")
-[ -n "${CURVES_T1:-}" ] && CURVES_T1=$(abs "$CURVES_T1")
-[ -n "${DRAFT:-}" ] && DRAFT=$(abs "$DRAFT")
-[ -n "${TARGET:-}" ] && TARGET=$(abs "$TARGET")
+. "$(dirname "$0")/out_dir.sh"   # OUT: the caller's OUT_DIR
+example_out_dir dynamic_grid "$1"
+[ -n "${PROMPTS:-}" ] && PROMPTS=$(example_abs "$PROMPTS")
+[ -n "${CURVES_GREEDY:-}" ] && CURVES_GREEDY=$(example_abs "$CURVES_GREEDY")
+[ -n "${CURVES_T1:-}" ] && CURVES_T1=$(example_abs "$CURVES_T1")
+[ -n "${DRAFT:-}" ] && DRAFT=$(example_abs "$DRAFT")
+[ -n "${TARGET:-}" ] && TARGET=$(example_abs "$TARGET")
 cd "$(dirname "$0")/.."
 PROMPTS=${PROMPTS:-data/ladder-large/prompts.txt}
 CURVES_GREEDY=${CURVES_GREEDY:-data/dynamic/curves-shipped-greedy.json}

@@ -21,19 +21,8 @@
 # Exit status: 0 when it ran (the verdict is in measured.txt), 64 for a STAT that is neither,
 # 66 when a tool is not built, 1 when a plan's greedy output differs from plain decoding.
 set -euo pipefail
-# OUT_DIR is relative to the caller's directory, never the repository's; without it the script
-# writes to a fresh temporary folder (it never overwrites a tracked folder by default). The hook
-# PRINT_OUT=1 prints the folder and exits (tests/test_hostile.c).
-if [ $# -ge 1 ] && [ -n "$1" ]; then
-    case $1 in /*) OUT=$1 ;; *) OUT=$PWD/$1 ;; esac
-else
-    OUT=$(mktemp -d "${TMPDIR:-/tmp}/ladder.XXXXXX")
-    echo "ladder.sh: writing to $OUT" >&2
-fi
-if [ "${PRINT_OUT:-0}" = 1 ]; then
-    echo "$OUT"
-    exit 0
-fi
+. "$(dirname "$0")/out_dir.sh"   # OUT: the caller's OUT_DIR, else a fresh folder
+example_out_dir ladder "${1:-}"
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}

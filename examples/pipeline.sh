@@ -10,19 +10,8 @@
 # Environment: BUILD (default build), THREADS (default 1: these models are tiny, and one thread
 # is fastest for them), PROMPTS (prompts per setting, default 6), NEW_TOKENS (default 128).
 set -euo pipefail
-# OUT_DIR is relative to the caller's directory, never the repository's; without it the script
-# writes to a fresh temporary folder (it never overwrites a tracked folder by default). The hook
-# PRINT_OUT=1 prints the folder and exits (tests/test_hostile.c).
-if [ $# -ge 1 ] && [ -n "$1" ]; then
-    case $1 in /*) OUT=$1 ;; *) OUT=$PWD/$1 ;; esac
-else
-    OUT=$(mktemp -d "${TMPDIR:-/tmp}/pipeline.XXXXXX")
-    echo "pipeline.sh: writing to $OUT" >&2
-fi
-if [ "${PRINT_OUT:-0}" = 1 ]; then
-    echo "$OUT"
-    exit 0
-fi
+. "$(dirname "$0")/out_dir.sh"   # OUT: the caller's OUT_DIR, else a fresh folder
+example_out_dir pipeline "${1:-}"
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}

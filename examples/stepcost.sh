@@ -20,12 +20,8 @@
 # (profile samples per point, default 21), NICE (default 0: the niceness the timed commands
 # run at; the machine's load is recorded at every stage either way).
 set -euo pipefail
-if [ $# -ge 1 ] && [ -n "$1" ]; then
-    case $1 in /*) OUT=$1 ;; *) OUT=$PWD/$1 ;; esac
-else
-    OUT=$(mktemp -d "${TMPDIR:-/tmp}/stepcost.XXXXXX")
-    echo "stepcost.sh: writing to $OUT" >&2
-fi
+. "$(dirname "$0")/out_dir.sh"   # OUT: the caller's OUT_DIR, else a fresh folder
+example_out_dir stepcost "${1:-}"
 cd "$(dirname "$0")/.."
 
 BUILD=${BUILD:-build}
