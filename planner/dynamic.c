@@ -656,22 +656,29 @@ int sq_dyn_predict_catchup(const sq_dyn_samples *s, int L, int K, int N,
 /* A round priced forward by forward as planner/hardware.h does (sq_hw_forward_ms: in-step at
  * batch 1 with a step section, else the steady-stream profiles): the target's verify of N and
  * the step's own work, the draft's first forward over `first` tokens, then L - 1 level forwards
- * of K tokens each (grow = 0) or of i K at level i (grow = 1, TensorRT-LLM's growing context). */
+ * of K tokens each (grow = 0) or of i K at level i (grow = 1, TensorRT-LLM's growing context).
+ * With `expand` (sequoia-run's round) the step's own work adds the tree's growth, which the
+ * step section's static shapes do not do: 1 + (L - 1) K expanded nodes per sequence (the root,
+ * then the K kept nodes of each level but the last), each a softmax over the vocabulary and a
+ * top K on the host (the section's "expand" part; 0 for a section without it). The engines
+ * grow theirs on the GPU, in kernels this host's cost says nothing about. */
 static int priced_round(const sq_profile *target, const sq_profile *draft, double draft_ms, int b,
-                        int L, int K, int N, double first, int grow, sq_extrapolate x,
-                        sq_dyn_cost *out, sq_error *err)
+                        int L, int K, int N, double first, int grow, int expand,
+                        sq_extrapolate x, sq_dyn_cost *out, sq_error *err)
 {
     sq_hw_params hp = sq_hw_default_params();
     hp.target = target;
     hp.draft = draft;
     hp.draft_ms = draft_ms;
     hp.extrapolate = x;
-    double t, o, d, v = 0;
+    double t, o, d, v = 0, e = 0;
     int rc;
     if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_TARGET, b, N, &t, err)) ||
         (rc = sq_hw_forward_ms(&hp, SQ_STEP_OVERHEAD, b, N, &o, err)) ||
+        (expand && (rc = sq_hw_forward_ms(&hp, SQ_STEP_EXPAND, b, K, &e, err))) ||
         (rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_FIRST, b, first, &d, err)))
         return rc;
+    o += (double)b * (1.0 + (double)(L - 1) * K) * e;
     if (grow) {
         for (int i = 1; i < L; i++) {
             if ((rc = sq_hw_forward_ms(&hp, SQ_STEP_DRAFT_LEVEL, b, i * K, &v, err)))
@@ -698,8 +705,8 @@ static int round_in_step(sq_engine e, const sq_profile *target, const sq_profile
     /* the first forward catches up the tokens accepted last round; unknown: the engine's own
      * count (SGLang's extend over the N verified tokens, TensorRT-LLM's L + 1) */
     double first = accepted > 0 ? accepted : e == SQ_ENGINE_SGLANG ? N : L + 1;
-    return priced_round(target, draft, draft_ms, 1, L, K, N, first, e != SQ_ENGINE_SGLANG, x, out,
-                        err);
+    return priced_round(target, draft, draft_ms, 1, L, K, N, first, e != SQ_ENGINE_SGLANG, 0, x,
+                        out, err);
 }
 
 int sq_dyn_round_ms_accepted(sq_engine e, const sq_profile *target, const sq_profile *draft,
@@ -744,7 +751,7 @@ int sq_dyn_round_ms_runtime(const sq_profile *target, const sq_profile *draft, d
                             sq_dyn_cost *out, sq_error *err)
 {
     /* sequoia-run's draft: the catch-up, then K kept nodes a level, whatever the engine */
-    return priced_round(target, draft, draft_ms, b, L, K, N, catchup, 0, x, out, err);
+    return priced_round(target, draft, draft_ms, b, L, K, N, catchup, 0, 1, x, out, err);
 }
 
 int sq_dyn_plain_ms(const sq_profile *target, int b, sq_extrapolate x, double *ms, sq_error *err)

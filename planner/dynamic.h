@@ -180,10 +180,13 @@ int sq_dyn_predict_catchup(const sq_dyn_samples *s, int L, int K, int N,
  * These are the ENGINE's cost; they drive the envelope search. sequoia-run's round
  * (sq_dyn_round_ms_runtime; docs/planning.md, "Two cost models") is the same for both engines,
  * since its draft keeps its cache and reads only the kept nodes:
- *   T(N) + O(N) + D_first(c) + (L - 1) D_level(K)      (batch 1 with a step section)
- *   t_target(b, N) + t_draft(b, c) + (L - 1) t_draft(b, K)   (otherwise; no draft profile:
- *                                                        L forwards of draft_ms)
- * c: the expected catch-up (sq_dyn_predict_catchup), 1 to 2 tokens. */
+ *   T(N) + O(N) + (1 + (L - 1) K) X(K) + D_first(c) + (L - 1) D_level(K)
+ *                                                      (batch 1 with a step section)
+ *   t_target(b, N) + b (1 + (L - 1) K) X(K) + t_draft(b, c) + (L - 1) t_draft(b, K)
+ *                                                      (otherwise; no draft profile: L forwards
+ *                                                      of draft_ms)
+ * c: the expected catch-up (sq_dyn_predict_catchup), 1 to 2 tokens; X(K): one node's expansion
+ * by the tree's growth (the step section's "expand" part; 0 without it). target_ms holds it. */
 typedef struct sq_dyn_cost {
     double target_ms;
     double draft_ms;

@@ -51,7 +51,7 @@ static int step_part_ms(const sq_hw_params *prm, sq_step_part part, const sq_pro
     const sq_profile_step *st = prm->target->step;
     const char *tname = prm->target_file ? prm->target_file : "target profile";
     int n = st->n[part];
-    if (n == 0 && part == SQ_STEP_OVERHEAD) {   /* not measured: none */
+    if (n == 0 && (part == SQ_STEP_OVERHEAD || part == SQ_STEP_EXPAND)) {   /* not measured: none */
         *ms = 0.0;
         return SQ_OK;
     }
@@ -217,6 +217,15 @@ int sq_hw_forward_ms(const sq_hw_params *prm, sq_step_part part, int batch, doub
     const char *tname = prm->target_file ? prm->target_file : "target profile";
     const char *dname = prm->draft_file ? prm->draft_file : "draft profile";
     int draft = part == SQ_STEP_DRAFT_FIRST || part == SQ_STEP_DRAFT_LEVEL;
+    if (part == SQ_STEP_EXPAND) {
+        /* one node's expansion, whatever the batch (each sequence expands its own nodes);
+         * without a step section, or a section from before the part: not priced */
+        if (!prm->target->step) {
+            *ms = 0.0;
+            return SQ_OK;
+        }
+        return step_part_ms(prm, part, NULL, NULL, x, SQ_EXTRAPOLATE_LINEAR, ms, err);
+    }
     if (batch == 1 && prm->target->step)
         return step_part_ms(prm, part, draft ? prm->draft : prm->target, draft ? dname : tname, x,
                             part == SQ_STEP_DRAFT_FIRST ? SQ_EXTRAPOLATE_CONSTANT

@@ -1089,12 +1089,13 @@ static const char *dyn_cost_model(sq_engine e, int fixed, int in_step)
 static const char *dyn_run_cost_model(int fixed, int in_step)
 {
     if (in_step)
-        return "in-step: T(N) + O(N) + D_first(c) + (L - 1) D_level(K), c = sequoia-run's "
-               "expected draft catch-up";
+        return "in-step: T(N) + O(N) + (1 + (L - 1) K) X(K) + D_first(c) + (L - 1) D_level(K), "
+               "c = sequoia-run's expected draft catch-up, X a node's expansion";
     if (fixed)
         return "t_target(b, N) + L * draft_ms";
-    return "t_target(b, N) + t_draft(b, c) + (L - 1) t_draft(b, K), c = sequoia-run's expected "
-           "draft catch-up";
+    return "t_target(b, N) + b (1 + (L - 1) K) X(K) + t_draft(b, c) + (L - 1) t_draft(b, K), "
+           "c = sequoia-run's expected draft catch-up, X a node's expansion (0 without a step "
+           "section)";
 }
 
 /* The "hardware" object of a dynamic plan. */

@@ -10,6 +10,7 @@
 #include "libsequoia/format/curve.h"
 #include "libsequoia/format/plan.h"
 #include "libsequoia/format/tree.h"
+#include "runtime/dyntree.h"
 
 static double now_ms(void)
 {
@@ -127,6 +128,46 @@ static void top_k(const float *logits, int V, int k, int32_t *tok)
     }
 }
 
+/* The expand part (stepcost.h): `samples` samples of sq_dyntree_expand for each K = 1, 2, 4, 8
+ * (at most V) into b, each the mean of calls lasting SQ_STEPCOST_EXPAND_MS. */
+static int measure_expand(int V, int samples, unsigned seed, bag *b, sq_error *err)
+{
+    float *row = malloc((size_t)V * sizeof *row);
+    if (!row)
+        return sq_error_oom(err, "the step measurement");
+    unsigned s = seed * 2654435761u + 99u;
+    for (int i = 0; i < V; i++) {   /* a sum of four uniforms: bell-shaped, spread about 2.3 */
+        double x = 0;
+        for (int k = 0; k < 4; k++) {
+            s = s * 1103515245u + 12345u;
+            x += (double)((s >> 8) & 0xffff) / 65536.0 - 0.5;
+        }
+        row[i] = (float)(4.0 * x);
+    }
+    int rc = SQ_OK;
+    for (int K = 1; K <= SQ_STEPCOST_EXPAND_MAX_K && K <= V && !rc; K *= 2) {
+        sq_dyntree *dt;
+        if ((rc = sq_dyntree_new(SQ_DYN_SGLANG, 1, K, K + 1, V, &dt, err)))
+            break;
+        double t0 = now_ms();
+        for (int r = 0; r < 4; r++)
+            sq_dyntree_expand(dt, row);
+        double one = (now_ms() - t0) / 4;
+        long reps = one > 0 ? (long)ceil(SQ_STEPCOST_EXPAND_MS / one) : 1000;
+        reps = reps < 1 ? 1 : reps > 100000 ? 100000 : reps;
+        for (int k = 0; k < samples && !rc; k++) {
+            t0 = now_ms();
+            for (long r = 0; r < reps; r++)
+                sq_dyntree_expand(dt, row);
+            if (!bag_add(b, K, (now_ms() - t0) / (double)reps))
+                rc = sq_error_oom(err, "the step measurement");
+        }
+        sq_dyntree_free(dt);
+    }
+    free(row);
+    return rc;
+}
+
 /* The grow hook: the shape's children of every expanded node of `level`, the draft's top-k
  * (the greedy rule), expanded when the shape gives them children. */
 static int grow_shape(sq_tree_grow *g, int level, void *user, sq_error *err)
@@ -213,7 +254,8 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
     memset(part, 0, sizeof part);
     int ok = sd && shape && nch && prompt && tok;
     for (int k = 0; k < SQ_STEP_PARTS && ok; k++)
-        ok = bag_init(&part[k], k == SQ_STEP_DRAFT_FIRST ? max_levels + 1 : maxn);
+        ok = bag_init(&part[k], k == SQ_STEP_DRAFT_FIRST ? max_levels + 1
+                                : k == SQ_STEP_EXPAND ? SQ_STEPCOST_EXPAND_MAX_K : maxn);
     sq_curve curve = {0};
     if (!ok) {
         rc = sq_error_oom(err, "the step measurement");
@@ -386,6 +428,9 @@ int sq_stepcost_measure(const sq_model *draft, const sq_model *target, const int
             sq_specdec_set_grow(sd[i], NULL, NULL);
         }
     }
+    if (!rc)
+        rc = measure_expand(V, mp->repeat > 0 ? mp->repeat : 1, mp->seed,
+                            &part[SQ_STEP_EXPAND], err);
     if (!rc) {
         sq_profile_step *st = calloc(1, sizeof *st);
         ok = st != NULL;

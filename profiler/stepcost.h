@@ -12,7 +12,14 @@
  *   draft_first: the draft's first forward of the step, keyed by the tokens it catches up;
  *   draft_level: each level's draft forward, keyed by the level's width (timed between the
  *                grow hook's calls, which bracket every level forward);
- *   overhead:    step_ms less the forwards (proposals, verification, commits, bookkeeping).
+ *   overhead:    step_ms less the forwards (proposals, verification, commits, bookkeeping);
+ *   expand:      one node's expansion by a dynamic tree (runtime/dyntree.h,
+ *                sq_dyntree_expand: the draft's softmax at temperature 1 over the vocabulary
+ *                and its top K), keyed by K = 1, 2, 4, 8 (at most the vocabulary): the work
+ *                a dynamic tree's growth adds per expanded node, which these static trees'
+ *                proposals (the draft's top-k of its logits) do not do. Timed apart, on a
+ *                row of pseudo-random logits (the softmax's cost does not depend on the
+ *                values), right after the steps, SQ_STEPCOST_EXPAND_MS a sample.
  * n = 1 is a root-only tree: plain decoding (the target's one-token forward and its commit;
  * the draft is never run).
  *
@@ -44,6 +51,8 @@
  * about 4 steps for the shipped pair, 10 and more for the 18M target), and a decode of a few
  * hundred tokens spends most of its steps past that. */
 #define SQ_STEPCOST_LEAD 16
+#define SQ_STEPCOST_EXPAND_MS 0.05   /* an expand sample: the mean of calls lasting this long */
+#define SQ_STEPCOST_EXPAND_MAX_K 8   /* the expand part's largest K                           */
 
 typedef struct sq_stepcost_params {
     sq_measure_params measure;   /* warmup, repeat, prefix, seed                           */

@@ -180,6 +180,14 @@ int sq_dyntree_new(sq_dyn_engine e, int L, int K, int N, int vocab, sq_dyntree *
     return SQ_OK;
 }
 
+const int32_t *sq_dyntree_expand(sq_dyntree *dt, const float *logits)
+{
+    /* the engines' scores: the draft's softmax at temperature 1, its K largest */
+    sq_probs_from_logits(logits, dt->V, 1.0, 1.0, dt->prob, NULL);
+    sq_topk_keys(dt->prob, dt->V, dt->K, dt->idx, dt->heap);
+    return dt->idx;
+}
+
 /* Level `level` (0 .. L - 1) gives its expanded nodes (the root, then the K kept nodes of each
  * level) their K children, then keeps the K best of the new level for the draft to read. */
 int sq_dyntree_grow(sq_tree_grow *g, int level, void *user, sq_error *err)
@@ -206,9 +214,7 @@ int sq_dyntree_grow(sq_tree_grow *g, int level, void *user, sq_error *err)
             continue;
         SQ_ASSERT(nk < K);
         const float *logits = sq_tree_grow_logits(g, u);
-        /* the engines' scores: the draft's softmax at temperature 1, its K largest */
-        sq_probs_from_logits(logits, V, 1.0, 1.0, dt->prob, NULL);
-        sq_topk_keys(dt->prob, V, K, dt->idx, dt->heap);
+        sq_dyntree_expand(dt, logits);
         double ps = level == 0 ? 1.0 : sq_tree_grow_score(g, u);
         sq_tree_children *ch = &dt->kids[nk++];
         int rc = sq_tree_grow_add(g, u, K, ch, err);

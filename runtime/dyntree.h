@@ -76,6 +76,12 @@ int sq_dyntree_new(sq_dyn_engine e, int L, int K, int N, int vocab, sq_dyntree *
                    sq_error *err);
 void sq_dyntree_free(sq_dyntree *dt);
 
+/* One node's expansion, the grow hook's work for each expanded node: the draft's softmax at
+ * temperature 1 over the vocabulary (logits: dt's vocab), then its K best tokens, which it
+ * returns (best first). The profiler times it (the step section's "expand" part,
+ * docs/formats.md). */
+const int32_t *sq_dyntree_expand(sq_dyntree *dt, const float *logits);
+
 /* The grow hook (sq_grow_fn) and the prune hook (sq_prune_fn); user: the sq_dyntree. The grow
  * hook refuses the specinfer mode (SQ_EUSAGE) and a decoder whose plan has less room than the
  * envelope needs. */

@@ -502,8 +502,8 @@ Test(dynamic, cost_per_round_in_step)
     sq_profile *t = linear_profile(b, 2, 10, 1, 200), *d = linear_profile(b, 2, 1, 0.1, 200);
     /* in-step: the verify twice the steady stream (20 + 2n), draft_first 0.5 + 0.1 n (n <= 8),
      * draft_level 1 + 0.2 w (w <= 8), overhead 0.01 n */
-    const int max[SQ_STEP_PARTS] = {32, 8, 8, 32};
-    const double a[SQ_STEP_PARTS] = {20, 0.5, 1, 0}, sl[SQ_STEP_PARTS] = {2, 0.1, 0.2, 0.01};
+    const int max[SQ_STEP_PARTS] = {32, 8, 8, 32, 0};   /* no expand part: priced 0 */
+    const double a[SQ_STEP_PARTS] = {20, 0.5, 1, 0, 0}, sl[SQ_STEP_PARTS] = {2, 0.1, 0.2, 0.01, 0};
     sq_dyn_cost steady, c;
     cr_assert_eq(sq_dyn_round_ms(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, SQ_EXTRAPOLATE_NONE,
                                  &steady, NULL), 0);
@@ -530,6 +530,45 @@ Test(dynamic, cost_per_round_in_step)
                                           SQ_EXTRAPOLATE_NONE, &c, &err), 0, "%s", err.msg);
     cr_expect_float_eq(c.target_ms, 8 * 10 + 8 * 16, 1e-9);
     cr_expect_float_eq(c.draft_ms, 2 * (8 * 1 + 0.1 * 4 * 8) + 8 * 1 + 0.1 * 16 * 8, 1e-9);
+    sq_profile_free(t);
+    sq_profile_free(d);
+}
+
+/* sequoia-run's round adds the tree's growth, 1 + (L - 1) K expanded nodes a sequence at the
+ * step section's expand cost X(K); the engines' rounds do not (they grow on the GPU). */
+Test(dynamic, runtime_round_prices_each_expanded_node)
+{
+    int b[2] = {1, 8};
+    sq_profile *t = linear_profile(b, 2, 10, 1, 200), *d = linear_profile(b, 2, 1, 0.1, 200);
+    const int none[SQ_STEP_PARTS] = {32, 8, 8, 32, 0}, with[SQ_STEP_PARTS] = {32, 8, 8, 32, 8};
+    const double a[SQ_STEP_PARTS] = {20, 0.5, 1, 0, 0.003};
+    const double sl[SQ_STEP_PARTS] = {2, 0.1, 0.2, 0.01, 0.0001};
+    sq_error err = {0};
+    sq_dyn_cost run0[2], run1[2], eng0, eng1;
+    add_step(t, none, a, sl);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(sq_dyn_round_ms_runtime(t, d, 0, b[i], 3, 4, 16, 2, SQ_EXTRAPOLATE_NONE,
+                                             &run0[i], &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_dyn_round_ms_accepted(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, 2,
+                                          SQ_EXTRAPOLATE_NONE, &eng0, &err), 0, "%s", err.msg);
+    for (int part = 0; part < SQ_STEP_PARTS; part++)
+        free(t->step->pts[part]);
+    free(t->step);
+    add_step(t, with, a, sl);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(sq_dyn_round_ms_runtime(t, d, 0, b[i], 3, 4, 16, 2, SQ_EXTRAPOLATE_NONE,
+                                             &run1[i], &err), 0, "%s", err.msg);
+    cr_assert_eq(sq_dyn_round_ms_accepted(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, 2,
+                                          SQ_EXTRAPOLATE_NONE, &eng1, &err), 0, "%s", err.msg);
+    const double x4 = 0.003 + 0.0001 * 4;   /* X(4) */
+    for (int i = 0; i < 2; i++) {
+        /* L = 3, K = 4: the root and the 4 kept nodes of level 1: 1 + 2 * 4 = 9 per sequence */
+        cr_expect_float_eq(run1[i].target_ms - run0[i].target_ms, b[i] * 9 * x4, 1e-12,
+                           "batch %d", b[i]);
+        cr_expect_float_eq(run1[i].round_ms - run0[i].round_ms, b[i] * 9 * x4, 1e-12);
+        cr_expect_float_eq(run1[i].draft_ms, run0[i].draft_ms, 1e-12);
+    }
+    cr_expect_float_eq(eng1.round_ms, eng0.round_ms, 1e-12, "the engine's round is unchanged");
     sq_profile_free(t);
     sq_profile_free(d);
 }

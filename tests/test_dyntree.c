@@ -547,6 +547,45 @@ typedef struct bad_env {
     const char   *says;
 } bad_env;
 
+/* One node's expansion (what the grow hook does per expanded node and the profiler times):
+ * the K best tokens of the draft's softmax, best first, ties to the lower id. Oracle: the
+ * logits' own order (the softmax is monotone; logits on a grid of 0.25 make distinct logits'
+ * probabilities distinct, and equal logits get equal probabilities wherever they sit). */
+Test(dyntree, an_expansion_is_the_top_k_of_the_softmax)
+{
+    unsigned s = 7;
+    for (int trial = 0; trial < 300; trial++) {
+        int V = 1 + (int)((s = s * 1103515245u + 12345u) >> 8) % 300;
+        int K = 1 + (int)((s = s * 1103515245u + 12345u) >> 8) % 8;
+        if (K > V)
+            K = V;
+        float *l = malloc((size_t)V * sizeof *l);
+        int *want = malloc((size_t)V * sizeof *want);
+        for (int i = 0; i < V; i++) {
+            s = s * 1103515245u + 12345u;
+            l[i] = -8.0f + 0.25f * (float)((s >> 8) % 49);
+            want[i] = i;
+        }
+        for (int i = 1; i < V; i++)   /* insertion sort: logit descending, id ascending */
+            for (int j = i; j > 0 && l[want[j]] > l[want[j - 1]]; j--) {
+                int t = want[j];
+                want[j] = want[j - 1];
+                want[j - 1] = t;
+            }
+        sq_dyntree *dt;
+        sq_error err = {0};
+        cr_assert_eq(sq_dyntree_new(SQ_DYN_SGLANG, 1, K, K + 1, V, &dt, &err), SQ_OK, "%s",
+                     err.msg);
+        const int32_t *got = sq_dyntree_expand(dt, l);
+        for (int k = 0; k < K; k++)
+            cr_assert_eq(got[k], want[k], "trial %d (V %d, K %d): rank %d is %d, want %d",
+                         trial, V, K, k, got[k], want[k]);
+        sq_dyntree_free(dt);
+        free(l);
+        free(want);
+    }
+}
+
 Test(dyntree, bad_envelopes_are_refused_naming_the_rule_and_the_engine)
 {
     static const bad_env bad[] = {

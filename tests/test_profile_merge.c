@@ -58,10 +58,11 @@ static sq_profile *rand_profile(int with_percentiles)
         p->points[i] = rand_point(1 + i / 4, toks[i % 4], with_percentiles);
     p->step = calloc(1, sizeof *p->step);
     p->step->draft = cJSON_Parse("{\"dim\":4}");
-    static const int keys[SQ_STEP_PARTS][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 4}, {1, 2, 3}};
+    static const int keys[SQ_STEP_PARTS][3] = {{1, 2, 3}, {1, 2, 3}, {1, 2, 4}, {1, 2, 3},
+                                               {1, 2, 4}};
     for (int k = 0; k < SQ_STEP_PARTS; k++) {
         p->step->pts[k] = calloc(3, sizeof *p->step->pts[k]);
-        int subset = k == SQ_STEP_DRAFT_FIRST || k == SQ_STEP_DRAFT_LEVEL;
+        int subset = k == SQ_STEP_DRAFT_FIRST || k == SQ_STEP_DRAFT_LEVEL || k == SQ_STEP_EXPAND;
         int mask = subset ? 1 + (int)(7 * urand()) % 7 : 7;
         for (int j = 0; j < 3; j++)
             if (mask & (1 << j))

@@ -538,6 +538,14 @@ Test(step_section, the_timed_steps_are_centred_on_the_prefix, .timeout = 120)
                                                SQ_STEPCOST_MAX_LEVELS);
     cr_assert_leq(st->context_max, prefix + SQ_MEASURE_BLOCK * SQ_STEPCOST_MAX_LEVELS);
     cr_assert_lt(st->context_min, st->context_max, "the context grows through a block");
+    /* the dynamic trees' per-node expansion, timed apart: K = 1, 2, 4, 8, each `repeat` samples */
+    cr_assert_eq(st->n[SQ_STEP_EXPAND], 4);
+    for (int i = 0; i < 4; i++) {
+        const sq_profile_point *e = &st->pts[SQ_STEP_EXPAND][i];
+        cr_assert_eq(e->tokens, 1 << i);
+        cr_assert_eq(e->samples, 20);
+        cr_assert(e->median_ms > 0 && e->median_ms < 1.0, "K = %d: %g ms", e->tokens, e->median_ms);
+    }
     for (int k = 0; k < SQ_STEP_PARTS; k++)
         free(st->pts[k]);
     free(st);
@@ -589,6 +597,7 @@ Test(tools, the_profiler_times_steps_and_refuses_what_is_not_credible, .timeout 
     cr_assert_eq(p->step->n[SQ_STEP_TARGET], 3);
     cr_assert_gt(p->step->n[SQ_STEP_DRAFT_LEVEL], 0);
     cr_assert_gt(p->step->n[SQ_STEP_DRAFT_FIRST], 0);
+    cr_assert_eq(p->step->n[SQ_STEP_EXPAND], 4, "K = 1, 2, 4, 8 of a 64-token vocabulary");
     char *text = tu_read(out, NULL);
     cr_assert(strstr(text, "\"stability\"") && strstr(text, "\"forced\": true") &&
               strstr(text, "\"load_at_start\""), "%s", text);

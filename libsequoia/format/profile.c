@@ -22,7 +22,7 @@ int sq_extrapolate_parse(const char *s)
 }
 
 static const char *const step_part_names[SQ_STEP_PARTS] = {"target", "draft_first",
-                                                           "draft_level", "overhead"};
+                                                           "draft_level", "overhead", "expand"};
 
 const char *sq_step_part_name(sq_step_part part)
 {

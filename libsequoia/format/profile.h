@@ -61,10 +61,13 @@ typedef enum sq_step_part {
     SQ_STEP_DRAFT_LEVEL,  /* "draft_level": one level's draft forward over w nodes          */
     SQ_STEP_OVERHEAD,     /* "overhead": the step's time outside the forwards (proposals,
                              verification, KV compaction) by tree size n                    */
+    SQ_STEP_EXPAND,       /* "expand": one node's expansion by a dynamic tree (the draft's
+                             softmax at temperature 1 over the vocabulary and its K best:
+                             runtime/dyntree.h, sq_dyntree_expand), by K; optional          */
     SQ_STEP_PARTS
 } sq_step_part;
 
-/* The JSON key of a part ("target", "draft_first", "draft_level", "overhead"). */
+/* The JSON key of a part ("target", "draft_first", "draft_level", "overhead", "expand"). */
 SQ_API
 const char *sq_step_part_name(sq_step_part part);
 
