@@ -335,6 +335,9 @@ Test(step_section, reads_writes_and_looks_up)
     sq_profile *q = parse(s, &err);
     cr_assert_not_null(q, "%s", err.msg);
     cr_assert_eq(q->step->n[SQ_STEP_OVERHEAD], 2);
+    cr_assert_eq(q->step->n[SQ_STEP_EXPAND], 0, "a section from before the expand part has none");
+    cr_assert_eq(sq_profile_step_ms(q, SQ_STEP_EXPAND, 4, SQ_EXTRAPOLATE_LINEAR, &ms, &err),
+                 SQ_EUSAGE);
     cr_assert_float_eq(q->step->pts[SQ_STEP_DRAFT_FIRST][1].median_ms, 0.6, 1e-12);
     /* the batch-1 slice keeps it */
     sq_profile *sl = NULL;
@@ -375,6 +378,11 @@ Test(step_section, bad_tables_name_the_field)
         {"{\"target\":[{\"tokens\":1,\"median_ms\":1}],\"overhead\":[{\"tokens\":1,"
          "\"median_ms\":-1}]}", "step.overhead[0].median_ms"},
         {"{\"target\":[{\"tokens\":1,\"median_ms\":1,\"p10_ms\":2}]}", "step.target[0].p10_ms"},
+        {"{\"target\":[{\"tokens\":1,\"median_ms\":1}],\"expand\":[{\"tokens\":1,"
+         "\"median_ms\":0}]}", "step.expand[0].median_ms"},
+        {"{\"target\":[{\"tokens\":1,\"median_ms\":1}],\"expand\":[{\"tokens\":4,"
+         "\"median_ms\":1e-3},{\"tokens\":2,\"median_ms\":1e-3}]}", "step.expand[1].tokens: 2 after 4"},
+        {"{\"target\":[{\"tokens\":1,\"median_ms\":1}],\"expand\":{}}", "step.expand: expected an array"},
         {"{\"context\":[],\"target\":[{\"tokens\":1,\"median_ms\":1}]}",
          "step.context: expected an object"},
         {"{\"context\":{\"min\":1,\"mean\":2},\"target\":[{\"tokens\":1,\"median_ms\":1}]}",
