@@ -540,35 +540,34 @@ Test(dynamic, runtime_round_prices_each_expanded_node)
 {
     int b[2] = {1, 8};
     sq_profile *t = linear_profile(b, 2, 10, 1, 200), *d = linear_profile(b, 2, 1, 0.1, 200);
-    const int none[SQ_STEP_PARTS] = {32, 8, 8, 32, 0}, with[SQ_STEP_PARTS] = {32, 8, 8, 32, 8};
+    /* the same section without, then with, the expand table */
+    const int max[2][SQ_STEP_PARTS] = {{32, 8, 8, 32, 0}, {32, 8, 8, 32, 8}};
     const double a[SQ_STEP_PARTS] = {20, 0.5, 1, 0, 0.003};
     const double sl[SQ_STEP_PARTS] = {2, 0.1, 0.2, 0.01, 0.0001};
     sq_error err = {0};
-    sq_dyn_cost run0[2], run1[2], eng0, eng1;
-    add_step(t, none, a, sl);
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(sq_dyn_round_ms_runtime(t, d, 0, b[i], 3, 4, 16, 2, SQ_EXTRAPOLATE_NONE,
-                                             &run0[i], &err), 0, "%s", err.msg);
-    cr_assert_eq(sq_dyn_round_ms_accepted(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, 2,
-                                          SQ_EXTRAPOLATE_NONE, &eng0, &err), 0, "%s", err.msg);
-    for (int part = 0; part < SQ_STEP_PARTS; part++)
-        free(t->step->pts[part]);
-    free(t->step);
-    add_step(t, with, a, sl);
-    for (int i = 0; i < 2; i++)
-        cr_assert_eq(sq_dyn_round_ms_runtime(t, d, 0, b[i], 3, 4, 16, 2, SQ_EXTRAPOLATE_NONE,
-                                             &run1[i], &err), 0, "%s", err.msg);
-    cr_assert_eq(sq_dyn_round_ms_accepted(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, 2,
-                                          SQ_EXTRAPOLATE_NONE, &eng1, &err), 0, "%s", err.msg);
+    sq_dyn_cost run[2][2], eng[2];   /* [without, with][batch] */
+    for (int w = 0; w < 2; w++) {
+        add_step(t, max[w], a, sl);
+        for (int i = 0; i < 2; i++)
+            cr_assert_eq(sq_dyn_round_ms_runtime(t, d, 0, b[i], 3, 4, 16, 2, SQ_EXTRAPOLATE_NONE,
+                                                 &run[w][i], &err), 0, "%s", err.msg);
+        cr_assert_eq(sq_dyn_round_ms_accepted(SQ_ENGINE_SGLANG, t, d, 0, 1, 3, 4, 16, 2,
+                                              SQ_EXTRAPOLATE_NONE, &eng[w], &err), 0, "%s",
+                     err.msg);
+        for (int part = 0; part < SQ_STEP_PARTS; part++)
+            free(t->step->pts[part]);
+        free(t->step);
+        t->step = NULL;
+    }
     const double x4 = 0.003 + 0.0001 * 4;   /* X(4) */
     for (int i = 0; i < 2; i++) {
         /* L = 3, K = 4: the root and the 4 kept nodes of level 1: 1 + 2 * 4 = 9 per sequence */
-        cr_expect_float_eq(run1[i].target_ms - run0[i].target_ms, b[i] * 9 * x4, 1e-12,
+        cr_expect_float_eq(run[1][i].target_ms - run[0][i].target_ms, b[i] * 9 * x4, 1e-12,
                            "batch %d", b[i]);
-        cr_expect_float_eq(run1[i].round_ms - run0[i].round_ms, b[i] * 9 * x4, 1e-12);
-        cr_expect_float_eq(run1[i].draft_ms, run0[i].draft_ms, 1e-12);
+        cr_expect_float_eq(run[1][i].round_ms - run[0][i].round_ms, b[i] * 9 * x4, 1e-12);
+        cr_expect_float_eq(run[1][i].draft_ms, run[0][i].draft_ms, 1e-12);
     }
-    cr_expect_float_eq(eng1.round_ms, eng0.round_ms, 1e-12, "the engine's round is unchanged");
+    cr_expect_float_eq(eng[1].round_ms, eng[0].round_ms, 1e-12, "the engine's round is unchanged");
     sq_profile_free(t);
     sq_profile_free(d);
 }
