@@ -384,76 +384,45 @@ static double softmax_scalar(const float *logits, int V, float mx, double temper
 #define SOFTMAX_BLOCK 256   /* values per block: four arrays of 2 KiB */
 #define HORNER_SPLIT 7      /* stage 2 runs the Horner steps c12 .. c7, stage 3 c6 .. c0 */
 
-/* Stage 1: x = (logit - max) / T, k = round(x / ln2), r = x - k·ln2 (hi, then lo). */
-__attribute__((target("avx2"))) static void exp_stage1(const float *logits, int n, __m256d vmx,
-                                                      __m256d vt, double *xs, double *ks,
-                                                      double *rs)
-{
-    const __m256d hi = _mm256_set1_pd(exp_ln2_hi), lo = _mm256_set1_pd(exp_ln2_lo);
-    const __m256d inv = _mm256_set1_pd(exp_inv_ln2);
-    /* x / 1 is x exactly (IEEE division by one): the draft's temperature-1 softmax
-     * (planner/accept/dynstats.c) skips the division, same bits */
-    const int unit = _mm256_movemask_pd(_mm256_cmp_pd(vt, _mm256_set1_pd(1.0), _CMP_EQ_OQ)) == 0xF;
-    for (int j = 0; j < n; j += 4) {
-        __m256d x = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(logits + j)), vmx);
-        if (!unit)
-            x = _mm256_div_pd(x, vt);
-        __m256d k = _mm256_round_pd(_mm256_mul_pd(x, inv),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256d r = _mm256_sub_pd(_mm256_sub_pd(x, _mm256_mul_pd(k, hi)), _mm256_mul_pd(k, lo));
-        _mm256_storeu_pd(xs + j, x);
-        _mm256_storeu_pd(ks + j, k);
-        _mm256_storeu_pd(rs + j, r);
-    }
-}
-
-/* Stage 2: the first Horner steps, p = c13, then p = p·r + c_i for i = 12 .. HORNER_SPLIT. */
-__attribute__((target("avx2"))) static void exp_stage2(int n, const double *rs, double *ps)
-{
-    for (int j = 0; j < n; j += 4) {
-        __m256d r = _mm256_loadu_pd(rs + j), p = _mm256_set1_pd(exp_c[13]);
-#pragma GCC unroll 13
-        for (int i = 12; i >= HORNER_SPLIT; i--)
-            p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(exp_c[i]));
-        _mm256_storeu_pd(ps + j, p);
-    }
-}
-
-/* Stage 3 for four values: the remaining Horner steps and the scaling by 2^k. */
-__attribute__((target("avx2"))) static inline __m256d exp_stage3(const double *ps,
-                                                                const double *rs,
-                                                                const double *ks)
-{
-    __m256d r = _mm256_loadu_pd(rs), p = _mm256_loadu_pd(ps);
-#pragma GCC unroll 13
-    for (int i = HORNER_SPLIT - 1; i >= 0; i--)
-        p = _mm256_add_pd(_mm256_mul_pd(p, r), _mm256_set1_pd(exp_c[i]));
-    /* 2^k: k + 1023 + 2^52 holds k + 1023 in its low mantissa bits */
-    __m256d biased =
-        _mm256_add_pd(_mm256_loadu_pd(ks), _mm256_set1_pd(1023.0 + 4503599627370496.0));
-    __m256i e = _mm256_slli_epi64(_mm256_castpd_si256(biased), 52);
-    return _mm256_mul_pd(p, _mm256_castsi256_pd(e));
-}
+#define EXP_SFX avx2
+#define EXP_TARGET __attribute__((target("avx2")))
+#define EXP_VL 4
+#define EXP_VD __m256d
+#define EXP_SET1 _mm256_set1_pd
+#define EXP_LOAD _mm256_loadu_pd
+#define EXP_STORE _mm256_storeu_pd
+#define EXP_ADD _mm256_add_pd
+#define EXP_SUB _mm256_sub_pd
+#define EXP_MUL _mm256_mul_pd
+#define EXP_DIV _mm256_div_pd
+#define EXP_ROUND(v) _mm256_round_pd((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define EXP_WIDEN(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define EXP_POW2(b) _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_castpd_si256(b), 52))
+#define EXP_POSITIVE(v)                                                                        \
+    __builtin_popcount((unsigned)_mm256_movemask_pd(_mm256_cmp_pd((v), _mm256_setzero_pd(),    \
+                                                                  _CMP_GT_OQ)))
+#include "libsequoia/verify/exp_isa.h"
 
 __attribute__((target("avx2"))) static double softmax_avx2(const float *logits, int V, float mx,
                                                            double temperature, double *probs)
 {
     const __m256d vmx = _mm256_set1_pd((double)mx), vt = _mm256_set1_pd(temperature);
     const __m256d low = _mm256_set1_pd(EXP_LOW);
+    const int unit = temperature == 1.0;
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     double xs[SOFTMAX_BLOCK], ks[SOFTMAX_BLOCK], rs[SOFTMAX_BLOCK], ps[SOFTMAX_BLOCK];
     const int V8 = V / 8 * 8;
     int i = 0;
     for (int b0 = 0; b0 < V8; b0 += SOFTMAX_BLOCK) {
         const int n = V8 - b0 < SOFTMAX_BLOCK ? V8 - b0 : SOFTMAX_BLOCK;   /* a multiple of 8 */
-        exp_stage1(logits + b0, n, vmx, vt, xs, ks, rs);
-        exp_stage2(n, rs, ps);
+        exp_stage1_avx2(logits + b0, n, vmx, vt, unit, xs, ks, rs);
+        exp_stage2_avx2(n, rs, ps);
         for (int j = 0; j < n; j += 8) {
             __m256d x0 = _mm256_loadu_pd(xs + j), x1 = _mm256_loadu_pd(xs + j + 4);
             /* in range (x >= -708, false for NaN): the vector exp; otherwise the scalar path */
             __m256d in0 = _mm256_cmp_pd(x0, low, _CMP_GE_OQ), in1 = _mm256_cmp_pd(x1, low, _CMP_GE_OQ);
-            __m256d e0 = _mm256_and_pd(exp_stage3(ps + j, rs + j, ks + j), in0);
-            __m256d e1 = _mm256_and_pd(exp_stage3(ps + j + 4, rs + j + 4, ks + j + 4), in1);
+            __m256d e0 = _mm256_and_pd(exp_stage3_avx2(ps + j, rs + j, ks + j), in0);
+            __m256d e1 = _mm256_and_pd(exp_stage3_avx2(ps + j + 4, rs + j + 4, ks + j + 4), in1);
             if ((_mm256_movemask_pd(in0) & _mm256_movemask_pd(in1)) != 0xF) {
                 double t0[4], t1[4];
                 _mm256_storeu_pd(t0, e0);
@@ -492,49 +461,23 @@ __attribute__((target("avx2"))) static double softmax_avx2(const float *logits, 
 
 #ifdef SQ_RULE_AVX512
 /* The three stages eight lanes wide: the same operations on every value, so the same bits. */
-__attribute__((target("avx512f"))) static void exp_stage1_512(const float *logits, int n,
-                                                              __m512d vmx, __m512d vt, int unit,
-                                                              double *xs, double *ks, double *rs)
-{
-    const __m512d hi = _mm512_set1_pd(exp_ln2_hi), lo = _mm512_set1_pd(exp_ln2_lo);
-    const __m512d inv = _mm512_set1_pd(exp_inv_ln2);
-    for (int j = 0; j < n; j += 8) {
-        __m512d x = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(logits + j)), vmx);
-        if (!unit)
-            x = _mm512_div_pd(x, vt);
-        __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, inv),
-                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(k, hi)), _mm512_mul_pd(k, lo));
-        _mm512_storeu_pd(xs + j, x);
-        _mm512_storeu_pd(ks + j, k);
-        _mm512_storeu_pd(rs + j, r);
-    }
-}
-
-__attribute__((target("avx512f"))) static void exp_stage2_512(int n, const double *rs, double *ps)
-{
-    for (int j = 0; j < n; j += 8) {
-        __m512d r = _mm512_loadu_pd(rs + j), p = _mm512_set1_pd(exp_c[13]);
-#pragma GCC unroll 13
-        for (int i = 12; i >= HORNER_SPLIT; i--)
-            p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(exp_c[i]));
-        _mm512_storeu_pd(ps + j, p);
-    }
-}
-
-__attribute__((target("avx512f"))) static inline __m512d exp_stage3_512(const double *ps,
-                                                                       const double *rs,
-                                                                       const double *ks)
-{
-    __m512d r = _mm512_loadu_pd(rs), p = _mm512_loadu_pd(ps);
-#pragma GCC unroll 13
-    for (int i = HORNER_SPLIT - 1; i >= 0; i--)
-        p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(exp_c[i]));
-    __m512d biased =
-        _mm512_add_pd(_mm512_loadu_pd(ks), _mm512_set1_pd(1023.0 + 4503599627370496.0));
-    __m512i e = _mm512_slli_epi64(_mm512_castpd_si512(biased), 52);
-    return _mm512_mul_pd(p, _mm512_castsi512_pd(e));
-}
+#define EXP_SFX avx512
+#define EXP_TARGET __attribute__((target("avx512f")))
+#define EXP_VL 8
+#define EXP_VD __m512d
+#define EXP_SET1 _mm512_set1_pd
+#define EXP_LOAD _mm512_loadu_pd
+#define EXP_STORE _mm512_storeu_pd
+#define EXP_ADD _mm512_add_pd
+#define EXP_SUB _mm512_sub_pd
+#define EXP_MUL _mm512_mul_pd
+#define EXP_DIV _mm512_div_pd
+#define EXP_ROUND(v) _mm512_roundscale_pd((v), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+#define EXP_WIDEN(p) _mm512_cvtps_pd(_mm256_loadu_ps(p))
+#define EXP_POW2(b) _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_castpd_si512(b), 52))
+#define EXP_POSITIVE(v)                                                                        \
+    __builtin_popcount((unsigned)_mm512_cmp_pd_mask((v), _mm512_setzero_pd(), _CMP_GT_OQ))
+#include "libsequoia/verify/exp_isa.h"
 
 /* softmax_avx2 eight values at a time: its two four-lane sums (values j..j+3 and j+4..j+7 of
  * every eight) are the low and high halves of one eight-lane sum, added in the same order. */
@@ -551,12 +494,12 @@ __attribute__((target("avx512f"))) static double softmax_avx512(const float *log
     int i = 0;
     for (int b0 = 0; b0 < V8; b0 += SOFTMAX_BLOCK) {
         const int n = V8 - b0 < SOFTMAX_BLOCK ? V8 - b0 : SOFTMAX_BLOCK;   /* a multiple of 8 */
-        exp_stage1_512(logits + b0, n, vmx, vt, unit, xs, ks, rs);
-        exp_stage2_512(n, rs, ps);
+        exp_stage1_avx512(logits + b0, n, vmx, vt, unit, xs, ks, rs);
+        exp_stage2_avx512(n, rs, ps);
         for (int j = 0; j < n; j += 8) {
             /* in range (x >= -708, false for NaN): the vector exp; otherwise the scalar path */
             __mmask8 in = _mm512_cmp_pd_mask(_mm512_loadu_pd(xs + j), low, _CMP_GE_OQ);
-            __m512d e = _mm512_maskz_mov_pd(in, exp_stage3_512(ps + j, rs + j, ks + j));
+            __m512d e = _mm512_maskz_mov_pd(in, exp_stage3_avx512(ps + j, rs + j, ks + j));
             if (in != 0xFF) {
                 double t[8];
                 _mm512_storeu_pd(t, e);
@@ -595,41 +538,7 @@ static int normalise_scalar(double *probs, int V, double sum)
     return nz;
 }
 
-#ifdef SQ_RULE_AVX2
-__attribute__((target("avx2"))) static int normalise_avx2(double *probs, int V, double sum)
-{
-    const __m256d s = _mm256_set1_pd(sum), zero = _mm256_setzero_pd();
-    int nz = 0, i = 0;
-    for (; i + 4 <= V; i += 4) {
-        __m256d p = _mm256_div_pd(_mm256_loadu_pd(probs + i), s);
-        _mm256_storeu_pd(probs + i, p);
-        nz += __builtin_popcount((unsigned)_mm256_movemask_pd(_mm256_cmp_pd(p, zero, _CMP_GT_OQ)));
-    }
-    for (; i < V; i++) {
-        probs[i] /= sum;
-        nz += probs[i] > 0.0;
-    }
-    return nz;
-}
-#endif
 
-#ifdef SQ_RULE_AVX512
-__attribute__((target("avx512f"))) static int normalise_avx512(double *probs, int V, double sum)
-{
-    const __m512d s = _mm512_set1_pd(sum), zero = _mm512_setzero_pd();
-    int nz = 0, i = 0;
-    for (; i + 8 <= V; i += 8) {
-        __m512d p = _mm512_div_pd(_mm512_loadu_pd(probs + i), s);
-        _mm512_storeu_pd(probs + i, p);
-        nz += __builtin_popcount((unsigned)_mm512_cmp_pd_mask(p, zero, _CMP_GT_OQ));
-    }
-    for (; i < V; i++) {
-        probs[i] /= sum;
-        nz += probs[i] > 0.0;
-    }
-    return nz;
-}
-#endif
 
 double sq_exp_nonpos(double x)
 {
