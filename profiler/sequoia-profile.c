@@ -491,9 +491,10 @@ static const char *misfit(profile_opts *o)
     /* an output that is an input, or both outputs on one file (issue 14) */
     sq_path_use in[] = {{"--import", o->import_file}, {"--model", o->model_path},
                         {"--draft", o->draft_path}};
+    sq_path_use dirs[] = {{"--model", o->model_path}, {"--draft", o->draft_path}};
     sq_path_use out[] = {{"-o", o->out_file}, {"--svg", o->svg_file}};
     sq_error e = {0};
-    if (sq_paths_check(in, 3, out, 2, &e)) {
+    if (sq_model_paths_check(in, 3, dirs, 2, out, 2, &e)) {
         snprintf(buf, sizeof buf, "%s", e.msg);
         return buf;
     }

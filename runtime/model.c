@@ -1,6 +1,7 @@
 /* Loading a checkpoint: config.json + safetensors -> typed weight views, tensor by tensor as
  * the architecture's table lists them (runtime/arch.h): matrices as stored, vectors as float32
  * (struct sq_model in runtime/backend.h); and the converted sets of sq_model_weights_as. */
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "libsequoia/base/half.h"
+#include "libsequoia/base/io.h"
 #include "runtime/arch.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
@@ -207,6 +209,92 @@ static void note_mapped(const char *dir)
         snprintf(mapped_dir[k], sizeof mapped_dir[k], "%s/model.safetensors", dir);
         n_mapped = k + 1;
     }
+}
+
+/* The names the tools open in a model directory (sq_model_paths_check): the loader's, the
+ * tokenizer's (libsequoia/text/tokenizer.h) and every checkpoint file. */
+static int model_file_name(const char *name)
+{
+    static const char *const fixed[] = {"config.json", "model.safetensors.index.json",
+                                        "tokenizer.json", "tokenizer_config.json",
+                                        "generation_config.json"};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        if (strcmp(name, fixed[i]) == 0)
+            return 1;
+    size_t n = strlen(name), k = strlen(".safetensors");
+    return n > k && strcmp(name + n - k, ".safetensors") == 0;
+}
+
+typedef struct path_list {
+    sq_path_use *uses;
+    char **owned;   /* the paths made here */
+    int n, n_owned, cap;
+} path_list;
+
+static int path_list_add(path_list *l, const char *option, const char *path, char *owned)
+{
+    if (l->n == l->cap) {
+        int nc = l->cap ? 2 * l->cap : 16;
+        sq_path_use *u = realloc(l->uses, (size_t)nc * sizeof *u);
+        if (!u)
+            return -1;
+        l->uses = u;
+        char **o = realloc(l->owned, (size_t)nc * sizeof *o);
+        if (!o)
+            return -1;
+        l->owned = o;
+        l->cap = nc;
+    }
+    l->uses[l->n++] = (sq_path_use){option, path};
+    if (owned)
+        l->owned[l->n_owned++] = owned;
+    return 0;
+}
+
+/* Appends the files that the tools read from model directory `dir` (sq_model_paths_check). */
+static int model_dir_files(path_list *l, const char *option, const char *dir)
+{
+    struct stat st;
+    if (!dir || strcmp(dir, "-") == 0 || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;   /* unreadable: loading it reports the problem */
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (!model_file_name(e->d_name))
+            continue;
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        char *path = malloc(len);
+        if (!path) {
+            rc = -1;
+            break;
+        }
+        snprintf(path, len, "%s/%s", dir, e->d_name);
+        if ((rc = path_list_add(l, option, path, path)))
+            free(path);
+    }
+    closedir(d);
+    return rc;
+}
+
+int sq_model_paths_check(const sq_path_use *inputs, int n_in, const sq_path_use *model_dirs,
+                         int n_dirs, const sq_path_use *outputs, int n_out, sq_error *err)
+{
+    path_list l = {0};
+    int rc = 0;
+    for (int i = 0; !rc && i < n_in; i++)
+        rc = path_list_add(&l, inputs[i].option, inputs[i].path, NULL);
+    for (int i = 0; !rc && i < n_dirs; i++)
+        rc = model_dir_files(&l, model_dirs[i].option, model_dirs[i].path);
+    rc = rc ? sq_error_oom(err, "a model directory's file list")
+            : sq_paths_check(l.uses, l.n, outputs, n_out, err);
+    for (int i = 0; i < l.n_owned; i++)
+        free(l.owned[i]);
+    free(l.owned);
+    free(l.uses);
+    return rc;
 }
 
 int sq_model_load(const char *dir, sq_model **out, sq_error *err)

@@ -123,6 +123,19 @@ typedef enum sq_weight_dtype {
 
 int sq_model_load(const char *dir, sq_model **out, sq_error *err);
 
+/* sq_paths_check (libsequoia/base/io.h) with, besides `inputs`, the files that the tools read
+ * from each model directory of `model_dirs` (an option and a directory; NULL, "-" or a path that
+ * is not a directory adds nothing, as loading it reports the problem): config.json,
+ * model.safetensors.index.json, every *.safetensors (the checkpoint or its shards),
+ * tokenizer.json, tokenizer_config.json and generation_config.json, those that exist. An output
+ * that would replace one of them is refused ("-o DIR/config.json: is the same file as the
+ * input --target DIR/config.json"); other files in the directory stay writable. Errors:
+ * SQ_EUSAGE as sq_paths_check, SQ_ESOFTWARE out of memory. */
+struct sq_path_use;
+int sq_model_paths_check(const struct sq_path_use *inputs, int n_in,
+                         const struct sq_path_use *model_dirs, int n_dirs,
+                         const struct sq_path_use *outputs, int n_out, sq_error *err);
+
 /* For a tool's main: a checkpoint truncated or rewritten while its mapping is in use (SIGBUS)
  * ends the process with a message naming the mapped checkpoints and exit 74, not by signal
  * (installs a process-wide SIGBUS handler; the corpus reader's guarded regions still take their

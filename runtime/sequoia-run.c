@@ -17,6 +17,7 @@
 #include "runtime/cpu_matmul.h"
 #include "runtime/dump.h"
 #include "runtime/dyntree.h"
+#include "runtime/model.h"
 #include "runtime/run.h"
 #include "runtime/tokens.h"
 #include "runtime/validate.h"
@@ -381,12 +382,14 @@ static int parse_dump(int argc, char **argv)
         return SQ_EUSAGE;
     }
     {
-        /* an output that is an input is refused before the models load (issue 14) */
+        /* an output that is an input (a model's files included) is refused before the models
+         * load (issue 14) */
         sq_path_use in[] = {{o.tokens_file ? "--tokens" : "--text",
                              o.tokens_file ? o.tokens_file : o.text_file}};
+        sq_path_use dirs[] = {{"--draft", o.draft_dir}, {"--target", o.target_dir}};
         sq_path_use out[] = {{"-o", o.out_file}};
         sq_error err = {0};
-        if (sq_paths_check(in, 1, out, 1, &err)) {
+        if (sq_model_paths_check(in, 1, dirs, 2, out, 1, &err)) {
             fprintf(stderr, PROG ": dump: %s\n", err.msg);
             return err.status;
         }
@@ -585,9 +588,10 @@ static const char *run_misfit(run_cli *o, int *rc)
     sq_path_use in[] = {{o->run.prompt_file ? "--prompt" : "--prompt-text",
                          o->run.prompt_file ? o->run.prompt_file : o->run.prompt_text_file},
                         {"--plan", o->run.plan_file}};
+    sq_path_use dirs[] = {{"--draft", o->run.draft_dir}, {"--target", o->run.target_dir}};
     sq_path_use out[] = {{"-o", o->run.out_file}, {"--report", o->run.report_file},
                          {"--text", o->run.text_file}};
-    if (sq_paths_check(in, o->run.plan_file ? 2 : 1, out, 3, &err)) {
+    if (sq_model_paths_check(in, o->run.plan_file ? 2 : 1, dirs, 2, out, 3, &err)) {
         snprintf(buf, sizeof buf, "%s", err.msg);
         return buf;
     }

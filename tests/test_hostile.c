@@ -272,6 +272,74 @@ Test(hostile, d1_commit_refuses_two_outputs_on_one_file)
     tu_rmtree(dir);
 }
 
+/* ---- D6: outputs over a model's own files ---------------------------------------------------- */
+
+/* One refusal: the tool exits 64 before any work, names the output and the model's option, and
+ * the file's bytes are unchanged. */
+static void expect_model_file_kept(const char *const *argv, const char *file, const char *opt)
+{
+    size_t before_len, after_len;
+    char *before = tu_read(file, &before_len);
+    char *e = NULL;
+    int rc = run_limited(120, argv, NULL, &e);
+    cr_assert_eq(rc, 64, "%s over %s: exit %d: %s", argv[1], file, rc, e);
+    cr_assert(e && strstr(e, file) && strstr(e, opt) && strstr(e, "refusing to overwrite an input"),
+              "%s", e);
+    char *after = tu_read(file, &after_len);
+    cr_assert(before_len == after_len && memcmp(before, after, before_len) == 0,
+              "%s was overwritten", file);
+    free(before);
+    free(after);
+    free(e);
+}
+
+/* Every output option of sequoia-run, its dump and sequoia-profile refuses to replace a file
+ * that the tools read from a model directory (config.json, the checkpoint or a shard,
+ * tokenizer.json): found by a second hostile-input audit, where `-o DIR/config.json` replaced
+ * the target's config with exit 0. Another file in the directory stays writable. */
+Test(hostile, d6_outputs_never_replace_a_models_files, .timeout = 600)
+{
+    char *dir = tu_tmpdir();
+    char *d = random_model(dir, "d", 1), *t = random_model(dir, "t", 2);
+    put(dir, "plan.json", PLAN);
+    put(dir, "tokens.txt", "1 2 3 4 5 6 7 8\n");
+    put(t, "tokenizer.json", "{}");
+    put(t, "part-00002-of-00002.safetensors", "a shard's bytes");
+    char *plan = tu_path(dir, "plan.json"), *tokens = tu_path(dir, "tokens.txt");
+    char *t_cfg = tu_path(t, "config.json"), *d_st = tu_path(d, "model.safetensors");
+    char *t_tok = tu_path(t, "tokenizer.json");
+    char *t_shard = tu_path(t, "part-00002-of-00002.safetensors");
+    const char *R = bin("SQ_RUN_BIN"), *F = bin("SQ_PROFILE_BIN");
+#define RUN_ARGS R, "--draft", d, "--target", t, "--plan", plan, "--prompt", tokens, "-n", "8", "-q"
+    const char *a1[] = {RUN_ARGS, "-o", t_cfg, NULL};
+    expect_model_file_kept(a1, t_cfg, "--target");
+    const char *a2[] = {RUN_ARGS, "--report", d_st, NULL};
+    expect_model_file_kept(a2, d_st, "--draft");
+    const char *a3[] = {RUN_ARGS, "--text", t_tok, NULL};
+    expect_model_file_kept(a3, t_tok, "--target");
+    const char *a4[] = {R, "dump", "--draft", d, "--target", t, "--tokens", tokens, "-q", "-o",
+                        t_shard, NULL};
+    expect_model_file_kept(a4, t_shard, "--target");
+    const char *a5[] = {F, "--model", t, "--tokens", "1,2", "--repeat", "2", "-q", "--force",
+                        "-o", t_cfg, NULL};
+    expect_model_file_kept(a5, t_cfg, "--model");
+    char *prof = tu_path(dir, "p.json");
+    const char *a6[] = {F, "--model", t, "--draft", d, "--tokens", "1,2", "--repeat", "2", "-q",
+                        "--force", "-o", prof, "--svg", d_st, NULL};
+    expect_model_file_kept(a6, d_st, "--draft");
+    /* an output of another name inside the model's directory is written */
+    char *mine = tu_path(t, "ids.txt");
+    const char *ok[] = {R, "--draft", d, "--target", d, "--plan", plan, "--prompt", tokens, "-n",
+                        "8", "-q", "-o", mine, NULL};
+    char *e = NULL;
+    int rc = run_limited(120, ok, NULL, &e);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, e);
+    cr_assert(tu_exists(mine));
+    free(e);
+#undef RUN_ARGS
+    tu_rmtree(dir);
+}
+
 /* ---- D3: dump --resume into an existing folder ----------------------------------------------- */
 
 Test(hostile, d3_dump_resume_into_a_directory_is_refused_up_front, .timeout = 120)
