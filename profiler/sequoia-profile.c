@@ -134,7 +134,7 @@ static int parse_list_of(const char *opt, long max, const char *s, int *v, int *
         char *end;
         errno = 0;
         long x = strtol(p, &end, 10);
-        if (errno || end == p || x < 1 || x > max || (*end && *end != ',')) {
+        if (errno || end == p || x < 1 || x > max || (*end && (*end != ',' || !end[1]))) {
             fprintf(stderr, PROG ": %s: '%s' is not a comma-separated list of counts from 1 to "
                     "%ld\n", opt, s, max);
             return SQ_EUSAGE;
@@ -461,7 +461,7 @@ static const char *misfit_merge(const profile_opts *o, char *buf, size_t cap)
         in[i] = (sq_path_use){"--merge", o->merge_files[i]};
     sq_path_use out[] = {{"-o", o->out_file}, {"--svg", o->svg_file}};
     sq_error e = {0};
-    if (sq_paths_check(in, o->n_merge, out, 2, &e)) {
+    if (sq_paths_check(in, o->n_merge, out, 2, &e) || sq_paths_distinct(in, o->n_merge, &e)) {
         snprintf(buf, cap, "%s", e.msg);
         return buf;
     }
@@ -483,6 +483,8 @@ static const char *misfit(profile_opts *o)
         return "--dry-run checks a --model; it does not apply to --import";
     if (!!o->model_path == !!o->import_file)
         return "give exactly one of --model and --import (see --help)";
+    if (o->ntokens > 0 && o->max_given)
+        return "give one of --tokens (the counts) and --max-tokens (counts doubling up to N)";
     if (o->max_tokens > SQ_PROFILE_MAX_TOKENS) {
         snprintf(buf, sizeof buf, "--max-tokens: %d exceeds the limit of %d", o->max_tokens,
                  SQ_PROFILE_MAX_TOKENS);

@@ -181,6 +181,10 @@ Test(cli_profile, bad_requests_are_refused_without_output)
     } cases[] = {
         {{"--tokens", "1,64", "--prefix", "16"}, 64, "past the model's context of 64"},
         {{"--tokens", "4,2"}, 64, "increase strictly"},
+        {{"--tokens", "1,2,"}, 64, "comma-separated list"},
+        {{"--tokens", "1,,2"}, 64, "comma-separated list"},
+        {{"--tokens", "1", "--max-tokens", "4"}, 64, "one of --tokens"},
+        {{"--max-tokens", "4", "--tokens", "1"}, 64, "one of --tokens"},
         {{"--backend", "tpu"}, 64, "unknown backend"},
         {{"--backend", "cuda", "--tokens", "1", "--prefix", "4"}, 64, "CUDA"},
         {{"--dtype", "f8"}, 64, "unknown dtype"},

@@ -517,6 +517,8 @@ Test(merge_tool, an_output_that_is_an_input_and_bad_usage_exit_64)
     write_profile(a, 1.0, 64, NULL, NULL, 1);
     write_profile(b, 1.1, 64, NULL, NULL, 1);
     char *before = tu_read(b, NULL);
+    char a2[4096];
+    snprintf(a2, sizeof a2, "%s/./a.json", dir);
     char *cases[][10] = {
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, "-o", b, NULL},
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, "-o", svg, "--svg", a, NULL},
@@ -525,10 +527,12 @@ Test(merge_tool, an_output_that_is_an_input_and_bad_usage_exit_64)
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, "--model", a, "-o", svg, NULL},
         {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, "--pool", "mode", "-o", svg, NULL},
         {(char *)bin("SQ_PROFILE_BIN"), "--model", a, "--pool", "mean", "-o", svg, NULL},
+        /* one file named twice (here through "dir/./a.json") would count its samples twice */
+        {(char *)bin("SQ_PROFILE_BIN"), "--merge", a, b, a2, "-o", svg, NULL},
     };
     static const char *const says[] = {"-o", "--svg", "give the profiles to pool", "--tokens",
                                        "--model", "--pool 'mode': expected median or mean",
-                                       "--pool goes with --merge"};
+                                       "--pool goes with --merge", "would count twice"};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char *se = NULL;
         int rc = tu_run(cases[i], NULL, &se);

@@ -841,6 +841,23 @@ int sq_paths_check(const sq_path_use *inputs, int n_in, const sq_path_use *outpu
     return SQ_OK;
 }
 
+int sq_paths_distinct(const sq_path_use *inputs, int n, sq_error *err)
+{
+    for (int i = 0; i < n; i++) {
+        path_id a;
+        if (!inputs[i].path || path_identify(inputs[i].path, &a) != 0 || !a.exists || !a.regular)
+            continue;
+        for (int j = 0; j < i; j++) {
+            path_id b;
+            if (inputs[j].path && path_identify(inputs[j].path, &b) == 0 && path_id_same(&a, &b))
+                return sq_error_set(err, SQ_EUSAGE, "%s %s and %s %s: name the same file; it "
+                                    "would count twice", inputs[j].option, inputs[j].path,
+                                    inputs[i].option, inputs[i].path);
+        }
+    }
+    return SQ_OK;
+}
+
 int sq_path_broken_link(const char *path, sq_error *err)
 {
     struct stat st;

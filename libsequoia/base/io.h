@@ -109,4 +109,10 @@ typedef struct sq_path_use {
 int sq_paths_check(const sq_path_use *inputs, int n_in, const sq_path_use *outputs, int n_out,
                    sq_error *err);
 
+/* Inputs that are pooled (a merge): two that are the same regular file (device and inode,
+ * symlinks followed) would count it twice. Errors: SQ_EUSAGE "A and B: name the same file; it
+ * would count twice". Entries that do not exist or are not regular files are skipped (reading
+ * them reports the problem). */
+int sq_paths_distinct(const sq_path_use *inputs, int n, sq_error *err);
+
 #endif
