@@ -610,20 +610,40 @@ static cJSON *measured_at_json(time_t start, time_t end)
     return sq_json_build_end(bl, o);
 }
 
-/* When a source profile was taken: its "measured_at" (start, end), else the file's modification
- * time for both (profiles written before measured_at was recorded); *from_mtime says which. */
-static void source_time(const cJSON *root, const char *file, time_t *start, time_t *end,
-                        int *from_mtime)
+/* When a source profile was taken: its "measured_at" (start, end), else, for a profile without
+ * one (written before measured_at was recorded), the file's modification time for both;
+ * *from_mtime says which. A measured_at that is there but not two UTC times in order is an
+ * error (SQ_EDATA naming the field), never replaced by the file's date. */
+static int source_time(const cJSON *root, const char *file, time_t *start, time_t *end,
+                       int *from_mtime, sq_error *err)
 {
     const cJSON *m = sq_json_field(root, "measured_at");
-    *start = utc_parse(cJSON_GetStringValue(sq_json_field(m, "start")));
-    *end = utc_parse(cJSON_GetStringValue(sq_json_field(m, "end")));
     *from_mtime = 0;
-    if (*start == (time_t)-1 || *end == (time_t)-1 || *end < *start) {
+    if (!m) {
         struct stat st;
         *start = *end = stat(file, &st) == 0 ? st.st_mtime : (time_t)-1;
         *from_mtime = 1;
+        return SQ_OK;
     }
+    if (!cJSON_IsObject(m))
+        return sq_error_set(err, SQ_EDATA, "%s: measured_at: expected an object with \"start\" "
+                            "and \"end\"", file);
+    static const char *const key[2] = {"start", "end"};
+    time_t *t[2] = {start, end};
+    for (int i = 0; i < 2; i++) {
+        const char *v = cJSON_GetStringValue(sq_json_field(m, key[i]));
+        if (!v)
+            return sq_error_set(err, SQ_EDATA, "%s: measured_at.%s: missing or not a string "
+                                "(a UTC time like 2026-12-01T18:58:06Z)", file, key[i]);
+        if ((*t[i] = utc_parse(v)) == (time_t)-1)
+            return sq_error_set(err, SQ_EDATA, "%s: measured_at.%s: '%s' is not a UTC time "
+                                "like 2026-12-01T18:58:06Z", file, key[i], v);
+    }
+    if (*end < *start)
+        return sq_error_set(err, SQ_EDATA, "%s: measured_at: end %s is before start %s", file,
+                            cJSON_GetStringValue(sq_json_field(m, "end")),
+                            cJSON_GetStringValue(sq_json_field(m, "start")));
+    return SQ_OK;
 }
 
 static int judge_and_write(profile_opts *o, const sq_profile *prof, const char *title,
@@ -648,7 +668,7 @@ static int merge_profiles(profile_opts *o, sq_error *err)
         if (!(rc = sq_json_load(o->merge_files[i], &root, err)))
             rc = sq_profile_from_json(root, o->merge_files[i], &in[i], err);
         if (!rc)
-            source_time(root, o->merge_files[i], &t0[i], &t1[i], &mt[i]);
+            rc = source_time(root, o->merge_files[i], &t0[i], &t1[i], &mt[i], err);
         cJSON_Delete(root);
     }
     sq_merge_drift drift;

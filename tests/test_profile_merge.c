@@ -495,6 +495,20 @@ Test(merge_tool, mismatched_inputs_exit_65_and_leave_the_output_as_it_was)
     cr_assert_str_eq(text, "old");
     free(text);
     free(se);
+    /* a measured_at that is there but wrong is named, never replaced by the file's date */
+    static const char *const times[][3] = {
+        {"yesterday", "2026-12-02T00:00:00Z", "measured_at.start: 'yesterday' is not a UTC time"},
+        {"2026-12-02T01:00:00Z", "2026-12-02T00:00:00Z", "measured_at: end 2026-12-02T00:00:00Z "
+                                                         "is before start"},
+        {"2026-12-02T00:00:00Z", "12:00", "measured_at.end: '12:00' is not a UTC time"},
+    };
+    for (size_t i = 0; i < sizeof times / sizeof *times; i++) {
+        write_profile(b, 1.1, 64, times[i][0], times[i][1], 1);
+        rc = tu_run(argv, NULL, &se);
+        cr_assert_eq(rc, 65, "case %zu: exit %d: %s", i, rc, se);
+        cr_assert(strstr(se, b) && strstr(se, times[i][2]), "case %zu: %s", i, se);
+        free(se);
+    }
     /* success replaces it whole */
     write_profile(b, 1.1, 64, NULL, NULL, 1);
     rc = tu_run(argv, NULL, &se);
