@@ -135,6 +135,18 @@ ParameterizedTestParameters(plan, reader_rejects_broken_plans)
         {"{\"format\":\"sequoia-plan\",\"version\":1,\"size\":4,\"depth\":3,\"expected_tokens\":2,"
          "\"rank_semantics\":\"draft-topk\",\"nodes\":{\"parent\":[-1,0,0,1.5],\"rank\":[0,1,2,1],"
          "\"depth\":[0,1,1,2]}," ACC "}", {"nodes.parent[3]", "integer"}},
+        /* the derived members, when present, agree with the nodes (level widths 1, 2, 1;
+         * f = 1, .5, .25, .25) */
+        {"{\"format\":\"sequoia-plan\",\"version\":1,\"size\":4,\"depth\":3,\"expected_tokens\":2,"
+         "\"rank_semantics\":\"draft-topk\",\"level_widths\":[1,1,2],\"nodes\":{\"parent\":"
+         "[-1,0,0,1],\"rank\":[0,1,2,1],\"depth\":[0,1,1,2]}," ACC "}",
+         {"level_widths[1]", "have 2 at level 1"}},
+        {"{\"format\":\"sequoia-plan\",\"version\":1,\"size\":4,\"depth\":3,\"expected_tokens\":2,"
+         "\"rank_semantics\":\"draft-topk\",\"nodes\":{\"parent\":[-1,0,0,1],\"rank\":[0,1,2,1],"
+         "\"depth\":[0,1,1,2],\"score\":[1,0.5,0.25,-5]}," ACC "}", {"nodes.score[3]", "give 0.25"}},
+        {"{\"format\":\"sequoia-plan\",\"version\":1,\"size\":4,\"depth\":3,\"expected_tokens\":2,"
+         "\"rank_semantics\":\"draft-topk\",\"nodes\":{\"parent\":[-1,0,0,1],\"rank\":[0,1,2,1],"
+         "\"depth\":[0,1,1,2],\"score\":[1,0.5]}," ACC "}", {"nodes.score", "4 numbers"}},
         {"{\"format\":\"sequoia-table\",\"version\":1}", {"format", "sequoia-table"}},
     };
     return cr_make_param_array(bad_plan, cases, sizeof cases / sizeof *cases);

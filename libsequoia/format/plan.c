@@ -116,6 +116,65 @@ static int int_array(const cJSON *nodes, const char *key, int n, long long lo, l
     }
     return SQ_OK;
 }
+/* The members a writer derives from the nodes and the curve (sq_plan_to_json), checked when
+ * present so that a plan never carries widths or scores its tree does not have: level_widths
+ * (the nodes per level) exactly, nodes.score (f(v)) within SQ_PLAN_F_TOL. */
+static int check_derived(const cJSON *root, const cJSON *nodes, const sq_plan *p,
+                         const char *file, sq_error *err)
+{
+    const sq_tree *t = p->tree;
+    const int levels = sq_tree_depth(t);
+    const cJSON *lw = sq_json_field(root, "level_widths");
+    const cJSON *sc = sq_json_field(nodes, "score");
+    if (!lw && !sc)
+        return SQ_OK;
+    int *w = malloc((size_t)levels * sizeof *w);
+    double *f = malloc((size_t)t->n * sizeof *f);
+    int rc = SQ_OK;
+    if (!w || !f) {
+        rc = sq_error_oom(err, "a plan's check");
+        goto done;
+    }
+    sq_tree_level_widths(t, w);
+    sq_tree_expected_tokens(t, &p->acceptance, f);
+    if (lw) {
+        if (!cJSON_IsArray(lw) || cJSON_GetArraySize(lw) != levels) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: level_widths: expected an array of %d integers "
+                              "(one per level of the nodes)", file, levels);
+            goto done;
+        }
+        int i = 0;
+        for (const cJSON *e = lw->child; e; e = e->next, i++)
+            if (!cJSON_IsNumber(e) || e->valuedouble != (double)w[i]) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: level_widths[%d]: the nodes have %d at "
+                                  "level %d", file, i, w[i], i);
+                goto done;
+            }
+    }
+    if (sc) {
+        if (!cJSON_IsArray(sc) || cJSON_GetArraySize(sc) != t->n) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: nodes.score: expected an array of %d numbers "
+                              "(one per node)", file, t->n);
+            goto done;
+        }
+        int i = 0;
+        for (const cJSON *e = sc->child; e; e = e->next, i++)
+            if (!cJSON_IsNumber(e)) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: nodes.score[%d]: not a number", file, i);
+                goto done;
+            } else if (!(fabs(e->valuedouble - f[i]) <= SQ_PLAN_F_TOL)) {
+                rc = sq_error_set(err, SQ_EDATA, "%s: nodes.score[%d]: %.17g, but the nodes and "
+                                  "the acceptance curve give %.17g", file, i, e->valuedouble,
+                                  f[i]);
+                goto done;
+            }
+    }
+done:
+    free(w);
+    free(f);
+    return rc;
+}
+
 /* The "hardware" object (planner/hardware.c's sq_hw_to_json), checked before it is copied
  * into a plan (issue 27 W13): its known members have their types and ranges, so that a report
  * or a summary never repeats a speedup of -3 or a time of "fast". Other members are kept. */
@@ -248,6 +307,8 @@ int sq_plan_from_json(const cJSON *root, const char *file, sq_plan **out, sq_err
                           "acceptance curve give %.17g", file, f, p->expected_tokens);
         goto fail;
     }
+    if ((rc = check_derived(root, nodes, p, file, err)))
+        goto fail;
     const cJSON *solver = sq_json_field(root, "solver");
     if (solver) {
         long long b = 0, d = 0, w = 0;
