@@ -195,3 +195,54 @@ Test(accept_stats, rank_compare_and_the_drop_rule)
     cr_assert(sq_accept_significant_drop(-1e-9, 0, 3), "no error: any real drop");
     cr_assert(!sq_accept_significant_drop(-1e-13, 0, 3), "rounding is not a drop");
 }
+
+/* Merges the shards a (unchanged) and b (its curve's "stats" member edited by `edit`), expecting
+ * SQ_EDATA with `msg` in the message. */
+static void merge_refuses(void (*edit)(cJSON *stats), const char *msg)
+{
+    sq_accept_stats *a = random_stats(6, 7), *b = random_stats(7, 9);
+    sq_curve_set *sets[2] = {shard(a, "aa", "sequence", 1), shard(b, "bb", "sequence", 1)};
+    edit(cJSON_GetObjectItemCaseSensitive(sets[1]->curves[0].extra, "stats"));
+    char *files[2] = {"a.json", "b.json"};
+    sq_curve_set m;
+    sq_error err = {0};
+    cr_assert_eq(sq_accept_merge(sets, files, 2, "test", &m, &err), SQ_EDATA, "%s", msg);
+    cr_assert(strstr(err.msg, msg), "expected \"%s\" in: %s", msg, err.msg);
+    sq_curve_set_free(sets[0]);
+    sq_curve_set_free(sets[1]);
+    sq_accept_stats_free(a);
+    sq_accept_stats_free(b);
+}
+
+static void zero_sum_y0(cJSON *st)
+{
+    cJSON *sum_y = cJSON_GetObjectItemCaseSensitive(st, "sum_y");
+    cJSON_SetNumberValue(cJSON_GetArrayItem(sum_y, 0), 0);
+}
+
+static void huge_sum_n(cJSON *st)
+{
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(st, "sum_n"), 0x1p63);
+}
+
+/* The merge adds the shards' sums, so a shard whose sums do not give its own p (an edited or
+ * damaged file) is refused as --compare refuses it, and so are counts no corpus has. */
+Test(accept_stats, merge_refuses_statistics_that_do_not_reproduce_p)
+{
+    merge_refuses(zero_sum_y0, "b.json: curves[0].stats: do not reproduce p[0]");
+    merge_refuses(huge_sum_n, "b.json: curves[0].stats.sum_n: 9.2233720368547758e+18 positions, "
+                              "more than 2^53");
+    /* the same counts made consistent with p: still refused, by the reader */
+    cJSON *o = cJSON_Parse("{\"units\": 2, \"sum_n\": 9.2233720368547758e18, \"sum_n2\": "
+                           "4.2535295865117308e37, \"sum_y\": [4.6116860184273879e18], "
+                           "\"sum_ny\": [2.1267647932558654e37], \"sum_yy\": "
+                           "[[1.0633823966279327e37]]}");
+    sq_accept_stats *s = NULL;
+    sq_error err = {0};
+    cr_assert_eq(sq_accept_stats_from_json(o, 1, "f.json", "curves[0].stats", &s, &err),
+                 SQ_EDATA);
+    cr_assert(strstr(err.msg, "f.json: curves[0].stats.sum_n: ") &&
+              strstr(err.msg, "more than 2^53"), "%s", err.msg);
+    cr_assert_null(s);
+    cJSON_Delete(o);
+}

@@ -940,6 +940,13 @@ int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, con
         rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_n: negative counts", file, ctx);
         goto fail;
     }
+    /* positions are counted exactly in a double up to 2^53 (and written as an integer,
+     * "positions"); more is no corpus but a damaged file */
+    if (s->sum_n > 0x1p53) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_n: %.17g positions, more than 2^53 (a "
+                          "damaged file)", file, ctx, s->sum_n);
+        goto fail;
+    }
     const cJSON *rows = sq_json_field(obj, "sum_yy");
     if (!cJSON_IsArray(rows) || cJSON_GetArraySize(rows) != width) {
         rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_yy: expected %d rows of %d numbers", file,
