@@ -246,3 +246,45 @@ Test(accept_stats, merge_refuses_statistics_that_do_not_reproduce_p)
     cr_assert_null(s);
     cJSON_Delete(o);
 }
+
+/* Reads random statistics back after setting sum_yy[j][k] (and sum_yy[k][j] when `both`) to v, or
+ * the member `key` to v; expects SQ_EDATA naming `msg`. */
+static void stats_refused(const char *key, int j, int k, int both, double v, const char *msg)
+{
+    sq_accept_stats *st = random_stats(8, 12), *back = NULL;
+    cJSON *o = sq_accept_stats_to_json(st);
+    cr_assert_not_null(o);
+    if (key) {
+        cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(o, key), v);
+    } else {
+        cJSON *yy = cJSON_GetObjectItemCaseSensitive(o, "sum_yy");
+        cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetArrayItem(yy, j), k), v);
+        if (both)
+            cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetArrayItem(yy, k), j), v);
+    }
+    sq_error err = {0};
+    cr_expect_eq(sq_accept_stats_from_json(o, W, "f.json", "curves[0].stats", &back, &err),
+                 SQ_EDATA, "%s", msg);
+    cr_expect(strstr(err.msg, msg), "expected \"%s\" in: %s", msg, err.msg);
+    sq_accept_stats_free(back);
+    cJSON_Delete(o);
+    sq_accept_stats_free(st);
+}
+
+/* The whole block of sums is checked when it is read (by --compare, --merge, the depth rows):
+ * an off-diagonal sum_yy that no units give would hand the comparison error bars of any size
+ * (a real drop of F passed the gate with sum_yy[0][1] = 1e18). */
+Test(accept_stats, statistics_that_no_units_give_are_refused_when_read)
+{
+    sq_accept_stats *st = random_stats(8, 12);
+    double yy01 = st->sum_yy[1], cs = sqrt(st->sum_yy[0] * st->sum_yy[W + 1]);
+    sq_accept_stats_free(st);
+    stats_refused(NULL, 0, 1, 1, 1e18, "f.json: curves[0].stats.sum_yy[0][1]: 1e+18 is outside");
+    stats_refused(NULL, 0, 1, 0, yy01 * 1.5, "f.json: curves[0].stats.sum_yy[0][1]: ");
+    stats_refused(NULL, 0, 1, 0, yy01 * 1.5, "(a sum of products is symmetric)");
+    stats_refused(NULL, 0, 1, 1, -1, "f.json: curves[0].stats.sum_yy[0][1]: -1 is outside");
+    stats_refused(NULL, 0, 1, 1, cs * 0.999, "implies a covariance of ranks 1 and 2 larger");
+    stats_refused(NULL, 2, 2, 0, -3, "f.json: curves[0].stats.sum_yy[2][2]: -3 is outside");
+    stats_refused("sum_n2", 0, 0, 0, 0, "f.json: curves[0].stats.sum_n2: 0 is outside");
+    stats_refused("units", 0, 0, 0, 0, "f.json: curves[0].stats.units: 0, but sum_n is");
+}
