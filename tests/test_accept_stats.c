@@ -1,12 +1,15 @@
 /* planner/accept/stats.c and merge.c: curves from statistics and back, the exact shard merge,
- * and the regression maths of --compare, against direct computation on the sums. */
+ * and the regression maths of --compare, against direct computation on the sums; the checks of
+ * the shards a merge takes (their statistics, their dynamic-tree statistics). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "libsequoia/base/json.h"
+#include "libsequoia/format/dynstats.h"
 #include "planner/accept/accept.h"
+#include "planner/accept/dynstats.h"
 #include "planner/accept/merge.h"
 #include "planner/accept/stats.h"
 
@@ -287,4 +290,72 @@ Test(accept_stats, statistics_that_no_units_give_are_refused_when_read)
     stats_refused(NULL, 2, 2, 0, -3, "f.json: curves[0].stats.sum_yy[2][2]: -3 is outside");
     stats_refused("sum_n2", 0, 0, 0, 0, "f.json: curves[0].stats.sum_n2: 0 is outside");
     stats_refused("units", 0, 0, 0, 0, "f.json: curves[0].stats.units: 0, but sum_n is");
+}
+
+/* ---- the dynamic-tree statistics' merge (planner/accept/dynstats.h) ------------------------- */
+
+static const char dyn_good[] =
+    "{\"format\": \"sequoia-dynamic-stats\", \"version\": 1, \"topk\": 3, \"draft_temperature\": 1,"
+    " \"seed\": 0, \"corpora\": 1, \"segments\": [[0, 4, 0], [10, 2, 0]], \"draft_topk\": "
+    "[[0.5, 0.3, 0.1], [0.6, 0.2, 0.1], [0.9, 0.05, 0.01], [0.4, 0.4, 0.1], [0.7, 0.1, 0.1], "
+    "[0.5, 0.2, 0.2]], \"next_rank\": [0, 1, -1, 2, 0, 0], \"accept\": {\"topk@T1\": "
+    "[[0.4, 0.1, 0.05], [0.5, 0.1, 0], [0.8, 0, 0], [0.3, 0.3, 0.1], [0.6, 0.1, 0], "
+    "[0.4, 0.1, 0.1]]}}";
+
+/* Merges dyn_good (a.json) with a copy (b.json) whose arr[i][j] (arr[i] when j < 0) is set to
+ * v (no edit when arr is NULL). */
+static int dyn_merge(const char *arr, int i, int j, double v, sq_error *err)
+{
+    cJSON *a = cJSON_Parse(dyn_good), *b = cJSON_Parse(dyn_good), *out = NULL;
+    cr_assert(a && b);
+    if (arr) {
+        cJSON *x = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(b, arr), i);
+        cJSON *item = j >= 0 ? cJSON_GetArrayItem(x, j) : x;
+        cJSON_SetNumberValue(item, v);
+    }
+    const cJSON *objs[2] = {a, b};
+    const char *files[2] = {"a.json", "b.json"};
+    int rc = sq_dynstats_merge(objs, files, 2, &out, err);
+    if (rc == SQ_OK) {
+        /* what a merge writes, the planner reads */
+        sq_dynstats_shape sh;
+        cr_assert_eq(sq_dynstats_check(out, "m.json", &sh, err), SQ_OK, "%s", err->msg);
+        cr_assert_eq(sh.corpora, 2);
+        cr_assert_eq(sh.samples, 12);
+        cr_assert_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(sq_json_field(out, "segments"), 3),
+                                        2)->valueint, 1, "b.json's corpus 0 is corpus 1");
+    }
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    cJSON_Delete(out);
+    return rc;
+}
+
+/* Each shard is checked as the planner checks a curves file, naming the shard and the field:
+ * a corpus index outside [0, corpora) (once rebased onto a wrong corpus, or overflowing an int),
+ * an unsorted row of the draft's top-K, a row summing past 1, a segment of negative length. */
+Test(accept_stats, dynamic_merge_checks_each_shard_as_the_planner_does)
+{
+    sq_error err = {0};
+    cr_assert_eq(dyn_merge(NULL, 0, 0, 0, &err), SQ_OK, "%s", err.msg);
+    static const struct {
+        const char *arr;
+        int i, j;
+        double v;
+        const char *msg;
+    } bad[] = {
+        {"segments", 0, 2, 2147483647.0, "b.json: dynamic.segments[0][2]: expected a corpus index"},
+        {"segments", 1, 2, -1, "b.json: dynamic.segments[1][2]: expected a corpus index"},
+        {"segments", 0, 2, 1, "b.json: dynamic.segments[0][2]: expected a corpus index"},
+        {"draft_topk", 0, 0, 0, "b.json: dynamic.draft_topk[0]: not sorted in decreasing order"},
+        {"draft_topk", 3, 2, 0.3, "b.json: dynamic.draft_topk[3]: the probabilities sum to 1.1"},
+        {"segments", 1, 1, -2, "b.json: dynamic.segments[1]: expected [row0, length >= 1"},
+        {"next_rank", 2, -1, 3, "b.json: dynamic.next_rank[2]: expected an integer in [-1, 2]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err = (sq_error){0};
+        cr_expect_eq(dyn_merge(bad[i].arr, bad[i].i, bad[i].j, bad[i].v, &err), SQ_EDATA,
+                     "%s", bad[i].msg);
+        cr_expect(strstr(err.msg, bad[i].msg), "expected \"%s\" in: %s", bad[i].msg, err.msg);
+    }
 }
