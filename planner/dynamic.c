@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "libsequoia/base/json.h"
+#include "libsequoia/format/dynstats.h"
 #include "libsequoia/format/dynplan.h"
 #include "planner/hardware.h"
 
@@ -92,14 +93,12 @@ int sq_dyn_samples_new(int n, int K, const double *q, const double *a, const int
     return SQ_OK;
 }
 
-/* rows x K numbers in [0, 1] from arr into v; sums of a row at most 1 (+ rounding). */
-static int read_rows(const cJSON *arr, int n, int K, const char *file, const char *ctx, double *v,
-                     sq_error *err)
+/* The rows of arr (checked) into v. */
+static void copy_rows(const cJSON *arr, int K, double *v, const char *file, const char *ctx)
 {
-    if (!cJSON_IsArray(arr) || cJSON_GetArraySize(arr) != n)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: expected an array of %d rows (one per "
-                            "sample)", file, ctx, n);
-    return sq_json_get_unit_rows(arr, K, 1.001, v, file, ctx, err);
+    sq_error unused = {0};
+    int rc = sq_json_get_unit_rows(arr, K, 0, v, file, ctx, &unused);
+    SQ_ASSERT(rc == SQ_OK);
 }
 
 int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *config,
@@ -111,24 +110,14 @@ int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *
         return sq_error_set(err, SQ_EDATA, "%s: no key \"dynamic\": the curves hold no "
                             "statistics for a dynamic-tree prediction (estimate them again "
                             "with sequoia-accept, which writes them by default)", file);
-    const char *fmt = NULL;
-    long long K = 0, ver = 0;
-    int rc;
-    if ((rc = sq_json_get_string(d, "format", 1, &fmt, file, "dynamic", err)) ||
-        (rc = sq_json_get_int(d, "version", 1, 1, 1, &ver, file, "dynamic", err)) ||
-        (rc = sq_json_get_int(d, "topk", 1, 1, SQ_DYN_MAX_TOPK, &K, file, "dynamic", err)))
+    /* the whole object is checked as sequoia-accept --merge checks its inputs (one function,
+     * libsequoia/format/dynstats.h); what follows only reads it */
+    _Static_assert(SQ_DYN_MAX_TOPK >= SQ_DYNSTATS_MAX_TOPK, "the statistics' K fits the planner");
+    sq_dynstats_shape sh;
+    int rc = sq_dynstats_check(d, file, &sh, err);
+    if (rc)
         return rc;
-    if (strcmp(fmt, "sequoia-dynamic-stats") != 0)
-        return sq_error_set(err, SQ_EDATA, "%s: dynamic.format: \"%s\", expected "
-                            "\"sequoia-dynamic-stats\"", file, fmt);
-    const cJSON *segs = sq_json_field(d, "segments"), *q = sq_json_field(d, "draft_topk");
-    const cJSON *acc = sq_json_field(d, "accept");
-    if (!cJSON_IsArray(segs) || cJSON_GetArraySize(segs) < 1)
-        return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments: expected a non-empty array",
-                            file);
-    if (!cJSON_IsObject(acc))
-        return sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: expected an object", file);
-    const cJSON *a = sq_json_field(acc, config);
+    const cJSON *acc = sq_json_field(d, "accept"), *a = sq_json_field(acc, config);
     if (!a) {
         char list[512] = "";
         size_t len = 0;
@@ -140,82 +129,35 @@ int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *
         return sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: no configuration \"%s\" (it has "
                             "%s)", file, config, len ? list : "none");
     }
-    int n_segs = cJSON_GetArraySize(segs);
-    int *len = malloc((size_t)n_segs * sizeof *len);
+    const int K = sh.topk, n = sh.samples, n_off = sh.offpath;
+    int *len = malloc((size_t)sh.segments * sizeof *len), g = 0;
     if (!len)
         return sq_error_oom(err, "segments");
-    int n = 0, g = 0;
     const cJSON *sg;
-    cJSON_ArrayForEach(sg, segs) {
-        const cJSON *l = cJSON_GetArrayItem(sg, 1);
-        if (!cJSON_IsArray(sg) || !cJSON_IsNumber(l) || l->valuedouble < 1 ||
-            l->valuedouble > 1e7 || l->valuedouble != floor(l->valuedouble)) {
-            free(len);
-            return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments[%d]: expected [row0, "
-                                "length >= 1, corpus]", file, g);
-        }
-        len[g++] = l->valueint;
-        n += l->valueint;
-        if (n > 10000000) {
-            free(len);
-            return sq_error_set(err, SQ_EDATA, "%s: dynamic.segments: more than 10^7 samples",
-                                file);
-        }
-    }
-    const cJSON *offq = sq_json_field(d, "offpath_topk");
-    int n_off = cJSON_GetArraySize(offq);
-    if (offq && (!cJSON_IsArray(offq) || n_off < 1 || n_off > 10000000)) {
-        free(len);
-        return sq_error_set(err, SQ_EDATA, "%s: dynamic.offpath_topk: expected a non-empty array "
-                            "of rows", file);
-    }
+    cJSON_ArrayForEach(sg, sq_json_field(d, "segments"))
+        len[g++] = cJSON_GetArrayItem(sg, 1)->valueint;
     sq_dyn_samples *s = NULL;
-    if ((rc = samples_alloc(n, n_off, (int)K, &s, err))) {
+    if ((rc = samples_alloc(n, n_off, K, &s, err))) {
         free(len);
         return rc;
     }
-    char ctx[200];
-    snprintf(ctx, sizeof ctx, "dynamic.accept.%s", config);
-    if ((rc = read_rows(q, n, (int)K, file, "dynamic.draft_topk", s->q, err)) ||
-        (rc = read_rows(a, n, (int)K, file, ctx, s->a, err)) ||
-        (n_off && (rc = read_rows(offq, n_off, (int)K, file, "dynamic.offpath_topk",
-                                  s->q + (size_t)n * K, err)))) {
-        free(len);
-        sq_dyn_samples_free(s);
-        return rc;
-    }
-    for (int i = 0; i < n + n_off; i++)
-        for (int k = 1; k < K; k++)
-            if (s->q[(size_t)i * K + k] > s->q[(size_t)i * K + k - 1]) {
-                free(len);
-                sq_dyn_samples_free(s);
-                return sq_error_set(err, SQ_EDATA, "%s: dynamic.%s[%d]: not sorted in "
-                                    "decreasing order", file, i < n ? "draft_topk"
-                                    : "offpath_topk", i < n ? i : i - n);
-            }
-    const cJSON *nr = sq_json_field(d, "next_rank");
-    if (nr) {
-        int i = 0;
-        const cJSON *x;
-        if (!cJSON_IsArray(nr) || cJSON_GetArraySize(nr) != n ||
-            !(s->text_rank = malloc((size_t)n * sizeof *s->text_rank))) {
+    copy_rows(sq_json_field(d, "draft_topk"), K, s->q, file, "dynamic.draft_topk");
+    copy_rows(a, K, s->a, file, config);
+    if (n_off)
+        copy_rows(sq_json_field(d, "offpath_topk"), K, s->q + (size_t)n * K, file,
+                  "dynamic.offpath_topk");
+    if (sh.next_rank) {
+        if (!(s->text_rank = malloc((size_t)n * sizeof *s->text_rank))) {
             free(len);
             sq_dyn_samples_free(s);
-            return sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank: expected %d ranks", file,
-                                n);
+            return sq_error_oom(err, "next_rank");
         }
-        cJSON_ArrayForEach(x, nr) {
-            if (!cJSON_IsNumber(x) || x->valuedouble < -1 || x->valuedouble >= K ||
-                x->valuedouble != floor(x->valuedouble)) {
-                free(len);
-                sq_dyn_samples_free(s);
-                return sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank[%d]: expected an "
-                                    "integer in [-1, %lld]", file, i, K - 1);
-            }
+        int i = 0;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, sq_json_field(d, "next_rank"))
             s->text_rank[i++] = x->valueint;
-        }
     }
-    link_segments(s, len, n_segs);
+    link_segments(s, len, sh.segments);
     free(len);
     snprintf(s->config, sizeof s->config, "%s", config);
     *out = s;

@@ -382,6 +382,64 @@ Test(dynamic, off_path_nodes_take_the_off_path_contexts)
  * draft's top-1 tokens, all of whose L nodes are in the tree when N = L + 1). A step at x
  * accepts the run of rank-1 positions from x, at most L, and emits one more token; tokens/step is
  * tokens over steps. */
+/* The statistics' members the predictor does not use are checked too, where the format says
+ * what they are (docs/formats.md, "dynamic"): a draft temperature other than 1 (the predictor
+ * assumes the engines' temperature-1 scores), a seed or a count of corpora that is no count, a
+ * segment that is not [row0, length, corpus] of integers, a calibration table of another shape. */
+Test(dynamic, statistics_members_the_predictor_ignores_are_checked)
+{
+    static const char good[] =
+        "{\"dynamic\": {\"format\": \"sequoia-dynamic-stats\", \"version\": 1, \"topk\": 2, "
+        "\"draft_temperature\": 1, \"seed\": 3, \"corpora\": 1, \"segments\": [[0, 2, 0], "
+        "[7, 1, 0]], \"draft_topk\": [[0.6, 0.3], [0.5, 0.5], [0.9, 0.1]], \"accept\": "
+        "{\"greedy@T0\": [[1, 0], [0, 1], [0, 0]]}, \"calibration\": {\"bins\": [0, 0.5, 1], "
+        "\"greedy@T0\": {\"count\": [[0, 3], [3, 0]], \"mean_accept\": [[0, 0.3], [0.3, 0]]}}}}";
+    static const struct {
+        const char *from, *to, *msg;
+    } bad[] = {
+        {"\"draft_temperature\": 1", "\"draft_temperature\": -1", "dynamic.draft_temperature: -1"},
+        {"\"seed\": 3", "\"seed\": \"x\"", "dynamic.seed: expected an integer seed"},
+        {"\"seed\": 3", "\"seed\": 1.5", "dynamic.seed: expected an integer seed"},
+        {"\"corpora\": 1", "\"corpora\": -5", "dynamic.corpora: expected a count of corpora"},
+        {"[[0, 2, 0]", "[[\"x\", 2, 0]", "dynamic.segments[0][0]: expected the first row"},
+        {"[[0, 2, 0]", "[[-4, 2, 0]", "dynamic.segments[0][0]: expected the first row"},
+        {"[7, 1, 0]", "[7, 1]", "dynamic.segments[1]: expected [row0, length >= 1, corpus]"},
+        {"[7, 1, 0]", "[7, 1, 0, 4]", "dynamic.segments[1]: expected [row0, length >= 1, corpus]"},
+        {"[7, 1, 0]", "[7, 1, 1]", "dynamic.segments[1][2]: expected a corpus index, an integer "
+                                   "in [0, 1) (dynamic.corpora)"},
+        {"[0, 0.5, 1]", "[0, 0.7, 0.5]", "dynamic.calibration.bins[2]: expected increasing"},
+        {"[[0, 3], [3, 0]]", "[[0, 3]]", "dynamic.calibration.greedy@T0: expected \"count\" and"},
+        {"[[0, 3], [3, 0]]", "[[0, -3], [3, 0]]", "dynamic.calibration.greedy@T0.count[0][1]"},
+        {"[[0, 0.3], [0.3, 0]]", "[[0, 1.3], [0.3, 0]]",
+         "dynamic.calibration.greedy@T0.mean_accept[0][1]: expected a probability"},
+        {"\"calibration\": {", "\"calibration\": {\"topk@T1\": {}, ",
+         "dynamic.calibration.topk@T1: not a configuration of dynamic.accept"},
+    };
+    sq_dyn_samples *s = NULL;
+    sq_error e = {0};
+    cJSON *root = cJSON_Parse(good);
+    cr_assert_eq(sq_dyn_samples_from_json(root, "s.json", "greedy@T0", &s, &e), SQ_OK, "%s",
+                 e.msg);
+    sq_dyn_samples_free(s);
+    cJSON_Delete(root);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[2048];
+        const char *at = strstr(good, bad[i].from);
+        cr_assert(at, "%s", bad[i].from);
+        snprintf(text, sizeof text, "%.*s%s%s", (int)(at - good), good, bad[i].to,
+                 at + strlen(bad[i].from));
+        cr_assert(root = cJSON_Parse(text), "%s", text);
+        e = (sq_error){0};
+        s = NULL;
+        cr_expect_eq(sq_dyn_samples_from_json(root, "s.json", "greedy@T0", &s, &e), SQ_EDATA,
+                     "%s", bad[i].to);
+        cr_expect(strstr(e.msg, "s.json: ") && strstr(e.msg, bad[i].msg), "expected \"%s\" in: %s",
+                  bad[i].msg, e.msg);
+        sq_dyn_samples_free(s);
+        cJSON_Delete(root);
+    }
+}
+
 Test(dynamic, replay_counts_tokens_over_steps_as_a_decoder)
 {
     enum { n = 90, K = 2 };

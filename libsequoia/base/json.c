@@ -235,7 +235,9 @@ int sq_json_get_unit_rows(const cJSON *arr, int k, double max_row_sum, double *v
             if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 1))
                 return sq_error_set(err, SQ_EDATA, "%s: %s[%d][%d]: expected a probability in "
                                     "[0, 1]", file, ctx, i, j);
-            v[(size_t)i * k + j++] = x->valuedouble;
+            if (v)
+                v[(size_t)i * k + j] = x->valuedouble;
+            j++;
             sum += x->valuedouble;
         }
         if (max_row_sum > 0 && sum > max_row_sum)

@@ -36,9 +36,9 @@ int sq_json_get_int(const cJSON *obj, const char *key, int required, long long l
 int sq_json_get_numbers(const cJSON *arr, double lo, double hi, size_t max_n, double **out,
                         size_t *n, const char *file, const char *ctx, sq_error *err);
 
-/* The rows of arr (an array, checked by the caller) into v, which has room for all of them: each
- * row an array of k numbers in [0, 1] (probabilities); max_row_sum > 0: a row summing above it
- * is an error too. */
+/* The rows of arr (an array, checked by the caller) into v, which has room for all of them (v
+ * NULL: checked only): each row an array of k numbers in [0, 1] (probabilities);
+ * max_row_sum > 0: a row summing above it is an error too. */
 int sq_json_get_unit_rows(const cJSON *arr, int k, double max_row_sum, double *v,
                           const char *file, const char *ctx, sq_error *err);
 

@@ -915,6 +915,91 @@ static int get_vec(const cJSON *obj, const char *key, int W, double *dst, const 
     return vec_of(arr, W, dst, file, where, err);
 }
 
+/* What the sums of s must satisfy by their definitions (docs/estimator.md, "Output"): over units
+ * u with n_u >= 0 positions (or weights) and per-rank sums 0 <= Y_uk <= n_u, every sum is >= 0,
+ * sum_n2 lies in [sum_n^2 / U, sum_n^2], sum_ny[k] <= sum_n2 and sum_yy[j][k] <= sum_n2,
+ * sum_yy is symmetric, its diagonal is at least sum_y[k]^2 / U and sum_ny[k]^2 / sum_n2, each
+ * entry obeys Cauchy-Schwarz against the diagonal, and so does the covariance the sums imply
+ * (a Gram matrix: Σ_u (Y_uj - p_j n_u)(Y_uk - p_k n_u)). All within rounding (relative
+ * `tol`). A file that breaks one was edited or damaged, and would give --compare error bars
+ * of any size (docs/robustness.md). */
+static int stats_consistent(const sq_accept_stats *s, const char *file, const char *ctx,
+                            sq_error *err)
+{
+    const double tol = 1e-9, U = (double)s->units, N = s->sum_n, N2 = s->sum_n2;
+    const int W = s->width;
+    const double *yy = s->sum_yy;
+#define YY(j, k) yy[(size_t)(j) * (size_t)W + (size_t)(k)]
+    if (s->units == 0 && (N > 0 || N2 > 0))
+        return sq_error_set(err, SQ_EDATA, "%s: %s.units: 0, but sum_n is %.17g and sum_n2 "
+                            "%.17g (no units, no positions)", file, ctx, N, N2);
+    if (s->units > 0 && (N2 > N * N * (1 + tol) || N2 < N * N / U * (1 - tol)))
+        return sq_error_set(err, SQ_EDATA, "%s: %s.sum_n2: %.17g is outside [sum_n^2 / units, "
+                            "sum_n^2] = [%.17g, %.17g]", file, ctx, N2, N * N / U, N * N);
+    for (int k = 0; k < W; k++) {
+        if (s->sum_ny[k] < 0 || s->sum_ny[k] > N2 * (1 + tol))
+            return sq_error_set(err, SQ_EDATA, "%s: %s.sum_ny[%d]: %.17g is outside [0, sum_n2 = "
+                                "%.17g]", file, ctx, k, s->sum_ny[k], N2);
+        double lo = s->units > 0 ? s->sum_y[k] * s->sum_y[k] / U : 0;
+        if (N2 > 0 && s->sum_ny[k] * s->sum_ny[k] / N2 > lo)
+            lo = s->sum_ny[k] * s->sum_ny[k] / N2;
+        if (YY(k, k) < lo * (1 - tol) || YY(k, k) > N2 * (1 + tol))
+            return sq_error_set(err, SQ_EDATA, "%s: %s.sum_yy[%d][%d]: %.17g is outside [%.17g, "
+                                "sum_n2 = %.17g], the range its sums sum_y[%d] and sum_ny[%d] "
+                                "allow", file, ctx, k, k, YY(k, k), lo, N2, k, k);
+    }
+    for (int j = 0; j < W; j++)
+        for (int k = j + 1; k < W; k++) {
+            double a = YY(j, k), b = YY(k, j), m = fmax(fabs(a), fabs(b));
+            if (fabs(a - b) > tol * m)
+                return sq_error_set(err, SQ_EDATA, "%s: %s.sum_yy[%d][%d]: %.17g, but "
+                                    "sum_yy[%d][%d] is %.17g (a sum of products is symmetric)",
+                                    file, ctx, j, k, a, k, j, b);
+            double cs = sqrt(YY(j, j) * YY(k, k));
+            if (a < 0 || a > cs * (1 + tol))
+                return sq_error_set(err, SQ_EDATA, "%s: %s.sum_yy[%d][%d]: %.17g is outside [0, "
+                                    "sqrt(sum_yy[%d][%d] sum_yy[%d][%d]) = %.17g] (Cauchy-Schwarz)",
+                                    file, ctx, j, k, a, j, j, k, k, cs);
+        }
+    if (!(N > 0))
+        return SQ_OK;
+    /* the covariance's numerators v_jk and the size of their terms (their rounding) */
+    double *v = malloc((size_t)W * (size_t)W * sizeof *v);
+    double *sz = malloc((size_t)W * (size_t)W * sizeof *sz);
+    int rc = SQ_OK;
+    if (!v || !sz)
+        rc = sq_error_oom(err, "statistics check");
+    for (int j = 0; j < W && !rc; j++)
+        for (int k = 0; k < W; k++) {
+            double pj = s->sum_y[j] / N, pk = s->sum_y[k] / N;
+            size_t i = (size_t)j * (size_t)W + (size_t)k;
+            v[i] = YY(j, k) - pj * s->sum_ny[k] - pk * s->sum_ny[j] + pj * pk * N2;
+            sz[i] = fabs(YY(j, k)) + pj * s->sum_ny[k] + pk * s->sum_ny[j] + pj * pk * N2;
+        }
+    for (int k = 0; k < W && !rc; k++) {
+        size_t i = (size_t)k * (size_t)W + (size_t)k;
+        if (v[i] < -tol * sz[i])
+            rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_yy[%d][%d]: %.17g gives rank %d a "
+                              "negative variance (its sums sum_y and sum_ny need at least "
+                              "%.17g)", file, ctx, k, k, YY(k, k), k + 1, YY(k, k) - v[i]);
+    }
+    for (int j = 0; j < W && !rc; j++)
+        for (int k = j + 1; k < W && !rc; k++) {
+            size_t jk = (size_t)j * (size_t)W + (size_t)k;
+            size_t jj = (size_t)j * (size_t)W + (size_t)j, kk = (size_t)k * (size_t)W + (size_t)k;
+            double bound = sqrt(fmax(v[jj], 0) * fmax(v[kk], 0));
+            if (fabs(v[jk]) > bound + tol * (sz[jk] + sqrt(sz[jj] * sz[kk])))
+                rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_yy[%d][%d]: %.17g implies a "
+                                  "covariance of ranks %d and %d larger than their standard "
+                                  "errors allow (Cauchy-Schwarz); the file was edited or damaged",
+                                  file, ctx, j, k, YY(j, k), j + 1, k + 1);
+        }
+#undef YY
+    free(v);
+    free(sz);
+    return rc;
+}
+
 int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, const char *ctx,
                               sq_accept_stats **out, sq_error *err)
 {
@@ -940,6 +1025,13 @@ int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, con
         rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_n: negative counts", file, ctx);
         goto fail;
     }
+    /* positions are counted exactly in a double up to 2^53 (and written as an integer,
+     * "positions"); more is no corpus but a damaged file */
+    if (s->sum_n > 0x1p53) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_n: %.17g positions, more than 2^53 (a "
+                          "damaged file)", file, ctx, s->sum_n);
+        goto fail;
+    }
     const cJSON *rows = sq_json_field(obj, "sum_yy");
     if (!cJSON_IsArray(rows) || cJSON_GetArraySize(rows) != width) {
         rc = sq_error_set(err, SQ_EDATA, "%s: %s.sum_yy: expected %d rows of %d numbers", file,
@@ -961,6 +1053,8 @@ int sq_accept_stats_from_json(const cJSON *obj, int width, const char *file, con
                               k, s->sum_y[k], s->sum_n);
             goto fail;
         }
+    if ((rc = stats_consistent(s, file, ctx, err)))
+        goto fail;
     *out = s;
     return SQ_OK;
 fail:

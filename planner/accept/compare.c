@@ -177,10 +177,8 @@ int sq_accept_compare(const char *base_file, const char *new_file,
                               cn->mode ? cn->mode : "?", cn->temperature, cn->top_p, new_file);
             goto done;
         }
-        if ((rc = sq_accept_curve_stats_check(cb, base_file, i, err)) ||
-            (rc = sq_accept_curve_stats_check(cn, new_file, j, err)) ||
-            (rc = sq_accept_curve_depth_stats_check(cb, base_file, i, err)) ||
-            (rc = sq_accept_curve_depth_stats_check(cn, new_file, j, err)))
+        if ((rc = sq_accept_curve_stats_verify(cb, base_file, i, err)) ||
+            (rc = sq_accept_curve_stats_verify(cn, new_file, j, err)))
             goto done;
         compared++;
         if (cb->width != cn->width && o->warn)

@@ -679,7 +679,7 @@ int sq_dynstats_run(sq_corpus *const *corpora, const char *const *files, const u
 
 /* ---- merge ---------------------------------------------------------------------------------- */
 
-/* Appends the rows of arr (n x K numbers in [0, 1]) to *v. */
+/* Appends the rows of arr (n x K probabilities, checked by sq_dynstats_check) to *v. */
 static int take_rows(const cJSON *arr, int K, const char *file, const char *ctx, double **v,
                      int *n, sq_error *err)
 {
@@ -712,30 +712,32 @@ int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n_
     int *segs = NULL, *nrank = NULL, all_ranks = 1;
     for (int f = 0; f < n_in && !rc; f++) {
         const cJSON *o = objs[f];
-        const char *fmt = NULL;
-        long long k = 0, c = 0, ver = 0;
-        double sd = 0;
-        if ((rc = sq_json_get_string(o, "format", 1, &fmt, files[f], SQ_DYNSTATS_KEY, err)) ||
-            (rc = sq_json_get_int(o, "version", 1, 1, SQ_DYNSTATS_VERSION, &ver, files[f],
-                                  SQ_DYNSTATS_KEY, err)) ||
-            (rc = sq_json_get_int(o, "topk", 1, 1, SQ_DYNSTATS_MAX_TOPK, &k, files[f],
-                                  SQ_DYNSTATS_KEY, err)) ||
-            (rc = sq_json_get_int(o, "corpora", 1, 1, 1 << 20, &c, files[f], SQ_DYNSTATS_KEY,
-                                  err)) ||
-            (rc = sq_json_get_number(o, "seed", 1, &sd, files[f], SQ_DYNSTATS_KEY, err)))
+        /* each shard checked as the planner checks a curves file, so that the merge neither
+         * writes what the planner refuses nor takes a damaged shard's numbers */
+        sq_dynstats_shape sh;
+        if ((rc = sq_dynstats_check(o, files[f], &sh, err)))
             break;
-        if (strcmp(fmt, SQ_DYNSTATS_FORMAT) != 0) {
-            rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.format: \"%s\", expected \"%s\"",
-                              files[f], fmt, SQ_DYNSTATS_FORMAT);
+        if (!sh.has_seed || sh.corpora < 1) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.%s: missing (a merge needs every "
+                              "shard's seed and count of corpora)", files[f],
+                              sh.has_seed ? "corpora" : "seed");
             break;
         }
+        if (corpora + sh.corpora > SQ_DYNSTATS_MAX_CORPORA ||
+            n + sh.samples > SQ_DYNSTATS_MAX_SAMPLES) {
+            rc = sq_error_set(err, SQ_EDATA, "%s: dynamic: with the shards before it, more than "
+                              "%d corpora or 10^7 samples, more than a curves file holds",
+                              files[f], SQ_DYNSTATS_MAX_CORPORA);
+            break;
+        }
+        double sd = sq_json_field(o, "seed")->valuedouble;
         const cJSON *accept = sq_json_field(o, "accept");
-        int nc = cJSON_GetArraySize(accept);
+        int nc = sh.configs;
         if (f == 0) {
-            K = (int)k;
+            K = sh.topk;
             seed = sd;
             n_cfg = nc;
-            if (!cJSON_IsObject(accept) || nc < 1 || nc > SQ_ACCEPT_MAX_CONFIGS) {
+            if (nc > SQ_ACCEPT_MAX_CONFIGS) {
                 rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: expected an object of 1 to "
                                   "%d configurations", files[f], SQ_ACCEPT_MAX_CONFIGS);
                 break;
@@ -743,7 +745,7 @@ int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n_
             int j = 0;
             const cJSON *cj;
             cJSON_ArrayForEach(cj, accept) names[j++] = cj->string;
-        } else if (k != K || sd != seed || nc != n_cfg) {
+        } else if (sh.topk != K || sd != seed || nc != n_cfg) {
             rc = sq_error_set(err, SQ_EDATA, "%s: dynamic: topk, seed or configurations differ "
                               "from %s's; merge statistics of one setting", files[f], files[0]);
             break;
@@ -752,32 +754,17 @@ int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n_
         if ((rc = take_rows(sq_json_field(o, "draft_topk"), K, files[f], "dynamic.draft_topk",
                             &q, &n, err)))
             break;
-        const cJSON *nr = sq_json_field(o, "next_rank");
-        all_ranks &= nr != NULL;
+        all_ranks &= sh.next_rank;
         if (all_ranks) {
-            int m = cJSON_GetArraySize(nr), i = 0;
-            int *g = realloc(nrank, ((size_t)n + 1) * sizeof *g);
+            int *g = realloc(nrank, ((size_t)n + 1) * sizeof *g), i = 0;
             if (!g) {
                 rc = sq_error_oom(err, "next_rank");
                 break;
             }
             nrank = g;
             const cJSON *x;
-            if (!cJSON_IsArray(nr) || m != n - before)
-                rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank: expected %d ranks",
-                                  files[f], n - before);
-            cJSON_ArrayForEach(x, nr) {
-                if (rc)
-                    break;
-                if (!cJSON_IsNumber(x) || x->valuedouble < -1 || x->valuedouble >= K ||
-                    x->valuedouble != floor(x->valuedouble))
-                    rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank[%d]: expected an "
-                                      "integer in [-1, %d]", files[f], i, K - 1);
-                else
-                    nrank[before + i++] = x->valueint;
-            }
-            if (rc)
-                break;
+            cJSON_ArrayForEach(x, sq_json_field(o, "next_rank"))
+                nrank[before + i++] = x->valueint;
         }
         for (int j = 0; j < n_cfg && !rc; j++) {
             char ctx[200];
@@ -786,37 +773,26 @@ int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n_
             if (!arr)
                 rc = sq_error_set(err, SQ_EDATA, "%s: %s: missing (the configurations differ "
                                   "from %s's)", files[f], ctx, files[0]);
-            else if (!(rc = take_rows(arr, K, files[f], ctx, &acc[j], &nacc[j], err)) &&
-                     nacc[j] != n)
-                rc = sq_error_set(err, SQ_EDATA, "%s: %s: %d rows, draft_topk has %d", files[f],
-                                  ctx, nacc[j] - before, n - before);
+            else
+                rc = take_rows(arr, K, files[f], ctx, &acc[j], &nacc[j], err);
         }
-        const cJSON *js = sq_json_field(o, "segments"), *sg;
-        int m = cJSON_GetArraySize(js), total = 0;
-        int *g = rc ? NULL : realloc(segs, ((size_t)n_segs + (size_t)m) * 3 * sizeof *g + 1);
+        int *g = rc ? NULL : realloc(segs, ((size_t)n_segs + (size_t)sh.segments) * 3 *
+                                               sizeof *g + 1);
         if (!rc && !g)
             rc = sq_error_oom(err, "segments");
         if (rc)
             break;
         segs = g;
-        cJSON_ArrayForEach(sg, js) {
-            if (cJSON_GetArraySize(sg) != 3 || !cJSON_IsNumber(cJSON_GetArrayItem(sg, 0)) ||
-                !cJSON_IsNumber(cJSON_GetArrayItem(sg, 1)) ||
-                !cJSON_IsNumber(cJSON_GetArrayItem(sg, 2))) {
-                rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.segments[%d]: expected [row0, "
-                                  "length, corpus]", files[f], n_segs);
-                break;
-            }
+        /* the corpus indices are rebased after the shards before this one (checked: in
+         * [0, corpora), and the total stays within SQ_DYNSTATS_MAX_CORPORA) */
+        const cJSON *sg;
+        cJSON_ArrayForEach(sg, sq_json_field(o, "segments")) {
             for (int i = 0; i < 3; i++)
                 segs[3 * n_segs + i] = cJSON_GetArrayItem(sg, i)->valueint;
             segs[3 * n_segs + 2] += corpora;
-            total += segs[3 * n_segs + 1];
             n_segs++;
         }
-        if (!rc && total != n - before)
-            rc = sq_error_set(err, SQ_EDATA, "%s: dynamic.segments: %d positions, draft_topk has "
-                              "%d", files[f], total, n - before);
-        corpora += (int)c;
+        corpora += sh.corpora;
     }
     if (!rc) {
         double *a = malloc((size_t)n_cfg * n * K * sizeof *a + 1);

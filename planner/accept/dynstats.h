@@ -37,12 +37,9 @@
 
 #include "libsequoia/base/error.h"
 #include "libsequoia/format/corpus.h"
+#include "libsequoia/format/dynstats.h"
 #include "planner/accept/accept.h"
 
-#define SQ_DYNSTATS_KEY "dynamic"
-#define SQ_DYNSTATS_FORMAT "sequoia-dynamic-stats"
-#define SQ_DYNSTATS_VERSION 1
-#define SQ_DYNSTATS_MAX_TOPK 16
 #define SQ_DYNSTATS_BINS 10
 
 typedef struct sq_dynstats_params {
@@ -103,8 +100,11 @@ void sq_dynstats_draft_topk(const float *d, int V, int K, double *scratch, sq_ac
 
 /* The statistics of several curve files' "dynamic" objects as one (sequoia-accept --merge): the
  * samples concatenated in input order (each corpus kept its own budget, so this equals one run over
- * all the corpora), the calibration recomputed. Every object must have the same topk, seed and
- * configurations (SQ_EDATA naming the file otherwise). */
+ * all the corpora), the calibration recomputed. Every object is first checked as the planner
+ * checks it (sq_dynstats_check, libsequoia/format/dynstats.h), so that a bad shard is named
+ * instead of the merged file being refused later; every object must also hold "seed" and
+ * "corpora" and have the same topk, seed and configurations (SQ_EDATA naming the file
+ * otherwise). */
 int sq_dynstats_merge(const cJSON *const *objs, const char *const *files, int n, cJSON **out,
                       sq_error *err);
 

@@ -135,8 +135,11 @@ static int merge_curve(sq_curve_set *const *sets, char *const *files, int n_file
                               files[0]);
             break;
         }
+        /* a shard whose statistics do not reproduce its own p is refused, as --compare refuses
+         * it: its sums, not its p, are what the merge adds */
         sq_accept_curve_stats cs;
-        if ((rc = sq_accept_curve_stats_read(c, files[f], idx, &cs, err)))
+        if ((rc = sq_accept_curve_stats_verify(c, files[f], idx, err)) ||
+            (rc = sq_accept_curve_stats_read(c, files[f], idx, &cs, err)))
             break;
         if (f == 0) {
             first = cs;

@@ -276,6 +276,12 @@ int sq_accept_curve_depth_stats_check(const sq_curve *c, const char *file, int i
     return rc;
 }
 
+int sq_accept_curve_stats_verify(const sq_curve *c, const char *file, int idx, sq_error *err)
+{
+    int rc = sq_accept_curve_stats_check(c, file, idx, err);
+    return rc ? rc : sq_accept_curve_depth_stats_check(c, file, idx, err);
+}
+
 int sq_accept_curve_depth_row(const sq_curve *c, const char *file, int idx, int d, sq_curve *out,
                               sq_error *err)
 {

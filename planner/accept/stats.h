@@ -63,6 +63,12 @@ int sq_accept_curve_stats_check(const sq_curve *c, const char *file, int idx, sq
 int sq_accept_curve_depth_stats_check(const sq_curve *c, const char *file, int idx,
                                       sq_error *err);
 
+/* Both checks above, p against "stats" and the depth rows against "stats_by_depth": what every
+ * reader of a curve's statistics runs before trusting them (--compare on both files, --merge on
+ * every shard), so that an edited or damaged file is refused (exit 65) instead of changing a
+ * merged curve or a comparison's error bars. */
+int sq_accept_curve_stats_verify(const sq_curve *c, const char *file, int idx, sq_error *err);
+
 /* Row d (0-based) of curve c as a flat curve into *out (to sq_curve_clear): p = p_by_depth[d]
  * (a curve without p_by_depth gives p itself for every d), stderr = stderr_by_depth[d], and
  * the row's statistics as its "stats" member, so that the comparison's maths applies to it. */
