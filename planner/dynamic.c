@@ -455,7 +455,9 @@ static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int 
     long long *reach = calloc((size_t)L + 1, sizeof *reach);
     int *roots = NULL;
     int n_roots = roots_of(s, L, &roots);
-    trial_ws ws;
+    /* zeroed: when an allocation above fails, trial_ws_new never runs and the cleanup below
+     * frees ws's (null) levels (docs/robustness.md: out of memory is exit 70, never an abort) */
+    trial_ws ws = {0};
     int ok = sum && sum2 && csum && reach && n_roots > 0 && trial_ws_new(&ws, L, K) == 0;
     int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
     uint32_t kept;
@@ -513,7 +515,7 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
     short *mxs = malloc((size_t)passes * n * per * sizeof *mxs + 1);
     unsigned char *dep = malloc((size_t)passes * n + 1);
     uint32_t *kpt = malloc(((size_t)passes * n + 1) * sizeof *kpt);
-    trial_ws ws;
+    trial_ws ws = {0};   /* freed below even when trial_ws_new never ran (as in grid_roots) */
     int ok = mxs && dep && kpt && trial_ws_new(&ws, L, K) == 0;
     int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
     for (int pass = 0; ok && pass < passes; pass++)

@@ -1254,3 +1254,54 @@ Test(dynamic, plan_exports_a_dynamic_plan_as_the_engines_flags, .timeout = 120)
     free(b);
     tu_rmtree(dir);
 }
+
+/* ---- bad inputs of the dynamic prediction (docs/robustness.md) ------------------------------------- */
+
+/* The curves of write_corpus's corpus, with its dynamic-tree statistics (topk 8), in dir/c.json;
+ * `more` (NULL-terminated, may be NULL) adds sequoia-accept options. Returns c.json's path. */
+static char *dyn_curves(const char *dir, const char *const *more)
+{
+    char *c = tu_path(dir, "c.h5"), *j = tu_path(dir, "c.json"), *err = NULL;
+    write_corpus(c);
+    const char *args[24] = {c, "-m", "greedy", "-w", "4", "-q", "-o", j};
+    int n = 8;
+    for (int i = 0; more && more[i] && n < 23; i++)
+        args[n++] = more[i];
+    args[n] = NULL;
+    cr_assert_eq(run_tool(env_bin("SQ_ACCEPT_BIN"), args, NULL, &err), 0, "%s", err);
+    free(err);
+    free(c);
+    return j;
+}
+
+/* sequoia-plan `args` under `ulimit -v kib` (a shell runs it); the exit status. */
+static int plan_with_as_limit(long kib, const char *const *args, char **err)
+{
+    char cmd[4096];
+    int n = snprintf(cmd, sizeof cmd, "ulimit -v %ld; exec '%s'", kib, env_bin("SQ_PLAN_BIN"));
+    for (int i = 0; args[i]; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
+    cr_assert(n < (int)sizeof cmd);
+    char *const sh[] = {"/bin/sh", "-c", cmd, NULL};
+    return tu_run(sh, NULL, err);
+}
+
+/* The replay's buffers of --trials 10^7 at L = 8 (about 1.3 GB) do not fit in 600 MB of address
+ * space: exit 70 saying what was being allocated, never an abort (docs/robustness.md, "Out of
+ * memory"). The cleanup once freed a work space that had never been set up (SIGABRT, 134). */
+Test(dynamic, out_of_memory_in_the_prediction_is_exit_70_never_a_signal, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    int rc = plan_with_as_limit(600000, (const char *[]){"-a", j, "--engine", "sglang",
+                                "--envelope", "8,8,64", "--mode", "greedy", "--trials",
+                                "10000000", "-q", "-o", pl, NULL}, &err);
+    /* AddressSanitizer cannot reserve its shadow memory under the limit: not the tool's doing */
+    if (!(err && strstr(err, "AddressSanitizer"))) {
+        cr_expect_eq(rc, 70, "exit %d: %s", rc, err);
+        cr_expect(err && strstr(err, "out of memory while allocating dynamic prediction"), "%s",
+                  err);
+        cr_expect(!tu_exists(pl), "nothing written");
+    }
+    free(err);
+    tu_rmtree(dir);
+}
