@@ -197,12 +197,17 @@ int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *
     if (nr) {
         int i = 0;
         const cJSON *x;
-        if (!cJSON_IsArray(nr) || cJSON_GetArraySize(nr) != n ||
-            !(s->text_rank = malloc((size_t)n * sizeof *s->text_rank))) {
+        if (!cJSON_IsArray(nr) || cJSON_GetArraySize(nr) != n) {
             free(len);
             sq_dyn_samples_free(s);
             return sq_error_set(err, SQ_EDATA, "%s: dynamic.next_rank: expected %d ranks", file,
                                 n);
+        }
+        /* a failed allocation is out of memory (exit 70), not bad data (docs/robustness.md) */
+        if (!(s->text_rank = malloc((size_t)n * sizeof *s->text_rank))) {
+            free(len);
+            sq_dyn_samples_free(s);
+            return sq_error_oom(err, "dynamic.next_rank");
         }
         cJSON_ArrayForEach(x, nr) {
             if (!cJSON_IsNumber(x) || x->valuedouble < -1 || x->valuedouble >= K ||
