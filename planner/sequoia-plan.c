@@ -484,10 +484,10 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_LADDER_PLANS: o->ladder_plans = optarg; break;
         case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
         case OPT_ENVELOPE: {
-            char tail;
-            if (sscanf(optarg, "%d,%d,%d%c", &o->env_L, &o->env_K, &o->env_N, &tail) != 3) {
-                fprintf(stderr, PROG ": --envelope: '%s' is not L,K,N (draft steps, top-K, nodes "
-                        "including the root), e.g. 5,4,16\n", optarg);
+            /* the one parser of sequoia-plan and sequoia-run (libsequoia/format/dynplan.h) */
+            sq_error perr = {0};
+            if (sq_dynplan_envelope_parse(optarg, &o->env_L, &o->env_K, &o->env_N, &perr)) {
+                fprintf(stderr, PROG ": %s\n", perr.msg);
                 return SQ_EUSAGE;
             }
             o->env_given = 1;

@@ -1305,3 +1305,40 @@ Test(dynamic, out_of_memory_in_the_prediction_is_exit_70_never_a_signal, .timeou
     free(err);
     tu_rmtree(dir);
 }
+
+/* --envelope past int: refused (64) with the number as typed. sscanf's %d once wrapped
+ * 4294967299 to 3 and planned 3,2,6 (exit 0), and quoted 99999999999 as 1215752191. The parser
+ * is sequoia-run's too (sq_dynplan_envelope_parse). */
+Test(dynamic, envelope_numbers_past_int_are_refused_as_typed, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    struct { const char *engine, *envelope, *says; } bad[] = {
+        {"sglang", "4294967299,2,6", "L (draft steps) 4294967299 is out of range"},
+        {"trtllm-dynamic", "3,4294967298,6", "K (top-K) 4294967298 is out of range"},
+        {"sglang", "3,2,4294967302", "N (nodes, the root included) 4294967302 is out of range"},
+        {"sglang", "99999999999,2,6", "99999999999 is out of range"},
+        {"sglang", "-99999999999,2,6", "-99999999999 is out of range"},
+        {"sglang", "99999999999999999999,2,6", "99999999999999999999 is out of range"},
+        {"sglang", "3,2,6x", "unexpected 'x' after N"},
+        {"sglang", "3,,6", "K (top-K) is not an integer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine",
+                          bad[i].engine, "--envelope", bad[i].envelope, "--mode", "greedy",
+                          "--trials", "500", "-q", "-o", pl, NULL}, NULL, &err);
+        cr_expect_eq(rc, 64, "%s: exit %d: %s", bad[i].envelope, rc, err);
+        cr_expect(err && strstr(err, "--envelope") && strstr(err, bad[i].envelope) &&
+                  strstr(err, bad[i].says), "%s: %s", bad[i].envelope, err);
+        cr_expect(!err || !strstr(err, "1215752191"), "%s", err);
+        cr_expect(!tu_exists(pl), "%s: nothing written", bad[i].envelope);
+        free(err);
+    }
+    /* the shared parser, as sequoia-run calls it */
+    int L = 0, K = 0, N = 0;
+    sq_error e = {0};
+    cr_expect_eq(sq_dynplan_envelope_parse("4294967299,2,6", &L, &K, &N, &e), SQ_EUSAGE);
+    cr_expect(strstr(e.msg, "4294967299 is out of range"), "%s", e.msg);
+    cr_expect_eq(sq_dynplan_envelope_parse("2147483647,2,6", &L, &K, &N, &e), SQ_OK, "%s", e.msg);
+    cr_expect(L == 2147483647 && K == 2 && N == 6);
+    tu_rmtree(dir);
+}
