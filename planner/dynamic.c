@@ -128,7 +128,9 @@ int sq_dyn_samples_from_json(const cJSON *curves, const char *file, const char *
                             file);
     if (!cJSON_IsObject(acc))
         return sq_error_set(err, SQ_EDATA, "%s: dynamic.accept: expected an object", file);
-    const cJSON *a = sq_json_field(acc, config);
+    /* a null entry is there: read_rows below says it is not an array (sq_json_field would call
+     * it missing, and the list of the configurations would then name it) */
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(acc, config);
     if (!a) {
         char list[512] = "";
         size_t len = 0;

@@ -1342,3 +1342,43 @@ Test(dynamic, envelope_numbers_past_int_are_refused_as_typed, .timeout = 120)
     cr_expect(L == 2147483647 && K == 2 && N == 6);
     tu_rmtree(dir);
 }
+
+/* Writes c.json's JSON with `mutate` applied into dir/name; returns its path. */
+static char *curves_mutated(const char *dir, const char *c, const char *name,
+                            void (*mutate_fn)(cJSON *dyn))
+{
+    cJSON *root = NULL;
+    cr_assert_eq(sq_json_load(c, &root, NULL), 0);
+    cJSON *dyn = cJSON_GetObjectItemCaseSensitive(root, "dynamic");
+    cr_assert_not_null(dyn);
+    mutate_fn(dyn);
+    char *path = tu_path(dir, name);
+    sq_error e = {0};
+    cr_assert_eq(sq_json_save(path, root, &e), 0, "%s", e.msg);
+    cJSON_Delete(root);
+    return path;
+}
+
+static void accept_greedy_null(cJSON *dyn)
+{
+    cJSON *acc = cJSON_GetObjectItemCaseSensitive(dyn, "accept");
+    cr_assert(cJSON_ReplaceItemInObjectCaseSensitive(acc, "greedy@T0", cJSON_CreateNull()));
+}
+
+/* dynamic.accept.<configuration>: null is an entry that is not an array, named as such (it was
+ * "no configuration "greedy@T0" (it has "greedy@T0")"). */
+Test(dynamic, a_null_configuration_is_named_as_not_an_array, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    char *bad = curves_mutated(dir, j, "accept-null.json", accept_greedy_null);
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", bad, "--engine", "sglang",
+                      "--envelope", "3,2,6", "--mode", "greedy", "--trials", "500", "-q", "-o",
+                      pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 65, "exit %d: %s", rc, err);
+    cr_expect(err && strstr(err, "accept-null.json: dynamic.accept.greedy@T0: expected an array"),
+              "%s", err);
+    cr_expect(err && !strstr(err, "no configuration"), "%s", err);
+    cr_expect(!tu_exists(pl));
+    free(err);
+    tu_rmtree(dir);
+}
