@@ -1310,6 +1310,15 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
                           "not the text's token; use --path draw");
         goto done;
     }
+    /* the text's path is the statistics' next_rank: curves without it are the file's lack, named
+     * like curves without "dynamic" (docs/robustness.md, "Bad inputs") */
+    if (pp.path == SQ_DYN_PATH_TEXT && !smp->text_rank) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: no key \"dynamic.next_rank\": --path text follows "
+                          "the corpus's next tokens, and these statistics do not hold their ranks "
+                          "(sequoia-accept writes them from a corpus with its tokens; or use "
+                          "--path draw)", o->acc_file);
+        goto done;
+    }
     double se = 0, p_len[SQ_DYN_MAX_STEPS + 1];
     sq_dyn_choice best[DYN_RUNNER_UPS];
     int n_best = 0, batch = 1;

@@ -1382,3 +1382,31 @@ Test(dynamic, a_null_configuration_is_named_as_not_an_array, .timeout = 120)
     free(err);
     tu_rmtree(dir);
 }
+
+static void drop_next_rank(cJSON *dyn)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(dyn, "next_rank");
+}
+
+/* --path text with statistics without next_rank: the file's lack, 65 naming the file and the
+ * key (it was 64 with neither named). */
+Test(dynamic, path_text_without_next_rank_names_the_file_and_the_key, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    char *bad = curves_mutated(dir, j, "no-next-rank.json", drop_next_rank);
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", bad, "--engine", "sglang",
+                      "--envelope", "3,2,6", "--mode", "greedy", "--path", "text", "--trials",
+                      "500", "-q", "-o", pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 65, "exit %d: %s", rc, err);
+    cr_expect(err && strstr(err, "no-next-rank.json: no key \"dynamic.next_rank\"") &&
+              strstr(err, "--path text"), "%s", err);
+    cr_expect(!tu_exists(pl));
+    free(err);
+    /* the same file along drawn paths needs no next_rank */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", bad, "--engine", "sglang",
+                  "--envelope", "3,2,6", "--mode", "greedy", "--trials", "500", "-q", "-o", pl,
+                  NULL}, NULL, &err);
+    cr_expect_eq(rc, 0, "%s", err);
+    free(err);
+    tu_rmtree(dir);
+}
