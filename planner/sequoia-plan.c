@@ -1312,6 +1312,14 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
     }
     /* the text's path is the statistics' next_rank: curves without it are the file's lack, named
      * like curves without "dynamic" (docs/robustness.md, "Bad inputs") */
+    /* the envelope's K draws on the statistics' ranks: name the file's topk and the way out */
+    if (o->env_given && o->env_K > smp->K) {
+        rc = sq_error_set(err, SQ_EUSAGE, "--envelope %d,%d,%d: %s: dynamic.topk is %d; envelope "
+                          "K %d needs at least %d (re-run sequoia-accept with --dynamic-topk %d, "
+                          "or lower K)", o->env_L, o->env_K, o->env_N, o->acc_file, smp->K,
+                          o->env_K, o->env_K, o->env_K);
+        goto done;
+    }
     if (pp.path == SQ_DYN_PATH_TEXT && !smp->text_rank) {
         rc = sq_error_set(err, SQ_EDATA, "%s: no key \"dynamic.next_rank\": --path text follows "
                           "the corpus's next tokens, and these statistics do not hold their ranks "

@@ -1410,3 +1410,27 @@ Test(dynamic, path_text_without_next_rank_names_the_file_and_the_key, .timeout =
     free(err);
     tu_rmtree(dir);
 }
+
+/* An envelope K past the statistics' topk names the file, dynamic.topk and sequoia-accept's
+ * option (it was "dynamic prediction: L 3 (1..16), K 4 (1..16, the statistics keep 2 ranks),
+ * ..."). */
+Test(dynamic, envelope_k_past_the_statistics_topk_names_the_file_and_the_option, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *pl = tu_path(dir, "p.json"), *err = NULL;
+    char *j = dyn_curves(dir, (const char *[]){"--dynamic-topk", "2", NULL});
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                      "--envelope", "3,4,10", "--mode", "greedy", "--trials", "500", "-q", "-o",
+                      pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 64, "exit %d: %s", rc, err);
+    cr_expect(err && strstr(err, "c.json: dynamic.topk is 2; envelope K 4 needs at least 4") &&
+              strstr(err, "--dynamic-topk 4"), "%s", err);
+    cr_expect(!tu_exists(pl));
+    free(err);
+    /* K within the statistics' ranks plans */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--envelope", "3,2,6", "--mode", "greedy", "--trials", "500", "-q", "-o", pl,
+                  NULL}, NULL, &err);
+    cr_expect_eq(rc, 0, "%s", err);
+    free(err);
+    tu_rmtree(dir);
+}
