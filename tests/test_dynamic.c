@@ -773,6 +773,11 @@ Test(dynamic, plan_file_refusals_name_the_file_and_the_field)
         {"\"method\": \"monte-carlo\"", "\"how\": 1", "prediction.method"},
         {"\"00112233", "\"zz112233", "curves.sha256"},
         {"\"round_ms\": 3.5", "\"round_ms\": -1", "hardware.round_ms"},
+        /* sequoia_run's figures are numbers: "fast" and [] were kept */
+        {"\"round_ms\": 3.5", "\"round_ms\": 3.5, \"sequoia_run\": {\"tokens_per_second\": "
+         "\"fast\"}", "hardware.sequoia_run.tokens_per_second"},
+        {"\"round_ms\": 3.5", "\"round_ms\": 3.5, \"sequoia_run\": {\"round_ms\": []}",
+         "hardware.sequoia_run.round_ms"},
         {"\"batch\": 4", "\"batch\": 1", "ladder[1].batch"},
         {"\"speculate\": false", "\"speculate\": 0", "ladder[1].speculate"},
         {"\"tokens_per_second\": 2000", "\"tokens_per_second\": 0", "ladder[1].tokens_per_second"},
