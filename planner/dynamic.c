@@ -519,6 +519,15 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
     if (passes < 1)
         passes = 1;
     size_t per = (size_t)L * L;
+    /* a documented limit, checked before allocating gigabytes (docs/robustness.md, "Limits") */
+    unsigned long long bytes = (unsigned long long)passes * (unsigned long long)n *
+                               (per * sizeof(short) + 1 + sizeof(uint32_t));
+    if (bytes > SQ_DYN_MAX_REPLAY_BYTES)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: %d trials (%d passes over %d "
+                            "samples) at L = %d need %.0f MiB of replay buffers, more than the "
+                            "limit of %.0f MiB; use fewer trials (--trials) or a smaller L",
+                            trials, passes, n, L, (double)bytes / (1 << 20),
+                            (double)SQ_DYN_MAX_REPLAY_BYTES / (1 << 20));
     short *mxs = malloc((size_t)passes * n * per * sizeof *mxs + 1);
     unsigned char *dep = malloc((size_t)passes * n + 1);
     uint32_t *kpt = malloc(((size_t)passes * n + 1) * sizeof *kpt);

@@ -1439,3 +1439,19 @@ Test(dynamic, envelope_k_past_the_statistics_topk_names_the_file_and_the_option,
     free(err);
     tu_rmtree(dir);
 }
+
+/* --trials 10^7 at L = 16 needs about 5 GB of replay buffers: refused at once (64) with the
+ * limit, not allocated (docs/robustness.md, "Limits"). */
+Test(dynamic, trials_past_the_replay_limit_are_refused_at_once, .timeout = 60)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                      "--envelope", "16,2,20", "--mode", "greedy", "--trials", "10000000", "-q",
+                      "-o", pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 64, "exit %d: %s", rc, err);
+    cr_expect(err && strstr(err, "replay buffers, more than the limit of 2048 MiB") &&
+              strstr(err, "--trials"), "%s", err);
+    cr_expect(!tu_exists(pl));
+    free(err);
+    tu_rmtree(dir);
+}
