@@ -397,7 +397,9 @@ static int grid_roots(const sq_dyn_samples *s, int L, int K, int max_nodes, int 
     long long *reach = calloc((size_t)L + 1, sizeof *reach);
     int *roots = NULL;
     int n_roots = roots_of(s, L, &roots);
-    trial_ws ws;
+    /* zeroed: when an allocation above fails, trial_ws_new never runs and the cleanup below
+     * frees ws's (null) levels (docs/robustness.md: out of memory is exit 70, never an abort) */
+    trial_ws ws = {0};
     int ok = sum && sum2 && csum && reach && n_roots > 0 && trial_ws_new(&ws, L, K) == 0;
     int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
     uint32_t kept;
@@ -452,10 +454,19 @@ static int grid_replay(const sq_dyn_samples *s, int L, int K, int max_nodes, int
     if (passes < 1)
         passes = 1;
     size_t per = (size_t)L * L;
+    /* a documented limit, checked before allocating gigabytes (docs/robustness.md, "Limits") */
+    unsigned long long bytes = (unsigned long long)passes * (unsigned long long)n *
+                               (per * sizeof(short) + 1 + sizeof(uint32_t));
+    if (bytes > SQ_DYN_MAX_REPLAY_BYTES)
+        return sq_error_set(err, SQ_EUSAGE, "dynamic prediction: %d trials (%d passes over %d "
+                            "samples) at L = %d need %.0f MiB of replay buffers, more than the "
+                            "limit of %.0f MiB; use fewer trials (--trials) or a smaller L",
+                            trials, passes, n, L, (double)bytes / (1 << 20),
+                            (double)SQ_DYN_MAX_REPLAY_BYTES / (1 << 20));
     short *mxs = malloc((size_t)passes * n * per * sizeof *mxs + 1);
     unsigned char *dep = malloc((size_t)passes * n + 1);
     uint32_t *kpt = malloc(((size_t)passes * n + 1) * sizeof *kpt);
-    trial_ws ws;
+    trial_ws ws = {0};   /* freed below even when trial_ws_new never ran (as in grid_roots) */
     int ok = mxs && dep && kpt && trial_ws_new(&ws, L, K) == 0;
     int mx[SQ_DYN_MAX_STEPS + 1][SQ_DYN_MAX_STEPS + 1];
     for (int pass = 0; ok && pass < passes; pass++)

@@ -36,6 +36,10 @@ SQ_BEGIN_DECLS
 #define SQ_DYN_MAX_STEPS SQ_DYNPLAN_MAX_STEPS  /* L                                      */
 #define SQ_DYN_MAX_TOPK SQ_DYNPLAN_MAX_TOPK    /* K (the corpus statistics keep 16 ranks) */
 #define SQ_DYN_MAX_NODES SQ_DYNPLAN_MAX_NODES  /* N                                      */
+/* The replay's buffers (SQ_DYN_METHOD_REPLAY): every trial keeps its ranks, 2 L^2 + 5 bytes,
+ * for passes x samples trials (--trials rounded up to whole passes over the samples). A larger
+ * request is SQ_EUSAGE before anything is allocated (docs/robustness.md, "Limits"). */
+#define SQ_DYN_MAX_REPLAY_BYTES (2ull << 30)
 
 /* The engine rules of an envelope (SQ_EUSAGE, the message naming the rule and the engine;
  * `what` names the input, e.g. "--envelope 3,4,20"): libsequoia/format/dynplan.h,

@@ -189,7 +189,8 @@ static void usage(FILE *fp)
         "                         --plan DYNPLAN.json --export ENGINE exports a saved one\n"
         "      --mode M           the statistics' verifier: greedy, topk or stochastic\n"
         "      --temperature T    with --mode (default 1; greedy is 0); or --curve NAME\n"
-        "      --trials N         Monte-Carlo steps per prediction (default 20000)\n"
+        "      --trials N         Monte-Carlo steps per prediction, 100 to 10^7 (default 20000;\n"
+        "                         their replay buffers, about N x (2 L^2 + 5) bytes, at most 2 GiB)\n"
         "      --path P           the verified path: draw (its rank drawn from the acceptance,\n"
         "                         the default) or text (the rank of the corpus's next token: for\n"
         "                         a corpus of the target's own decoding in the same mode)\n"
@@ -484,10 +485,10 @@ static int parse_options(int argc, char **argv, plan_opts *o)
         case OPT_LADDER_PLANS: o->ladder_plans = optarg; break;
         case OPT_DRAFT_PROFILE: o->draft_profile = optarg; break;
         case OPT_ENVELOPE: {
-            char tail;
-            if (sscanf(optarg, "%d,%d,%d%c", &o->env_L, &o->env_K, &o->env_N, &tail) != 3) {
-                fprintf(stderr, PROG ": --envelope: '%s' is not L,K,N (draft steps, top-K, nodes "
-                        "including the root), e.g. 5,4,16\n", optarg);
+            /* the one parser of sequoia-plan and sequoia-run (libsequoia/format/dynplan.h) */
+            sq_error perr = {0};
+            if (sq_dynplan_envelope_parse(optarg, &o->env_L, &o->env_K, &o->env_N, &perr)) {
+                fprintf(stderr, PROG ": %s\n", perr.msg);
                 return SQ_EUSAGE;
             }
             o->env_given = 1;
@@ -1308,6 +1309,23 @@ static int run_dynamic(plan_opts *o, plan_state *st, sq_error *err)
     if (pp.path == SQ_DYN_PATH_TEXT && plan.mode == SQ_MODE_STOCHASTIC) {
         rc = sq_error_set(err, SQ_EUSAGE, "--path text: the stochastic verifier accepts a draw, "
                           "not the text's token; use --path draw");
+        goto done;
+    }
+    /* the text's path is the statistics' next_rank: curves without it are the file's lack, named
+     * like curves without "dynamic" (docs/robustness.md, "Bad inputs") */
+    /* the envelope's K draws on the statistics' ranks: name the file's topk and the way out */
+    if (o->env_given && o->env_K > smp->K) {
+        rc = sq_error_set(err, SQ_EUSAGE, "--envelope %d,%d,%d: %s: dynamic.topk is %d; envelope "
+                          "K %d needs at least %d (re-run sequoia-accept with --dynamic-topk %d, "
+                          "or lower K)", o->env_L, o->env_K, o->env_N, o->acc_file, smp->K,
+                          o->env_K, o->env_K, o->env_K);
+        goto done;
+    }
+    if (pp.path == SQ_DYN_PATH_TEXT && !smp->text_rank) {
+        rc = sq_error_set(err, SQ_EDATA, "%s: no key \"dynamic.next_rank\": --path text follows "
+                          "the corpus's next tokens, and these statistics do not hold their ranks "
+                          "(sequoia-accept writes them from a corpus with its tokens; or use "
+                          "--path draw)", o->acc_file);
         goto done;
     }
     double se = 0, p_len[SQ_DYN_MAX_STEPS + 1];

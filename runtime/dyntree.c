@@ -8,7 +8,6 @@
  * dynamic-tree validator). */
 #include "runtime/dyntree.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,30 +46,7 @@ int sq_dyn_engine_parse(const char *name, sq_dyn_engine *out, sq_error *err)
 
 int sq_dyntree_parse_envelope(const char *s, int *L, int *K, int *N, sq_error *err)
 {
-    static const char *const field[] = {"L (draft steps)", "K (top-K)", "N (nodes, the root "
-                                        "included)"};
-    int v[3];
-    const char *p = s ? s : "";
-    for (int i = 0; i < 3; i++) {
-        char *end;
-        errno = 0;
-        long x = strtol(p, &end, 10);
-        if (end == p || errno || x < INT_MIN || x > INT_MAX)
-            return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': %s is not an integer "
-                                "(the form is L,K,N)", s ? s : "", field[i]);
-        v[i] = (int)x;
-        if (i < 2 && *end != ',')
-            return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': three integers L,K,N "
-                                "are needed (after %s)", s ? s : "", field[i]);
-        if (i == 2 && *end != '\0')
-            return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': unexpected '%.20s' after "
-                                "N (the form is L,K,N)", s ? s : "", end);
-        p = end + 1;
-    }
-    *L = v[0];
-    *K = v[1];
-    *N = v[2];
-    return SQ_OK;
+    return sq_dynplan_envelope_parse(s, L, K, N, err);   /* sequoia-plan's parser too */
 }
 
 int sq_dyntree_capacity(int L, int K)

@@ -51,7 +51,8 @@ typedef enum sq_dyn_engine {
 int sq_dyn_engine_parse(const char *name, sq_dyn_engine *out, sq_error *err);
 const char *sq_dyn_engine_name(sq_dyn_engine e);
 
-/* "L,K,N" (three integers); SQ_EUSAGE naming the field otherwise. */
+/* "L,K,N" (three integers); SQ_EUSAGE naming the field otherwise. sequoia-plan's parser:
+ * sq_dynplan_envelope_parse (libsequoia/format/dynplan.h), which this calls. */
 int sq_dyntree_parse_envelope(const char *s, int *L, int *K, int *N, sq_error *err);
 
 /* The engine's rules for an envelope (sq_dynplan_envelope_check); SQ_EUSAGE with a message

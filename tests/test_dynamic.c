@@ -831,6 +831,11 @@ Test(dynamic, plan_file_refusals_name_the_file_and_the_field)
         {"\"method\": \"monte-carlo\"", "\"how\": 1", "prediction.method"},
         {"\"00112233", "\"zz112233", "curves.sha256"},
         {"\"round_ms\": 3.5", "\"round_ms\": -1", "hardware.round_ms"},
+        /* sequoia_run's figures are numbers: "fast" and [] were kept */
+        {"\"round_ms\": 3.5", "\"round_ms\": 3.5, \"sequoia_run\": {\"tokens_per_second\": "
+         "\"fast\"}", "hardware.sequoia_run.tokens_per_second"},
+        {"\"round_ms\": 3.5", "\"round_ms\": 3.5, \"sequoia_run\": {\"round_ms\": []}",
+         "hardware.sequoia_run.round_ms"},
         {"\"batch\": 4", "\"batch\": 1", "ladder[1].batch"},
         {"\"speculate\": false", "\"speculate\": 0", "ladder[1].speculate"},
         {"\"tokens_per_second\": 2000", "\"tokens_per_second\": 0", "ladder[1].tokens_per_second"},
@@ -1310,5 +1315,201 @@ Test(dynamic, plan_exports_a_dynamic_plan_as_the_engines_flags, .timeout = 120)
     cr_expect_str_eq(a, b, "the saved ladder exports the same");
     free(a);
     free(b);
+    tu_rmtree(dir);
+}
+
+/* ---- bad inputs of the dynamic prediction (docs/robustness.md) ------------------------------------- */
+
+/* The curves of write_corpus's corpus, with its dynamic-tree statistics (topk 8), in dir/c.json;
+ * `more` (NULL-terminated, may be NULL) adds sequoia-accept options. Returns c.json's path. */
+static char *dyn_curves(const char *dir, const char *const *more)
+{
+    char *c = tu_path(dir, "c.h5"), *j = tu_path(dir, "c.json"), *err = NULL;
+    write_corpus(c);
+    const char *args[24] = {c, "-m", "greedy", "-w", "4", "-q", "-o", j};
+    int n = 8;
+    for (int i = 0; more && more[i] && n < 23; i++)
+        args[n++] = more[i];
+    args[n] = NULL;
+    cr_assert_eq(run_tool(env_bin("SQ_ACCEPT_BIN"), args, NULL, &err), 0, "%s", err);
+    free(err);
+    free(c);
+    return j;
+}
+
+/* sequoia-plan `args` under `ulimit -v kib` (a shell runs it); the exit status. */
+static int plan_with_as_limit(long kib, const char *const *args, char **err)
+{
+    char cmd[4096];
+    int n = snprintf(cmd, sizeof cmd, "ulimit -v %ld; exec '%s'", kib, env_bin("SQ_PLAN_BIN"));
+    for (int i = 0; args[i]; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
+    cr_assert(n < (int)sizeof cmd);
+    char *const sh[] = {"/bin/sh", "-c", cmd, NULL};
+    return tu_run(sh, NULL, err);
+}
+
+/* The replay's buffers of --trials 10^7 at L = 8 (about 1.3 GB) do not fit in 600 MB of address
+ * space: exit 70 saying what was being allocated, never an abort (docs/robustness.md, "Out of
+ * memory"). The cleanup once freed a work space that had never been set up (SIGABRT, 134). */
+Test(dynamic, out_of_memory_in_the_prediction_is_exit_70_never_a_signal, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    int rc = plan_with_as_limit(600000, (const char *[]){"-a", j, "--engine", "sglang",
+                                "--envelope", "8,8,64", "--mode", "greedy", "--trials",
+                                "10000000", "-q", "-o", pl, NULL}, &err);
+    /* AddressSanitizer cannot reserve its shadow memory under the limit: not the tool's doing */
+    if (!(err && strstr(err, "AddressSanitizer"))) {
+        cr_expect_eq(rc, 70, "exit %d: %s", rc, err);
+        cr_expect(err && strstr(err, "out of memory while allocating dynamic prediction"), "%s",
+                  err);
+        cr_expect(!tu_exists(pl), "nothing written");
+    }
+    free(err);
+    tu_rmtree(dir);
+}
+
+/* --envelope past int: refused (64) with the number as typed. sscanf's %d once wrapped
+ * 4294967299 to 3 and planned 3,2,6 (exit 0), and quoted 99999999999 as 1215752191. The parser
+ * is sequoia-run's too (sq_dynplan_envelope_parse). */
+Test(dynamic, envelope_numbers_past_int_are_refused_as_typed, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    struct { const char *engine, *envelope, *says; } bad[] = {
+        {"sglang", "4294967299,2,6", "L (draft steps) 4294967299 is out of range"},
+        {"trtllm-dynamic", "3,4294967298,6", "K (top-K) 4294967298 is out of range"},
+        {"sglang", "3,2,4294967302", "N (nodes, the root included) 4294967302 is out of range"},
+        {"sglang", "99999999999,2,6", "99999999999 is out of range"},
+        {"sglang", "-99999999999,2,6", "-99999999999 is out of range"},
+        {"sglang", "99999999999999999999,2,6", "99999999999999999999 is out of range"},
+        {"sglang", "3,2,6x", "unexpected 'x' after N"},
+        {"sglang", "3,,6", "K (top-K) is not an integer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine",
+                          bad[i].engine, "--envelope", bad[i].envelope, "--mode", "greedy",
+                          "--trials", "500", "-q", "-o", pl, NULL}, NULL, &err);
+        cr_expect_eq(rc, 64, "%s: exit %d: %s", bad[i].envelope, rc, err);
+        cr_expect(err && strstr(err, "--envelope") && strstr(err, bad[i].envelope) &&
+                  strstr(err, bad[i].says), "%s: %s", bad[i].envelope, err);
+        cr_expect(!err || !strstr(err, "1215752191"), "%s", err);
+        cr_expect(!tu_exists(pl), "%s: nothing written", bad[i].envelope);
+        free(err);
+    }
+    /* the shared parser, as sequoia-run calls it */
+    int L = 0, K = 0, N = 0;
+    sq_error e = {0};
+    cr_expect_eq(sq_dynplan_envelope_parse("4294967299,2,6", &L, &K, &N, &e), SQ_EUSAGE);
+    cr_expect(strstr(e.msg, "4294967299 is out of range"), "%s", e.msg);
+    cr_expect_eq(sq_dynplan_envelope_parse("2147483647,2,6", &L, &K, &N, &e), SQ_OK, "%s", e.msg);
+    cr_expect(L == 2147483647 && K == 2 && N == 6);
+    tu_rmtree(dir);
+}
+
+/* Writes c.json's JSON with `mutate` applied into dir/name; returns its path. */
+static char *curves_mutated(const char *dir, const char *c, const char *name,
+                            void (*mutate_fn)(cJSON *dyn))
+{
+    cJSON *root = NULL;
+    cr_assert_eq(sq_json_load(c, &root, NULL), 0);
+    cJSON *dyn = cJSON_GetObjectItemCaseSensitive(root, "dynamic");
+    cr_assert_not_null(dyn);
+    mutate_fn(dyn);
+    char *path = tu_path(dir, name);
+    sq_error e = {0};
+    cr_assert_eq(sq_json_save(path, root, &e), 0, "%s", e.msg);
+    cJSON_Delete(root);
+    return path;
+}
+
+static void accept_greedy_null(cJSON *dyn)
+{
+    cJSON *acc = cJSON_GetObjectItemCaseSensitive(dyn, "accept");
+    cr_assert(cJSON_ReplaceItemInObjectCaseSensitive(acc, "greedy@T0", cJSON_CreateNull()));
+}
+
+/* dynamic.accept.<configuration>: null is an entry that is not an array, named as such (it was
+ * "no configuration "greedy@T0" (it has "greedy@T0")"). */
+Test(dynamic, a_null_configuration_is_named_as_not_an_array, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    char *bad = curves_mutated(dir, j, "accept-null.json", accept_greedy_null);
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", bad, "--engine", "sglang",
+                      "--envelope", "3,2,6", "--mode", "greedy", "--trials", "500", "-q", "-o",
+                      pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 65, "exit %d: %s", rc, err);
+    cr_expect(err && strstr(err, "accept-null.json: dynamic.accept.greedy@T0: expected an array"),
+              "%s", err);
+    cr_expect(err && !strstr(err, "no configuration"), "%s", err);
+    cr_expect(!tu_exists(pl));
+    free(err);
+    tu_rmtree(dir);
+}
+
+static void drop_next_rank(cJSON *dyn)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(dyn, "next_rank");
+}
+
+/* --path text with statistics without next_rank: the file's lack, 65 naming the file and the
+ * key (it was 64 with neither named). */
+Test(dynamic, path_text_without_next_rank_names_the_file_and_the_key, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    char *bad = curves_mutated(dir, j, "no-next-rank.json", drop_next_rank);
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", bad, "--engine", "sglang",
+                      "--envelope", "3,2,6", "--mode", "greedy", "--path", "text", "--trials",
+                      "500", "-q", "-o", pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 65, "exit %d: %s", rc, err);
+    cr_expect(err && strstr(err, "no-next-rank.json: no key \"dynamic.next_rank\"") &&
+              strstr(err, "--path text"), "%s", err);
+    cr_expect(!tu_exists(pl));
+    free(err);
+    /* the same file along drawn paths needs no next_rank */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", bad, "--engine", "sglang",
+                  "--envelope", "3,2,6", "--mode", "greedy", "--trials", "500", "-q", "-o", pl,
+                  NULL}, NULL, &err);
+    cr_expect_eq(rc, 0, "%s", err);
+    free(err);
+    tu_rmtree(dir);
+}
+
+/* An envelope K past the statistics' topk names the file, dynamic.topk and sequoia-accept's
+ * option (it was "dynamic prediction: L 3 (1..16), K 4 (1..16, the statistics keep 2 ranks),
+ * ..."). */
+Test(dynamic, envelope_k_past_the_statistics_topk_names_the_file_and_the_option, .timeout = 120)
+{
+    char *dir = tu_tmpdir(), *pl = tu_path(dir, "p.json"), *err = NULL;
+    char *j = dyn_curves(dir, (const char *[]){"--dynamic-topk", "2", NULL});
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                      "--envelope", "3,4,10", "--mode", "greedy", "--trials", "500", "-q", "-o",
+                      pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 64, "exit %d: %s", rc, err);
+    cr_expect(err && strstr(err, "c.json: dynamic.topk is 2; envelope K 4 needs at least 4") &&
+              strstr(err, "--dynamic-topk 4"), "%s", err);
+    cr_expect(!tu_exists(pl));
+    free(err);
+    /* K within the statistics' ranks plans */
+    rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                  "--envelope", "3,2,6", "--mode", "greedy", "--trials", "500", "-q", "-o", pl,
+                  NULL}, NULL, &err);
+    cr_expect_eq(rc, 0, "%s", err);
+    free(err);
+    tu_rmtree(dir);
+}
+
+/* --trials 10^7 at L = 16 needs about 5 GB of replay buffers: refused at once (64) with the
+ * limit, not allocated (docs/robustness.md, "Limits"). */
+Test(dynamic, trials_past_the_replay_limit_are_refused_at_once, .timeout = 60)
+{
+    char *dir = tu_tmpdir(), *j = dyn_curves(dir, NULL), *pl = tu_path(dir, "p.json"), *err = NULL;
+    int rc = run_tool(env_bin("SQ_PLAN_BIN"), (const char *[]){"-a", j, "--engine", "sglang",
+                      "--envelope", "16,2,20", "--mode", "greedy", "--trials", "10000000", "-q",
+                      "-o", pl, NULL}, NULL, &err);
+    cr_expect_eq(rc, 64, "exit %d: %s", rc, err);
+    cr_expect(err && strstr(err, "replay buffers, more than the limit of 2048 MiB") &&
+              strstr(err, "--trials"), "%s", err);
+    cr_expect(!tu_exists(pl));
+    free(err);
     tu_rmtree(dir);
 }

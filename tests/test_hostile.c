@@ -827,12 +827,17 @@ Test(hostile, w10_envelope_engine_on_hardware_is_compared_in_tokens_per_second, 
 Test(hostile, w13_plan_hardware_object_is_checked, .timeout = 60)
 {
     char *dir = tu_tmpdir();
+    /* sequoia_run's figures are numbers too: "fast" and [] were kept (exit 0) */
     const char *bad[] = {"{\"predicted_speedup\":-3}", "{\"time_per_step_ms\":\"fast\"}",
-                         "{\"search_budget\":1.5}", "{\"target_device\":7}"};
+                         "{\"search_budget\":1.5}", "{\"target_device\":7}",
+                         "{\"sequoia_run\":{\"tokens_per_second\":\"fast\"}}",
+                         "{\"sequoia_run\":{\"time_per_step_ms\":[]}}"};
     const char *field[] = {"hardware.predicted_speedup", "hardware.time_per_step_ms",
-                           "hardware.search_budget", "hardware.target_device"};
+                           "hardware.search_budget", "hardware.target_device",
+                           "hardware.sequoia_run.tokens_per_second",
+                           "hardware.sequoia_run.time_per_step_ms"};
     char *plan = tu_path(dir, "plan.json"), *out = tu_path(dir, "out.dot");
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         char text[2048];
         snprintf(text, sizeof text, "%.*s,\"hardware\":%s}", (int)strlen(PLAN) - 1, PLAN, bad[i]);
         tu_write(plan, text);

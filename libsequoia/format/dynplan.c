@@ -1,6 +1,8 @@
 /* Dynamic plans (dynplan.h; docs/formats.md, "Dynamic plan"). */
 #include "libsequoia/format/dynplan.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,6 +360,42 @@ int sq_dynplan_load(const char *file, sq_dynplan **out, sq_error *err)
         rc = sq_dynplan_from_json(root, file, out, err);
     cJSON_Delete(root);
     return rc;
+}
+
+/* The one parser of "--envelope L,K,N" (dynplan.h): sequoia-plan and sequoia-run (through
+ * runtime/dyntree.c) both call it, so that the two tools read the same text alike. strtoll with
+ * a range check: a number past int is refused as the user typed it, never wrapped into another
+ * envelope (docs/robustness.md, "Bad inputs"). */
+int sq_dynplan_envelope_parse(const char *s, int *L, int *K, int *N, sq_error *err)
+{
+    static const char *const field[] = {"L (draft steps)", "K (top-K)",
+                                        "N (nodes, the root included)"};
+    const char *text = s ? s : "", *p = text;
+    int v[3];
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p)
+            return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': %s is not an integer "
+                                "(the form is L,K,N, e.g. 5,4,16)", text, field[i]);
+        if (errno == ERANGE || x < INT_MIN || x > INT_MAX)
+            return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': %s %.*s is out of range "
+                                "(at most %d in magnitude)", text, field[i],
+                                (int)(end - p > 40 ? 40 : end - p), p, INT_MAX);
+        v[i] = (int)x;
+        if (i < 2 && *end != ',')
+            return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': three integers L,K,N "
+                                "are needed (after %s)", text, field[i]);
+        if (i == 2 && *end != '\0')
+            return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': unexpected '%.20s' after "
+                                "N (the form is L,K,N)", text, end);
+        p = end + 1;
+    }
+    *L = v[0];
+    *K = v[1];
+    *N = v[2];
+    return SQ_OK;
 }
 
 cJSON *sq_dynplan_envelope_json(int L, int K, int N)

@@ -52,6 +52,14 @@ SQ_BEGIN_DECLS
  * Another engine name is SQ_EUSAGE too. Only the engines' rules, for any int (no overflow): a
  * caller's own limits (the plan file's and the planner's L, K <= 16, N <= 4096 below; the run's
  * grown tree within SQ_PLAN_MAX_NODES) are the caller's. */
+/* "--envelope L,K,N": three decimal integers, each within int. SQ_EUSAGE naming --envelope,
+ * the text as typed and the field: "'a,4,8': L (draft steps) is not an integer", "'4294967299,2,6':
+ * L (draft steps) 4294967299 is out of range (...)", "three integers L,K,N are needed",
+ * "unexpected 'x' after N". Only the form: the rules are sq_dynplan_envelope_check's and the
+ * limits the caller's. One parser for sequoia-plan and sequoia-run (runtime/dyntree.h). */
+SQ_API
+int sq_dynplan_envelope_parse(const char *s, int *L, int *K, int *N, sq_error *err);
+
 /* The file's "envelope" object {"steps": L, "topk": K, "nodes": N} (NULL if out of memory). */
 SQ_API
 cJSON *sq_dynplan_envelope_json(int steps, int topk, int nodes);

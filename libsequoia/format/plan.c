@@ -231,13 +231,25 @@ int sq_plan_check_runtime_cost(const cJSON *hw, const char *file, sq_error *err)
     if (!cJSON_IsObject(rt))
         return sq_error_set(err, SQ_EDATA, "%s: hardware." SQ_PLAN_HW_RUNTIME ": expected an "
                             "object", file);
+    /* the figures the planners write there (planner/hardware.c, planner/ladder.c,
+     * planner/sequoia-plan.c; docs/formats.md): numbers, never "fast" or [] */
+    static const char *const figures[] = {"draft_catchup_tokens", "time_per_step_ms",
+                                          "time_per_token_ms", "tokens_per_second",
+                                          "predicted_speedup", "speedup", "round_ms",
+                                          "round_target_ms", "round_draft_ms"};
     cJSON_ArrayForEach(x, rt) {
         int text = strcmp(x->string, "cost_model") == 0 || strcmp(x->string, "cost_per_round") == 0;
         int positive = strcmp(x->string, "tokens_per_second") == 0 ||
                        strcmp(x->string, "predicted_speedup") == 0;
+        int figure = 0;
+        for (size_t i = 0; i < sizeof figures / sizeof figures[0]; i++)
+            figure |= strcmp(x->string, figures[i]) == 0;
         if (text && !cJSON_IsString(x))
             return sq_error_set(err, SQ_EDATA, "%s: hardware." SQ_PLAN_HW_RUNTIME ".%s: expected "
                                 "a string", file, x->string);
+        if (figure && !cJSON_IsNumber(x))
+            return sq_error_set(err, SQ_EDATA, "%s: hardware." SQ_PLAN_HW_RUNTIME ".%s: expected "
+                                "a finite number %s 0", file, x->string, positive ? ">" : ">=");
         if (cJSON_IsNumber(x) && (!isfinite(x->valuedouble) || x->valuedouble < 0 ||
                                   (positive && !(x->valuedouble > 0))))
             return sq_error_set(err, SQ_EDATA, "%s: hardware." SQ_PLAN_HW_RUNTIME ".%s: %.17g, "

@@ -59,7 +59,8 @@ SQ_API
 int sq_plan_load(const char *file, sq_plan **out, sq_error *err);
 
 /* The SQ_PLAN_HW_RUNTIME member of the hardware object hw, when present: an object whose
- * numbers are finite and >= 0, "tokens_per_second" and "predicted_speedup" > 0, and whose
+ * numbers are finite and >= 0, "tokens_per_second" and "predicted_speedup" > 0, whose figures
+ * (the members the planners write as numbers, docs/formats.md) are numbers, and whose
  * "cost_model"/"cost_per_round" is a string; and hw's "chosen_by" ("engine" or "sequoia-run":
  * the cost model that chose, sequoia-plan --cost-model) and "batch" (an integer >= 1: the batch
  * size the figures price) when present. SQ_EDATA naming `file` and the field. */
