@@ -55,9 +55,12 @@ int sq_dyntree_parse_envelope(const char *s, int *L, int *K, int *N, sq_error *e
         char *end;
         errno = 0;
         long x = strtol(p, &end, 10);
-        if (end == p || errno || x < INT_MIN || x > INT_MAX)
+        if (end == p)
             return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': %s is not an integer "
                                 "(the form is L,K,N)", s ? s : "", field[i]);
+        if (errno == ERANGE || x < INT_MIN || x > INT_MAX)   /* an integer, but too large */
+            return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': %s is out of range (at "
+                                "most %d)", s ? s : "", field[i], INT_MAX);
         v[i] = (int)x;
         if (i < 2 && *end != ',')
             return sq_error_set(err, SQ_EUSAGE, "--envelope: '%.100s': three integers L,K,N "
