@@ -1474,3 +1474,39 @@ Test(corpus, resume_refuses_a_damaged_partial_and_leaves_it_untouched)
     tu_rmtree(dir);
     free(tl), free(dl), free(tok), free(path), free(partial), free(dir);
 }
+
+/* A partial of other inputs or options names the fields that differ, not both fingerprints
+ * whole (about 700 characters in a dump's): a field one side lacks is at its default there. */
+Test(corpus, resume_of_other_inputs_names_the_fields_that_differ)
+{
+    char *dir = tu_tmpdir(), *path = tu_path(dir, "c.h5"), *partial = tu_path(dir, "c.h5.partial");
+    sq_corpus_writer_params p = sq_corpus_writer_default_params();
+    p.vocab = 5;
+    sq_error err = {0};
+    sq_corpus_writer *w;
+    int64_t done;
+    const char *then = "tokens sha256 abc; draft d/; top-k 0; context 1024";
+    cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, then, &done, &w, &err),
+                 SQ_OK, "%s", err.msg);
+    sq_corpus_writer_abort(w);
+    const struct {
+        const char *now, *says;
+    } cases[] = {
+        {"tokens sha256 abc; draft d/; top-k 0; context 1024; compression 5",
+         "(compression: partial at its default, now 5); delete it"},
+        {"tokens sha256 abd; draft d/; top-k 8; context 1024",
+         "(tokens sha256: partial abc, now abd; top-k: partial 0, now 8); delete it"},
+        {"tokens sha256 abc; draft d/; context 1024", "(top-k: partial 0, now at its default)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        err = (sq_error){0};
+        cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, cases[i].now, &done, &w,
+                                                     &err), SQ_EDATA);
+        cr_assert(strstr(err.msg, partial) && strstr(err.msg, "other inputs or options") &&
+                  strstr(err.msg, cases[i].says), "case %zu: %s", i, err.msg);
+        cr_assert_null(strstr(err.msg, "draft d/"), "case %zu names a field that agrees: %s", i,
+                       err.msg);
+    }
+    tu_rmtree(dir);
+    free(path), free(partial), free(dir);
+}

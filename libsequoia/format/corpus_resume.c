@@ -233,6 +233,57 @@ static int extend_to_eoa(const char *path, off_t *was)
     return done;
 }
 
+/* The fields of fingerprint `fp` ("NAME VALUE; NAME VALUE; ...", the name up to a field's last
+ * space) that differ from `now`'s, as "NAME: partial A, now B; ..." in out; a field one side
+ * lacks is an option left at its default there (docs/robustness.md, "No lost work"). Returns
+ * the number of fields that differ. */
+static int fingerprint_diff(const char *fp, const char *now, char *out, size_t cap)
+{
+    const char *side[2] = {fp, now};
+    size_t len = 0;
+    int n = 0;
+    out[0] = '\0';
+    for (int pass = 0; pass < 2; pass++)   /* fields of fp, then those only now has */
+        for (const char *f = side[pass]; *f;) {
+            const char *e = strstr(f, "; ");
+            size_t flen = e ? (size_t)(e - f) : strlen(f);
+            const char *sp = f + flen;
+            while (sp > f && sp[-1] != ' ')
+                sp--;
+            size_t klen = sp > f ? (size_t)(sp - f - 1) : flen;
+            /* the same name on the other side */
+            const char *o = side[!pass], *ov = NULL;
+            size_t ovlen = 0;
+            while (*o) {
+                const char *oe = strstr(o, "; ");
+                size_t olen = oe ? (size_t)(oe - o) : strlen(o);
+                if (olen > klen && o[klen] == ' ' && strncmp(o, f, klen) == 0 &&
+                    !memchr(o + klen + 1, ' ', olen - klen - 1)) {
+                    ov = o + klen + 1;
+                    ovlen = olen - klen - 1;
+                    break;
+                }
+                o = oe ? oe + 2 : o + olen;
+            }
+            const char *v = f + klen + (klen < flen);
+            size_t vlen = flen - klen - (klen < flen);
+            int differs = ov ? ovlen != vlen || strncmp(ov, v, vlen) != 0 : 1;
+            if (differs && (pass == 0 || !ov)) {
+                const char *pv = pass == 0 ? v : "at its default", *nv = pass == 0 ? ov : v;
+                int pl = pass == 0 ? (int)vlen : 14, nl = pass == 0 ? (int)ovlen : (int)vlen;
+                if (!nv)
+                    nv = "at its default", nl = 14;
+                if (len < cap)
+                    len += (size_t)snprintf(out + len, cap - len, "%s%.*s: partial %.*s, now %.*s",
+                                            n ? "; " : "", (int)klen, f, pl > 200 ? 200 : pl, pv,
+                                            nl > 200 ? 200 : nl, nv);
+                n++;
+            }
+            f = e ? e + 2 : f + flen;
+        }
+    return n;
+}
+
 /* Reopens an existing partial file: checks it was started for the same output and that the
  * rows of its checkpoint are intact, then cuts every dataset to the checkpoint and restores
  * the sequence boundaries. Nothing is written before every check has passed; when the file
@@ -281,9 +332,14 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
         sqc_attr_string(&probe, RESUME_FINGERPRINT, fp, sizeof fp, &e))
         return sq_error_set(err, SQ_EDATA, "%s (not a partial dump of this tool? delete it to "
                             "start over)", e.msg);
-    if (strcmp(fp, fingerprint) != 0)
+    if (strcmp(fp, fingerprint) != 0) {
+        char diff[1024];
+        if (fingerprint_diff(fp, fingerprint, diff, sizeof diff) > 0)
+            return sq_error_set(err, SQ_EDATA, "%s: was started with other inputs or options "
+                                "(%s); delete it, or start over without resuming", w->tmp, diff);
         return sq_error_set(err, SQ_EDATA, "%s: was started with other inputs or options (%s; "
                             "now %s); delete it, or start over without resuming", w->tmp, fp, fingerprint);
+    }
     if (vocab != w->p.vocab || rows < 0)
         return sq_error_set(err, SQ_EDATA, "%s: vocab_size %lld or resume_rows %lld does not fit "
                             "this dump; delete it to start over", w->tmp, vocab, rows);
