@@ -281,6 +281,13 @@ Test(cli_tokenize, bad_input_exits_65_naming_the_problem)
     cr_assert(strstr(se, "tokenizer.json"), "%s", se);
     free(so);
     free(se);
+    /* a --model that does not exist is a missing input (66), as for --draft and --target */
+    char *none = tu_path(dir, "no-such-model");
+    char *argvn[] = {(char *)bin("SQ_RUN_BIN"), "tokenize", "--model", none, NULL};
+    cr_assert_eq(run_in(ids, argvn, &so, &se), 66, "%s", se);
+    cr_assert(strstr(se, none) && strstr(se, "does not exist"), "%s", se);
+    free(so);
+    free(se);
     /* usage */
     char *argv2[] = {(char *)bin("SQ_RUN_BIN"), "tokenize", NULL};
     cr_assert_eq(run_in(ids, argv2, &so, &se), 64, "%s", se);
