@@ -69,9 +69,11 @@ static int check_architecture(const char *file, const cJSON *root, int *arch, sq
         const cJSON *first = archs->child;
         const char *name = cJSON_IsString(first) ? first->valuestring : "(not a string)";
         const char *kind = refused_kind(name);
+        if (!kind)   /* said once: "is not supported; not supported" read twice */
+            return sq_error_set(err, SQ_EDATA, "%s: architectures: %.64s is not supported (this "
+                                "runtime loads %s only)", file, name, sq_arch_names(0));
         return sq_error_set(err, SQ_EDATA, "%s: architectures: %.64s is %s; not supported (this "
-                            "runtime loads %s only)", file, name, kind ? kind : "not supported",
-                            sq_arch_names(0));
+                            "runtime loads %s only)", file, name, kind, sq_arch_names(0));
     }
     const char *mt = NULL;
     int rc = sq_json_get_string(root, "model_type", 0, &mt, file, "", err);

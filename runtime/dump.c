@@ -17,6 +17,7 @@
 #include "runtime/model.h"
 #include "runtime/prefill.h"
 #include "runtime/safetensors.h"
+#include "runtime/specdec.h"
 #include "runtime/tokens.h"
 
 sq_dump_opts sq_dump_default_opts(void)
@@ -313,6 +314,13 @@ int sq_dump(const sq_dump_opts *o, sq_error *err)
                 }
                 /* rows before done_rows are in the partial file: forward only (KV cache) */
                 int skip = rows >= done_rows ? 0 : (int)(done_rows - rows < r ? done_rows - rows : r);
+                /* the models' logits are finite, as in decoding (docs/robustness.md) */
+                for (int i = skip; i < r; i++)
+                    if ((rc = sq_logits_check_finite("target", tl + (size_t)i * V, V,
+                                                     c0 - b + i, err)) ||
+                        (rc = sq_logits_check_finite("draft", dl + (size_t)i * V, V,
+                                                     c0 - b + i, err)))
+                        goto done;
                 if (r > skip &&
                     (rc = sq_corpus_writer_append(w, tl + (size_t)skip * V, dl + (size_t)skip * V,
                                                   next + skip, r - skip, err)))

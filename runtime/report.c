@@ -239,7 +239,7 @@ void sq_run_summary_line(const sq_run_record *r, const sq_run_prediction *pr, ch
         snprintf(buf + len, cap - len, ", plan expects %.3f%s", r->dyn->expected_tokens,
                  pr->within || !pr->have_ci ? "" : " (outside the CI: see the report's "
                  "prediction)");
-    else if (len < cap)
+    else if (len < cap && !r->dyn)   /* an --engine run without a plan predicts nothing */
         snprintf(buf + len, cap - len, ", plan expects %.3f%s", r->plan->expected_tokens,
                  pr->within || !pr->have_ci ? "" : " (outside the CI: see the report's "
                  "prediction)");
@@ -533,7 +533,9 @@ cJSON *sq_run_report_json(const sq_run_record *r, const sq_run_prediction *pr)
                 : r->dyn->expected_tokens > 0 ? cJSON_CreateNumber(r->dyn->expected_tokens)
                                               : cJSON_CreateNull());
     sq_json_add(pred, "measured", cJSON_CreateNumber(pr->ci.mean));
-    sq_json_add(pred, "within_ci95", cJSON_CreateBool(pr->within));
+    /* null when nothing was predicted (an --engine run without a plan; docs/formats.md) */
+    sq_json_add(pred, "within_ci95", r->dyn && !(r->dyn->expected_tokens > 0)
+                                         ? cJSON_CreateNull() : cJSON_CreateBool(pr->within));
     sq_json_add(pred, "expected_tokens_with_measured_acceptance",
                 r->dyn ? cJSON_CreateNull() : cJSON_CreateNumber(pr->f_measured_acc));
     sq_json_add(pred, "explanation", cJSON_CreateString(pr->explanation));

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "libsequoia/base/cli.h"
 #include "libsequoia/base/io.h"
@@ -76,7 +77,9 @@ static void usage(FILE *fp)
         "                           tokenizer.json, special tokens (BOS) added as Hugging Face's\n"
         "                           generation adds them (chat templates are not applied: pass\n"
         "                           an already formatted prompt); with --batch, one prompt per\n"
-        "                           paragraph (blank-line separated) or per JSON line (.jsonl)\n"
+        "                           paragraph (blank-line separated) or per JSON line (.jsonl);\n"
+        "                           a .jsonl file is its lines' \"text\" strings either way\n"
+        "                           (without --batch, one line)\n"
         "  -n, --max-new-tokens N   tokens to generate (default 128)\n"
         "  -m, --mode MODE          verifier: stochastic (Sequoia, default), specinfer, greedy, topk\n"
         "  -t, --temperature T      sampling temperature (default 1; greedy ignores it)\n"
@@ -280,9 +283,14 @@ static int parse_tokenize(int argc, char **argv)
     int32_t *ids = NULL;
     char *in = NULL, *text = NULL;
     size_t len = 0, n = 0, tlen = 0;
-    int rc = sq_tokenizer_load(model, &tok, &err);
-    if (rc == SQ_ENOINPUT)
-        rc = err.status = SQ_EDATA;   /* a model directory without its tokenizer: bad data */
+    /* a missing --model is a missing input (66) as everywhere; a model directory without its
+     * tokenizer is bad data (65, man sequoia-run(1)) */
+    struct stat mst;
+    int exists = stat(model, &mst) == 0;
+    int rc = exists ? sq_tokenizer_load(model, &tok, &err)
+                    : sq_error_set(&err, SQ_ENOINPUT, "%s: model directory does not exist", model);
+    if (exists && rc == SQ_ENOINPUT)
+        rc = err.status = SQ_EDATA;
     if (!rc && !(in = read_stdin(&len)))
         rc = SQ_EIO;
     if (!rc && decode) {

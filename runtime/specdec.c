@@ -711,17 +711,24 @@ static void tree_inputs(sq_specdec *sd, int len)
 /* Step 4: the verifier's walk from the root over the target logits in sd->tlog. Writes the
  * accepted tokens and the bonus token to out (sd->cnt of them) and the accepted nodes to
  * sd->path (sd->pl of them); records the visits in info when given. */
-/* A target logit that is NaN or infinite stops the run (SQ_EDATA, issue 27 W5): a verifier
- * fed with it would accept garbage, and greedy decoding would agree with itself. */
+/* A logit that is NaN or infinite stops the run (SQ_EDATA, issue 27 W5): a verifier fed with
+ * the target's would accept garbage, and greedy decoding would agree with itself; the draft's
+ * would propose garbage that looks like a poor acceptance rate (docs/robustness.md). */
+int sq_logits_check_finite(const char *model, const float *row, int V, long long position,
+                           sq_error *err)
+{
+    for (int x = 0; x < V; x++)
+        if (!isfinite(row[x]))
+            return sq_error_set(err, SQ_EDATA, "the %s's logit of token %d at position %lld "
+                                "is %s; its weights (or activations) are not finite", model, x,
+                                position, isnan(row[x]) ? "NaN" : "infinite");
+    return SQ_OK;
+}
+
 static int check_finite(const sq_specdec *sd, int u, sq_error *err)
 {
-    const float *row = sd->tlog + (size_t)u * (size_t)sd->V;
-    for (int x = 0; x < sd->V; x++)
-        if (!isfinite(row[x]))
-            return sq_error_set(err, SQ_EDATA, "the target's logit of token %d at position %d "
-                                "is %s; its weights (or activations) are not finite",
-                                x, sd->len - 1 + sd->depth[u], isnan(row[x]) ? "NaN" : "infinite");
-    return SQ_OK;
+    return sq_logits_check_finite("target", sd->tlog + (size_t)u * (size_t)sd->V, sd->V,
+                                  sd->len - 1 + sd->depth[u], err);
 }
 
 static int verify_walk(sq_specdec *sd, int32_t *out, sq_step_info *info, sq_error *err)
@@ -842,8 +849,11 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
     for (int i = 0; i < m; i++) {
         sq_specdec *sd = sds[i];
         size_t Vs = (size_t)sd->V;
-        if (sd->a > 0)
+        if (sd->a > 0) {
             memcpy(sd->dlog, sd->dbuf + (size_t)(sd->a - 1) * sd->dV, Vs * sizeof(float));
+            if ((rc = sq_logits_check_finite("draft", sd->dlog, sd->V, sd->len - 1, err)))
+                return rc;
+        }
         tree_begin(sd);
         sd->pd = sd->a;
         sd->nfeed = sd->a > 0;   /* the root, read */
@@ -890,6 +900,9 @@ static int step_body(sq_specdec *const *sds, int m, sq_batch_seq *seqs, int32_t 
                 int u = sd->keep[r];
                 memcpy(sd->dlog + (size_t)u * Vs, sd->dbuf + (size_t)r * sd->dV,
                        Vs * sizeof(float));
+                if ((rc = sq_logits_check_finite("draft", sd->dlog + (size_t)u * Vs, sd->V,
+                                                 sd->fpos[r], err)))
+                    return rc;
                 sd->dslot[u] = sd->pd + r;
             }
             sd->pd += sd->nfeed;

@@ -250,6 +250,13 @@ int sq_specdec_target_probs(sq_specdec *sd, const int32_t *ctx, int n, double *p
 
 void sq_step_info_clear(sq_step_info *info);
 
+/* The rule for a model's logits (issue 27 W5; docs/robustness.md): one NaN or infinite logit of
+ * the `model` ("draft" or "target"), V of them at `row`, is SQ_EDATA "the draft's logit of token
+ * X at position P is NaN; its weights (or activations) are not finite". Decoding checks every
+ * row it uses, dump every row it writes. */
+int sq_logits_check_finite(const char *model, const float *row, int V, long long position,
+                           sq_error *err);
+
 /* ---- a batch: B sequences decoded together with one plan (serving) ----------------------------
  *
  * B decoders, each with its own draft and target contexts (KV caches), sequence and verifier

@@ -13,6 +13,7 @@
 #include <hdf5.h>
 
 #include "libsequoia/base/io.h"
+#include "libsequoia/base/json.h"
 #include "libsequoia/base/utf8.h"
 
 #define TEXT_MAX_BYTES (4ull << 30)
@@ -458,8 +459,12 @@ static int jsonl_documents(const sq_tokenizer *tok, const char *path, const char
             const cJSON *txt = cJSON_GetObjectItemCaseSensitive(obj, "text");
             char where[64];
             snprintf(where, sizeof where, ": line %ld", line);
+            const char *dup = obj ? sq_json_duplicate_key(obj) : NULL;
             if (!obj)
                 rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: not a JSON value", path, line);
+            else if (dup)   /* as every JSON reader (docs/robustness.md, "duplicate key") */
+                rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: key \"%s\" appears twice in one "
+                                  "object", path, line, dup);
             else if (!cJSON_IsString(txt))
                 rc = sq_error_set(err, SQ_EDATA, "%s: line %ld: text: missing, or not a string",
                                   path, line);
@@ -536,15 +541,22 @@ int sq_tokens_from_text(const sq_tokenizer *tok, const char *path, int docs, sq_
         return sq_error_oom(err, "tokens");
     }
     t->offsets[0] = 0;
-    if (!docs)
-        rc = push_document(tok, path, "", data + bom, len - bom, t, &cap, &ocap, err);
-    else if (ends_with(path, ".jsonl"))
+    /* a .jsonl name means the objects' "text" strings with or without documents: a single
+     * prompt is the file's one object (man sequoia-run(1), --prompt-text) */
+    int jsonl = ends_with(path, ".jsonl");
+    if (jsonl)
         rc = jsonl_documents(tok, path, data + bom, len - bom, t, &cap, &ocap, err);
+    else if (!docs)
+        rc = push_document(tok, path, "", data + bom, len - bom, t, &cap, &ocap, err);
     else
         rc = paragraph_documents(tok, path, data + bom, len - bom, t, &cap, &ocap, err);
     free(data);
     if (!rc && t->n == 0)
         rc = sq_error_set(err, SQ_EDATA, "%s: no text to make tokens of", path);
+    if (!rc && jsonl && !docs && t->sequences > 1)
+        rc = sq_error_set(err, SQ_EUSAGE, "%s: holds %lld JSON lines; without --batch a "
+                          ".jsonl prompt holds one (use --batch %lld to decode them separately)",
+                          path, (long long)t->sequences, (long long)t->sequences);
     if (rc) {
         sq_tokens_free(t);
         return rc;

@@ -62,10 +62,12 @@ int sq_tokens_check_tokenizer(const sq_tokenizer *tok, const char *dir, int mode
                               sq_error *err);
 
 /* Ids of the text file `path` with the tokenizer: docs 0, the whole file as one sequence;
- * docs 1, one sequence per document (paragraphs, or JSON Lines when the name ends in
- * .jsonl). Every sequence gets the post-processor's special tokens (BOS), as Hugging Face's
- * generation encodes a prompt. Errors name the file and where in it: SQ_ENOINPUT (missing),
- * SQ_EDATA (invalid UTF-8, a JSON line without a "text" string, no token at all), SQ_EIO. */
+ * docs 1, one sequence per document (paragraphs). A name ending in .jsonl is JSON Lines either
+ * way, a document per line's "text" string; with docs 0 it must hold exactly one (else
+ * SQ_EUSAGE, suggesting --batch). Every sequence gets the post-processor's special tokens
+ * (BOS), as Hugging Face's generation encodes a prompt. Errors name the file and where in it:
+ * SQ_ENOINPUT (missing), SQ_EDATA (invalid UTF-8, a JSON line without a "text" string or with
+ * a key twice, no token at all), SQ_EIO. */
 int sq_tokens_from_text(const sq_tokenizer *tok, const char *path, int docs, sq_tokens **out,
                         sq_error *err);
 

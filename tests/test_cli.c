@@ -17,7 +17,8 @@ Test(cli, int_parses_and_checks_the_range, .init = cr_redirect_stderr)
     cr_assert_eq(v, 42);
     cr_assert_eq(sq_cli_int("t", "--n", "-3", INT_MIN, INT_MAX, &v), SQ_OK);
     cr_assert_eq(v, -3);
-    const char *bad[] = {"", "12x", "x", "1.5", "99999999999", " ", "0x10"};
+    const char *bad[] = {"", "12x", "x", "1.5", "99999999999", " ", "0x10",
+                         "-99999999999", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         v = 5;
         cr_assert_eq(sq_cli_int("t", "--n", bad[i], INT_MIN, INT_MAX, &v), SQ_EUSAGE, "'%s'",
@@ -32,9 +33,12 @@ Test(cli, int_parses_and_checks_the_range, .init = cr_redirect_stderr)
                             "t: --n: '12x' is not an integer\n"
                             "t: --n: 'x' is not an integer\n"
                             "t: --n: '1.5' is not an integer\n"
-                            "t: --n: '99999999999' is not an integer\n"
+                            "t: --n: '99999999999' is out of range (at most 2147483647)\n"
                             "t: --n: ' ' is not an integer\n"
                             "t: --n: '0x10' is not an integer\n"
+                            "t: --n: '-99999999999' is out of range (at least -2147483648)\n"
+                            "t: --n: '99999999999999999999' is out of range (at most "
+                            "2147483647)\n"
                             "t: --n: 0, must be at least 1\n"
                             "t: --n: 101, must be between 1 and 100\n");
 }
@@ -50,6 +54,8 @@ Test(cli, u64_and_double, .init = cr_redirect_stderr)
     cr_assert_eq(sq_cli_u64("t", "--seed", "11", 10, &u), SQ_EUSAGE);
     cr_assert_eq(sq_cli_u64("t", "--seed", "10", 10, &u), SQ_OK);
     cr_assert_eq(u, 10);
+    cr_assert_eq(sq_cli_u64("t", "--seed", "18446744073709551616", UINT64_MAX, &u), SQ_EUSAGE);
+    cr_assert_eq(u, 10);
     cr_assert_eq(sq_cli_double("t", "--x", "0.25", &d), SQ_OK);
     cr_assert_eq(d, 0.25);
     cr_assert_eq(sq_cli_double("t", "--x", "inf", &d), SQ_EUSAGE);
@@ -57,6 +63,16 @@ Test(cli, u64_and_double, .init = cr_redirect_stderr)
     cr_assert_eq(sq_cli_double("t", "--x", "1e999", &d), SQ_EUSAGE);
     cr_assert_eq(sq_cli_double("t", "--x", "2,5", &d), SQ_EUSAGE);
     cr_assert_eq(d, 0.25);
+    fflush(stderr);
+    cr_assert_stderr_eq_str("t: --seed: '-1' is not a non-negative integer\n"
+                            "t: --seed: ' -1' is not a non-negative integer\n"
+                            "t: --seed: 11, must be at most 10\n"
+                            "t: --seed: '18446744073709551616' is out of range (at most "
+                            "18446744073709551615)\n"
+                            "t: --x: 'inf' is not a finite number\n"
+                            "t: --x: 'nan' is not a finite number\n"
+                            "t: --x: '1e999' is not a finite number\n"
+                            "t: --x: '2,5' is not a finite number\n");
 }
 
 Test(cli, clock_is_monotonic)

@@ -281,6 +281,13 @@ Test(cli_tokenize, bad_input_exits_65_naming_the_problem)
     cr_assert(strstr(se, "tokenizer.json"), "%s", se);
     free(so);
     free(se);
+    /* a --model that does not exist is a missing input (66), as for --draft and --target */
+    char *none = tu_path(dir, "no-such-model");
+    char *argvn[] = {(char *)bin("SQ_RUN_BIN"), "tokenize", "--model", none, NULL};
+    cr_assert_eq(run_in(ids, argvn, &so, &se), 66, "%s", se);
+    cr_assert(strstr(se, none) && strstr(se, "does not exist"), "%s", se);
+    free(so);
+    free(se);
     /* usage */
     char *argv2[] = {(char *)bin("SQ_RUN_BIN"), "tokenize", NULL};
     cr_assert_eq(run_in(ids, argv2, &so, &se), 64, "%s", se);
@@ -349,6 +356,71 @@ Test(cli_tokenize, prompt_text_and_text_output, .timeout = 120)
         cJSON_Delete(j);
     }
     cr_assert_eq(lines, 2);
+    free(so);
+    free(se);
+    tu_rmtree(dir);
+}
+
+/* A .jsonl prompt means the objects' "text" strings with or without --batch: without it the
+ * raw line (braces, key and quotes) was the prompt. Without --batch it holds one object (more
+ * is exit 64, naming --batch); a key twice is exit 65, as in every JSON reader. */
+Test(cli_tokenize, a_jsonl_prompt_is_its_text_with_or_without_batch, .timeout = 120)
+{
+    char *dir = tu_tmpdir();
+    char *draft = tu_source_path("data/models/draft"), *target = tu_source_path("data/models/target");
+    char *plan = tu_source_path("data/ladder/plans/plan-b4.json");
+    char *txt = tu_path(dir, "p.txt"), *jl = tu_path(dir, "p.jsonl"), *rep = tu_path(dir, "r.json");
+    char *ids = tu_path(dir, "ids.txt"), *ids2 = tu_path(dir, "ids2.txt");
+    tu_write(txt, "And God");
+    tu_write(jl, "{\"text\": \"And God\"}\n");
+    char *argv[] = {(char *)bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
+                    plan, "--prompt-text", jl, "-n", "8", "--mode", "greedy", "-o", ids,
+                    "--report", rep, "--threads", "1", "--no-baseline", "-q", NULL};
+    char *so, *se;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    free(so);
+    free(se);
+    char *rj = tu_read(rep, NULL);
+    cJSON *r = cJSON_Parse(rj);
+    cr_assert_not_null(r);
+    /* the byte tokenizer: BOS + 7 bytes of "And God", not the 20 bytes of the line */
+    int ptoks = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "setup"), "prompt_tokens")->valueint;
+    cJSON_Delete(r);
+    free(rj);
+    argv[8] = txt;
+    argv[14] = ids2;
+    cr_assert_eq(tu_run(argv, &so, &se), 0, "%s", se);
+    free(so);
+    free(se);
+    rj = tu_read(rep, NULL);
+    r = cJSON_Parse(rj);
+    int ptxt = cJSON_GetObjectItem(cJSON_GetObjectItem(r, "setup"), "prompt_tokens")->valueint;
+    cJSON_Delete(r);
+    free(rj);
+    cr_assert_eq(ptoks, ptxt, "the .jsonl prompt is its text: %d tokens, the text's %d", ptoks,
+                 ptxt);
+    char *a = tu_read(ids, NULL), *b = tu_read(ids2, NULL);
+    cr_assert_str_eq(a, b, "the same prompt generates the same tokens");
+    free(a);
+    free(b);
+    /* two objects without --batch: which one? exit 64, naming the fix */
+    tu_write(jl, "{\"text\": \"And God\"}\n{\"text\": \"said\"}\n");
+    argv[8] = jl;
+    cr_assert_eq(tu_run(argv, &so, &se), 64, "%s", se);
+    cr_assert(strstr(se, jl) && strstr(se, "2 JSON lines") && strstr(se, "--batch 2"), "%s", se);
+    free(so);
+    free(se);
+    /* a key twice, with and without --batch */
+    tu_write(jl, "{\"text\": \"a\", \"text\": \"b\"}\n");
+    cr_assert_eq(tu_run(argv, &so, &se), 65, "%s", se);
+    cr_assert(strstr(se, "line 1: key \"text\" appears twice"), "%s", se);
+    free(so);
+    free(se);
+    char *argvb[] = {(char *)bin("SQ_RUN_BIN"), "--draft", draft, "--target", target, "--plan",
+                     plan, "--prompt-text", jl, "--batch", "1", "-n", "8", "--mode", "greedy",
+                     "-o", ids, "--threads", "1", "--no-baseline", "-q", NULL};
+    cr_assert_eq(tu_run(argvb, &so, &se), 65, "%s", se);
+    cr_assert(strstr(se, "line 1: key \"text\" appears twice"), "%s", se);
     free(so);
     free(se);
     tu_rmtree(dir);

@@ -1394,3 +1394,119 @@ Test(corpus, sq_corpus_read_through_the_chunk_decoder_checks_only_the_rows_asked
     tu_rmtree(dir);
     free(dir);
 }
+
+/* ---- dump --resume: a damaged partial file ------------------------------------------------ */
+
+/* Writes `bytes` of `data` to `path` (replacing it). */
+static void put_bytes(const char *path, const char *data, size_t bytes)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(data, 1, bytes, f), bytes);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* A partial file cut short (a copy that stopped, a full disk that lost rows of the checkpoint)
+ * or overwritten with zeros claims rows that are not there: it is refused before anything is
+ * written, with "damaged ... delete it to start over", and left byte for byte as it was
+ * (docs/robustness.md, "No lost work"); the intact file still resumes. */
+Test(corpus, resume_refuses_a_damaged_partial_and_leaves_it_untouched)
+{
+    char *dir = tu_tmpdir(), *path = tu_path(dir, "c.h5"), *partial = tu_path(dir, "c.h5.partial");
+    int V = 37, N = 200;
+    float *tl = make_logits(N, V, 3), *dl = make_logits(N, V, 4);
+    int32_t *tok = make_tokens(N, V);
+    sq_corpus_writer_params p = sq_corpus_writer_default_params();
+    p.vocab = V;
+    p.chunk_rows = 8;
+    sq_error err = {0};
+    sq_corpus_writer *w;
+    int64_t done = -1;
+    cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, "fp", &done, &w, &err),
+                 SQ_OK, "%s", err.msg);
+    cr_assert_eq(sq_corpus_writer_append(w, tl, dl, tok, N, &err), SQ_OK, "%s", err.msg);
+    cr_assert_eq(sq_corpus_writer_checkpoint(w, &err), SQ_OK, "%s", err.msg);
+    sq_corpus_writer_abort(w);   /* keeps the partial file */
+    size_t len;
+    char *full = tu_read(partial, &len);
+    cr_assert(len > 20000, "%zu bytes", len);
+    /* cut short at several points, and the last third overwritten with zeros */
+    for (int c = 0; c < 4; c++) {
+        char *bytes = malloc(len);
+        memcpy(bytes, full, len);
+        size_t n = c < 3 ? len * (size_t)(3 + 2 * c) / 10 : len;
+        if (c == 3)
+            memset(bytes + len * 2 / 3, 0, len - len * 2 / 3 - 4096);
+        put_bytes(partial, bytes, n);
+        err = (sq_error){0};
+        w = NULL;
+        int rc = sq_corpus_writer_open_resumable(path, partial, &p, "fp", &done, &w, &err);
+        if (rc == SQ_OK)
+            sq_corpus_writer_abort(w);
+        cr_assert_eq(rc, SQ_EDATA, "case %d (%zu of %zu bytes): %d %s", c, n, len, rc, err.msg);
+        cr_assert(strstr(err.msg, partial) && strstr(err.msg, "delete it to start over"),
+                  "case %d: %s", c, err.msg);
+        size_t after_len;
+        char *after = tu_read(partial, &after_len);
+        cr_assert(after_len == n && memcmp(after, bytes, n) == 0,
+                  "case %d: the partial file was changed (%zu bytes, was %zu)", c, after_len, n);
+        free(after);
+        free(bytes);
+    }
+    /* the truncated ones say what is wrong, not only "delete it" */
+    put_bytes(partial, full, len * 9 / 10);
+    err = (sq_error){0};
+    cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, "fp", &done, &w, &err),
+                 SQ_EDATA);
+    cr_assert(strstr(err.msg, "damaged ("), "%s", err.msg);
+    /* the intact file resumes after all its rows */
+    put_bytes(partial, full, len);
+    err = (sq_error){0};
+    cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, "fp", &done, &w, &err),
+                 SQ_OK, "%s", err.msg);
+    cr_assert_eq(done, N);
+    cr_assert_eq(sq_corpus_writer_end_sequence(w, &err), SQ_OK, "%s", err.msg);
+    cr_assert_eq(sq_corpus_writer_commit(w, &err), SQ_OK, "%s", err.msg);
+    sq_corpus *cc = open_ok(path);
+    cr_assert_eq(sq_corpus_get_info(cc)->rows, N);
+    sq_corpus_close(cc);
+    free(full);
+    tu_rmtree(dir);
+    free(tl), free(dl), free(tok), free(path), free(partial), free(dir);
+}
+
+/* A partial of other inputs or options names the fields that differ, not both fingerprints
+ * whole (about 700 characters in a dump's): a field one side lacks is at its default there. */
+Test(corpus, resume_of_other_inputs_names_the_fields_that_differ)
+{
+    char *dir = tu_tmpdir(), *path = tu_path(dir, "c.h5"), *partial = tu_path(dir, "c.h5.partial");
+    sq_corpus_writer_params p = sq_corpus_writer_default_params();
+    p.vocab = 5;
+    sq_error err = {0};
+    sq_corpus_writer *w;
+    int64_t done;
+    const char *then = "tokens sha256 abc; draft d/; top-k 0; context 1024";
+    cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, then, &done, &w, &err),
+                 SQ_OK, "%s", err.msg);
+    sq_corpus_writer_abort(w);
+    const struct {
+        const char *now, *says;
+    } cases[] = {
+        {"tokens sha256 abc; draft d/; top-k 0; context 1024; compression 5",
+         "(compression: partial at its default, now 5); delete it"},
+        {"tokens sha256 abd; draft d/; top-k 8; context 1024",
+         "(tokens sha256: partial abc, now abd; top-k: partial 0, now 8); delete it"},
+        {"tokens sha256 abc; draft d/; context 1024", "(top-k: partial 0, now at its default)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        err = (sq_error){0};
+        cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, cases[i].now, &done, &w,
+                                                     &err), SQ_EDATA);
+        cr_assert(strstr(err.msg, partial) && strstr(err.msg, "other inputs or options") &&
+                  strstr(err.msg, cases[i].says), "case %zu: %s", i, err.msg);
+        cr_assert_null(strstr(err.msg, "draft d/"), "case %zu names a field that agrees: %s", i,
+                       err.msg);
+    }
+    tu_rmtree(dir);
+    free(path), free(partial), free(dir);
+}

@@ -618,7 +618,19 @@ Test(dyntree, bad_envelopes_are_refused_naming_the_rule_and_the_engine)
     cr_assert(L == 5 && K == 4 && N == 8);
     cr_assert_eq(sq_dyntree_parse_envelope("5,4", &L, &K, &N, &err), SQ_EUSAGE);
     cr_assert_eq(sq_dyntree_parse_envelope("5,4,8,1", &L, &K, &N, &err), SQ_EUSAGE);
+    err = (sq_error){0};
     cr_assert_eq(sq_dyntree_parse_envelope("a,4,8", &L, &K, &N, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "L (draft steps) is not an integer"), "%s", err.msg);
+    /* an integer past int is out of range, not "not an integer" */
+    err = (sq_error){0};
+    cr_assert_eq(sq_dyntree_parse_envelope("99999999999,2,4", &L, &K, &N, &err), SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "L (draft steps) 99999999999 is out of range (at most 2147483647"),
+              "%s", err.msg);
+    err = (sq_error){0};
+    cr_assert_eq(sq_dyntree_parse_envelope("2,2,99999999999999999999", &L, &K, &N, &err),
+                 SQ_EUSAGE);
+    cr_assert(strstr(err.msg, "N (nodes, the root included) 99999999999999999999 is out of range"),
+              "%s", err.msg);
     sq_dyn_engine e;
     err = (sq_error){0};
     cr_assert_eq(sq_dyn_engine_parse("vllm", &e, &err), SQ_EUSAGE);

@@ -461,6 +461,50 @@ Test(hostile, w5_nan_weights_in_the_target_stop_every_mode_with_exit_65, .timeou
     tu_rmtree(dir);
 }
 
+/* The draft's logits follow the same rule: a NaN draft was accepted silently, and looked like a
+ * poor acceptance rate (docs/robustness.md). Decoding (a plan, an --engine tree, a batch) and
+ * dump stop with exit 65 and write nothing. */
+Test(hostile, w5_nan_weights_in_the_draft_stop_runs_and_dumps_with_exit_65, .timeout = 240)
+{
+    char *dir = tu_tmpdir();
+    put(dir, "plan.json", PLAN);
+    put(dir, "tokens.txt", "1 2 3 4 5 6 7 8\n");
+    char *draft = random_model(dir, "draft", 1), *target = random_model(dir, "target", 2);
+    poison_tensor(draft, "model.norm.weight", NAN);
+    char *plan = tu_path(dir, "plan.json"), *tokens = tu_path(dir, "tokens.txt");
+    char *out = tu_path(dir, "out.txt"), *corpus = tu_path(dir, "c.h5");
+    const char *runs[][8] = {
+        {"--plan", plan, "--mode", "greedy", NULL},
+        {"--plan", plan, "--mode", "stochastic", NULL},
+        {"--plan", plan, "--mode", "greedy", "--batch", "2", NULL},
+        {"--engine", "sglang", "--envelope", "2,2,4", "--mode", "greedy", NULL},
+    };
+    for (int i = 0; i < 4; i++) {
+        const char *argv[24] = {bin("SQ_RUN_BIN"), "--draft", draft, "--target", target,
+                                "--prompt", tokens, "-n", "8", "-q", "-o", out};
+        int n = 12;
+        for (int k = 0; runs[i][k]; k++)
+            argv[n++] = runs[i][k];
+        argv[n] = NULL;
+        char *e = NULL;
+        int rc = run_limited(120, argv, NULL, &e);
+        cr_expect_eq(rc, 65, "run %d: exit %d: %s", i, rc, e);
+        cr_expect(e && strstr(e, "the draft's logit of token") && strstr(e, "is NaN") &&
+                  strstr(e, "not finite"), "run %d: %s", i, e);
+        cr_expect(!tu_exists(out), "run %d wrote an output", i);
+        free(e);
+    }
+    const char *dargv[] = {bin("SQ_RUN_BIN"), "dump", "--draft", draft, "--target", target,
+                           "--tokens", tokens, "-o", corpus, "-q", NULL};
+    char *e = NULL;
+    int rc = run_limited(120, dargv, NULL, &e);
+    cr_expect_eq(rc, 65, "dump: exit %d: %s", rc, e);
+    cr_expect(e && strstr(e, "the draft's logit of token 0 at position 0 is NaN"), "dump: %s", e);
+    cr_expect(!tu_exists(corpus), "dump wrote a corpus");
+    free(e);
+    tu_rmtree(dir);
+}
+
 /* ---- W6: prompt files with several sequences -------------------------------------------- */
 
 Test(hostile, w6_prompts_that_a_run_joins_or_leaves_out_are_reported, .timeout = 240)

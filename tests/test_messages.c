@@ -279,6 +279,13 @@ Test(messages, csv_import_reads_a_batch_column_into_a_version_2_profile)
         {"tokens,ms,extra\n1,2,3\n", "engine.csv:1: column 3 is \"extra\""},
         {"batch,tokens,tokens\n1,2,3\n", "column 3 is \"tokens\" again"},
         {"batch,ms\n1,2\n", "a batch column comes with tokens and a time"},
+        /* a second time column is no column "again"; a column named twice is no time unit */
+        {"tokens,ms,us\n1,2,3\n",
+         "engine.csv:1: column 3 is \"us\", a second time column (column 2 is \"ms\")"},
+        {"tokens,tokens\n1,2\n",
+         "engine.csv:1: column 2 is \"tokens\" again (expected a time column: ms, "},
+        {"tokens,msec\n1,2\n", "engine.csv:1: unknown time column \"msec\" (expected a time "
+                                "column: ms, "},
         {"batch,tokens,ms,x\n1,2,3,4\n", "4 columns"},
         {"batch,tokens,ms\n0,1,1\n", "engine.csv:2: batch: \"0\" is not an integer in [1, 65536]"},
         {"batch,tokens,ms\n1,1\n", "engine.csv:2: 2 columns where the header has 3"},

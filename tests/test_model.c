@@ -440,6 +440,32 @@ Test(model, config_defaults_follow_transformers)
     cr_assert_eq(c.tied_embeddings, 0);
 }
 
+/* An unknown architecture is "not supported" once; a refused kind says which kind it is. */
+Test(model, unsupported_architectures_are_named_once)
+{
+    const struct {
+        const char *text, *says;
+    } cases[] = {
+        {"{\"architectures\": [\"GPT2LMHeadModel\"], \"hidden_size\": 64}",
+         "config.json: architectures: GPT2LMHeadModel is not supported (this runtime loads "},
+        {"{\"architectures\": [\"MixtralForCausalLM\"], \"hidden_size\": 64}",
+         "config.json: architectures: MixtralForCausalLM is a mixture-of-experts model; not "
+         "supported (this runtime loads "},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sq_model_config c;
+        sq_error err = {0};
+        cJSON *root;
+        cr_assert_eq(sq_json_parse("config.json", cases[i].text, strlen(cases[i].text), &root,
+                                   &err), 0);
+        cr_assert_eq(sq_model_config_parse("config.json", root, &c, &err), SQ_EDATA);
+        cJSON_Delete(root);
+        cr_assert(strstr(err.msg, cases[i].says), "case %zu: %s", i, err.msg);
+        const char *first = strstr(err.msg, "not supported");
+        cr_assert(first && !strstr(first + 1, "not supported"), "said twice: %s", err.msg);
+    }
+}
+
 Test(model, config_refusals_name_the_key)
 {
     const struct {

@@ -345,3 +345,51 @@ Test(run_report, per_step_timing)
     sq_plan_free(plan);
     sq_run_acceptance_free(&a);
 }
+
+/* An --engine run without a plan predicts nothing: the summary names no "plan expects" (the
+ * envelope's room plan has expected_tokens 1, which is no prediction) and the report's
+ * within_ci95 is null, not false (docs/formats.md, the report's dynamic run). */
+Test(run_report, engine_run_without_plan_predicts_nothing)
+{
+    sq_run_acceptance a;
+    sq_error err = {0};
+    cr_assert_eq(sq_run_acceptance_init(&a, 2, 3, &err), SQ_OK);
+    int steps[8] = {2, 3, 2, 3, 2, 3, 2, 3};
+    int32_t gen[20] = {0};
+    sq_step_info infos[8] = {{0}};
+    int seq_steps[1] = {8};
+    sq_plan *plan = plan_of(1.0);
+    sq_run_dynamic dyn = {.engine = "sglang", .steps = 2, .topk = 2, .nodes = 4, .B = 1,
+                          .max_new = 8, .seq_steps = seq_steps, .infos = infos};
+    sq_run_record r = {.draft = "d", .target = "t", .plan_file = "sglang envelope 2,2,4",
+                       .prompt_file = "x", .mode = "greedy", .backend = "cpu", .dtype = "f32",
+                       .prompt_tokens = 3, .max_new_tokens = 20, .context = 64,
+                       .vocab_size = 32, .plan = plan, .depth = 3, .steps = 8,
+                       .step_tokens = steps, .acc = &a, .spec_ms = 10, .gen = gen, .dyn = &dyn,
+                       .generated_tokens = 20};
+    sq_run_prediction pr;
+    cr_assert_eq(sq_run_predict(&r, &pr, &err), SQ_OK, "%s", err.msg);
+    cr_assert(pr.have_ci);
+    char line[512];
+    sq_run_summary_line(&r, &pr, line, sizeof line);
+    cr_assert_null(strstr(line, "plan expects"), "%s", line);
+    cr_assert_null(strstr(line, "outside the CI"), "%s", line);
+    cr_assert(strstr(line, "sglang envelope 2,2,4"), "%s", line);
+    cJSON *rep = sq_run_report_json(&r, &pr);
+    const cJSON *pj = sq_json_field(rep, "prediction");
+    /* sq_json_field hides a null: the raw lookup tells null from absent */
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(pj, "expected_tokens")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(pj, "within_ci95")),
+              "within_ci95 is not null");
+    cJSON_Delete(rep);
+    /* a dynamic plan's prediction is still compared */
+    dyn.expected_tokens = 2.5;
+    cr_assert_eq(sq_run_predict(&r, &pr, &err), SQ_OK, "%s", err.msg);
+    sq_run_summary_line(&r, &pr, line, sizeof line);
+    cr_assert(strstr(line, "plan expects 2.500"), "%s", line);
+    rep = sq_run_report_json(&r, &pr);
+    cr_assert(cJSON_IsBool(sq_json_field(sq_json_field(rep, "prediction"), "within_ci95")));
+    cJSON_Delete(rep);
+    sq_plan_free(plan);
+    sq_run_acceptance_free(&a);
+}

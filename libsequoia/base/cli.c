@@ -15,8 +15,16 @@ int sq_cli_int(const char *prog, const char *opt, const char *s, int lo, int hi,
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < INT_MIN || v > INT_MAX) {
+    if (end == s || *end) {
         fprintf(stderr, "%s: %s: '%s' is not an integer\n", prog, opt, s);
+        return SQ_EUSAGE;
+    }
+    /* an integer past long long or int is out of range, not "not an integer" */
+    if (errno == ERANGE || v < INT_MIN || v > INT_MAX) {
+        if (s[strspn(s, " \t")] == '-')
+            fprintf(stderr, "%s: %s: '%s' is out of range (at least %d)\n", prog, opt, s, lo);
+        else
+            fprintf(stderr, "%s: %s: '%s' is out of range (at most %d)\n", prog, opt, s, hi);
         return SQ_EUSAGE;
     }
     if (v < lo || v > hi) {
@@ -37,8 +45,13 @@ int sq_cli_u64(const char *prog, const char *opt, const char *s, uint64_t max, u
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[strspn(s, " \t")] == '-') {
+    if (end == s || *end || s[strspn(s, " \t")] == '-') {
         fprintf(stderr, "%s: %s: '%s' is not a non-negative integer\n", prog, opt, s);
+        return SQ_EUSAGE;
+    }
+    if (errno == ERANGE) {   /* past 2^64 - 1: an integer, out of range */
+        fprintf(stderr, "%s: %s: '%s' is out of range (at most %llu)\n", prog, opt, s,
+                (unsigned long long)max);
         return SQ_EUSAGE;
     }
     if (v > max) {

@@ -12,13 +12,14 @@
 #include "libsequoia/base/error.h"
 #include "libsequoia/base/io.h"
 
-/* A decimal integer in [lo, hi]. Messages: "'12x' is not an integer"; out of range
- * "5, must be at least 10" (hi == INT_MAX), "5, must be at most 3" (lo == INT_MIN), else
+/* A decimal integer in [lo, hi]. Messages: "'12x' is not an integer"; past int
+ * "'99999999999' is out of range (at most HI)" (or "(at least LO)" for a negative one); out of
+ * range "5, must be at least 10" (hi == INT_MAX), "5, must be at most 3" (lo == INT_MIN), else
  * "5, must be between 10 and 20". */
 int sq_cli_int(const char *prog, const char *opt, const char *s, int lo, int hi, int *out);
 
 /* A non-negative decimal integer <= max: "'-1' is not a non-negative integer",
- * "N, must be at most MAX". */
+ * "N, must be at most MAX"; past 2^64 - 1 "'N' is out of range (at most MAX)". */
 int sq_cli_u64(const char *prog, const char *opt, const char *s, uint64_t max, uint64_t *out);
 
 /* The most CPU threads a tool takes: the CPU backend's pool is at most this large

@@ -38,6 +38,12 @@ static const cJSON *find_duplicate(const cJSON *node)
     return NULL;
 }
 
+const char *sq_json_duplicate_key(const cJSON *root)
+{
+    const cJSON *dup = find_duplicate(root);
+    return dup ? dup->string : NULL;
+}
+
 /* Where the nesting of arrays and objects (outside strings) first goes past `limit`, or NULL. */
 static const char *too_deep(const char *text, size_t len, int limit)
 {

@@ -17,6 +17,10 @@
  * that hold the same key twice. *out is freed with cJSON_Delete. */
 int sq_json_parse(const char *file, const char *text, size_t len, cJSON **out, sq_error *err);
 
+/* The first key that an object under `root` holds twice, or NULL: for readers that parse
+ * pieces of a file themselves (JSON Lines) and refuse duplicates as sq_json_parse does. */
+const char *sq_json_duplicate_key(const cJSON *root);
+
 /* sq_file_read + sq_json_parse. */
 int sq_json_load(const char *file, cJSON **out, sq_error *err);
 

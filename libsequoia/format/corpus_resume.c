@@ -79,9 +79,77 @@ int sqc_resume_state_drop(sq_corpus_writer *w, sq_error *err)
     return SQ_OK;
 }
 
-/* Opens dataset `name` of the partial file, checks its row width and cuts it to `rows`. */
+/* Whether rows [0, rows) of dataset `ds` are stored in the partial file as it was found
+ * (`size` bytes, before extend_to_eoa): every chunk they span is allocated and ends within
+ * `size`, and the chunk of the last row reads back through the filters (a chunk of zeros does
+ * not inflate). A truncated partial claims rows whose chunks are gone; resuming it would cut
+ * and append to data that is not there (docs/robustness.md, "No lost work"). */
+static int resume_rows_intact(sq_corpus_writer *w, const char *name, hid_t ds, int width,
+                              int64_t rows, uint64_t size, sq_error *err)
+{
+    if (rows == 0)
+        return SQ_OK;
+    int rank = width > 0 ? 2 : 1;
+    hsize_t cd[2] = {0, 1};
+    hid_t dcpl = H5Dget_create_plist(ds);
+    int ok = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+             H5Pget_chunk(dcpl, rank, cd) == rank && cd[0] >= 1 && cd[rank - 1] >= 1;
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (!ok)
+        return sq_error_set(err, SQ_EDATA, "%s: damaged (%s: not stored in chunks of rows); "
+                            "delete it to start over", w->tmp, name);
+    hsize_t cols = width > 0 ? (hsize_t)width : 1, step = rank == 2 ? cd[1] : 1;
+    for (hsize_t r = 0; r < (hsize_t)rows; r += cd[0])
+        for (hsize_t c = 0; c < cols; c += step) {
+            hsize_t off[2] = {r, c};
+            unsigned mask = 0;
+            haddr_t addr = HADDR_UNDEF;
+            hsize_t bytes = 0;
+            if (H5Dget_chunk_info_by_coord(ds, off, &mask, &addr, &bytes) < 0 ||
+                addr == HADDR_UNDEF || bytes == 0) {
+                H5Eclear2(H5E_DEFAULT);
+                return sq_error_set(err, SQ_EDATA, "%s: damaged (%s: row %llu is not stored, "
+                                    "but resume_rows says %lld rows are); delete it to start "
+                                    "over", w->tmp, name, (unsigned long long)r, (long long)rows);
+            }
+            if ((uint64_t)addr + bytes > size)
+                return sq_error_set(err, SQ_EDATA, "%s: damaged (%s: row %llu is stored past "
+                                    "the file's end at %llu bytes: truncated?); delete it to "
+                                    "start over", w->tmp, name, (unsigned long long)r,
+                                    (unsigned long long)size);
+        }
+    /* the last row, in the dataset's own type (no conversion): its chunk must decode */
+    hid_t type = H5Dget_type(ds);
+    size_t elem = type >= 0 ? H5Tget_size(type) : 0;
+    void *buf = elem ? malloc((size_t)cols * elem) : NULL;
+    hid_t fs = H5Dget_space(ds);
+    hsize_t start[2] = {(hsize_t)rows - 1, 0}, count[2] = {1, cols};
+    hid_t ms = H5Screate_simple(rank, count, NULL);
+    ok = buf && fs >= 0 && ms >= 0 &&
+         H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+         H5Dread(ds, type, ms, fs, H5P_DEFAULT, buf) >= 0;
+    char d[256];
+    if (!ok)
+        sqc_h5_detail(d);
+    free(buf);
+    if (ms >= 0)
+        H5Sclose(ms);
+    if (fs >= 0)
+        H5Sclose(fs);
+    if (type >= 0)
+        H5Tclose(type);
+    if (!ok)
+        return sq_error_set(err, SQ_EDATA, "%s: damaged (%s: row %lld does not read back: %s); "
+                            "delete it to start over", w->tmp, name, (long long)rows - 1,
+                            *d ? d : "unreadable");
+    return SQ_OK;
+}
+
+/* Opens dataset `name` of the partial file and checks its row width and that its first `rows`
+ * rows are intact (resume_rows_intact); writes nothing (resume_cut does). */
 static int resume_dataset(sq_corpus_writer *w, const char *name, int width, int64_t rows,
-                          hid_t *out, sq_error *err)
+                          uint64_t size, hid_t *out, sq_error *err)
 {
     char d[256];
     *out = H5Dopen2(w->file, name, H5P_DEFAULT);
@@ -102,11 +170,21 @@ static int resume_dataset(sq_corpus_writer *w, const char *name, int width, int6
         return sq_error_set(err, SQ_EDATA, "%s: %s: %llu rows, but the checkpoint says %lld; "
                             "delete it to start over", w->tmp, name, (unsigned long long)dims[0],
                             (long long)rows);
+    return resume_rows_intact(w, name, *out, width, rows, size, err);
+}
+
+/* Cuts dataset `ds` to `rows` (what was written after the checkpoint goes). */
+static int resume_cut(sq_corpus_writer *w, hid_t ds, int width, int64_t rows, sq_error *err)
+{
+    char d[256], name[128];
     hsize_t nd[2] = {(hsize_t)rows, (hsize_t)width};
-    if (H5Dset_extent(*out, nd) < 0)
-        return sq_error_set(err, SQ_EIO, "%s: %s: cannot cut to %lld rows: %s", w->tmp, name,
-                            (long long)rows, sqc_h5_detail(d));
-    return SQ_OK;
+    if (H5Dset_extent(ds, nd) >= 0)
+        return SQ_OK;
+    sqc_h5_detail(d);
+    if (H5Iget_name(ds, name, sizeof name) <= 0)
+        snprintf(name, sizeof name, "a dataset");
+    return sq_error_set(err, SQ_EIO, "%s: %s: cannot cut to %lld rows: %s", w->tmp, name,
+                        (long long)rows, d);
 }
 
 /* The end-of-allocation address in an HDF5 superblock at offset 0 (versions 0-3), or 0. */
@@ -155,12 +233,69 @@ static int extend_to_eoa(const char *path, off_t *was)
     return done;
 }
 
-/* Reopens an existing partial file: checks it was started for the same output, cuts every
- * dataset to the checkpoint and restores the sequence boundaries. */
+/* The fields of fingerprint `fp` ("NAME VALUE; NAME VALUE; ...", the name up to a field's last
+ * space) that differ from `now`'s, as "NAME: partial A, now B; ..." in out; a field one side
+ * lacks is an option left at its default there (docs/robustness.md, "No lost work"). Returns
+ * the number of fields that differ. */
+static int fingerprint_diff(const char *fp, const char *now, char *out, size_t cap)
+{
+    const char *side[2] = {fp, now};
+    size_t len = 0;
+    int n = 0;
+    out[0] = '\0';
+    for (int pass = 0; pass < 2; pass++)   /* fields of fp, then those only now has */
+        for (const char *f = side[pass]; *f;) {
+            const char *e = strstr(f, "; ");
+            size_t flen = e ? (size_t)(e - f) : strlen(f);
+            const char *sp = f + flen;
+            while (sp > f && sp[-1] != ' ')
+                sp--;
+            size_t klen = sp > f ? (size_t)(sp - f - 1) : flen;
+            /* the same name on the other side */
+            const char *o = side[!pass], *ov = NULL;
+            size_t ovlen = 0;
+            while (*o) {
+                const char *oe = strstr(o, "; ");
+                size_t olen = oe ? (size_t)(oe - o) : strlen(o);
+                if (olen > klen && o[klen] == ' ' && strncmp(o, f, klen) == 0 &&
+                    !memchr(o + klen + 1, ' ', olen - klen - 1)) {
+                    ov = o + klen + 1;
+                    ovlen = olen - klen - 1;
+                    break;
+                }
+                o = oe ? oe + 2 : o + olen;
+            }
+            const char *v = f + klen + (klen < flen);
+            size_t vlen = flen - klen - (klen < flen);
+            int differs = ov ? ovlen != vlen || strncmp(ov, v, vlen) != 0 : 1;
+            if (differs && (pass == 0 || !ov)) {
+                const char *pv = pass == 0 ? v : "at its default", *nv = pass == 0 ? ov : v;
+                int pl = pass == 0 ? (int)vlen : 14, nl = pass == 0 ? (int)ovlen : (int)vlen;
+                if (!nv)
+                    nv = "at its default", nl = 14;
+                if (len < cap)
+                    len += (size_t)snprintf(out + len, cap - len, "%s%.*s: partial %.*s, now %.*s",
+                                            n ? "; " : "", (int)klen, f, pl > 200 ? 200 : pl, pv,
+                                            nl > 200 ? 200 : nl, nv);
+                n++;
+            }
+            f = e ? e + 2 : f + flen;
+        }
+    return n;
+}
+
+/* Reopens an existing partial file: checks it was started for the same output and that the
+ * rows of its checkpoint are intact, then cuts every dataset to the checkpoint and restores
+ * the sequence boundaries. Nothing is written before every check has passed; when the file
+ * was extended (extend_to_eoa), *restore is its old size until then, for the caller to cut it
+ * back to after closing it on a refusal (-1 otherwise). */
 static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *rows_done,
-                         sq_error *err)
+                         off_t *restore, sq_error *err)
 {
     char d[256];
+    *restore = -1;
+    struct stat st0;
+    uint64_t size = stat(w->tmp, &st0) == 0 ? (uint64_t)st0.st_size : 0;
     hid_t fapl = sqc_h5_fapl_new();
     if (fapl >= 0)
         H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG);
@@ -168,10 +303,9 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
     off_t was = 0;
     if (w->file < 0 && extend_to_eoa(w->tmp, &was)) {
         H5Eclear2(H5E_DEFAULT);
+        size = (uint64_t)was;
+        *restore = was;
         w->file = H5Fopen(w->tmp, H5F_ACC_RDWR, fapl >= 0 ? fapl : H5P_DEFAULT);
-        if (w->file < 0 && truncate(w->tmp, was) != 0) {
-            /* left longer than it was: HDF5 refuses it either way */
-        }
     }
     if (fapl >= 0)
         H5Pclose(fapl);
@@ -198,9 +332,14 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
         sqc_attr_string(&probe, RESUME_FINGERPRINT, fp, sizeof fp, &e))
         return sq_error_set(err, SQ_EDATA, "%s (not a partial dump of this tool? delete it to "
                             "start over)", e.msg);
-    if (strcmp(fp, fingerprint) != 0)
+    if (strcmp(fp, fingerprint) != 0) {
+        char diff[1024];
+        if (fingerprint_diff(fp, fingerprint, diff, sizeof diff) > 0)
+            return sq_error_set(err, SQ_EDATA, "%s: was started with other inputs or options "
+                                "(%s); delete it, or start over without resuming", w->tmp, diff);
         return sq_error_set(err, SQ_EDATA, "%s: was started with other inputs or options (%s; "
                             "now %s); delete it, or start over without resuming", w->tmp, fp, fingerprint);
+    }
     if (vocab != w->p.vocab || rows < 0)
         return sq_error_set(err, SQ_EDATA, "%s: vocab_size %lld or resume_rows %lld does not fit "
                             "this dump; delete it to start over", w->tmp, vocab, rows);
@@ -209,17 +348,17 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
         char name[32];
         if (w->p.topk > 0) {
             snprintf(name, sizeof name, "/%s/topk_ids", sqc_model_names[k]);
-            if ((rc = resume_dataset(w, name, w->width, rows, &w->ids[k], err)))
+            if ((rc = resume_dataset(w, name, w->width, rows, size, &w->ids[k], err)))
                 return rc;
             snprintf(name, sizeof name, "/%s/topk_logits", sqc_model_names[k]);
         } else {
             snprintf(name, sizeof name, "/%s/logits", sqc_model_names[k]);
         }
-        if ((rc = resume_dataset(w, name, w->width, rows, &w->logits[k], err)))
+        if ((rc = resume_dataset(w, name, w->width, rows, size, &w->logits[k], err)))
             return rc;
     }
     if (H5Lexists(w->file, "/tokens", H5P_DEFAULT) > 0) {
-        if ((rc = resume_dataset(w, "/tokens", 0, rows, &w->tokens, err)))
+        if ((rc = resume_dataset(w, "/tokens", 0, rows, size, &w->tokens, err)))
             return rc;
         w->has_tokens = 1;
     } else {
@@ -267,6 +406,16 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
     }
     if (w->offsets[0] != 0)
         return sq_error_set(err, SQ_EDATA, "%s: %s[0]: must be 0", w->tmp, RESUME_OFFSETS);
+    /* every check passed: from here on the file is written, and stays as extended */
+    *restore = -1;
+    for (int k = 0; k < 2; k++) {
+        if (w->p.topk > 0 && (rc = resume_cut(w, w->ids[k], w->width, rows, err)))
+            return rc;
+        if ((rc = resume_cut(w, w->logits[k], w->width, rows, err)))
+            return rc;
+    }
+    if (w->has_tokens == 1 && (rc = resume_cut(w, w->tokens, 0, rows, err)))
+        return rc;
     w->flushed = rows;
     *rows_done = rows;
     return SQ_OK;
@@ -296,8 +445,12 @@ int sq_corpus_writer_open_resumable(const char *path, const char *partial,
             sqc_writer_free(w);
             return sq_error_set(err, SQ_ECANTCREAT, "%s: exists and is not a regular file", partial);
         }
-        if ((rc = resume_reopen(w, fingerprint, rows_done, err))) {
+        off_t restore = -1;
+        if ((rc = resume_reopen(w, fingerprint, rows_done, &restore, err))) {
             sqc_writer_free(w);  /* the partial file stays as it was */
+            if (restore >= 0 && truncate(partial, restore) != 0) {
+                /* left longer than it was (zeros past its old end): reported as refused */
+            }
             return rc;
         }
         *out = w;

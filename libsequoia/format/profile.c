@@ -502,8 +502,12 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
                     goto done;
                 }
                 if (!(scale = time_scale(f[1]))) {
-                    rc = sq_error_set(err, SQ_EDATA, "%s:%d: unknown time column \"%s\" (expected "
-                                      "ms, median_ms, us, s or seconds)", file, line_no, f[1]);
+                    /* "tokens,tokens" is a column named twice, not an unknown time unit */
+                    int known = !strcmp(f[1], "tokens") || !strcmp(f[1], "batch");
+                    rc = sq_error_set(err, SQ_EDATA, "%s:%d: %s \"%s\"%s (expected a time "
+                                      "column: ms, median_ms, us, s or seconds)", file, line_no,
+                                      known ? "column 2 is" : "unknown time column", f[1],
+                                      !strcmp(f[1], "tokens") ? " again" : "");
                     goto done;
                 }
                 continue;
@@ -518,9 +522,16 @@ int sq_profile_from_csv(const char *file, const char *engine, sq_profile **out, 
                 int *slot = !strcmp(f[i], "tokens") ? &col_tok : !strcmp(f[i], "batch")
                             ? &col_batch : time_scale(f[i]) ? &col_time : NULL;
                 if (!slot || *slot >= 0) {
+                    /* a second time column is another name than the first: not "again" */
+                    char what[96] = "";
+                    if (slot == &col_time)
+                        snprintf(what, sizeof what, ", a second time column (column %d is "
+                                 "\"%.16s\")", *slot + 1, f[*slot]);
+                    else if (slot)
+                        snprintf(what, sizeof what, " again");
                     rc = sq_error_set(err, SQ_EDATA, "%s:%d: column %d is \"%s\"%s; " CSV_COLUMNS
                                       " (\"batch,tokens,ms\"; the time in ms, median_ms, us, s or "
-                                      "seconds)", file, line_no, i + 1, f[i], slot ? " again" : "");
+                                      "seconds)", file, line_no, i + 1, f[i], what);
                     goto done;
                 }
                 *slot = i;
