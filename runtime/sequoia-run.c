@@ -572,7 +572,7 @@ static const char *run_misfit(run_cli *o, int *rc)
         return buf;
     }
     if (!(o->run.prm.top_p > 0.0 && o->run.prm.top_p <= 1.0)) {
-        snprintf(buf, sizeof buf, "--top-p: %g is not in (0, 1]", o->run.prm.top_p);
+        snprintf(buf, sizeof buf, "--top-p: %.17g is not in (0, 1]", o->run.prm.top_p);
         return buf;
     }
     sq_error err = {0};

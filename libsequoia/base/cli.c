@@ -2,6 +2,7 @@
 #include "libsequoia/base/cli.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -97,7 +98,9 @@ int sq_cli_double(const char *prog, const char *opt, const char *s, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) {
+    /* an underflow (ERANGE with a result of magnitude below DBL_MIN) is still the number
+     * typed, to the nearest double: only an overflow or a non-number is refused */
+    if (end == s || *end || !isfinite(v) || (errno && fabs(v) >= DBL_MIN)) {
         fprintf(stderr, "%s: %s: '%s' is not a finite number\n", prog, opt, s);
         return SQ_EUSAGE;
     }
