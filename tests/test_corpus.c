@@ -604,6 +604,54 @@ Test(corpus, float16_fast_path_matches_hdf5_conversion)
     free(tl), free(dl), free(h5), free(mine), free(path), free(dir);
 }
 
+/* A dataset behind an HDF5 external link is stored in another file: the raw reader, which reads
+ * chunks at their offsets in the corpus file itself, read the corpus's own bytes at the other
+ * file's offsets instead (exit 0 with another curve: a second hostile-input audit). It is now
+ * read through HDF5, as h5py reads it. linked.h5 is a byte copy of c.h5 whose /target/logits is
+ * replaced by a link to other.h5's, written with the same layout, so the old chunks still sit at
+ * the linked dataset's offsets. */
+Test(corpus, a_dataset_behind_an_external_link_is_read_from_its_own_file)
+{
+    char *dir = tu_tmpdir(), *c_path = tu_path(dir, "c.h5"), *o_path = tu_path(dir, "other.h5");
+    char *l_path = tu_path(dir, "linked.h5");
+    int V = 40, lens[] = {30, 18}, N = 48;
+    for (int half = 0; half <= 1; half++) {
+        float *t1 = make_logits(N, V, 21), *t2 = make_logits(N, V, 22), *dl = make_logits(N, V, 23);
+        sq_corpus_writer_params p = sq_corpus_writer_default_params();
+        p.vocab = V;
+        p.half = half;
+        write_corpus(c_path, p, lens, 2, 16, t1, dl, NULL);
+        write_corpus(o_path, p, lens, 2, 16, t2, dl, NULL);
+        size_t len;
+        char *bytes = tu_read(c_path, &len);
+        FILE *fo = fopen(l_path, "wb");
+        cr_assert(fo && fwrite(bytes, 1, len, fo) == len && fclose(fo) == 0);
+        free(bytes);
+        hid_t f = H5Fopen(l_path, H5F_ACC_RDWR, H5P_DEFAULT);
+        cr_assert(f >= 0);
+        cr_assert(H5Ldelete(f, "/target/logits", H5P_DEFAULT) >= 0);
+        cr_assert(H5Lcreate_external(o_path, "/target/logits", f, "/target/logits", H5P_DEFAULT,
+                                     H5P_DEFAULT) >= 0);
+        cr_assert(H5Fclose(f) >= 0);
+        /* what HDF5 reads behind the link: other.h5's target */
+        float *want = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+        f = H5Fopen(o_path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t ds = H5Dopen2(f, "/target/logits", H5P_DEFAULT);
+        cr_assert(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, want) >= 0);
+        H5Dclose(ds);
+        H5Fclose(f);
+        sq_corpus *c = open_ok(l_path);
+        sq_error err = {0};
+        cr_assert_eq(sq_corpus_read(c, 0, N, got, NULL, NULL, &err), SQ_OK, "%s", err.msg);
+        cr_assert_eq(memcmp(got, want, sizeof(float) * N * V), 0,
+                     "half %d: the linked target was not read from its own file", half);
+        sq_corpus_close(c);
+        free(t1), free(t2), free(dl), free(want), free(got);
+    }
+    tu_rmtree(dir);
+    free(c_path), free(o_path), free(l_path), free(dir);
+}
+
 /* ---- bad input ----------------------------------------------------------------------------- */
 
 Test(corpus, missing_draft_logits_names_the_dataset)

@@ -336,10 +336,30 @@ static int dataset_open(sq_corpus *c, const char *dpath, int rank, H5T_class_t c
 }
 
 /* Whether chunks of a dense dataset can be read raw and decoded here (see corpus_model). */
-static void raw_setup(corpus_model *m, hid_t ft, hsize_t cols)
+/* 1 when dataset ds is stored in file `file` itself; 0 when it was reached through an external
+ * link (its chunks' offsets are then another file's). */
+static int stored_in(hid_t ds, hid_t file)
+{
+    char here[1024], there[1024];
+    hid_t owner = H5Iget_file_id(ds);
+    ssize_t lh = H5Fget_name(file, here, sizeof here);
+    ssize_t lt = owner >= 0 ? H5Fget_name(owner, there, sizeof there) : -1;
+    if (owner >= 0)
+        H5Fclose(owner);
+    H5Eclear2(H5E_DEFAULT);
+    return lh >= 0 && lt >= 0 && lh < (ssize_t)sizeof here && lt < (ssize_t)sizeof there &&
+           strcmp(here, there) == 0;
+}
+
+/* Whether the raw reader may read m->logits (raw_ok), and how. It reads the chunks' bytes at
+ * their offsets in the corpus file itself, so a dataset behind an external link (stored in
+ * another file) is read through HDF5, as every other layout it does not take. */
+static void raw_setup(corpus_model *m, hid_t file, hid_t ft, hsize_t cols)
 {
     m->raw_ok = 0;
     m->shuffle_at = m->deflate_at = -1;
+    if (!stored_in(m->logits, file))
+        return;
     const uint16_t probe = 1;
     unsigned char first;
     memcpy(&first, &probe, 1);
@@ -410,7 +430,7 @@ static int model_open(sq_corpus *c, int k, sq_error *err)
             return rc;
         hid_t ft = H5Dget_type(m->logits);
         m->half = ft >= 0 && is_ieee_half(ft);
-        raw_setup(m, ft, dims[1]);
+        raw_setup(m, c->file, ft, dims[1]);
         if (ft >= 0)
             H5Tclose(ft);
         m->width = (int)(dims[1] > INT_MAX ? INT_MAX : dims[1]);
