@@ -1507,6 +1507,27 @@ Test(corpus, resume_refuses_a_damaged_partial_and_leaves_it_untouched)
     cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, "fp", &done, &w, &err),
                  SQ_EDATA);
     cr_assert(strstr(err.msg, "damaged ("), "%s", err.msg);
+    /* a partial without our format attribute, or of another version, would be finished as a
+     * corpus that no reader takes */
+    for (int c = 0; c < 2; c++) {
+        put_bytes(partial, full, len);
+        hid_t f = H5Fopen(partial, H5F_ACC_RDWR, H5P_DEFAULT);
+        cr_assert(f >= 0);
+        if (c == 0) {
+            cr_assert(H5Adelete(f, "format") >= 0);
+        } else {
+            hid_t a = H5Aopen(f, "version", H5P_DEFAULT);
+            long long two = 2;
+            cr_assert(a >= 0 && H5Awrite(a, H5T_NATIVE_LLONG, &two) >= 0);
+            H5Aclose(a);
+        }
+        H5Fclose(f);
+        err = (sq_error){0};
+        cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, "fp", &done, &w, &err),
+                     SQ_EDATA, "case %d", c);
+        cr_assert(strstr(err.msg, "not a partial corpus of this version") &&
+                  strstr(err.msg, "delete it to start over"), "case %d: %s", c, err.msg);
+    }
     /* the intact file resumes after all its rows */
     put_bytes(partial, full, len);
     err = (sq_error){0};

@@ -332,6 +332,16 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
         sqc_attr_string(&probe, RESUME_FINGERPRINT, fp, sizeof fp, &e))
         return sq_error_set(err, SQ_EDATA, "%s (not a partial dump of this tool? delete it to "
                             "start over)", e.msg);
+    /* the resumed file is finished as this writer's: its format and version must be ours */
+    char fmt[64] = "";
+    long long version = 0;
+    if (sqc_attr_string(&probe, "format", fmt, sizeof fmt, &e) ||
+        sqc_attr_int(&probe, "version", &version, &e) || strcmp(fmt, SQ_CORPUS_FORMAT) != 0 ||
+        version != SQ_CORPUS_VERSION)
+        return sq_error_set(err, SQ_EDATA, "%s: not a partial corpus of this version (format "
+                            "\"%s\", version %lld; this writer makes \"%s\" version %d); delete it "
+                            "to start over", w->tmp, fmt, version, SQ_CORPUS_FORMAT,
+                            SQ_CORPUS_VERSION);
     if (strcmp(fp, fingerprint) != 0) {
         char diff[1024];
         if (fingerprint_diff(fp, fingerprint, diff, sizeof diff) > 0)
