@@ -1508,25 +1508,40 @@ Test(corpus, resume_refuses_a_damaged_partial_and_leaves_it_untouched)
                  SQ_EDATA);
     cr_assert(strstr(err.msg, "damaged ("), "%s", err.msg);
     /* a partial without our format attribute, or of another version, would be finished as a
-     * corpus that no reader takes */
-    for (int c = 0; c < 2; c++) {
+     * corpus that no reader takes; ... */
+    /* ... and one whose datasets cannot grow, or whose row count is negative, is damaged */
+    static const char *const says[] = {"not a partial corpus of this version",
+                                       "not a partial corpus of this version",
+                                       "/target/logits: not stored in chunks",
+                                       "resume_rows: -5 rows is negative"};
+    for (int c = 0; c < 4; c++) {
         put_bytes(partial, full, len);
         hid_t f = H5Fopen(partial, H5F_ACC_RDWR, H5P_DEFAULT);
         cr_assert(f >= 0);
         if (c == 0) {
             cr_assert(H5Adelete(f, "format") >= 0);
-        } else {
-            hid_t a = H5Aopen(f, "version", H5P_DEFAULT);
-            long long two = 2;
-            cr_assert(a >= 0 && H5Awrite(a, H5T_NATIVE_LLONG, &two) >= 0);
+        } else if (c == 1 || c == 3) {
+            hid_t a = H5Aopen(f, c == 1 ? "version" : "resume_rows", H5P_DEFAULT);
+            long long v = c == 1 ? 2 : -5;
+            cr_assert(a >= 0 && H5Awrite(a, H5T_NATIVE_LLONG, &v) >= 0);
             H5Aclose(a);
+        } else {
+            cr_assert(H5Ldelete(f, "/target/logits", H5P_DEFAULT) >= 0);
+            hsize_t dims[2] = {(hsize_t)N, (hsize_t)V};
+            hid_t sp = H5Screate_simple(2, dims, NULL);
+            hid_t ds = H5Dcreate2(f, "/target/logits", H5T_IEEE_F32LE, sp, H5P_DEFAULT,
+                                  H5P_DEFAULT, H5P_DEFAULT);
+            cr_assert(ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                                          tl) >= 0);
+            H5Dclose(ds);
+            H5Sclose(sp);
         }
         H5Fclose(f);
         err = (sq_error){0};
         cr_assert_eq(sq_corpus_writer_open_resumable(path, partial, &p, "fp", &done, &w, &err),
-                     SQ_EDATA, "case %d", c);
-        cr_assert(strstr(err.msg, "not a partial corpus of this version") &&
-                  strstr(err.msg, "delete it to start over"), "case %d: %s", c, err.msg);
+                     SQ_EDATA, "case %d: %s", c, err.msg);
+        cr_assert(strstr(err.msg, says[c]) && strstr(err.msg, "delete it to start over"),
+                  "case %d: %s", c, err.msg);
     }
     /* the intact file resumes after all its rows */
     put_bytes(partial, full, len);

@@ -166,6 +166,16 @@ static int resume_dataset(sq_corpus_writer *w, const char *name, int width, int6
     if (rank != (width > 0 ? 2 : 1) || (width > 0 && dims[1] != (hsize_t)width))
         return sq_error_set(err, SQ_EDATA, "%s: %s: shape differs from this dump's (%d columns); "
                             "delete it to start over", w->tmp, name, width);
+    /* the writer's datasets are chunked with an unlimited first dimension: another layout
+     * cannot grow, and was not written by it */
+    hid_t dcpl = H5Dget_create_plist(*out);
+    int chunked = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED;
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    if (!chunked)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: not stored in chunks, as this tool writes "
+                            "its datasets (it cannot grow); delete it to start over", w->tmp, name);
     if (dims[0] < (hsize_t)rows)
         return sq_error_set(err, SQ_EDATA, "%s: %s: %llu rows, but the checkpoint says %lld; "
                             "delete it to start over", w->tmp, name, (unsigned long long)dims[0],
@@ -350,9 +360,12 @@ static int resume_reopen(sq_corpus_writer *w, const char *fingerprint, int64_t *
         return sq_error_set(err, SQ_EDATA, "%s: was started with other inputs or options (%s; "
                             "now %s); delete it, or start over without resuming", w->tmp, fp, fingerprint);
     }
-    if (vocab != w->p.vocab || rows < 0)
-        return sq_error_set(err, SQ_EDATA, "%s: vocab_size %lld or resume_rows %lld does not fit "
-                            "this dump; delete it to start over", w->tmp, vocab, rows);
+    if (vocab != w->p.vocab)
+        return sq_error_set(err, SQ_EDATA, "%s: vocab_size %lld, but this dump's vocabulary is "
+                            "%d; delete it to start over", w->tmp, vocab, w->p.vocab);
+    if (rows < 0)
+        return sq_error_set(err, SQ_EDATA, "%s: %s: %lld rows is negative; delete it to start "
+                            "over", w->tmp, RESUME_ROWS, rows);
     int rc;
     for (int k = 0; k < 2; k++) {
         char name[32];
