@@ -36,6 +36,10 @@ typedef struct parser {
     sq_error   *err;
 } parser;
 
+/* the limits the messages below quote */
+_Static_assert(MAX_RANK0 == 1048576, "\"rank too large (at most 1048576)\"");
+_Static_assert(SQ_IMPORT_MAX_NODES - 1 == 16383, "\"too many paths for a plan (at most 16383)\"");
+
 static int perr(parser *ps, const char *problem)
 {
     int line = 1, col = 1;
@@ -119,7 +123,7 @@ static int parse_path(parser *ps, paths *P)
         }
         if (v > MAX_RANK0) {
             ps->at = num;
-            return perr(ps, "rank too large");
+            return perr(ps, "rank too large (at most 1048576)");
         }
         if (P->nval - start >= 4096) {
             ps->at = num;
@@ -135,7 +139,7 @@ static int parse_path(parser *ps, paths *P)
         return perr(ps, "empty path: the root is implicit, list only speculated nodes");
     ps->at++;
     if (P->n >= SQ_IMPORT_MAX_NODES - 1)
-        return perr(ps, "too many paths for a plan (SQ_IMPORT_MAX_NODES)");
+        return perr(ps, "too many paths for a plan (at most 16383, 16384 nodes with the root)");
     if (grow(&P->off, &P->cap, P->n + 1))
         return sq_error_oom(ps->err, "choices");
     int cap = P->cap;   /* off and len grow together */

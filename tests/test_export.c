@@ -403,6 +403,7 @@ ParameterizedTestParameters(export, malformed_choices_are_refused_with_the_reaso
         {"[[0], [0, 0, 1], [0, 0, 0]]", {"prefix [0, 0] is missing", "path [0, 0, 0]"}},
         {"[[0], [1], [0]]", {"both the path [0]", "entries"}},
         {"[[0], [-1]]", {"negative rank", "line 1, column 8"}},
+        {"[[0], [2000000]]", {"rank too large (at most 1048576)", "column 8"}},
         {"[[0], [2]]", {"sibling [1] is missing", "[2]"}},
         {"[[0], []]", {"empty path", "column 8"}},
         {"[[0], [1]", {"expected ',' or ']'", "end of the file"}},
