@@ -377,14 +377,15 @@ static int setup(const sq_run_opts *o, run_state *st, sq_error *err)
                                 "tokens, less the tree depth %d)", pf, where, L,
                                 ctxlen, D);
         if (L + n - 1 + D > ctxlen && o->batch)
-            return sq_error_set(err, SQ_EUSAGE, "%s%s: %d prompt tokens + %d new tokens + a tree "
-                                "of depth %d exceed the context of %d tokens (see --context)",
-                                pf, where, L, n, D, ctxlen);
+            return sq_error_set(err, SQ_EUSAGE, "%s%s: %d prompt tokens + %d new tokens - 1 + a "
+                                "tree of depth %d = %d exceed the context of %d tokens (see "
+                                "--context)", pf, where, L, n, D, L + n - 1 + D, ctxlen);
         if (L + n - 1 + D > ctxlen)
             return sq_error_set(err, SQ_EUSAGE,
                                 "--max-new-tokens: %d new tokens after a %d-token prompt and a "
-                                "tree of depth %d exceed the context of %d tokens (see --context)",
-                                n, L, D, ctxlen);
+                                "tree of depth %d exceed the context of %d tokens (%d + %d - 1 + "
+                                "%d = %d; see --context)", n, L, D, ctxlen, L, n, D,
+                                L + n - 1 + D);
     }
     return sq_run_acceptance_init(&st->acc, sq_tree_max_children(st->plan->tree), D, err);
 }

@@ -1065,9 +1065,10 @@ static int generate_of(sq_specdec *const *sds, int B, const int32_t *const *prom
             if (named)
                 snprintf(who, sizeof who, "sequence %d: ", k);
             return sq_error_set(err, SQ_EUSAGE,
-                                "%sprompt of %d tokens + %d new tokens + a tree of depth %d "
-                                "exceed the context of %d tokens", who, n[k], max_new, sd->D,
-                                sd->max_context);
+                                "%sprompt of %d tokens + %d new tokens - 1 + a tree of depth "
+                                "%d = %d exceed the context of %d tokens (the last step's tree "
+                                "sits on all but the last new token)", who, n[k], max_new, sd->D,
+                                n[k] + max_new - 1 + sd->D, sd->max_context);
         }
     }
     int rc;
