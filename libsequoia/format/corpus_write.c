@@ -317,7 +317,9 @@ static int extend_and_write(sq_corpus_writer *w, hid_t ds, hid_t mem_type, int w
         if (!*d || strstr(d, "write failed") || strstr(d, "file write failed"))
             snprintf(d, sizeof d, "%s", strerror(e));
         w->failed = 1;
-        return sq_error_set(err, SQ_EIO, "%s: %s: write error: %s", w->path, what, d);
+        /* a resumable dump writes PATH.partial itself: name it, the file the user keeps */
+        return sq_error_set(err, SQ_EIO, "%s: %s: write error: %s",
+                            w->resumable ? w->tmp : w->path, what, d);
     }
     return SQ_OK;
 }
@@ -532,7 +534,8 @@ int sq_corpus_writer_commit(sq_corpus_writer *w, sq_error *err)
             H5Sclose(sp);
         if (!ok) {
             char d[256];
-            rc = sq_error_set(err, SQ_EIO, "%s: /seq_offsets: write error: %s", w->path, sqc_h5_detail(d));
+            rc = sq_error_set(err, SQ_EIO, "%s: /seq_offsets: write error: %s",
+                              w->resumable ? w->tmp : w->path, sqc_h5_detail(d));
         }
     }
     if (rc == SQ_OK && w->resumable)
