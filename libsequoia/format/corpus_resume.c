@@ -79,26 +79,17 @@ int sqc_resume_state_drop(sq_corpus_writer *w, sq_error *err)
     return SQ_OK;
 }
 
-/* Whether rows [0, rows) of dataset `ds` are stored in the partial file as it was found
- * (`size` bytes, before extend_to_eoa): every chunk they span is allocated and ends within
- * `size`, and the chunk of the last row reads back through the filters (a chunk of zeros does
- * not inflate). A truncated partial claims rows whose chunks are gone; resuming it would cut
+/* Whether rows [0, rows) of dataset `ds` (chunks of cd, checked by resume_dataset) are stored
+ * in the partial file as it was found (`size` bytes, before extend_to_eoa): every chunk they
+ * span is allocated and ends within `size`, and the chunk of the last row reads back through
+ * the filters (a chunk of zeros does not inflate). A truncated partial claims rows whose chunks are gone; resuming it would cut
  * and append to data that is not there (docs/robustness.md, "No lost work"). */
 static int resume_rows_intact(sq_corpus_writer *w, const char *name, hid_t ds, int width,
-                              int64_t rows, uint64_t size, sq_error *err)
+                              const hsize_t cd[2], int64_t rows, uint64_t size, sq_error *err)
 {
     if (rows == 0)
         return SQ_OK;
-    int rank = width > 0 ? 2 : 1;
-    hsize_t cd[2] = {0, 1};
-    hid_t dcpl = H5Dget_create_plist(ds);
-    int ok = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
-             H5Pget_chunk(dcpl, rank, cd) == rank && cd[0] >= 1 && cd[rank - 1] >= 1;
-    if (dcpl >= 0)
-        H5Pclose(dcpl);
-    if (!ok)
-        return sq_error_set(err, SQ_EDATA, "%s: damaged (%s: not stored in chunks of rows); "
-                            "delete it to start over", w->tmp, name);
+    int rank = width > 0 ? 2 : 1, ok;
     hsize_t cols = width > 0 ? (hsize_t)width : 1, step = rank == 2 ? cd[1] : 1;
     for (hsize_t r = 0; r < (hsize_t)rows; r += cd[0])
         for (hsize_t c = 0; c < cols; c += step) {
@@ -166,21 +157,24 @@ static int resume_dataset(sq_corpus_writer *w, const char *name, int width, int6
     if (rank != (width > 0 ? 2 : 1) || (width > 0 && dims[1] != (hsize_t)width))
         return sq_error_set(err, SQ_EDATA, "%s: %s: shape differs from this dump's (%d columns); "
                             "delete it to start over", w->tmp, name, width);
-    /* the writer's datasets are chunked with an unlimited first dimension: another layout
-     * cannot grow, and was not written by it */
+    /* the writer's datasets are chunked in rows with an unlimited first dimension: another
+     * layout cannot grow, and was not written by it */
+    hsize_t cd[2] = {0, 1};
     hid_t dcpl = H5Dget_create_plist(*out);
-    int chunked = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED;
+    int chunked = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+                  H5Pget_chunk(dcpl, rank, cd) == rank && cd[0] >= 1 && cd[rank - 1] >= 1;
     if (dcpl >= 0)
         H5Pclose(dcpl);
     H5Eclear2(H5E_DEFAULT);
     if (!chunked)
-        return sq_error_set(err, SQ_EDATA, "%s: %s: not stored in chunks, as this tool writes "
-                            "its datasets (it cannot grow); delete it to start over", w->tmp, name);
+        return sq_error_set(err, SQ_EDATA, "%s: %s: not stored in chunks of rows, as this tool "
+                            "writes its datasets (it cannot grow); delete it to start over",
+                            w->tmp, name);
     if (dims[0] < (hsize_t)rows)
         return sq_error_set(err, SQ_EDATA, "%s: %s: %llu rows, but the checkpoint says %lld; "
                             "delete it to start over", w->tmp, name, (unsigned long long)dims[0],
                             (long long)rows);
-    return resume_rows_intact(w, name, *out, width, rows, size, err);
+    return resume_rows_intact(w, name, *out, width, cd, rows, size, err);
 }
 
 /* Cuts dataset `ds` to `rows` (what was written after the checkpoint goes). */
