@@ -5,6 +5,7 @@
  * shared plumbing of runtime/prefill.h (causal prefill, the vocabulary check). */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -601,4 +602,41 @@ Test(specdec, the_vocabulary_check_names_the_draft_and_the_target)
     sq_plan_free(plan);
     models_free(&m);
     models_free(&o);
+}
+
+/* The finiteness check of every logit row (sq_logits_check_finite, which counts in blocks of 64
+ * before it searches) names the first NaN or infinity of the row, as a value-by-value search
+ * does: rows of 1 to 300 values, none, one or several bad values anywhere (block edges and the
+ * tail included). */
+Test(specdec, the_finiteness_check_names_the_first_bad_logit)
+{
+    unsigned seed = 7;
+    float row[300];
+    for (int trial = 0; trial < 4000; trial++) {
+        seed = seed * 1103515245u + 12345u;
+        int V = 1 + (int)(seed >> 8) % 300;
+        for (int i = 0; i < V; i++)
+            row[i] = (float)i * 0.25f - 30.0f;
+        int bad = (int)(seed >> 4) % 4;   /* how many */
+        for (int b = 0; b < bad; b++) {
+            seed = seed * 1103515245u + 12345u;
+            int at = (int)(seed >> 8) % V;
+            row[at] = b % 3 == 0 ? NAN : b % 3 == 1 ? INFINITY : -INFINITY;
+        }
+        int first = -1;
+        for (int i = 0; i < V && first < 0; i++)
+            if (!isfinite(row[i]))
+                first = i;
+        sq_error err = {0};
+        int rc = sq_logits_check_finite("draft", row, V, 11, &err);
+        if (first < 0) {
+            cr_assert_eq(rc, SQ_OK, "trial %d, V %d: %s", trial, V, err.msg);
+            continue;
+        }
+        cr_assert_eq(rc, SQ_EDATA, "trial %d, V %d: the bad logit at %d passed", trial, V, first);
+        char want[128];
+        snprintf(want, sizeof want, "the draft's logit of token %d at position 11 is %s", first,
+                 isnan(row[first]) ? "NaN" : "infinite");
+        cr_assert(strstr(err.msg, want), "trial %d: %s (want %s)", trial, err.msg, want);
+    }
 }
